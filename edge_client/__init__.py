@@ -1,0 +1,1 @@
+"""Device side of fedort."""

@@ -1,0 +1,63 @@
+"""`fedort`: the command-line entry point.
+
+Subcommands are plug-ins (entry points in the `fedort.commands` group, see pyproject.toml) and
+only the chosen one is imported, so `fedort edge run` on a device loads no coordinator code and
+a device install without the coordinator package simply lacks that command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from importlib.metadata import entry_points
+
+from protos.errors import FedortError
+
+GROUP = "fedort.commands"
+
+
+def _commands() -> dict:
+    return {ep.name: ep for ep in entry_points(group=GROUP)}
+
+
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fedort",
+        description="Federated learning for models that train on the device with ONNX Runtime.",
+    )
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="logging verbosity (default: INFO)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands = _commands()
+    chosen = next((a for a in argv if not a.startswith("-") and a in commands), None)
+    for name in ([chosen] if chosen else sorted(commands)):
+        try:
+            commands[name].load()(sub)
+        except ImportError as e:  # e.g. the coordinator package is not installed on a device
+            sub.add_parser(name, help=f"(unavailable here: {e})")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        datefmt="%H:%M:%S")
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(func(args) or 0)
+    except FedortError as e:
+        print(f"fedort: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("fedort: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""The vector stream codec both ends use: a header, then ~1 MiB chunks, checked by sha256.
+
+`encode_vector` yields the header and chunks of a flat numpy vector without copying more than
+one chunk at a time; `VectorAssembler` rebuilds a vector from a header and its chunks into one
+preallocated array, checking size, dtype and sha256 as it goes. Neither side ever holds more than
+the vector plus one chunk. Plain functions on plain types; the gRPC glue converts to messages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+import numpy as np
+
+from protos.errors import ProtocolError, ResourceExhaustedError, VectorError
+
+CHUNK_BYTES = 1 << 20
+MAX_CHUNK_BYTES = (4 << 20) - (64 << 10)  # stay under gRPC's default 4 MB message limit
+CODEC_RAW = "raw"
+DTYPES = {"float32": np.dtype("<f4")}
+
+
+@dataclass(frozen=True)
+class VectorMeta:
+    """What a vector stream carries: which model and round, how long, and its digest."""
+
+    model_id: str
+    round: int
+    length: int
+    sha256: bytes
+    dtype: str = "float32"
+    codec: str = CODEC_RAW
+    chunk_size: int = CHUNK_BYTES
+
+    @property
+    def nbytes(self) -> int:
+        return self.length * DTYPES[self.dtype].itemsize if self.dtype in DTYPES else 0
+
+
+def vector_digest(vector: np.ndarray) -> bytes:
+    """sha256 of the vector's little-endian bytes (what the header's sha256 covers)."""
+    return hashlib.sha256(_as_bytes(vector)).digest()
+
+
+def _as_bytes(vector: np.ndarray) -> memoryview:
+    if vector.dtype != DTYPES["float32"] or vector.ndim != 1:
+        raise VectorError(f"vectors on the wire are 1-D float32, got {vector.dtype} with shape {vector.shape}")
+    return memoryview(np.ascontiguousarray(vector)).cast("B")
+
+
+def describe(vector: np.ndarray, model_id: str, round: int, chunk_size: int = CHUNK_BYTES,
+             sha256: bytes | None = None) -> VectorMeta:
+    """The header for sending `vector` (computes the sha256 unless given)."""
+    _as_bytes(vector)
+    return VectorMeta(model_id, int(round), int(vector.shape[0]), sha256 or vector_digest(vector),
+                      chunk_size=int(chunk_size))
+
+
+def iter_chunks(vector: np.ndarray, chunk_size: int = CHUNK_BYTES) -> Iterator[bytes]:
+    """The vector's bytes in chunks of `chunk_size` (the last may be shorter)."""
+    view = _as_bytes(vector)
+    for start in range(0, len(view), chunk_size):
+        yield bytes(view[start:start + chunk_size])
+
+
+class VectorAssembler:
+    """Rebuild a vector from its header and chunks, checking everything the header promises.
+
+    Raises VectorError for a wrong dtype/codec/size/digest and ResourceExhaustedError when the
+    header announces more than `max_length` elements, before allocating anything.
+    """
+
+    def __init__(self, meta: VectorMeta, *, expected_length: int | None = None, max_length: int | None = None,
+                 max_chunk_bytes: int = MAX_CHUNK_BYTES) -> None:
+        if meta.dtype not in DTYPES:
+            raise VectorError(f"vector dtype must be one of {sorted(DTYPES)}, got {meta.dtype!r}")
+        if meta.codec != CODEC_RAW:
+            raise VectorError(f"vector codec must be {CODEC_RAW!r}, got {meta.codec!r}")
+        if expected_length is not None and meta.length != expected_length:
+            raise VectorError(f"vector must have {expected_length} elements for this model, header says {meta.length}")
+        if max_length is not None and meta.length > max_length:
+            raise ResourceExhaustedError(f"vector of {meta.length} elements exceeds the limit of {max_length}")
+        if len(meta.sha256) != 32:
+            raise VectorError(f"header sha256 must be 32 bytes, got {len(meta.sha256)}")
+        self.meta = meta
+        self._max_chunk = max_chunk_bytes
+        self._array = np.empty(meta.length, dtype=DTYPES[meta.dtype])
+        self._buffer = memoryview(self._array).cast("B")
+        self._filled = 0
+        self._hash = hashlib.sha256()
+
+    @property
+    def received_bytes(self) -> int:
+        return self._filled
+
+    def add(self, chunk: bytes) -> None:
+        n = len(chunk)
+        if n == 0:
+            raise ProtocolError("empty chunk in vector stream")
+        if n > self._max_chunk:
+            raise ResourceExhaustedError(f"chunk of {n} bytes exceeds the limit of {self._max_chunk}")
+        end = self._filled + n
+        if end > len(self._buffer):
+            raise VectorError(f"vector stream carries more than the {len(self._buffer)} bytes its header declares")
+        self._buffer[self._filled:end] = chunk
+        self._hash.update(chunk)
+        self._filled = end
+
+    def finish(self) -> np.ndarray:
+        """The complete vector, once every byte arrived and the digest matches."""
+        if self._filled != len(self._buffer):
+            raise VectorError(
+                f"vector stream ended after {self._filled} of {len(self._buffer)} bytes "
+                f"({self._filled // 4} of {self.meta.length} elements)"
+            )
+        if self._hash.digest() != self.meta.sha256:
+            raise VectorError(
+                f"vector sha256 mismatch: header says {self.meta.sha256.hex()[:16]}…, "
+                f"received bytes hash to {self._hash.hexdigest()[:16]}…"
+            )
+        return self._array
+
+
+def assemble(meta: VectorMeta, chunks: Iterable[bytes], **limits) -> np.ndarray:
+    """Convenience: feed all `chunks` to a VectorAssembler and return the checked vector."""
+    asm = VectorAssembler(meta, **limits)
+    for c in chunks:
+        asm.add(c)
+    return asm.finish()

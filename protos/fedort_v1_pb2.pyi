@@ -1,0 +1,307 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class VectorHeader(_message.Message):
+    __slots__ = ("model_id", "round", "length", "dtype", "codec", "sha256", "chunk_size")
+    MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    CODEC_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_SIZE_FIELD_NUMBER: _ClassVar[int]
+    model_id: str
+    round: int
+    length: int
+    dtype: str
+    codec: str
+    sha256: bytes
+    chunk_size: int
+    def __init__(self, model_id: _Optional[str] = ..., round: _Optional[int] = ..., length: _Optional[int] = ..., dtype: _Optional[str] = ..., codec: _Optional[str] = ..., sha256: _Optional[bytes] = ..., chunk_size: _Optional[int] = ...) -> None: ...
+
+class VectorPart(_message.Message):
+    __slots__ = ("header", "chunk")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    header: VectorHeader
+    chunk: bytes
+    def __init__(self, header: _Optional[_Union[VectorHeader, _Mapping]] = ..., chunk: _Optional[bytes] = ...) -> None: ...
+
+class ArtifactInfo(_message.Message):
+    __slots__ = ("name", "sha256", "size")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    sha256: bytes
+    size: int
+    def __init__(self, name: _Optional[str] = ..., sha256: _Optional[bytes] = ..., size: _Optional[int] = ...) -> None: ...
+
+class JoinRequest(_message.Message):
+    __slots__ = ("device_name", "credential", "capabilities", "client_id")
+    class CapabilitiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    DEVICE_NAME_FIELD_NUMBER: _ClassVar[int]
+    CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
+    CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    device_name: str
+    credential: str
+    capabilities: _containers.ScalarMap[str, str]
+    client_id: str
+    def __init__(self, device_name: _Optional[str] = ..., credential: _Optional[str] = ..., capabilities: _Optional[_Mapping[str, str]] = ..., client_id: _Optional[str] = ...) -> None: ...
+
+class JoinReply(_message.Message):
+    __slots__ = ("client_id", "model_id", "manifest_json", "artifacts", "heartbeat_interval_ms", "max_chunk_bytes")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    MANIFEST_JSON_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_CHUNK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    model_id: str
+    manifest_json: str
+    artifacts: _containers.RepeatedCompositeFieldContainer[ArtifactInfo]
+    heartbeat_interval_ms: int
+    max_chunk_bytes: int
+    def __init__(self, client_id: _Optional[str] = ..., model_id: _Optional[str] = ..., manifest_json: _Optional[str] = ..., artifacts: _Optional[_Iterable[_Union[ArtifactInfo, _Mapping]]] = ..., heartbeat_interval_ms: _Optional[int] = ..., max_chunk_bytes: _Optional[int] = ...) -> None: ...
+
+class ArtifactRequest(_message.Message):
+    __slots__ = ("client_id", "model_id", "name")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    model_id: str
+    name: str
+    def __init__(self, client_id: _Optional[str] = ..., model_id: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class ArtifactPart(_message.Message):
+    __slots__ = ("header", "chunk")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    header: ArtifactInfo
+    chunk: bytes
+    def __init__(self, header: _Optional[_Union[ArtifactInfo, _Mapping]] = ..., chunk: _Optional[bytes] = ...) -> None: ...
+
+class TrainConfig(_message.Message):
+    __slots__ = ("local_epochs", "batch_size", "learning_rate", "reset_optimizer", "seed", "extra")
+    class ExtraEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    LOCAL_EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
+    RESET_OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    EXTRA_FIELD_NUMBER: _ClassVar[int]
+    local_epochs: int
+    batch_size: int
+    learning_rate: float
+    reset_optimizer: bool
+    seed: int
+    extra: _containers.ScalarMap[str, str]
+    def __init__(self, local_epochs: _Optional[int] = ..., batch_size: _Optional[int] = ..., learning_rate: _Optional[float] = ..., reset_optimizer: _Optional[bool] = ..., seed: _Optional[int] = ..., extra: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class PollRequest(_message.Message):
+    __slots__ = ("client_id", "model_id", "wait_ms")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    model_id: str
+    wait_ms: int
+    def __init__(self, client_id: _Optional[str] = ..., model_id: _Optional[str] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+
+class Task(_message.Message):
+    __slots__ = ("kind", "round", "deadline_unix_ms", "config", "retry_after_ms", "vector_sha256", "vector_length")
+    class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        WAIT: _ClassVar[Task.Kind]
+        FIT: _ClassVar[Task.Kind]
+        EVALUATE: _ClassVar[Task.Kind]
+        DONE: _ClassVar[Task.Kind]
+    WAIT: Task.Kind
+    FIT: Task.Kind
+    EVALUATE: Task.Kind
+    DONE: Task.Kind
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
+    VECTOR_SHA256_FIELD_NUMBER: _ClassVar[int]
+    VECTOR_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    kind: Task.Kind
+    round: int
+    deadline_unix_ms: int
+    config: TrainConfig
+    retry_after_ms: int
+    vector_sha256: bytes
+    vector_length: int
+    def __init__(self, kind: _Optional[_Union[Task.Kind, str]] = ..., round: _Optional[int] = ..., deadline_unix_ms: _Optional[int] = ..., config: _Optional[_Union[TrainConfig, _Mapping]] = ..., retry_after_ms: _Optional[int] = ..., vector_sha256: _Optional[bytes] = ..., vector_length: _Optional[int] = ...) -> None: ...
+
+class VectorRequest(_message.Message):
+    __slots__ = ("client_id", "model_id", "round")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    model_id: str
+    round: int
+    def __init__(self, client_id: _Optional[str] = ..., model_id: _Optional[str] = ..., round: _Optional[int] = ...) -> None: ...
+
+class Metric(_message.Message):
+    __slots__ = ("value", "sync_dist")
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    SYNC_DIST_FIELD_NUMBER: _ClassVar[int]
+    value: float
+    sync_dist: bool
+    def __init__(self, value: _Optional[float] = ..., sync_dist: _Optional[bool] = ...) -> None: ...
+
+class UpdateHeader(_message.Message):
+    __slots__ = ("client_id", "vector", "num_examples", "metrics")
+    class MetricsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Metric
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Metric, _Mapping]] = ...) -> None: ...
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    VECTOR_FIELD_NUMBER: _ClassVar[int]
+    NUM_EXAMPLES_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    vector: VectorHeader
+    num_examples: int
+    metrics: _containers.MessageMap[str, Metric]
+    def __init__(self, client_id: _Optional[str] = ..., vector: _Optional[_Union[VectorHeader, _Mapping]] = ..., num_examples: _Optional[int] = ..., metrics: _Optional[_Mapping[str, Metric]] = ...) -> None: ...
+
+class UpdatePart(_message.Message):
+    __slots__ = ("header", "chunk")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    header: UpdateHeader
+    chunk: bytes
+    def __init__(self, header: _Optional[_Union[UpdateHeader, _Mapping]] = ..., chunk: _Optional[bytes] = ...) -> None: ...
+
+class SubmitReply(_message.Message):
+    __slots__ = ("accepted", "duplicate", "round", "message")
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    accepted: bool
+    duplicate: bool
+    round: int
+    message: str
+    def __init__(self, accepted: _Optional[bool] = ..., duplicate: _Optional[bool] = ..., round: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
+class EvaluationResult(_message.Message):
+    __slots__ = ("client_id", "model_id", "round", "num_examples", "metrics")
+    class MetricsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Metric
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Metric, _Mapping]] = ...) -> None: ...
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    NUM_EXAMPLES_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    model_id: str
+    round: int
+    num_examples: int
+    metrics: _containers.MessageMap[str, Metric]
+    def __init__(self, client_id: _Optional[str] = ..., model_id: _Optional[str] = ..., round: _Optional[int] = ..., num_examples: _Optional[int] = ..., metrics: _Optional[_Mapping[str, Metric]] = ...) -> None: ...
+
+class HeartbeatRequest(_message.Message):
+    __slots__ = ("client_id",)
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    def __init__(self, client_id: _Optional[str] = ...) -> None: ...
+
+class HeartbeatReply(_message.Message):
+    __slots__ = ("round", "state")
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    round: int
+    state: str
+    def __init__(self, round: _Optional[int] = ..., state: _Optional[str] = ...) -> None: ...
+
+class LeaveRequest(_message.Message):
+    __slots__ = ("client_id", "reason")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    reason: str
+    def __init__(self, client_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class LeaveReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class RoundSummary(_message.Message):
+    __slots__ = ("round", "state", "clients", "examples", "metrics")
+    class MetricsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    CLIENTS_FIELD_NUMBER: _ClassVar[int]
+    EXAMPLES_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    round: int
+    state: str
+    clients: int
+    examples: int
+    metrics: _containers.ScalarMap[str, float]
+    def __init__(self, round: _Optional[int] = ..., state: _Optional[str] = ..., clients: _Optional[int] = ..., examples: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ...) -> None: ...
+
+class StatusReply(_message.Message):
+    __slots__ = ("model_id", "current_round", "total_rounds", "state", "registered_clients", "active_clients", "rounds", "latest_model")
+    MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_ROUND_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_ROUNDS_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REGISTERED_CLIENTS_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_CLIENTS_FIELD_NUMBER: _ClassVar[int]
+    ROUNDS_FIELD_NUMBER: _ClassVar[int]
+    LATEST_MODEL_FIELD_NUMBER: _ClassVar[int]
+    model_id: str
+    current_round: int
+    total_rounds: int
+    state: str
+    registered_clients: int
+    active_clients: int
+    rounds: _containers.RepeatedCompositeFieldContainer[RoundSummary]
+    latest_model: str
+    def __init__(self, model_id: _Optional[str] = ..., current_round: _Optional[int] = ..., total_rounds: _Optional[int] = ..., state: _Optional[str] = ..., registered_clients: _Optional[int] = ..., active_clients: _Optional[int] = ..., rounds: _Optional[_Iterable[_Union[RoundSummary, _Mapping]]] = ..., latest_model: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,106 @@
+"""Typed values that cross the wire, and their conversion to and from protobuf messages.
+
+Everything above this module (coordinator, edge client) works with these dataclasses; the
+generated `fedort_v1_pb2` messages appear only here and in the gRPC glue on each side.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from protos import fedort_v1_pb2 as pb
+from protos.codec import VectorMeta
+
+
+class TaskKind(enum.IntEnum):
+    WAIT = pb.Task.WAIT
+    FIT = pb.Task.FIT
+    EVALUATE = pb.Task.EVALUATE
+    DONE = pb.Task.DONE
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """A round's local training recipe, sent with every FIT task."""
+
+    local_epochs: int = 1
+    batch_size: int = 32
+    learning_rate: float = 0.01
+    reset_optimizer: bool = True
+    seed: int = 0
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    def to_pb(self) -> pb.TrainConfig:
+        return pb.TrainConfig(local_epochs=self.local_epochs, batch_size=self.batch_size,
+                              learning_rate=self.learning_rate, reset_optimizer=self.reset_optimizer,
+                              seed=self.seed, extra=dict(self.extra))
+
+    @classmethod
+    def from_pb(cls, m: pb.TrainConfig) -> "TrainConfig":
+        return cls(m.local_epochs, m.batch_size, m.learning_rate, m.reset_optimizer, m.seed, dict(m.extra))
+
+
+@dataclass(frozen=True)
+class Task:
+    """What a long-poll answers: the kind of work, for which round, by when."""
+
+    kind: TaskKind
+    round: int = 0
+    deadline_unix_ms: int = 0
+    config: TrainConfig = field(default_factory=TrainConfig)
+    retry_after_ms: int = 0
+    vector_sha256: bytes = b""
+    vector_length: int = 0
+
+    def to_pb(self) -> pb.Task:
+        return pb.Task(kind=int(self.kind), round=self.round, deadline_unix_ms=self.deadline_unix_ms,
+                       config=self.config.to_pb(), retry_after_ms=self.retry_after_ms,
+                       vector_sha256=self.vector_sha256, vector_length=self.vector_length)
+
+    @classmethod
+    def from_pb(cls, m: pb.Task) -> "Task":
+        return cls(TaskKind(m.kind), m.round, m.deadline_unix_ms, TrainConfig.from_pb(m.config),
+                   m.retry_after_ms, bytes(m.vector_sha256), m.vector_length)
+
+
+@dataclass(frozen=True)
+class Metric:
+    value: float
+    sync_dist: bool = False
+
+
+def metrics_to_pb(metrics: Mapping[str, Metric]) -> dict[str, pb.Metric]:
+    return {k: pb.Metric(value=float(m.value), sync_dist=m.sync_dist) for k, m in metrics.items()}
+
+
+def metrics_from_pb(metrics: Mapping[str, pb.Metric]) -> dict[str, Metric]:
+    return {k: Metric(m.value, m.sync_dist) for k, m in metrics.items()}
+
+
+def meta_to_pb(meta: VectorMeta) -> pb.VectorHeader:
+    return pb.VectorHeader(model_id=meta.model_id, round=meta.round, length=meta.length, dtype=meta.dtype,
+                           codec=meta.codec, sha256=meta.sha256, chunk_size=meta.chunk_size)
+
+
+def meta_from_pb(m: pb.VectorHeader) -> VectorMeta:
+    return VectorMeta(m.model_id, m.round, m.length, bytes(m.sha256), m.dtype, m.codec, m.chunk_size)
+
+
+@dataclass(frozen=True)
+class UpdateHeader:
+    """The first message of an update stream: who, which vector, on how many examples, metrics."""
+
+    client_id: str
+    vector: VectorMeta
+    num_examples: int
+    metrics: Mapping[str, Metric] = field(default_factory=dict)
+
+    def to_pb(self) -> pb.UpdateHeader:
+        return pb.UpdateHeader(client_id=self.client_id, vector=meta_to_pb(self.vector),
+                               num_examples=self.num_examples, metrics=metrics_to_pb(self.metrics))
+
+    @classmethod
+    def from_pb(cls, m: pb.UpdateHeader) -> "UpdateHeader":
+        return cls(m.client_id, meta_from_pb(m.vector), m.num_examples, metrics_from_pb(m.metrics))
