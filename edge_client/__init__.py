@@ -1,1 +1,70 @@
-"""Device side of fedort."""
+"""Device side of fedort: train ONNX models on the device with ONNX Runtime, take part in rounds.
+
+    from edge_client import TrainingSession, TrainingModule, Trainer, build_artifacts
+    from edge_client.models import mlp
+
+    build_artifacts(mlp(), "artifacts/")
+    session = TrainingSession.from_artifacts("artifacts/")
+    result = Trainer(max_epochs=5).fit(TrainingModule(session, lr=0.01), "client-0000.npz")
+
+Names are imported on first use (PEP 562), so `import edge_client` stays cheap on a device and
+pulls in neither ONNX Runtime nor gRPC until they are needed. Never imports torch or `coordinator`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# public name -> module that defines it
+_EXPORTS: dict[str, str] = {
+    # training core (issue 2)
+    "TrainingSession": "edge_client.session",
+    "SessionConfig": "edge_client.session",
+    "TrainingModule": "edge_client.module",
+    "ConstantLR": "edge_client.module",
+    "LinearWarmupDecay": "edge_client.module",
+    "Trainer": "edge_client.trainer",
+    "Callback": "edge_client.trainer",
+    "RunResult": "edge_client.trainer",
+    "build_artifacts": "edge_client.artifacts",
+    "load_manifest": "edge_client.artifacts",
+    "verify_artifacts": "edge_client.artifacts",
+    "Manifest": "edge_client.artifacts",
+    "TensorSpec": "edge_client.artifacts",
+    "ARTIFACT_FILES": "edge_client.artifacts",
+    # errors
+    "FedortError": "protos.errors",
+    "ConfigError": "protos.errors",
+    "DataError": "protos.errors",
+    "VectorError": "protos.errors",
+    "ArtifactError": "protos.errors",
+    "TrainingError": "protos.errors",
+    # edge runtime (issue 4)
+    "EdgeClient": "edge_client.client",
+    "EdgeConfig": "edge_client.client",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'edge_client' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from protos.errors import ArtifactError, ConfigError, DataError, FedortError, TrainingError, VectorError
+    from edge_client.artifacts import ARTIFACT_FILES, Manifest, TensorSpec, build_artifacts, load_manifest, verify_artifacts
+    from edge_client.client import EdgeClient, EdgeConfig
+    from edge_client.module import ConstantLR, LinearWarmupDecay, TrainingModule
+    from edge_client.session import SessionConfig, TrainingSession
+    from edge_client.trainer import Callback, RunResult, Trainer

@@ -54,6 +54,17 @@ def artifacts_api() -> types.ModuleType:
     return importlib.import_module(_PKG + ".artifacts")
 
 
+def reset_graph_names() -> None:
+    """Restart onnxblock's process-global counter for generated names (`onnx::loss::2`, ...).
+
+    Without this the second build in one process names the loss `onnx::loss::8`, so identical
+    models would get different artifacts bytes, a different loss output name and a different
+    model id depending on what the process built before.
+    """
+    _install_bare_training_package()
+    importlib.import_module(_PKG + ".onnxblock._graph_utils")._GRAPH_TOKEN = 0
+
+
 @contextlib.contextmanager
 def quiet_native_stderr() -> Iterator[None]:
     """Silence ORT's C++ INFO lines, which go straight to fd 2 and ignore the log severity."""

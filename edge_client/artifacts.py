@@ -14,7 +14,7 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -216,6 +216,7 @@ def build_artifacts(
     out.mkdir(parents=True, exist_ok=True)  # ORT fails with "SystemError : 2" on a missing folder
     art = _ort.artifacts_api()
     with tempfile.TemporaryDirectory(dir=out, prefix=".build-") as tmp:
+        _ort.reset_graph_names()  # same model -> same bytes and model id, whatever was built before
         with _ort.quiet_native_stderr():
             art.generate_artifacts(
                 model,

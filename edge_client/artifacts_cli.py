@@ -1,0 +1,110 @@
+"""`fedort artifacts build|show`: turn an ONNX model into ORT training artifacts, and describe them.
+
+The build writes the four ORT files plus `manifest.json` (whose hash is the model id the
+coordinator and the edge clients agree on); `show` prints that manifest in a few lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from protos.errors import ConfigError
+
+_BUILD_EPILOG = """\
+examples:
+  fedort artifacts build --builtin mlp --out artifacts/
+  fedort artifacts build --model net.onnx --out artifacts/ --loss mse --optimizer sgd \\
+      --frozen encoder.weight encoder.bias --output logits
+
+The model must use ONNX opset <= 21 and IR version <= 10 (what ONNX Runtime 1.19 loads).
+Built-in losses take the model's first output and a labels input, which the training and
+eval models gain as their last input.
+"""
+
+
+def register(subparsers) -> None:
+    from edge_client.artifacts import LOSSES, OPTIMIZERS
+    from edge_client.models import BUILTIN_MODELS
+
+    art = subparsers.add_parser("artifacts", help="build or inspect ONNX Runtime training artifacts",
+                                description="Build or inspect ONNX Runtime training artifacts.")
+    sub = art.add_subparsers(dest="artifacts_command", metavar="SUBCOMMAND")
+
+    build = sub.add_parser(
+        "build", help="generate training/eval/optimizer models, checkpoint and manifest from an ONNX model",
+        description=("Generate ORT training artifacts (training_model.onnx, eval_model.onnx, "
+                     "optimizer_model.onnx, checkpoint) and manifest.json in --out. Every float "
+                     "initializer is trained unless --trainable or --frozen says otherwise; the "
+                     "trainable ones, in the training model's order, make the parameter vector "
+                     "that travels in federated rounds."),
+        epilog=_BUILD_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    source = build.add_mutually_exclusive_group(required=True)
+    source.add_argument("--builtin", choices=sorted(BUILTIN_MODELS),
+                        help="a built-in model for the digits data (x: float32[batch, 64] -> logits[batch, 10])")
+    source.add_argument("--model", metavar="FILE.onnx", help="your own ONNX model")
+    build.add_argument("--out", required=True, metavar="DIR", help="output folder (created if missing)")
+    build.add_argument("--loss", default="cross-entropy", choices=sorted(LOSSES),
+                       help="loss appended to the model's first output (default: cross-entropy)")
+    build.add_argument("--optimizer", default="adamw", choices=sorted(OPTIMIZERS),
+                       help="optimizer the optimizer model implements (default: adamw)")
+    build.add_argument("--trainable", nargs="+", metavar="NAME",
+                       help="train only these initializers (default: every float initializer not --frozen)")
+    build.add_argument("--frozen", nargs="+", metavar="NAME",
+                       help="keep these initializers fixed (ORT fixes trainability at build time)")
+    build.add_argument("--output", nargs="+", metavar="NAME", dest="outputs",
+                       help="graph outputs the exported inference model keeps (default: all model outputs)")
+    build.add_argument("--seed", type=int, default=0,
+                       help="weight-initialisation seed of a --builtin model (default: 0)")
+    build.set_defaults(func=_build)
+
+    show = sub.add_parser("show", help="print the manifest summary of an artifacts folder",
+                          description="Print the model id, parameter count, inputs, outputs and files "
+                                      "of an artifacts folder, after checking every file's sha256.")
+    show.add_argument("dir", metavar="DIR", help="artifacts folder (holds manifest.json)")
+    show.set_defaults(func=_show)
+    art.set_defaults(func=lambda args: (art.print_help(), 2)[1])
+
+
+def _build(args: argparse.Namespace) -> int:
+    from edge_client.artifacts import build_artifacts
+    from edge_client.models import builtin_model
+
+    if args.builtin:
+        model = builtin_model(args.builtin, seed=args.seed)
+    else:
+        if args.seed != 0:
+            raise ConfigError("--seed only applies to --builtin models (an ONNX file brings its own weights)")
+        model = args.model
+    manifest = build_artifacts(model, args.out, loss=args.loss, optimizer=args.optimizer,
+                               trainable=args.trainable, frozen=args.frozen, inference_outputs=args.outputs)
+    print(f"wrote artifacts to {Path(args.out)}")
+    print(summary(manifest))
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from edge_client.artifacts import verify_artifacts
+
+    print(summary(verify_artifacts(args.dir)))
+    return 0
+
+
+def summary(manifest) -> str:
+    """A few human-readable lines about a `Manifest`."""
+    from edge_client.data import describe_spec
+
+    lines = [
+        f"model id:       {manifest.model_id}",
+        f"parameters:     {manifest.parameter_count} trainable ({manifest.dtype})",
+        f"trainable:      {', '.join(manifest.trainable)}",
+        f"frozen:         {', '.join(manifest.frozen) or '-'}",
+        f"loss:           {manifest.loss}    optimizer: {manifest.optimizer}    opset: {manifest.opset}",
+        "inputs:         " + ", ".join(f"{s.name}: {describe_spec(s)}" for s in manifest.inputs),
+        f"eval outputs:   {', '.join(manifest.eval_outputs)}",
+        f"export keeps:   {', '.join(manifest.inference_outputs)}",
+        "files:",
+    ]
+    lines += [f"  {name:<22} {entry.size:>10,} B  sha256 {entry.sha256[:16]}…"
+              for name, entry in sorted(manifest.files.items())]
+    return "\n".join(lines)

@@ -1,0 +1,75 @@
+"""Fixtures shared by the edge training-core tests: real ORT artifacts and the digits data.
+
+Artifacts are built once per test session (~0.1 s each) into a temp folder; tests that change
+parameters open their own `TrainingSession` on them, so nothing leaks between tests.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge_client.artifacts import build_artifacts
+from edge_client.models import cnn, mlp
+
+
+def _digits_split(test_fraction: float = 0.2, seed: int = 0) -> tuple[dict, dict]:
+    try:
+        from simulations.datasets import load_digits_split
+    except ImportError:  # simulations not installed: the same split straight from scikit-learn
+        from sklearn.datasets import load_digits
+        from sklearn.model_selection import train_test_split
+
+        d = load_digits()
+        x = (d.data / 16.0).astype(np.float32)
+        y = d.target.astype(np.int64)
+        tr, te = train_test_split(np.arange(len(y)), test_size=test_fraction, random_state=seed, stratify=y)
+        return {"x": x[tr], "labels": y[tr]}, {"x": x[te], "labels": y[te]}
+    return load_digits_split(test_fraction, seed)
+
+
+@pytest.fixture(scope="session")
+def mlp_artifacts(tmp_path_factory) -> Path:
+    """Built-in MLP, cross-entropy, AdamW."""
+    out = tmp_path_factory.mktemp("mlp-artifacts")
+    build_artifacts(mlp(), out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def sgd_artifacts(tmp_path_factory) -> Path:
+    """Built-in MLP, cross-entropy, plain SGD (linear in the gradient: exact equivalences hold)."""
+    out = tmp_path_factory.mktemp("sgd-artifacts")
+    build_artifacts(mlp(), out, optimizer="sgd")
+    return out
+
+
+@pytest.fixture(scope="session")
+def cnn_artifacts(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("cnn-artifacts")
+    build_artifacts(cnn(), out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def digits_split() -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """(train, test): x float32 [N, 64] in [0, 1], labels int64; stratified 80/20 split, seed 0."""
+    return _digits_split(0.2, seed=0)
+
+
+@pytest.fixture(scope="session")
+def digits_train(digits_split) -> dict[str, np.ndarray]:
+    return digits_split[0]
+
+
+@pytest.fixture(scope="session")
+def digits_test(digits_split) -> dict[str, np.ndarray]:
+    return digits_split[1]
+
+
+@pytest.fixture
+def batch(digits_train) -> tuple[np.ndarray, np.ndarray]:
+    """The first 32 training examples as (x, labels)."""
+    return digits_train["x"][:32], digits_train["labels"][:32]
