@@ -15,7 +15,9 @@ from protos.errors import VectorError
 
 # Work in blocks that stay in cache: the scaled copy of a block never goes to main memory, so
 # one fold streams each update once and the accumulator once, like a bare `acc += v`.
-_BLOCK = 1 << 15
+# 2**16 elements (256/512 KB scratch) fits L2 and keeps the per-block Python calls a few % of the time
+# (2**15..2**17 measured within noise of each other on a 2 MB-L2 Xeon; 2**16 best or tied).
+_BLOCK = 1 << 16
 
 
 @dataclass
@@ -40,11 +42,12 @@ class WeightedSum:
             raise VectorError(f"update weight must be > 0, got {weight}")
         w = self.dtype.type(weight)
         total, scratch = self.total, self._scratch
+        multiply, add = np.multiply, np.add
         for start in range(0, self.length, _BLOCK):
-            stop = min(start + _BLOCK, self.length)
-            tmp = scratch[: stop - start]
-            np.multiply(vector[start:stop], w, out=tmp)
-            total[start:stop] += tmp
+            acc = total[start:start + _BLOCK]
+            tmp = scratch if len(acc) == len(scratch) else scratch[: len(acc)]
+            multiply(vector[start:start + _BLOCK], w, out=tmp)
+            add(acc, tmp, out=acc)  # not `acc += tmp` on a slice: that also runs __setitem__
         self.weight += float(weight)
         self.count += 1
 
@@ -60,4 +63,6 @@ class WeightedSum:
         """The weighted average Σ wᵢ·vᵢ / Σ wᵢ as float32."""
         if self.count == 0:
             raise VectorError("no updates were folded in; the weighted mean is undefined")
-        return (self.total / self.dtype.type(self.weight)).astype(np.float32, copy=False)
+        out = np.empty(self.length, dtype=np.float32)  # divide straight into float32: no float64 temporary
+        np.divide(self.total, self.dtype.type(self.weight), out=out, casting="same_kind")
+        return out

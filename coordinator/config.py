@@ -1,0 +1,197 @@
+"""`CoordinatorConfig`: everything `fedort coordinator serve` can be told, in one typed object.
+
+Loaded from a TOML file (a `[coordinator]` table or top-level keys) and/or command-line flags;
+flags override the file, the file overrides the defaults below. `validate()` says what was
+expected and what arrived.
+
+| key | default | meaning |
+| --- | --- | --- |
+| artifacts | (required) | folder of training artifacts (`fedort artifacts build`) |
+| state_dir | (required) | where SQLite, vectors, spooled updates and exported models live |
+| address | 127.0.0.1:7420 | HOST:PORT to listen on (port 0 picks a free port) |
+| rounds | 3 | number of federated rounds |
+| min_clients | 2 | updates a round needs to close at its deadline |
+| min_available_clients | min_clients | available clients before a round starts |
+| fraction | 1.0 | share of available clients selected per round |
+| round_timeout_s | 60 | round deadline, per attempt |
+| max_round_attempts | 3 | attempts before a round (and the run) fails |
+| local_epochs / batch_size / lr | 1 / 32 / 0.05 | the clients' local training recipe (batch_size 0: whole local data) |
+| reset_optimizer | true | clients start each round with fresh optimizer state |
+| seed | 0 | seeds client selection and the clients' shuffling |
+| eval_data | none | held-out `.npz` evaluated on the server after each round |
+| fraction_evaluate | 0.0 | share of clients asked to evaluate the final model |
+| client_timeout_s | 60 | a client unseen this long is not selected (0 disables) |
+| heartbeat_interval_ms | 10000 | told to clients at join |
+| max_examples | 10**9 | upper bound of an update's num_examples |
+| max_chunk_bytes | 4 MiB - 64 KiB | largest accepted upload chunk (told to clients at join) |
+| download_chunk_bytes | 1 MiB | chunk size of vector and artifact downloads |
+| max_vector_length | 2**28 | largest accepted vector (elements) |
+| keep_spool | false | keep spooled updates after a round commits |
+| port_file | none | file that receives the bound port once serving |
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from protos.codec import CHUNK_BYTES, MAX_CHUNK_BYTES
+from protos.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+_PATH_FIELDS = ("artifacts", "state_dir", "eval_data", "port_file")
+
+
+@dataclass(frozen=True)
+class CoordinatorConfig:
+    """How one coordinator runs: where its state lives, the round plan and the clients' recipe."""
+
+    artifacts: Path
+    state_dir: Path
+    address: str = "127.0.0.1:7420"
+    rounds: int = 3
+    min_clients: int = 2
+    min_available_clients: int | None = None
+    fraction: float = 1.0
+    round_timeout_s: float = 60.0
+    max_round_attempts: int = 3
+    local_epochs: int = 1
+    batch_size: int = 32
+    lr: float = 0.05
+    reset_optimizer: bool = True
+    seed: int = 0
+    eval_data: Path | None = None
+    fraction_evaluate: float = 0.0
+    client_timeout_s: float = 60.0
+    heartbeat_interval_ms: int = 10_000
+    max_examples: int = 10**9
+    max_chunk_bytes: int = MAX_CHUNK_BYTES
+    download_chunk_bytes: int = CHUNK_BYTES
+    max_vector_length: int = 1 << 28
+    keep_spool: bool = False
+    port_file: Path | None = None
+    extra: Mapping[str, str] = field(default_factory=dict)  # passed to clients in TrainConfig.extra
+
+    def __post_init__(self) -> None:
+        for name in _PATH_FIELDS:
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, Path):
+                object.__setattr__(self, name, Path(value))
+        if self.min_available_clients is None:
+            object.__setattr__(self, "min_available_clients", self.min_clients)
+        self.validate()
+
+    # ---- loading ------------------------------------------------------------------------------
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> "CoordinatorConfig":
+        """Build from a plain mapping (TOML table, flags); unknown keys are an error."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"unknown coordinator setting(s) {unknown}; expected among {sorted(known)}")
+        missing = [k for k in ("artifacts", "state_dir") if values.get(k) in (None, "")]
+        if missing:
+            raise ConfigError(f"coordinator needs {' and '.join(missing)} (flag --{missing[0].replace('_', '-')} or config key)")
+        try:
+            return cls(**dict(values))
+        except TypeError as e:
+            raise ConfigError(f"bad coordinator settings: {e}") from e
+
+    @classmethod
+    def load(cls, toml_path: str | Path | None = None, **overrides: Any) -> "CoordinatorConfig":
+        """Defaults < TOML file < overrides (None overrides are ignored, so unset flags fall through)."""
+        values: dict[str, Any] = {}
+        if toml_path is not None:
+            values.update(read_toml(Path(toml_path)))
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls.from_mapping(values)
+
+    # ---- checks -------------------------------------------------------------------------------
+
+    def validate(self) -> None:
+        def need(ok: bool, what: str, value: Any) -> None:
+            if not ok:
+                raise ConfigError(f"{what}, got {value!r}")
+
+        need(isinstance(self.address, str) and ":" in self.address, "address must be HOST:PORT", self.address)
+        host, _, port = self.address.rpartition(":")
+        need(port.isdigit() and 0 <= int(port) <= 65535 and bool(host), "address must be HOST:PORT with a port in 0..65535",
+             self.address)
+        for name in ("rounds", "min_clients", "max_round_attempts", "local_epochs", "max_examples",
+                     "heartbeat_interval_ms", "max_chunk_bytes", "max_vector_length", "download_chunk_bytes"):
+            value = getattr(self, name)
+            need(isinstance(value, int) and not isinstance(value, bool) and value >= 1, f"{name} must be an integer >= 1", value)
+        need(isinstance(self.batch_size, int) and not isinstance(self.batch_size, bool) and self.batch_size >= 0,
+             "batch_size must be an integer >= 0 (0: each client's whole data set, i.e. FedSGD)", self.batch_size)
+        need(isinstance(self.min_available_clients, int) and self.min_available_clients >= self.min_clients,
+             f"min_available_clients must be an integer >= min_clients ({self.min_clients})", self.min_available_clients)
+        need(_number(self.fraction) and 0 < self.fraction <= 1, "fraction must be in (0, 1]", self.fraction)
+        need(_number(self.fraction_evaluate) and 0 <= self.fraction_evaluate <= 1, "fraction_evaluate must be in [0, 1]",
+             self.fraction_evaluate)
+        need(_number(self.round_timeout_s) and self.round_timeout_s > 0, "round_timeout_s must be > 0", self.round_timeout_s)
+        need(_number(self.client_timeout_s) and self.client_timeout_s >= 0, "client_timeout_s must be >= 0 (0 disables)",
+             self.client_timeout_s)
+        need(_number(self.lr) and self.lr >= 0, "lr must be a finite number >= 0", self.lr)
+        need(isinstance(self.seed, int) and self.seed >= 0, "seed must be an integer >= 0", self.seed)
+        need(self.max_chunk_bytes <= (64 << 20), "max_chunk_bytes must be <= 64 MiB", self.max_chunk_bytes)
+        need(self.download_chunk_bytes <= MAX_CHUNK_BYTES,
+             f"download_chunk_bytes must be <= {MAX_CHUNK_BYTES} (clients' default 4 MB message limit)",
+             self.download_chunk_bytes)
+        need(self.eval_data is None or self.eval_data.suffix == ".npz", "eval_data must be an .npz file", self.eval_data)
+
+    # ---- views --------------------------------------------------------------------------------
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        host, _, port = self.address.rpartition(":")
+        return host, int(port)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """Plain JSON-able values (paths as strings), as recorded in the state dir and model.json."""
+        out = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            out[f.name] = str(v) if isinstance(v, Path) else (dict(v) if isinstance(v, Mapping) else v)
+        return out
+
+    def training_json(self) -> dict[str, Any]:
+        """The part of the config that shapes the model (recorded with each export)."""
+        keys = ("rounds", "min_clients", "fraction", "local_epochs", "batch_size", "lr", "reset_optimizer", "seed",
+                "round_timeout_s")
+        return {k: getattr(self, k) for k in keys}
+
+    def __str__(self) -> str:
+        return json.dumps(self.to_json_dict(), sort_keys=True)
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """The coordinator settings in a TOML file: its `[coordinator]` table, else its top level."""
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path} is not valid TOML: {e}") from e
+    table = data.get("coordinator", data)
+    if not isinstance(table, dict):
+        raise ConfigError(f"[coordinator] in {path} must be a table, got {type(table).__name__}")
+    # relative paths in the file are relative to the file, as a reader of the file expects
+    out = dict(table)
+    for name in _PATH_FIELDS:
+        if isinstance(out.get(name), str) and not Path(out[name]).is_absolute():
+            out[name] = path.parent / out[name]
+    return out

@@ -1,0 +1,146 @@
+"""Per-round inference export: load a committed global vector and write a model plain onnxruntime serves.
+
+After round N commits, `Exporter.export` loads the new global vector into the coordinator's own
+TrainingSession (`from_buffer`), writes `models/round-000N/model.onnx` (the eval graph pruned to
+the manifest's inference outputs), optionally evaluates it on a held-out `.npz`, records
+everything in `model.json`, and moves the `latest` pointer. Every file is replaced atomically, so
+an export interrupted by a crash is simply redone on restart.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from coordinator.state import atomic_write_json, fsync_dir, fsync_file
+from edge_client.artifacts import Manifest, sha256_file
+from edge_client.session import TrainingSession
+from protos.errors import DataError
+
+log = logging.getLogger(__name__)
+
+MODEL_FILE = "model.onnx"
+RECORD_FILE = "model.json"
+LATEST_JSON = "latest.json"
+LATEST_LINK = "latest"
+EVAL_BATCH = 512
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """Server-side evaluation of one global vector on held-out data."""
+
+    loss: float
+    accuracy: float | None
+    num_examples: int
+
+
+def load_eval_data(path: Path, manifest: Manifest) -> list[np.ndarray]:
+    """The arrays of `path` in the eval model's input order (features first, labels last)."""
+    if not path.is_file():
+        raise DataError(f"eval data not found: {path}")
+    with np.load(path) as data:
+        missing = [s.name for s in manifest.inputs if s.name not in data]
+        if missing:
+            raise DataError(f"{path} lacks arrays {missing}; it must hold {[s.name for s in manifest.inputs]}"
+                            f" and has {sorted(data.files)}")
+        arrays = [np.ascontiguousarray(data[s.name]).astype(s.dtype, copy=False) for s in manifest.inputs]
+    n = {a.shape[0] for a in arrays}
+    if len(n) != 1 or 0 in n:
+        raise DataError(f"{path}: arrays {[s.name for s in manifest.inputs]} must share a non-empty first dimension, "
+                        f"got lengths {[a.shape[0] for a in arrays]}")
+    return arrays
+
+
+class Exporter:
+    """Owns the coordinator-side TrainingSession used to export (and evaluate) global vectors."""
+
+    def __init__(self, artifacts_dir: Path, models_dir: Path, eval_data: Path | None = None) -> None:
+        self._session = TrainingSession.from_artifacts(artifacts_dir)
+        self.manifest: Manifest = self._session.manifest
+        self._models = models_dir
+        self._eval = load_eval_data(eval_data, self.manifest) if eval_data else None
+
+    def initial_vector(self) -> np.ndarray:
+        """The checkpoint's trainable vector (round 1's global vector), as an owned copy."""
+        return np.array(self._session.to_buffer(), dtype=np.float32, copy=True)
+
+    def evaluate(self, vector: np.ndarray) -> EvalResult | None:
+        """Loss (and accuracy, if the model outputs logits) of `vector` on the eval data."""
+        if self._eval is None:
+            return None
+        self._session.from_buffer(vector)
+        loss_name = self.manifest.eval_outputs[0]
+        has_logits = "logits" in self.manifest.eval_outputs
+        n = self._eval[0].shape[0]
+        loss_sum, correct = 0.0, 0
+        for start in range(0, n, EVAL_BATCH):
+            batch = [a[start:start + EVAL_BATCH] for a in self._eval]
+            out = self._session.eval_step(*batch)
+            loss_sum += float(out[loss_name]) * batch[0].shape[0]
+            if has_logits:
+                correct += int((np.argmax(out["logits"], axis=1) == batch[-1]).sum())
+        return EvalResult(loss_sum / n, correct / n if has_logits else None, n)
+
+    def export(self, round: int, vector: np.ndarray, record: dict[str, Any]) -> Path:
+        """Write round `round`'s model.onnx + model.json and point `latest` at it; returns model.onnx."""
+        start = time.perf_counter()
+        out_dir = self._models / f"round-{round:04d}"
+        self._session.from_buffer(vector)
+        model = self._session.export_model_for_inference(out_dir / MODEL_FILE)
+        fsync_file(model)
+        fsync_dir(out_dir)
+        evaluation = self.evaluate(vector)
+        full = {
+            **record,
+            "round": round,
+            "model_id": self.manifest.model_id,
+            "model": MODEL_FILE,
+            "model_sha256": sha256_file(model),
+            "inference_outputs": list(self.manifest.inference_outputs),
+            "exported_unix_ms": int(time.time() * 1000),
+            "server_eval": None if evaluation is None else {
+                "loss": _finite(evaluation.loss), "accuracy": evaluation.accuracy,
+                "num_examples": evaluation.num_examples,
+            },
+        }
+        atomic_write_json(out_dir / RECORD_FILE, full)
+        if round >= self.latest_round():
+            self.point_latest(round)
+        log.info("round %d: exported %s in %.0f ms%s", round, model, 1000 * (time.perf_counter() - start),
+                 "" if evaluation is None else
+                 f" (server eval: loss {evaluation.loss:.4f}"
+                 + ("" if evaluation.accuracy is None else f", accuracy {evaluation.accuracy:.4f}") + ")")
+        return model
+
+    def latest_round(self) -> int:
+        try:
+            return int(json.loads((self._models / LATEST_JSON).read_text())["round"])
+        except (OSError, ValueError, KeyError):
+            return 0
+
+    def point_latest(self, round: int) -> None:
+        """Atomically move `models/latest.json` and the `models/latest` symlink to round `round`."""
+        name = f"round-{round:04d}"
+        atomic_write_json(self._models / LATEST_JSON, {"round": round, "dir": name, "model": f"{name}/{MODEL_FILE}",
+                                                       "record": f"{name}/{RECORD_FILE}"})
+        tmp = self._models / f".{LATEST_LINK}.tmp-{os.getpid()}"
+        try:
+            tmp.unlink(missing_ok=True)
+            os.symlink(name, tmp)
+            os.replace(tmp, self._models / LATEST_LINK)
+            fsync_dir(self._models)
+        except OSError as e:  # e.g. a filesystem without symlinks: latest.json alone is the pointer
+            log.debug("could not update the latest symlink: %s", e)
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None

@@ -1,0 +1,33 @@
+"""Round metrics: client metrics marked sync_dist, averaged across clients weighted by num_examples."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from protos.messages import Metric
+
+
+@dataclass
+class MetricSums:
+    """Σ value·n and Σ n per sync_dist metric: their ratio is the example-weighted mean across clients."""
+
+    sums: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, metrics: Mapping[str, Any], n: int) -> None:
+        """Fold one client's metrics (Metric values or their JSON form) reported over `n` examples."""
+        for name, m in metrics.items():
+            value, sync = (m.value, m.sync_dist) if isinstance(m, Metric) else (m["value"], m["sync_dist"])
+            if sync and math.isfinite(value):
+                acc = self.sums.setdefault(name, [0.0, 0.0])
+                acc[0] += value * n
+                acc[1] += n
+
+    def means(self) -> dict[str, float]:
+        return {k: s / w for k, (s, w) in sorted(self.sums.items()) if w > 0}
+
+
+def metrics_json(metrics: Mapping[str, Metric]) -> dict[str, Any]:
+    """The stored form of a client's metrics: name -> {"value", "sync_dist"}."""
+    return {k: {"value": float(m.value), "sync_dist": bool(m.sync_dist)} for k, m in metrics.items()}

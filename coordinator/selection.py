@@ -1,0 +1,34 @@
+"""Who trains in a round: how many clients, which ones (seeded), and each one's shuffling seed.
+
+Pure functions, so a simulation or a test can predict the coordinator's choice: selection is
+seeded by (run seed, round, attempt) over the sorted client ids, independent of the order in
+which clients joined.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Sequence
+
+import numpy as np
+
+
+def sample_size(available: int, fraction: float, min_clients: int) -> int:
+    """How many of `available` clients a round selects: max(min_clients, ceil(fraction * available)), capped."""
+    return min(available, max(min_clients, math.ceil(fraction * available)))
+
+
+def select_clients(candidates: Sequence[str], k: int, seed: int, round: int, attempt: int) -> list[str]:
+    """`k` of `candidates`, reproducibly: seeded by (seed, round, attempt) over the sorted ids."""
+    pool = sorted(candidates)
+    if k >= len(pool):
+        return pool
+    rng = np.random.default_rng([seed, round, attempt])
+    return sorted(pool[i] for i in rng.choice(len(pool), size=k, replace=False))
+
+
+def client_seed(seed: int, round: int, client_id: str) -> int:
+    """The shuffling seed of one client in one round (stable across processes)."""
+    digest = hashlib.sha256(f"{seed}:{round}:{client_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)

@@ -1,0 +1,182 @@
+"""`Coordinator`: the coordinator as a Python object — state dir, round engine, gRPC server, health.
+
+    coordinator = Coordinator(CoordinatorConfig(artifacts=..., state_dir=..., address="127.0.0.1:0"))
+    port = await coordinator.start()        # recovers the state dir, serves, writes config.port_file
+    outcome = await coordinator.wait_done() # RunOutcome(state=DONE|FAILED, rounds_completed, message)
+    await coordinator.stop(grace=5)
+
+`start` verifies the artifacts, pins a copy of them in the state dir (the state dir belongs to
+that model id), recovers whatever a previous process left (open round replayed from the spool,
+missing exports redone) and only then reports SERVING on the standard health service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from coordinator.config import CoordinatorConfig
+from coordinator.export import Exporter
+from coordinator.rounds import RoundEngine, RoundState, RunOutcome
+from coordinator.servicer import CoordinatorServicer
+from coordinator.state import StateStore, atomic_write
+from edge_client.artifacts import ARTIFACT_FILES, MANIFEST, copy_artifacts, load_manifest, verify_artifacts
+from protos import fedort_v1_pb2_grpc as pb_grpc
+from protos.errors import ConfigError, UnavailableError
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = "fedort.v1.Coordinator"
+
+
+def server_options(config: CoordinatorConfig) -> list[tuple[str, int]]:
+    """Message limits sized for the chunk limit (with room for headers), keepalive that allows client pings."""
+    limit = 2 * max(config.max_chunk_bytes, config.download_chunk_bytes) + (1 << 20)
+    return [
+        ("grpc.max_receive_message_length", limit),
+        ("grpc.max_send_message_length", limit),
+        ("grpc.keepalive_time_ms", 30_000),
+        ("grpc.keepalive_timeout_ms", 10_000),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+        ("grpc.http2.max_ping_strikes", 0),
+    ]
+
+
+def pin_artifacts(source: Path, state_dir: Path) -> Path:
+    """The coordinator's own verified copy of the artifacts in `state_dir/artifacts` (copied once)."""
+    if not source.is_dir():
+        raise ConfigError(f"artifacts folder not found: {source}")
+    manifest = verify_artifacts(source)
+    pinned = state_dir / "artifacts"
+    if (pinned / MANIFEST).is_file():
+        mine = load_manifest(pinned)
+        if mine.model_id != manifest.model_id:
+            raise ConfigError(
+                f"state dir {state_dir} belongs to model {mine.model_id[:16]}…, but {source} holds model "
+                f"{manifest.model_id[:16]}…; use a new --state-dir for a different model"
+            )
+        verify_artifacts(pinned, mine)
+        return pinned
+    tmp = state_dir / ".artifacts.tmp"
+    if tmp.exists():
+        for f in tmp.iterdir():
+            f.unlink()
+    copy_artifacts(source, tmp)
+    for name in (*ARTIFACT_FILES, MANIFEST):
+        with open(tmp / name, "rb") as f:
+            os.fsync(f.fileno())
+    os.replace(tmp, pinned)
+    return pinned
+
+
+class Coordinator:
+    """One federated run, served over gRPC from a durable state directory."""
+
+    def __init__(self, config: CoordinatorConfig) -> None:
+        self.config = config
+        self.port: int | None = None
+        self.engine: RoundEngine | None = None
+        self._store: StateStore | None = None
+        self._server: grpc.aio.Server | None = None
+        self._health: health.aio.HealthServicer | None = None
+        self._engine_task: asyncio.Task | None = None
+
+    @property
+    def state_dir(self) -> Path:
+        return self.config.state_dir
+
+    async def start(self) -> int:
+        """Recover the state dir, start serving and the round engine; returns the bound port."""
+        if self._server is not None:
+            raise UnavailableError("coordinator already started")
+        cfg = self.config
+        cfg.state_dir.mkdir(parents=True, exist_ok=True)
+        artifacts = await asyncio.to_thread(pin_artifacts, cfg.artifacts, cfg.state_dir)
+        exporter = await asyncio.to_thread(Exporter, artifacts, cfg.state_dir / "models", cfg.eval_data)
+        store = StateStore(cfg.state_dir)
+        self._store = store
+        store.claim(exporter.manifest.model_id, json.dumps(cfg.to_json_dict(), sort_keys=True))
+        engine = RoundEngine(cfg, store, exporter)
+        self.engine = engine
+        try:
+            await engine.recover()   # replay the open round, redo missing exports: before any client is served
+        except BaseException:
+            store.close()
+            self._store = None
+            raise
+
+        server = grpc.aio.server(options=server_options(cfg))
+        pb_grpc.add_CoordinatorServicer_to_server(CoordinatorServicer(engine, artifacts, cfg.download_chunk_bytes), server)
+        self._health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        host, port = cfg.host_port
+        try:
+            self.port = server.add_insecure_port(f"{host}:{port}")
+        except RuntimeError as e:
+            self.port = 0
+            reason = f": {e}"
+        else:
+            reason = ""
+        if not self.port:
+            store.close()
+            self._store = None
+            raise ConfigError(f"cannot listen on {cfg.address}{reason or ' (address in use or not local?)'}")
+        self._server = server
+        await server.start()
+        self._engine_task = asyncio.create_task(engine.run(), name="fedort-round-engine")
+        self._engine_task.add_done_callback(self._engine_stopped)
+        for name in ("", SERVICE_NAME):
+            await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        if cfg.port_file is not None:
+            atomic_write(Path(cfg.port_file), f"{self.port}\n".encode())
+        log.info("coordinator serving model %s… on %s:%d (state dir %s, %d rounds)", engine.model_id[:12], host,
+                 self.port, cfg.state_dir, cfg.rounds)
+        return self.port
+
+    def _engine_stopped(self, task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("round engine crashed", exc_info=task.exception())
+
+    async def wait_done(self) -> RunOutcome:
+        """Until the run is DONE or FAILED (the server keeps serving until `stop`)."""
+        if self.engine is None:
+            raise UnavailableError("coordinator not started")
+        return await self.engine.wait_done()
+
+    async def stop(self, grace: float | None = 5.0) -> None:
+        """Stop serving (letting calls in flight finish within `grace` s) and stop the engine; idempotent."""
+        if self._health is not None:
+            await self._health.enter_graceful_shutdown()
+        if self.engine is not None:
+            self.engine.release_polls()   # held long-polls would otherwise keep stop() waiting for `grace`
+        if self._server is not None:
+            await self._server.stop(grace)
+        if self._engine_task is not None:
+            self._engine_task.cancel()
+            await asyncio.wait({self._engine_task})   # (a cancellation of stop() itself still propagates)
+            self._engine_task = None
+        if self.engine is not None:
+            self.engine.close()
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+        self._server = None
+        log.info("coordinator stopped")
+
+    @property
+    def state(self) -> RoundState | None:
+        return self.engine.state if self.engine else None
+
+    async def __aenter__(self) -> "Coordinator":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop()

@@ -1,0 +1,170 @@
+"""The gRPC face of the coordinator: protobuf in, typed values to the round engine, protobuf out.
+
+This is the one place protobuf messages meet the coordinator and the one error boundary:
+every `protos.errors` exception an RPC raises becomes `context.abort(code, message)` via
+`status_for`; anything unplanned becomes INTERNAL (and is logged with its traceback).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from pathlib import Path
+from typing import AsyncIterator, Callable
+
+import grpc
+
+from coordinator.rounds import RoundEngine
+from coordinator.upload import UpdateReceiver
+from edge_client.artifacts import ARTIFACT_FILES
+from protos import fedort_v1_pb2 as pb
+from protos import fedort_v1_pb2_grpc as pb_grpc
+from protos.codec import CHUNK_BYTES, VectorMeta, iter_chunks
+from protos.errors import FedortError, NotFoundError, ProtocolError, status_for
+from protos.messages import UpdateHeader, meta_to_pb, metrics_from_pb
+
+log = logging.getLogger(__name__)
+
+
+async def _abort(context: grpc.aio.ServicerContext, method: str, exc: BaseException) -> None:
+    code, message = status_for(exc)
+    if isinstance(exc, FedortError):
+        log.debug("%s -> %s: %s", method, code.name, message)
+    else:
+        log.error("%s failed unexpectedly", method, exc_info=exc)
+    await context.abort(code, message)
+
+
+def unary(fn: Callable) -> Callable:
+    """Error boundary for unary-response handlers."""
+    @functools.wraps(fn)
+    async def wrapper(self, request, context):
+        try:
+            return await fn(self, request, context)
+        except Exception as e:
+            if isinstance(e, grpc.aio.AbortError):
+                raise
+            await _abort(context, fn.__name__, e)
+    return wrapper
+
+
+def streaming(fn: Callable) -> Callable:
+    """Error boundary for server-streaming handlers (async generators)."""
+    @functools.wraps(fn)
+    async def wrapper(self, request, context):
+        try:
+            async for item in fn(self, request, context):
+                yield item
+        except Exception as e:
+            if isinstance(e, grpc.aio.AbortError):
+                raise
+            await _abort(context, fn.__name__, e)
+    return wrapper
+
+
+class CoordinatorServicer(pb_grpc.CoordinatorServicer):
+    """Implements fedort.v1.Coordinator over a RoundEngine and the coordinator's artifacts copy."""
+
+    def __init__(self, engine: RoundEngine, artifacts_dir: Path, chunk_bytes: int = CHUNK_BYTES) -> None:
+        self.engine = engine
+        self.artifacts_dir = artifacts_dir
+        self.chunk_bytes = chunk_bytes
+        manifest = engine.manifest
+        self._manifest_json = (artifacts_dir / "manifest.json").read_text()
+        self._artifacts = {
+            name: pb.ArtifactInfo(name=name, sha256=bytes.fromhex(manifest.files[name].sha256),
+                                  size=manifest.files[name].size)
+            for name in ARTIFACT_FILES
+        }
+
+    @unary
+    async def Join(self, request: pb.JoinRequest, context) -> pb.JoinReply:
+        cid = self.engine.join(request.client_id, request.device_name, dict(request.capabilities))
+        cfg = self.engine.config
+        return pb.JoinReply(client_id=cid, model_id=self.engine.model_id, manifest_json=self._manifest_json,
+                            artifacts=list(self._artifacts.values()), heartbeat_interval_ms=cfg.heartbeat_interval_ms,
+                            max_chunk_bytes=cfg.max_chunk_bytes)
+
+    @streaming
+    async def DownloadArtifact(self, request: pb.ArtifactRequest, context) -> AsyncIterator[pb.ArtifactPart]:
+        self.engine.touch(request.client_id)
+        self.engine.check_model(request.model_id)
+        info = self._artifacts.get(request.name)
+        if info is None:
+            raise NotFoundError(f"no artifact named {request.name!r}; expected one of {sorted(self._artifacts)}")
+        yield pb.ArtifactPart(header=info)
+        with open(self.artifacts_dir / request.name, "rb") as f:
+            while block := f.read(self.chunk_bytes):
+                yield pb.ArtifactPart(chunk=block)
+
+    @unary
+    async def PollTask(self, request: pb.PollRequest, context) -> pb.Task:
+        task = await self.engine.poll(request.client_id, request.model_id, request.wait_ms)
+        return task.to_pb()
+
+    @streaming
+    async def DownloadVector(self, request: pb.VectorRequest, context) -> AsyncIterator[pb.VectorPart]:
+        g = self.engine.vector_for(request.client_id, request.model_id, request.round)
+        meta = VectorMeta(self.engine.model_id, g.round, int(g.vector.shape[0]), g.sha256, chunk_size=self.chunk_bytes)
+        yield pb.VectorPart(header=meta_to_pb(meta))
+        for chunk in iter_chunks(g.vector, self.chunk_bytes):
+            yield pb.VectorPart(chunk=chunk)
+
+    @unary
+    async def SubmitUpdate(self, request_iterator, context) -> pb.SubmitReply:
+        first = await context.read()
+        if first is grpc.aio.EOF or first.WhichOneof("part") != "header":
+            raise ProtocolError("an update stream must start with an UpdateHeader, got "
+                                + ("an empty stream" if first is grpc.aio.EOF else f"a {first.WhichOneof('part')}"))
+        header = UpdateHeader.from_pb(first.header)
+        assembler = self.engine.begin_update(header)
+        if assembler is None:
+            while await context.read() is not grpc.aio.EOF:
+                pass
+            return pb.SubmitReply(accepted=True, duplicate=True, round=header.vector.round,
+                                  message="duplicate: this update was already counted")
+        async with self.engine.upload_slot():
+            t0 = time.perf_counter()
+            receiver = UpdateReceiver(assembler, self.engine.spool_temp_path(header))
+            try:
+                while (part := await context.read()) is not grpc.aio.EOF:
+                    if part.WhichOneof("part") != "chunk":
+                        raise ProtocolError("an update stream carries one header, then only chunks; "
+                                            "got a second header")
+                    receiver.add(part.chunk)
+                vector = await receiver.finish()
+                t1 = time.perf_counter()
+                result = await self.engine.accept_update(header, vector, spooled=receiver.tmp_path)
+            finally:
+                receiver.close()
+            log.debug("update of %s: %.1f MB received in %.0f ms, stored and folded in %.0f ms", header.client_id,
+                      vector.nbytes / 1e6, 1000 * (t1 - t0), 1000 * (time.perf_counter() - t1))
+        return pb.SubmitReply(accepted=result.accepted, duplicate=result.duplicate, round=result.round,
+                              message=result.message)
+
+    @unary
+    async def SubmitEvaluation(self, request: pb.EvaluationResult, context) -> pb.SubmitReply:
+        r = self.engine.submit_evaluation(request.client_id, request.model_id, request.round, request.num_examples,
+                                          metrics_from_pb(request.metrics))
+        return pb.SubmitReply(accepted=r.accepted, duplicate=r.duplicate, round=r.round, message=r.message)
+
+    @unary
+    async def Heartbeat(self, request: pb.HeartbeatRequest, context) -> pb.HeartbeatReply:
+        round, state = self.engine.heartbeat(request.client_id)
+        return pb.HeartbeatReply(round=round, state=state)
+
+    @unary
+    async def Leave(self, request: pb.LeaveRequest, context) -> pb.LeaveReply:
+        self.engine.leave(request.client_id, request.reason)
+        return pb.LeaveReply()
+
+    @unary
+    async def Status(self, request: pb.StatusRequest, context) -> pb.StatusReply:
+        s = self.engine.status()
+        return pb.StatusReply(
+            model_id=s.model_id, current_round=s.current_round, total_rounds=s.total_rounds, state=s.state,
+            registered_clients=s.registered_clients, active_clients=s.active_clients, latest_model=s.latest_model,
+            rounds=[pb.RoundSummary(round=r.round, state=r.state, clients=r.clients, examples=r.examples,
+                                    metrics=r.metrics) for r in s.rounds],
+        )

@@ -1,0 +1,304 @@
+"""Durable coordinator state: one SQLite database plus atomically written vector files.
+
+Layout of a state directory (it belongs to one model id):
+
+    state.db                      SQLite (WAL, synchronous=FULL): meta, clients, rounds, submissions, evaluations
+    artifacts/                    the coordinator's own verified copy of the training artifacts
+    vectors/round-000N.f32        the global vector round N trains from (raw little-endian float32);
+                                  round-0001 is the checkpoint's, round-000{R+1} is the run's result
+    spool/round-000N/<client>.f32 accepted updates of round N, until the round commits
+    models/round-000N/            model.onnx + model.json exported after round N commits
+    models/latest.json, latest    pointer (and symlink) to the newest export
+
+Files are written temp + fsync + rename + directory fsync, so a crash leaves either the old
+file or the new one. The database is the source of truth: a file that no row names (an orphan
+spool file, a vector of an uncommitted round) is ignored or rewritten on recovery.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from protos.errors import ConfigError, VectorError
+
+DB_NAME = "state.db"
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS clients (
+    client_id TEXT PRIMARY KEY, device_name TEXT NOT NULL, capabilities TEXT NOT NULL,
+    joined_ms INTEGER NOT NULL, last_seen_ms INTEGER NOT NULL, active INTEGER NOT NULL, left_reason TEXT NOT NULL DEFAULT '');
+CREATE TABLE IF NOT EXISTS rounds (
+    round INTEGER PRIMARY KEY, state TEXT NOT NULL, attempt INTEGER NOT NULL, selected TEXT NOT NULL,
+    deadline_ms INTEGER NOT NULL, opened_ms INTEGER NOT NULL, closed_ms INTEGER,
+    vector_sha256 TEXT, clients INTEGER NOT NULL DEFAULT 0, examples INTEGER NOT NULL DEFAULT 0,
+    metrics TEXT NOT NULL DEFAULT '{}', model_path TEXT, message TEXT NOT NULL DEFAULT '');
+CREATE TABLE IF NOT EXISTS submissions (
+    round INTEGER NOT NULL, client_id TEXT NOT NULL, num_examples INTEGER NOT NULL, metrics TEXT NOT NULL,
+    sha256 TEXT NOT NULL, spool_path TEXT NOT NULL, received_ms INTEGER NOT NULL, PRIMARY KEY (round, client_id));
+CREATE TABLE IF NOT EXISTS evaluations (
+    round INTEGER NOT NULL, client_id TEXT NOT NULL, num_examples INTEGER NOT NULL, metrics TEXT NOT NULL,
+    received_ms INTEGER NOT NULL, PRIMARY KEY (round, client_id));
+"""
+
+# Round row states (the in-memory engine has more; these are the durable milestones).
+OPEN, COMMITTED, EXPORTED, FAILED = "TRAINING", "COMMITTED", "EXPORTED", "FAILED"
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+# ---- atomic files ------------------------------------------------------------------------------
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes | memoryview | np.ndarray) -> None:
+    """Write `data` to `path` so that a crash leaves either the old file or the complete new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    buf = memoryview(np.ascontiguousarray(data)).cast("B") if isinstance(data, np.ndarray) else data
+    with open(tmp, "wb", buffering=0) as f:
+        view = memoryview(buf)
+        while view:
+            view = view[f.write(view):]
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    atomic_write(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+
+
+def fsync_file(path: Path) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def read_vector(path: Path, length: int | None = None) -> np.ndarray:
+    """A raw float32 vector file (checked against `length` if given)."""
+    vec = np.fromfile(path, dtype="<f4")
+    if length is not None and vec.shape[0] != length:
+        raise VectorError(f"{path} holds {vec.shape[0]} elements, expected {length}")
+    return vec
+
+
+# ---- rows ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ClientRow:
+    client_id: str
+    device_name: str
+    capabilities: dict[str, str]
+    joined_ms: int
+    last_seen_ms: int
+    active: bool
+    left_reason: str = ""
+
+
+@dataclass(frozen=True)
+class RoundRow:
+    round: int
+    state: str
+    attempt: int
+    selected: tuple[str, ...]
+    deadline_ms: int
+    opened_ms: int
+    closed_ms: int | None
+    vector_sha256: str | None
+    clients: int
+    examples: int
+    metrics: dict[str, float]
+    model_path: str | None
+    message: str
+
+
+@dataclass(frozen=True)
+class SubmissionRow:
+    round: int
+    client_id: str
+    num_examples: int
+    metrics: dict[str, Any]    # name -> {"value": float, "sync_dist": bool}
+    sha256: str
+    spool_path: str
+    received_ms: int
+
+
+class StateStore:
+    """The SQLite side of a state directory (use from one thread: the event loop's)."""
+
+    def __init__(self, state_dir: str | os.PathLike, *, readonly: bool = False) -> None:
+        self.dir = Path(state_dir)
+        self.readonly = readonly
+        db = self.dir / DB_NAME
+        if readonly:
+            if not db.is_file():
+                raise ConfigError(f"no coordinator state in {self.dir} ({DB_NAME} missing)")
+            self._db = sqlite3.connect(f"file:{db}?mode=ro", uri=True, isolation_level=None, timeout=10)
+        else:
+            for sub in ("vectors", "spool", "models"):
+                (self.dir / sub).mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(db, isolation_level=None, timeout=30)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(_SCHEMA)
+        self._db.row_factory = sqlite3.Row
+
+    def close(self) -> None:
+        self._db.close()
+
+    def _tx(self, statements: Iterable[tuple[str, tuple]]) -> None:
+        """Run statements in one transaction (durable on return: synchronous=FULL)."""
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for sql, args in statements:
+                db.execute(sql, args)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    # ---- paths ----------------------------------------------------------------------------------
+
+    def vector_path(self, round: int) -> Path:
+        return self.dir / "vectors" / f"round-{round:04d}.f32"
+
+    def spool_dir(self, round: int) -> Path:
+        return self.dir / "spool" / f"round-{round:04d}"
+
+    def spool_path(self, round: int, client_id: str) -> Path:
+        return self.spool_dir(round) / f"{client_id}.f32"
+
+    def model_dir(self, round: int) -> Path:
+        return self.dir / "models" / f"round-{round:04d}"
+
+    @property
+    def artifacts_dir(self) -> Path:
+        return self.dir / "artifacts"
+
+    # ---- meta -----------------------------------------------------------------------------------
+
+    def get_meta(self, key: str, default: str | None = None) -> str | None:
+        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row["value"] if row else default
+
+    def set_meta(self, **values: str) -> None:
+        self._tx(("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (k, str(v))) for k, v in values.items())
+
+    def claim(self, model_id: str, config_json: str) -> None:
+        """Bind this state dir to `model_id` (first start) or check that it already is."""
+        existing = self.get_meta("model_id")
+        if existing is None:
+            self.set_meta(model_id=model_id, schema_version=str(SCHEMA_VERSION), created_ms=str(now_ms()),
+                          config=config_json, run_state="RUNNING")
+        elif existing != model_id:
+            raise ConfigError(
+                f"state dir {self.dir} belongs to model {existing[:16]}…, but the artifacts are model "
+                f"{model_id[:16]}…; use a new --state-dir for a different model"
+            )
+        else:
+            self.set_meta(config=config_json)
+
+    # ---- clients --------------------------------------------------------------------------------
+
+    def upsert_client(self, row: ClientRow) -> None:
+        self._tx([(
+            "INSERT INTO clients (client_id, device_name, capabilities, joined_ms, last_seen_ms, active, left_reason) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(client_id) DO UPDATE SET device_name=excluded.device_name, "
+            "capabilities=excluded.capabilities, last_seen_ms=excluded.last_seen_ms, active=excluded.active, "
+            "left_reason=excluded.left_reason",
+            (row.client_id, row.device_name, json.dumps(row.capabilities, sort_keys=True), row.joined_ms,
+             row.last_seen_ms, int(row.active), row.left_reason),
+        )])
+
+    def set_client_left(self, client_id: str, reason: str, at_ms: int) -> None:
+        self._tx([("UPDATE clients SET active = 0, left_reason = ?, last_seen_ms = ? WHERE client_id = ?",
+                   (reason, at_ms, client_id))])
+
+    def clients(self) -> list[ClientRow]:
+        rows = self._db.execute("SELECT * FROM clients ORDER BY client_id").fetchall()
+        return [ClientRow(r["client_id"], r["device_name"], json.loads(r["capabilities"]), r["joined_ms"],
+                          r["last_seen_ms"], bool(r["active"]), r["left_reason"]) for r in rows]
+
+    # ---- rounds ---------------------------------------------------------------------------------
+
+    def open_round(self, round: int, attempt: int, selected: Iterable[str], deadline_ms: int) -> None:
+        """Record round `round` as open (TRAINING) for this attempt and selection."""
+        self._tx([(
+            "INSERT INTO rounds (round, state, attempt, selected, deadline_ms, opened_ms) VALUES (?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT(round) DO UPDATE SET state=excluded.state, attempt=excluded.attempt, "
+            "selected=excluded.selected, deadline_ms=excluded.deadline_ms",
+            (round, OPEN, attempt, json.dumps(sorted(selected)), deadline_ms, now_ms()),
+        )])
+
+    def commit_round(self, round: int, vector_sha256: str, clients: int, examples: int,
+                     metrics: dict[str, float]) -> None:
+        """Mark round `round` committed: its result vector file (round+1) is durable and final."""
+        self._tx([(
+            "UPDATE rounds SET state=?, closed_ms=?, vector_sha256=?, clients=?, examples=?, metrics=? WHERE round=?",
+            (COMMITTED, now_ms(), vector_sha256, clients, examples, json.dumps(metrics, sort_keys=True), round),
+        )])
+
+    def mark_exported(self, round: int, model_path: str) -> None:
+        self._tx([("UPDATE rounds SET state=?, model_path=? WHERE round=?", (EXPORTED, model_path, round))])
+
+    def fail_round(self, round: int, message: str) -> None:
+        self._tx([
+            ("UPDATE rounds SET state=?, closed_ms=?, message=? WHERE round=?", (FAILED, now_ms(), message, round)),
+            ("INSERT OR REPLACE INTO meta (key, value) VALUES ('run_state', 'FAILED')", ()),
+            ("INSERT OR REPLACE INTO meta (key, value) VALUES ('run_message', ?)", (message,)),
+        ])
+
+    def rounds(self) -> list[RoundRow]:
+        rows = self._db.execute("SELECT * FROM rounds ORDER BY round").fetchall()
+        return [RoundRow(r["round"], r["state"], r["attempt"], tuple(json.loads(r["selected"])), r["deadline_ms"],
+                         r["opened_ms"], r["closed_ms"], r["vector_sha256"], r["clients"], r["examples"],
+                         json.loads(r["metrics"]), r["model_path"], r["message"]) for r in rows]
+
+    # ---- submissions ----------------------------------------------------------------------------
+
+    def add_submission(self, row: SubmissionRow) -> None:
+        self._tx([(
+            "INSERT INTO submissions (round, client_id, num_examples, metrics, sha256, spool_path, received_ms) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (row.round, row.client_id, row.num_examples, json.dumps(row.metrics, sort_keys=True), row.sha256,
+             row.spool_path, row.received_ms),
+        )])
+
+    def submissions(self, round: int) -> list[SubmissionRow]:
+        rows = self._db.execute("SELECT * FROM submissions WHERE round = ? ORDER BY client_id", (round,)).fetchall()
+        return [SubmissionRow(r["round"], r["client_id"], r["num_examples"], json.loads(r["metrics"]), r["sha256"],
+                              r["spool_path"], r["received_ms"]) for r in rows]
+
+    # ---- evaluations ----------------------------------------------------------------------------
+
+    def add_evaluation(self, round: int, client_id: str, num_examples: int, metrics: dict[str, Any]) -> None:
+        self._tx([(
+            "INSERT INTO evaluations (round, client_id, num_examples, metrics, received_ms) VALUES (?, ?, ?, ?, ?)",
+            (round, client_id, num_examples, json.dumps(metrics, sort_keys=True), now_ms()),
+        )])
+
+    def evaluations(self, round: int) -> list[tuple[str, int, dict[str, Any]]]:
+        rows = self._db.execute("SELECT * FROM evaluations WHERE round = ? ORDER BY client_id", (round,)).fetchall()
+        return [(r["client_id"], r["num_examples"], json.loads(r["metrics"])) for r in rows]
+
+    def dump(self) -> str:
+        """Every row as SQL text (tests compare it before and after a rejected request)."""
+        return "\n".join(self._db.iterdump())

@@ -1,0 +1,166 @@
+"""Shared fixtures of the coordinator tests: real artifacts, real coordinators on 127.0.0.1:0, a stub client.
+
+The stub client speaks the wire protocol with the generated stub directly (the edge client is a
+separate component); it can also send malformed streams, which the bad-input tests need.
+Import what a module uses explicitly: `from coordinator_fixtures import mlp_artifacts, ...`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import grpc
+import numpy as np
+import pytest
+
+from coordinator import Coordinator, CoordinatorConfig
+from edge_client.artifacts import build_artifacts
+from edge_client.models import mlp
+from protos import fedort_v1_pb2 as pb
+from protos import fedort_v1_pb2_grpc as pb_grpc
+from protos.codec import CHUNK_BYTES
+
+RPC_TIMEOUT = 15.0
+P_MLP = 9610
+
+
+@pytest.fixture(scope="session")
+def mlp_artifacts(tmp_path_factory) -> Path:
+    """Training artifacts of the built-in digits MLP (9610 trainable parameters)."""
+    folder = tmp_path_factory.mktemp("mlp-artifacts")
+    build_artifacts(mlp(), folder)
+    return folder
+
+
+def make_config(artifacts: Path, state_dir: Path, **overrides) -> CoordinatorConfig:
+    values = dict(artifacts=artifacts, state_dir=state_dir, address="127.0.0.1:0", rounds=2, min_clients=2,
+                  round_timeout_s=20, client_timeout_s=0)
+    values.update(overrides)
+    return CoordinatorConfig(**values)
+
+
+@pytest.fixture
+async def start_coordinator(tmp_path, mlp_artifacts):
+    """`await start_coordinator(**config overrides)` -> a started Coordinator, stopped after the test."""
+    started: list[Coordinator] = []
+
+    async def start(**overrides) -> Coordinator:
+        overrides.setdefault("state_dir", tmp_path / "state")
+        coordinator = Coordinator(make_config(mlp_artifacts, **overrides))
+        await coordinator.start()
+        started.append(coordinator)
+        return coordinator
+
+    yield start
+    for c in started:
+        await asyncio.wait_for(c.stop(grace=0), 20)
+
+
+@pytest.fixture
+async def stub_client():
+    """`stub_client(port)` -> a StubClient, closed after the test."""
+    clients: list[StubClient] = []
+
+    def connect(port: int) -> StubClient:
+        c = StubClient(port)
+        clients.append(c)
+        return c
+
+    yield connect
+    for c in clients:
+        await asyncio.wait_for(c.close(), 20)
+
+
+def digest(vector: np.ndarray) -> bytes:
+    return hashlib.sha256(np.ascontiguousarray(vector, dtype="<f4").tobytes()).digest()
+
+
+def update_header(client_id: str, model_id: str, round: int, vector: np.ndarray, num_examples: int,
+                  metrics: dict[str, tuple[float, bool]] | None = None, **vector_fields) -> pb.UpdateHeader:
+    fields = dict(model_id=model_id, round=round, length=vector.shape[0], dtype="float32", codec="raw",
+                  sha256=digest(vector), chunk_size=CHUNK_BYTES)
+    fields.update(vector_fields)
+    return pb.UpdateHeader(client_id=client_id, vector=pb.VectorHeader(**fields), num_examples=num_examples,
+                           metrics={k: pb.Metric(value=v, sync_dist=s) for k, (v, s) in (metrics or {}).items()})
+
+
+def chunks_of(vector: np.ndarray, size: int = CHUNK_BYTES) -> list[bytes]:
+    raw = np.ascontiguousarray(vector, dtype="<f4").tobytes()
+    return [raw[i:i + size] for i in range(0, len(raw), size)]
+
+
+class StubClient:
+    """A minimal protocol client over the generated stub (every call has a deadline)."""
+
+    def __init__(self, port: int) -> None:
+        self.channel = grpc.aio.insecure_channel(
+            f"127.0.0.1:{port}",
+            options=[("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)])
+        self.stub = pb_grpc.CoordinatorStub(self.channel)
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+    async def join(self, client_id: str = "", device_name: str = "stub") -> pb.JoinReply:
+        return await self.stub.Join(pb.JoinRequest(client_id=client_id, device_name=device_name), timeout=RPC_TIMEOUT)
+
+    async def poll(self, client_id: str, model_id: str, wait_ms: int = 5000) -> pb.Task:
+        return await self.stub.PollTask(pb.PollRequest(client_id=client_id, model_id=model_id, wait_ms=wait_ms),
+                                        timeout=RPC_TIMEOUT + wait_ms / 1000)
+
+    async def download_vector(self, client_id: str, model_id: str, round: int) -> tuple[pb.VectorHeader, np.ndarray]:
+        header, parts = None, []
+        async for part in self.stub.DownloadVector(
+                pb.VectorRequest(client_id=client_id, model_id=model_id, round=round), timeout=RPC_TIMEOUT):
+            if part.WhichOneof("part") == "header":
+                header = part.header
+            else:
+                parts.append(part.chunk)
+        vector = np.frombuffer(b"".join(parts), dtype="<f4")
+        assert hashlib.sha256(vector.tobytes()).digest() == header.sha256
+        return header, vector
+
+    async def submit_parts(self, parts: Iterable[pb.UpdatePart]) -> pb.SubmitReply:
+        """Stream `parts`; the reply, or AioRpcError with the server's status.
+
+        Writes go through the call object: when the server rejects the stream early, a write may
+        fail locally, but the call still ends with the status the server sent.
+        """
+        parts = list(parts)
+        for attempt in range(3):
+            call = self.stub.SubmitUpdate(timeout=RPC_TIMEOUT)
+            try:
+                for p in parts:
+                    await call.write(p)
+                await call.done_writing()
+            except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                pass
+            try:
+                return await call
+            except grpc.aio.AioRpcError as e:
+                # grpc-aio race: when the server rejects a stream while this side still sends,
+                # the failed send can win and the call ends INTERNAL "Internal error from Core"
+                # instead of with the server's status; sending again gets the server's answer.
+                if e.code() != grpc.StatusCode.INTERNAL or "from Core" not in (e.details() or "") or attempt == 2:
+                    raise
+
+    async def submit(self, client_id: str, model_id: str, round: int, vector: np.ndarray, num_examples: int,
+                     metrics: dict[str, tuple[float, bool]] | None = None, *, chunks: Sequence[bytes] | None = None,
+                     **vector_fields) -> pb.SubmitReply:
+        header = update_header(client_id, model_id, round, vector, num_examples, metrics, **vector_fields)
+        parts = [pb.UpdatePart(header=header)]
+        parts += [pb.UpdatePart(chunk=c) for c in (chunks if chunks is not None else chunks_of(vector))]
+        return await self.submit_parts(parts)
+
+    async def fit_round(self, client_id: str, model_id: str, delta: float, num_examples: int,
+                        metrics: dict[str, tuple[float, bool]] | None = None) -> tuple[pb.Task, np.ndarray, pb.SubmitReply]:
+        """Poll for FIT, download the round's vector, submit vector + delta."""
+        task = await self.poll(client_id, model_id)
+        assert task.kind == pb.Task.FIT, f"expected FIT, got {pb.Task.Kind.Name(task.kind)}"
+        _, vector = await self.download_vector(client_id, model_id, task.round)
+        update = (vector + np.float32(delta)).astype(np.float32)
+        reply = await self.submit(client_id, model_id, task.round, update, num_examples, metrics)
+        return task, vector, reply

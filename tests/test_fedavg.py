@@ -1,0 +1,76 @@
+"""coordinator/fedavg.py: streaming FedAvg equals a numpy weighted mean, merges, and stays O(P)."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from coordinator.fedavg import WeightedSum
+from protos.errors import VectorError
+
+
+@pytest.fixture
+def updates() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(1)
+    return rng.standard_normal((17, 100_003)).astype(np.float32), rng.integers(1, 500, 17).astype(np.float64)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_mean_equals_numpy_weighted_average(updates, dtype):
+    vectors, weights = updates
+    s = WeightedSum(vectors.shape[1], np.dtype(dtype))
+    for v, w in zip(vectors, weights):
+        s.add(v, w)
+    expected = np.average(vectors.astype(np.float64), axis=0, weights=weights)
+    assert s.count == 17 and s.weight == weights.sum()
+    np.testing.assert_allclose(s.mean(), expected, atol=1e-6)
+    assert s.mean().dtype == np.float32
+
+
+def test_float64_accumulation_does_not_depend_on_arrival_order(updates):
+    vectors, weights = updates
+    forward, backward = WeightedSum(vectors.shape[1], np.dtype(np.float64)), WeightedSum(vectors.shape[1], np.dtype(np.float64))
+    for i in range(17):
+        forward.add(vectors[i], weights[i])
+        backward.add(vectors[16 - i], weights[16 - i])
+    np.testing.assert_allclose(forward.mean(), backward.mean(), atol=1e-7, rtol=0)
+
+
+def test_partial_sums_merge_into_the_sum_over_all_clients(updates):
+    vectors, weights = updates
+    left, right = WeightedSum(vectors.shape[1]), WeightedSum(vectors.shape[1])
+    for i, (v, w) in enumerate(zip(vectors, weights)):
+        (left if i % 2 else right).add(v, w)
+    left.merge(right)
+    np.testing.assert_allclose(left.mean(), np.average(vectors, axis=0, weights=weights), atol=1e-6)
+    assert left.count == 17
+
+
+def test_bad_inputs_are_vector_errors():
+    s = WeightedSum(4)
+    with pytest.raises(VectorError, match="4 elements"):
+        s.add(np.zeros(5, np.float32), 1)
+    with pytest.raises(VectorError, match="weight must be > 0"):
+        s.add(np.zeros(4, np.float32), 0)
+    with pytest.raises(VectorError, match="undefined"):
+        s.mean()
+    with pytest.raises(VectorError, match="cannot merge"):
+        s.merge(WeightedSum(3))
+
+
+def test_folding_50_updates_of_5m_params_allocates_nothing_per_update():
+    n = 5_000_000
+    vector = np.random.default_rng(2).standard_normal(n).astype(np.float32)
+    s = WeightedSum(n, np.dtype(np.float64))
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        for i in range(50):
+            s.add(vector, i + 1)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, f"folding allocated {peak} bytes; it must work in the preallocated accumulator"
+    np.testing.assert_allclose(s.mean()[:100], vector[:100], atol=1e-6)
