@@ -1,0 +1,491 @@
+"""`EdgeClient`: the device's federated loop — join, fetch, then poll, train, upload until DONE.
+
+    client = EdgeClient(EdgeConfig(coordinator="10.0.0.5:7420", data="client.npz"))
+    summary = client.run()          # returns when the coordinator says DONE (or after stop())
+
+`run()` is `join()` followed by `poll()` / `handle(task)` until DONE; the steps are public so an
+app or a simulation worker can drive them itself. A FIT task: fetch the round's global vector
+(skipped when the cache holds one with the Task's digest) → `from_buffer` → fresh optimizer
+state if the task says `reset_optimizer` → `Trainer.fit` with the task's epochs, batch size,
+seed and learning rate → `to_buffer` → stream the update with `num_examples` and the logged
+metrics. An EVALUATE task evaluates the global vector on local data and reports metrics.
+
+Faults. Every RPC retries UNAVAILABLE / DEADLINE_EXCEEDED / connection loss with jittered
+exponential backoff (`retry.Backoff`) and raises anything else. A trained update is kept until
+the coordinator acknowledges it, so a coordinator that restarts mid-upload gets it again (a
+`duplicate` reply counts as success); a FAILED_PRECONDITION (the round closed meanwhile) drops
+it — unless a re-Join shows the coordinator now runs another model, which ends the client with
+WrongModelError. The client id is saved in the cache per coordinator + device name (+ data
+file) and sent on every Join, so a restarted device (or coordinator) keeps its identity; a lock
+file stops two running clients from sharing one identity.
+
+Many clients, one process: pass the same `transport`, `session` and `cache` to every
+`EdgeClient` and give each its own `client_id` and in-memory `data` (and `heartbeats=False`,
+`persist_identity=False` in its EdgeConfig). A client object then holds only its id, its data
+and a few counters; the shared session is reset per task by `from_buffer` (+
+`reset_optimizer_state` when the task asks for it — with `reset_optimizer=False` a shared
+session carries optimizer moments from one virtual client to the next). The shared cache
+downloads each round's global vector once. `handle(WAIT)` sleeps `retry_after_ms`; a driver
+juggling many clients should skip WAIT tasks instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import grpc
+import numpy as np
+
+from protos.codec import CHUNK_BYTES, vector_digest
+from protos.errors import ConfigError, DataError, FedortError, NotFoundError, ProtocolError, WrongModelError
+from protos.messages import Metric, Task, TaskKind
+from edge_client import local_round
+from edge_client.artifacts import ARTIFACT_FILES, Manifest
+from edge_client.cache import ArtifactCache, IdentityLock, identity_key
+from edge_client.client_data import ClientData
+from edge_client.edge_config import EdgeConfig
+from edge_client.heartbeat import Heartbeat
+from edge_client.retry import StoppedError, call_with_retry
+from edge_client.session import SessionConfig, TrainingSession
+from edge_client.transport import JoinInfo, SubmitResult, Transport, update_header
+
+log = logging.getLogger("fedort.edge")
+
+
+@dataclass(frozen=True)
+class RoundReport:
+    """What one handled task did (the CLI prints one line per report)."""
+
+    round: int
+    kind: str                      # "fit" | "evaluate"
+    num_examples: int
+    metrics: Mapping[str, float]
+    seconds: float
+    outcome: str                   # "accepted" | "duplicate" | "stale" | "rejected"
+    vector_cached: bool = False
+    message: str = ""
+
+
+@dataclass
+class RunSummary:
+    """The outcome of `EdgeClient.run()`."""
+
+    client_id: str
+    model_id: str
+    outcome: str                   # "done" | "stopped"
+    reports: list[RoundReport] = field(default_factory=list)
+    stop_reason: str = ""
+
+    @property
+    def rounds_trained(self) -> list[int]:
+        return [r.round for r in self.reports if r.kind == "fit" and r.outcome in ("accepted", "duplicate")]
+
+
+@dataclass
+class _Pending:
+    """A trained update not yet acknowledged by the coordinator."""
+
+    round: int
+    vector: np.ndarray
+    num_examples: int
+    metrics: dict[str, Metric]
+    seconds: float
+    vector_cached: bool
+
+
+class EdgeClient:
+    """One federated participant (see the module docstring).
+
+    `transport`, `session` and `cache` may be shared between clients of one process; a client
+    that creates its own transport closes it when `run()` ends (or on `close()`).
+    """
+
+    def __init__(self, config: EdgeConfig, *, transport: Transport | None = None,
+                 session: TrainingSession | None = None,
+                 data: ClientData | Mapping[str, np.ndarray] | None = None,
+                 cache: ArtifactCache | None = None,
+                 on_report: Callable[[RoundReport], None] | None = None) -> None:
+        self.config = config
+        self._transport = transport
+        self._owns_transport = transport is None
+        self._session = session
+        self._data = ClientData.from_arrays(data) if isinstance(data, Mapping) else data
+        self._cache = cache
+        self._on_report = on_report
+        self._stop = threading.Event()
+        self.stop_reason = ""
+        self.client_id = config.client_id
+        self.model_id = ""
+        self.manifest: Manifest | None = None
+        self._join: JoinInfo | None = None
+        self._pending: _Pending | None = None
+        self._identity_lock: IdentityLock | None = None
+        self.reports: list[RoundReport] = []
+        self.phase = "idle"        # idle | joining | polling | downloading | training | evaluating | uploading
+
+    # ---- shared resources (created lazily, so a client object stays cheap) -----------------
+
+    @property
+    def transport(self) -> Transport:
+        if self._transport is None:
+            self._transport = Transport(self.config.channel_config())
+        return self._transport
+
+    @property
+    def cache(self) -> ArtifactCache:
+        if self._cache is None:
+            self._cache = ArtifactCache(self.config.cache_dir)
+        return self._cache
+
+    @property
+    def session(self) -> TrainingSession:
+        if self._session is None:
+            raise ConfigError("the training session exists after join()")
+        return self._session
+
+    @property
+    def data(self) -> ClientData:
+        if self._data is None:
+            if self.config.data is None:
+                raise ConfigError("no data: set EdgeConfig.data to a .npz file or pass data= to EdgeClient")
+            self._data = ClientData.load(self.config.data)
+        return self._data
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    # ---- plumbing -----------------------------------------------------------------------------
+
+    def _call(self, what: str, fn: Callable[[], Any]) -> Any:
+        """`fn()` with retries; an 'unknown client' (coordinator lost our row) re-joins once."""
+        try:
+            return call_with_retry(fn, self.config.backoff, what=what, stop=self._stop)
+        except NotFoundError as e:
+            if "unknown client" not in str(e) or self._join is None:
+                raise
+            log.warning("coordinator does not know %s any more; joining again", self.client_id)
+            self._rejoin()
+            return call_with_retry(fn, self.config.backoff, what=what, stop=self._stop)
+
+    def _identity_key(self) -> str:
+        data = os.path.abspath(self.config.data) if self.config.data is not None else ""
+        return identity_key(self.config.coordinator, self.config.name, data)
+
+    def _capabilities(self) -> dict[str, str]:
+        import onnxruntime
+
+        return {"platform": f"{sys.platform}-{platform.machine()}", "python": platform.python_version(),
+                "onnxruntime": onnxruntime.__version__, "examples": str(self.data.num_examples)}
+
+    # ---- join ---------------------------------------------------------------------------------
+
+    def join(self) -> JoinInfo:
+        """Check the data, join (keeping a saved identity), fetch missing artifacts, open the session.
+
+        Data problems raise DataError before anything is sent when they can be seen without the
+        model, or against a known manifest (a shared session's, or the one this coordinator served
+        to this device last time). Otherwise the manifest only arrives with the JoinReply: the
+        checks then run right after Join, and a client whose data does not fit leaves again.
+        """
+        self.phase = "joining"
+        try:
+            return self._join_once()
+        finally:
+            self.phase = "idle"
+
+    def _join_once(self) -> JoinInfo:
+        data = self.data  # model-free checks, before any RPC
+        saved = {}
+        if self.config.persist_identity:
+            if self._identity_lock is None:
+                self._identity_lock = self.cache.lock_identity(self._identity_key())
+            saved = self.cache.load_identity(self._identity_key())
+        known = self._session.manifest if self._session is not None else None
+        if known is not None:
+            data.validate(known.inputs)  # a shared session names its model: check against it first
+        elif saved.get("manifest_json"):
+            try:
+                known = Manifest.from_json(saved["manifest_json"])
+            except FedortError:
+                known = None  # an unreadable cached manifest is not the data's fault
+            if known is not None:
+                try:
+                    data.validate(known.inputs)
+                except DataError as e:
+                    raise DataError(f"{e} (checked before joining against model {known.model_id[:12]}, which "
+                                    f"{self.config.coordinator} served last time; if it now serves another "
+                                    f"model, remove {self.cache.root / 'identity'} and retry)") from None
+        client_id = self.config.client_id or saved.get("client_id", "")
+        info = self._call("Join", lambda: self.transport.join(
+            self.config.name, client_id, self.config.credential, self._capabilities()))
+        manifest = Manifest.from_json(info.manifest_json)
+        if manifest.model_id != info.model_id:
+            raise ProtocolError(f"coordinator's manifest hashes to model {manifest.model_id[:12]}…, "
+                                f"but it announces model {info.model_id[:12]}…")
+        try:
+            data.validate(manifest.inputs)
+        except DataError:
+            self._leave_quietly(info.client_id, "local data does not fit the model")
+            raise
+        self._join, self.client_id, self.model_id, self.manifest = info, info.client_id, info.model_id, manifest
+        if self.config.persist_identity:
+            self.cache.save_identity(self._identity_key(), client_id=info.client_id, model_id=info.model_id,
+                                     manifest_json=info.manifest_json)
+        if self._session is None:
+            self._session = self._open_session(info, manifest)
+        else:
+            self._check_shared_session(manifest)
+        log.info("joined %s as %s (model %s…, %d parameters)", self.config.coordinator, self.client_id,
+                 self.model_id[:12], manifest.parameter_count)
+        return info
+
+    def _rejoin(self) -> None:
+        info = call_with_retry(lambda: self.transport.join(self.config.name, self.client_id, self.config.credential,
+                                                           self._capabilities()),
+                               self.config.backoff, what="Join", stop=self._stop)
+        if info.model_id != self.model_id:
+            raise WrongModelError(
+                f"the coordinator now runs model {info.model_id[:12]}…, but this client joined for model "
+                f"{self.model_id[:12]}…; restart the client to fetch the new model")
+        self._join = info
+
+    def _open_session(self, info: JoinInfo, manifest: Manifest) -> TrainingSession:
+        announced = {a.name for a in info.artifacts}
+        if announced != set(ARTIFACT_FILES):
+            raise ProtocolError(f"coordinator announces artifacts {sorted(announced)}, "
+                                f"expected {sorted(ARTIFACT_FILES)}")
+        for ref in info.artifacts:
+            entry = manifest.files.get(ref.name)
+            if entry is None or entry.sha256 != ref.sha256:
+                raise ProtocolError(f"artifact {ref.name} is announced with sha256 {ref.sha256[:12]}…, "
+                                    f"the manifest says {entry.sha256[:12] if entry else 'nothing'}…")
+        self.phase = "downloading"
+
+        def fetch(ref):
+            log.info("downloading artifact %s (%d bytes)", ref.name, ref.size)
+            parts = self.transport.iter_artifact(self.client_id, self.model_id, ref.name)
+            header = next(parts)
+            if header.sha256 != ref.sha256:
+                raise ProtocolError(f"artifact {ref.name} stream header sha256 differs from the Join reply")
+            return parts
+
+        folder = self._call("DownloadArtifact", lambda: self.cache.model_folder(
+            info.model_id, info.manifest_json, info.artifacts, fetch))
+        return TrainingSession.from_artifacts(
+            folder, config=SessionConfig(intra_op_threads=self.config.intra_op_threads))
+
+    def _check_shared_session(self, manifest: Manifest) -> None:
+        s = self._session
+        if s.manifest is not None and s.manifest.model_id and s.manifest.model_id != manifest.model_id:
+            raise WrongModelError(f"the shared session holds model {s.manifest.model_id[:12]}…, the coordinator "
+                                  f"runs {manifest.model_id[:12]}…")
+        if s.parameter_count() != manifest.parameter_count:
+            raise WrongModelError(f"the shared session has {s.parameter_count()} trainable parameters, the "
+                                  f"coordinator's model {manifest.parameter_count}")
+
+    # ---- tasks --------------------------------------------------------------------------------
+
+    def poll(self, wait_ms: int | None = None) -> Task:
+        """Long-poll for the next task (WAIT, FIT, EVALUATE or DONE)."""
+        self._require_joined()
+        self.phase = "polling"
+        wait = self.config.poll_wait_ms if wait_ms is None else wait_ms
+        try:
+            return self._call("PollTask", lambda: self.transport.poll(self.client_id, self.model_id, wait))
+        except FedortError as e:
+            if getattr(e, "code", None) == grpc.StatusCode.FAILED_PRECONDITION:
+                self._rejoin()  # raises WrongModelError if the coordinator changed models
+            raise
+        finally:
+            self.phase = "idle"
+
+    def handle(self, task: Task) -> RoundReport | None:
+        """Do one task: train and upload (FIT), evaluate and report (EVALUATE), wait (WAIT).
+
+        Returns the report of a FIT or EVALUATE task, None for WAIT and DONE.
+        """
+        self._require_joined()
+        if task.kind == TaskKind.FIT:
+            return self._fit(task)
+        if task.kind == TaskKind.EVALUATE:
+            return self._evaluate(task)
+        if task.kind == TaskKind.WAIT and task.retry_after_ms:
+            self._stop.wait(min(task.retry_after_ms, 30_000) / 1000)
+        return None
+
+    def _require_joined(self) -> None:
+        if self._join is None:
+            raise ConfigError("join() first")
+
+    def _global_vector(self, task: Task) -> tuple[np.ndarray, bool]:
+        """The round's global vector and whether it came from the cache."""
+        length = self.manifest.parameter_count
+        if task.vector_length and task.vector_length != length:
+            raise ProtocolError(f"round {task.round} vector has {task.vector_length} elements, the model {length}")
+        if task.vector_sha256:
+            cached = self.cache.get_vector(task.vector_sha256, length)
+            if cached is not None:
+                return cached, True
+        self.phase = "downloading"
+        vector = self._call(f"DownloadVector round {task.round}", lambda: self.transport.download_vector(
+            self.client_id, self.model_id, task.round, expected_length=length,
+            expected_sha256=task.vector_sha256 or None))
+        self.cache.put_vector(task.vector_sha256 or vector_digest(vector), vector)
+        return vector, False
+
+    def _heartbeat(self):
+        interval = (self._join.heartbeat_interval_ms or 0) / 1000
+        if not self.config.heartbeats or interval <= 0:
+            return _NoHeartbeat()
+        return Heartbeat(self.transport, self.client_id, interval)
+
+    def _fit(self, task: Task) -> RoundReport:
+        if self._pending is not None and self._pending.round == task.round:
+            return self._submit_pending()  # trained already; the upload was not acknowledged
+        self._pending = None
+        started = time.monotonic()
+        with self._heartbeat():
+            vector, cached = self._global_vector(task)
+            self.phase = "training"
+            if self._stop.is_set():  # a stop that came while downloading: do not start training
+                raise StoppedError(f"stopped before training round {task.round}")
+            result = local_round.fit(self.session, vector, self.data, self.manifest.inputs, task.config,
+                                     self.config.module_factory, stop=self._stop)
+        self._pending = _Pending(task.round, result.vector, result.num_examples, dict(result.metrics),
+                                 time.monotonic() - started, cached)
+        return self._submit_pending()
+
+    def _submit_pending(self) -> RoundReport:
+        p = self._pending
+        chunk = min(CHUNK_BYTES, self._join.max_chunk_bytes or CHUNK_BYTES)
+        header = update_header(self.client_id, self.model_id, p.round, p.vector, p.num_examples, p.metrics, chunk)
+        self.phase = "uploading"
+        try:
+            reply = self._submit(f"SubmitUpdate round {p.round}",
+                                 lambda: self.transport.submit_update(header, p.vector))
+        finally:
+            self.phase = "idle"
+        self._pending = None  # acknowledged (accepted or duplicate), or the round is gone (stale)
+        return self._report(p.round, "fit", p.num_examples, p.metrics, p.seconds, reply, p.vector_cached)
+
+    def _submit(self, what: str, fn: Callable[[], SubmitResult]) -> tuple[str, str]:
+        """Submit; returns (outcome, message). FAILED_PRECONDITION (round closed, not selected) is 'stale'."""
+        try:
+            result = self._call(what, fn)
+        except FedortError as e:
+            if getattr(e, "code", None) != grpc.StatusCode.FAILED_PRECONDITION:
+                raise
+            self._rejoin()  # a different model on the coordinator is fatal (WrongModelError)
+            return "stale", str(e)
+        outcome = "duplicate" if result.duplicate else ("accepted" if result.accepted else "rejected")
+        return outcome, result.message
+
+    def _evaluate(self, task: Task) -> RoundReport:
+        started = time.monotonic()
+        with self._heartbeat():
+            vector, cached = self._global_vector(task)
+            self.phase = "evaluating"
+            if self._stop.is_set():
+                raise StoppedError(f"stopped before evaluating round {task.round}")
+            result = local_round.evaluate(self.session, vector, self.data, self.manifest.inputs, task.config,
+                                          self.config.module_factory)
+        self.phase = "uploading"
+        try:
+            reply = self._submit(f"SubmitEvaluation round {task.round}", lambda: self.transport.submit_evaluation(
+                self.client_id, self.model_id, task.round, result.num_examples, result.metrics))
+        finally:
+            self.phase = "idle"
+        return self._report(task.round, "evaluate", result.num_examples, result.metrics,
+                            time.monotonic() - started, reply, cached)
+
+    def _report(self, round: int, kind: str, n: int, metrics: Mapping[str, Metric], seconds: float,
+                reply: tuple[str, str], cached: bool) -> RoundReport:
+        outcome, message = reply
+        report = RoundReport(round, kind, n, {k: m.value for k, m in metrics.items()}, seconds, outcome,
+                             cached, message)
+        self.reports.append(report)
+        log.info("round %d %s: %d examples, %.2f s, %s%s", round, kind, n, seconds, outcome,
+                 f" ({message})" if message and message != outcome else "")
+        if self._on_report is not None:
+            self._on_report(report)
+        return report
+
+    # ---- the loop and its end -----------------------------------------------------------------
+
+    def run(self) -> RunSummary:
+        """Join (unless joined) and work until the coordinator says DONE or `stop()` is called."""
+        outcome = "stopped"
+        try:
+            if self._join is None:
+                self.join()
+            while not self._stop.is_set():
+                if self._pending is not None:
+                    self._submit_pending()
+                    continue
+                task = self.poll()
+                if task.kind == TaskKind.DONE:
+                    outcome = "done"
+                    log.info("coordinator says the run is done")
+                    break
+                self.handle(task)
+        except FedortError as e:
+            if not (self._stop.is_set() and (isinstance(e, StoppedError)
+                                             or getattr(e, "code", None) == grpc.StatusCode.CANCELLED)):
+                raise
+            log.info("stopping: %s", e)
+        finally:
+            self.phase = "idle"
+            if outcome != "done" and self._stop.is_set() and self.config.leave_on_stop and self._join is not None:
+                self._leave_quietly(self.client_id, self.stop_reason or "stopped")
+            self.close()
+        return RunSummary(self.client_id, self.model_id, outcome, list(self.reports), self.stop_reason)
+
+    def stop(self, reason: str = "stopped") -> None:
+        """Ask `run()` to end soon: cuts a backoff sleep or a long-poll short (thread- and signal-safe)."""
+        self.stop_reason = self.stop_reason or reason
+        self._stop.set()
+        if self._owns_transport and self._transport is not None:
+            self._transport.cancel_inflight()
+
+    def leave(self, reason: str = "leaving") -> None:
+        """Tell the coordinator not to select this client until it joins again."""
+        self._require_joined()
+        self._call("Leave", lambda: self.transport.leave(self.client_id, reason))
+
+    def _leave_quietly(self, client_id: str, reason: str) -> None:
+        """Best-effort Leave with a short deadline (on the way out, never raises)."""
+        transport = self._transport or Transport(self.config.channel_config())
+        try:
+            transport.leave(client_id, reason, timeout_s=2.0)
+        except FedortError as e:
+            log.debug("leave failed: %s", e)
+        finally:
+            if transport is not self._transport:
+                transport.close()
+
+    def close(self) -> None:
+        """Close an owned channel and release the saved identity for other processes."""
+        if self._owns_transport and self._transport is not None:
+            self._transport.close()
+        if self._identity_lock is not None:
+            self._identity_lock.release()
+            self._identity_lock = None
+
+
+class _NoHeartbeat:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+
+__all__ = ["EdgeClient", "EdgeConfig", "RoundReport", "RunSummary"]

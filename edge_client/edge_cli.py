@@ -1,0 +1,110 @@
+"""`fedort edge run`: run this device as an edge client of a coordinator until the run is done.
+
+Exit codes: 0 when the coordinator says the run is done; 1 on an error retrying cannot fix
+(bad data, wrong model, rejected credential, coordinator unreachable for longer than
+--give-up-after; the message says which); 130 after SIGINT and 143 after SIGTERM — the client
+finishes or abandons the current step, tells the coordinator it leaves, and exits. A second
+signal exits at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+from protos.errors import FedortError
+from edge_client.retry import Backoff
+
+_SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+def register(subparsers) -> None:
+    edge = subparsers.add_parser("edge", help="run this device as an edge client",
+                                 description="Device-side commands of fedort.")
+    sub = edge.add_subparsers(dest="edge_command", metavar="SUBCOMMAND")
+    run = sub.add_parser(
+        "run", help="join a coordinator and train rounds on local data until the run is done",
+        description=(
+            "Join the coordinator, download the training artifacts (cached by sha256 in the cache "
+            "folder), then long-poll for tasks: train each round on the local data and upload the "
+            "update, evaluate when asked, and exit 0 when the coordinator says the run is done. "
+            "Unreachable coordinators are retried with exponential backoff; the client id is kept "
+            "in the cache folder, so a restarted client (or coordinator) resumes as the same client."
+        ),
+        epilog="exit codes: 0 done, 1 error (message on stderr), 130 SIGINT, 143 SIGTERM",
+    )
+    run.add_argument("--coordinator", metavar="HOST:PORT", help="coordinator address (required unless in --config)")
+    run.add_argument("--data", metavar="CLIENT.npz",
+                     help="local data: arrays named after the model inputs (e.g. x, labels), "
+                          "optionally val_x, val_labels (required unless in --config)")
+    run.add_argument("--cache-dir", metavar="DIR",
+                     help="artifacts, global vectors and the saved client id "
+                          "(default: $FEDORT_CACHE_DIR or the platform cache folder/fedort)")
+    run.add_argument("--name", help="device name sent at join (default: the host name)")
+    run.add_argument("--client-id", metavar="ID",
+                     help="join as this client id (default: the one saved for this coordinator and name, "
+                          "else one the coordinator assigns)")
+    run.add_argument("--config", metavar="FILE.toml", help="settings in an [edge] table; flags override them")
+    run.add_argument("--insecure", action="store_true", default=None,
+                     help="plaintext channel (the only kind implemented so far; the default)")
+    run.add_argument("--poll-wait-ms", type=int, metavar="MS", help="long-poll hold time (default 20000)")
+    run.add_argument("--give-up-after", type=float, metavar="SECONDS",
+                     help="stop retrying an unreachable coordinator after this long (default 300)")
+    run.add_argument("--debug-modules", metavar="FILE", help=argparse.SUPPRESS)
+    run.set_defaults(func=_run)
+    edge.set_defaults(func=lambda args: (edge.print_help(), 2)[1])
+
+
+def _run(args: argparse.Namespace) -> int:
+    from edge_client.client import EdgeClient, EdgeConfig, RoundReport
+
+    overrides = {"coordinator": args.coordinator, "data": args.data, "cache_dir": args.cache_dir,
+                 "name": args.name, "client_id": args.client_id, "insecure": args.insecure,
+                 "poll_wait_ms": args.poll_wait_ms}
+    if args.give_up_after is not None:
+        overrides["backoff"] = Backoff(give_up_after_s=args.give_up_after)
+    config = EdgeConfig.load(args.config, **overrides)
+    if config.data is None:
+        from protos.errors import ConfigError
+
+        raise ConfigError("edge client needs local data (--data CLIENT.npz or `data` key)")
+
+    def on_report(r: RoundReport) -> None:
+        metrics = " ".join(f"{k}={v:.4g}" for k, v in sorted(r.metrics.items()))
+        cached = ", global vector cached" if r.vector_cached else ""
+        print(f"round {r.round} {r.kind}: {r.num_examples} examples, {r.seconds:.2f} s, {r.outcome}{cached}"
+              + (f"  {metrics}" if metrics else ""), flush=True)
+
+    client = EdgeClient(config, on_report=on_report)
+    received: list[int] = []
+
+    def on_signal(signum, frame) -> None:
+        if received:  # second signal: no more politeness
+            os._exit(_SIGNAL_EXIT.get(signum, 1))
+        received.append(signum)
+        client.stop(f"signal {signal.Signals(signum).name}")  # training ends after the current batch
+
+    previous = {s: signal.signal(s, on_signal) for s in _SIGNAL_EXIT}
+    try:
+        info = client.join()
+        print(f"joined {config.coordinator} as {info.client_id} (model {info.model_id[:12]}, "
+              f"{client.data.num_examples} local examples)", flush=True)
+        summary = client.run()
+    except FedortError:
+        if not received:  # a real error: the dispatcher prints it and exits 1
+            raise
+        summary = None
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+        if args.debug_modules:
+            Path(args.debug_modules).write_text(json.dumps(sorted(sys.modules)))
+    if received:
+        print(f"stopped by {signal.Signals(received[0]).name}", file=sys.stderr, flush=True)
+        return _SIGNAL_EXIT.get(received[0], 1)
+    print(f"done: {len(summary.rounds_trained)} round(s) trained as {summary.client_id}", flush=True)
+    return 0

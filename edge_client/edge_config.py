@@ -1,0 +1,112 @@
+"""`EdgeConfig`: everything one edge client is told, from code, a TOML `[edge]` table or flags.
+
+Flags override the file, the file overrides the defaults (the table in the class docstring).
+Relative paths in a file are relative to the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from protos.errors import ConfigError
+from edge_client.local_round import ModuleFactory
+from edge_client.retry import Backoff
+from edge_client.transport import ChannelConfig
+
+
+@dataclass(frozen=True)
+class EdgeConfig:
+    """Everything one edge client is told (flags, a TOML `[edge]` table, or code).
+
+    | field | default | meaning |
+    | --- | --- | --- |
+    | coordinator | (required) | HOST:PORT of the coordinator |
+    | data | none | client `.npz` (arrays named after the model inputs, optional `val_*`) |
+    | cache_dir | platform cache + /fedort | artifacts, global vectors, saved client id |
+    | name | host name | device name sent at Join (with the address and data file, keys the saved id) |
+    | client_id | saved one, else assigned | identity to (re)join as |
+    | module_factory | TrainingModule | callable(session) -> a TrainingModule (subclass) |
+    | insecure | true | plaintext channel (TLS is a later issue) |
+    | credential | "" | bearer token sent at Join |
+    | poll_wait_ms | 20000 | how long a long-poll may be held (server caps at 30 s) |
+    | rpc_timeout_s / stream_timeout_s | 30 / 600 | deadlines of unary calls / vector streams |
+    | backoff | Backoff() | retry policy (0.2 s doubling to 10 s, give up after 300 s) |
+    | heartbeats | true | heartbeat thread while training (interval from JoinReply) |
+    | persist_identity | true | save the client id in the cache dir |
+    | leave_on_stop | true | send Leave when stopped before DONE |
+    | intra_op_threads | 0 | ORT threads per training step (0: ORT's default, one per core) |
+    """
+
+    coordinator: str
+    data: str | os.PathLike | None = None
+    cache_dir: str | os.PathLike | None = None
+    name: str = field(default_factory=socket.gethostname)
+    client_id: str = ""
+    module_factory: ModuleFactory | None = None
+    insecure: bool = True
+    credential: str = ""
+    poll_wait_ms: int = 20_000
+    rpc_timeout_s: float = 30.0
+    stream_timeout_s: float = 600.0
+    backoff: Backoff = field(default_factory=Backoff)
+    heartbeats: bool = True
+    persist_identity: bool = True
+    leave_on_stop: bool = True
+    intra_op_threads: int = 0
+
+    def channel_config(self) -> ChannelConfig:
+        return ChannelConfig(self.coordinator, insecure=self.insecure, rpc_timeout_s=self.rpc_timeout_s,
+                             stream_timeout_s=self.stream_timeout_s)
+
+    @classmethod
+    def load(cls, toml_path: str | os.PathLike | None = None, **overrides: Any) -> "EdgeConfig":
+        """Defaults < TOML file (`[edge]` table or top level) < overrides that are not None."""
+        values: dict[str, Any] = {}
+        if toml_path is not None:
+            values.update(_read_toml(Path(toml_path)))
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        backoff = values.pop("backoff", None)
+        if isinstance(backoff, Mapping):
+            try:
+                values["backoff"] = Backoff(**backoff)
+            except (TypeError, ValueError) as e:
+                raise ConfigError(f"bad [edge.backoff] settings: {e}") from e
+        elif backoff is not None:
+            values["backoff"] = backoff
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"unknown edge setting(s) {unknown}; expected among {sorted(known)}")
+        if not values.get("coordinator"):
+            raise ConfigError("edge client needs a coordinator address (--coordinator HOST:PORT or `coordinator` key)")
+        return cls(**values)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path} is not valid TOML: {e}") from e
+    table = data.get("edge", data)
+    if not isinstance(table, dict):
+        raise ConfigError(f"[edge] in {path} must be a table, got {type(table).__name__}")
+    out = dict(table)
+    for key in ("data", "cache_dir"):  # relative to the file, as its reader expects
+        if isinstance(out.get(key), str) and not Path(out[key]).is_absolute():
+            out[key] = str(path.parent / out[key])
+    return out
+
+
+__all__ = ["EdgeConfig", "ModuleFactory"]

@@ -1,0 +1,301 @@
+"""The device's gRPC channel to the coordinator, and one typed method per RPC.
+
+This is the edge side's wire boundary: protobuf messages are built and read here and nowhere
+else on the device; callers get dataclasses, numpy vectors and `protos.errors` exceptions
+(`from_rpc_error`). Every call carries a deadline. The channel sends HTTP/2 keepalive pings so
+an idle connection through a NAT survives long local training, and allows messages a little
+larger than the 1 MiB chunks the streams use.
+
+One `Transport` may be shared by many clients (threads or virtual clients in a simulation
+worker); it is thread-safe because grpc channels are. `cancel_inflight()` aborts the calls in
+progress, which is how a signal handler interrupts a long-poll.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Mapping
+
+import grpc
+import numpy as np
+
+from protos import fedort_v1_pb2 as pb
+from protos import fedort_v1_pb2_grpc as pb_grpc
+from protos.codec import CHUNK_BYTES, VectorAssembler, describe, iter_chunks
+from protos.errors import ConfigError, FedortError, ProtocolError, from_rpc_error
+from protos.messages import Metric, Task, UpdateHeader, meta_from_pb, metrics_to_pb
+
+log = logging.getLogger("fedort.edge.transport")
+
+#: Longest hold the coordinator grants a long-poll (protocol semantics 3).
+MAX_POLL_WAIT_MS = 30_000
+
+
+@dataclass(frozen=True)
+class ChannelConfig:
+    """Where the coordinator is and how calls to it are bounded.
+
+    keepalive: a ping every `keepalive_time_ms` even with no call in flight, and the connection
+    is dropped (then re-dialled on the next call) if a ping is not answered within
+    `keepalive_timeout_ms`. Coordinators must allow pings this often (grpc servers default to
+    one per 5 minutes without data; fedort's coordinator is configured to accept ours).
+    """
+
+    address: str
+    insecure: bool = True
+    rpc_timeout_s: float = 30.0          # unary calls (Join, Heartbeat, SubmitEvaluation, ...)
+    stream_timeout_s: float = 600.0      # artifact/vector downloads and update uploads
+    keepalive_time_ms: int = 60_000
+    keepalive_timeout_ms: int = 20_000
+    max_message_bytes: int = 8 << 20     # > the largest chunk the codec allows (4 MiB - 64 KiB)
+
+    def __post_init__(self) -> None:
+        host, sep, port = self.address.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ConfigError(f"coordinator address must be HOST:PORT, got {self.address!r}")
+        if not self.insecure:
+            raise ConfigError("TLS channels are not implemented yet; pass insecure=True (--insecure)")
+
+    def options(self) -> list[tuple[str, int]]:
+        return [
+            ("grpc.keepalive_time_ms", self.keepalive_time_ms),
+            ("grpc.keepalive_timeout_ms", self.keepalive_timeout_ms),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.max_pings_without_data", 0),
+            ("grpc.max_send_message_length", self.max_message_bytes),
+            ("grpc.max_receive_message_length", self.max_message_bytes),
+        ]
+
+
+@dataclass(frozen=True)
+class ArtifactRef:
+    """An artifact file as the coordinator announces it."""
+
+    name: str
+    sha256: str   # hex
+    size: int
+
+
+@dataclass(frozen=True)
+class JoinInfo:
+    """What Join answers: our identity, the run's model and how to talk to the coordinator."""
+
+    client_id: str
+    model_id: str
+    manifest_json: str
+    artifacts: tuple[ArtifactRef, ...]
+    heartbeat_interval_ms: int
+    max_chunk_bytes: int
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    accepted: bool
+    duplicate: bool
+    round: int
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class StatusInfo:
+    model_id: str
+    current_round: int
+    total_rounds: int
+    state: str
+    registered_clients: int
+    active_clients: int
+    latest_model: str
+    rounds: tuple[dict, ...] = field(default=())
+
+
+class Transport:
+    """Typed calls to the coordinator over one grpc channel (see the module docstring)."""
+
+    def __init__(self, config: ChannelConfig, channel: grpc.Channel | None = None) -> None:
+        self.config = config
+        self._channel = channel or grpc.insecure_channel(config.address, options=config.options())
+        self._stub = pb_grpc.CoordinatorStub(self._channel)
+        self._lock = threading.RLock()  # RLock: cancel_inflight may run in a signal handler
+        self._inflight: set = set()
+        self._closed = False
+
+    @classmethod
+    def connect(cls, address: str, **options) -> "Transport":
+        return cls(ChannelConfig(address, **options))
+
+    def close(self) -> None:
+        self.cancel_inflight()
+        self._closed = True
+        self._channel.close()
+
+    def __enter__(self) -> "Transport":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def cancel_inflight(self) -> None:
+        """Cancel every call in progress (they raise CANCELLED in their callers)."""
+        with self._lock:
+            calls = list(self._inflight)
+        for call in calls:
+            call.cancel()
+
+    # ---- plumbing ---------------------------------------------------------------------------
+
+    def _track(self, call) -> None:
+        with self._lock:
+            self._inflight.add(call)
+
+    def _untrack(self, call) -> None:
+        with self._lock:
+            self._inflight.discard(call)
+
+    def _unary(self, method: Callable, request, timeout: float):
+        """Run a unary (or stream-unary) call as a cancellable future and wait for it."""
+        try:
+            future = method.future(request, timeout=timeout)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+        self._track(future)
+        try:
+            return future.result()
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+        except grpc.FutureCancelledError:
+            raise _cancelled() from None
+        finally:
+            self._untrack(future)
+
+    def _stream(self, method: Callable, request, timeout: float) -> Iterator:
+        try:
+            call = method(request, timeout=timeout)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+        self._track(call)
+        try:
+            yield from call
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+        finally:
+            call.cancel()  # no-op once complete; frees the stream if the caller stopped early
+            self._untrack(call)
+
+    # ---- RPCs -------------------------------------------------------------------------------
+
+    def join(self, device_name: str, client_id: str = "", credential: str = "",
+             capabilities: Mapping[str, str] | None = None) -> JoinInfo:
+        req = pb.JoinRequest(device_name=device_name, credential=credential, client_id=client_id,
+                             capabilities=dict(capabilities or {}))
+        r = self._unary(self._stub.Join, req, self.config.rpc_timeout_s)
+        return JoinInfo(
+            client_id=r.client_id, model_id=r.model_id, manifest_json=r.manifest_json,
+            artifacts=tuple(ArtifactRef(a.name, bytes(a.sha256).hex(), a.size) for a in r.artifacts),
+            heartbeat_interval_ms=r.heartbeat_interval_ms, max_chunk_bytes=r.max_chunk_bytes,
+        )
+
+    def iter_artifact(self, client_id: str, model_id: str, name: str) -> Iterator[ArtifactRef | bytes]:
+        """The artifact's header (an ArtifactRef) followed by its chunks."""
+        req = pb.ArtifactRequest(client_id=client_id, model_id=model_id, name=name)
+        first = True
+        for part in self._stream(self._stub.DownloadArtifact, req, self.config.stream_timeout_s):
+            kind = part.WhichOneof("part")
+            if first:
+                if kind != "header":
+                    raise ProtocolError(f"artifact stream for {name!r} must start with a header, got {kind}")
+                h = part.header
+                yield ArtifactRef(h.name, bytes(h.sha256).hex(), h.size)
+                first = False
+            elif kind == "chunk":
+                yield part.chunk
+            else:
+                raise ProtocolError(f"artifact stream for {name!r} carries a second header")
+        if first:
+            raise ProtocolError(f"artifact stream for {name!r} was empty")
+
+    def poll(self, client_id: str, model_id: str, wait_ms: int) -> Task:
+        wait_ms = max(0, min(int(wait_ms), MAX_POLL_WAIT_MS))
+        req = pb.PollRequest(client_id=client_id, model_id=model_id, wait_ms=wait_ms)
+        r = self._unary(self._stub.PollTask, req, wait_ms / 1000 + self.config.rpc_timeout_s)
+        return Task.from_pb(r)
+
+    def download_vector(self, client_id: str, model_id: str, round: int, *,
+                        expected_length: int | None = None, expected_sha256: bytes | None = None) -> np.ndarray:
+        """The global vector of `round`, checked against its header (and what the Task announced)."""
+        req = pb.VectorRequest(client_id=client_id, model_id=model_id, round=round)
+        asm: VectorAssembler | None = None
+        for part in self._stream(self._stub.DownloadVector, req, self.config.stream_timeout_s):
+            kind = part.WhichOneof("part")
+            if asm is None:
+                if kind != "header":
+                    raise ProtocolError(f"vector stream of round {round} must start with a header, got {kind}")
+                meta = meta_from_pb(part.header)
+                if expected_sha256 and meta.sha256 != expected_sha256:
+                    raise ProtocolError(
+                        f"round {round} vector header sha256 {meta.sha256.hex()[:16]}… differs from the "
+                        f"task's {expected_sha256.hex()[:16]}…"
+                    )
+                asm = VectorAssembler(meta, expected_length=expected_length)
+            elif kind == "chunk":
+                asm.add(part.chunk)
+            else:
+                raise ProtocolError(f"vector stream of round {round} carries a second header")
+        if asm is None:
+            raise ProtocolError(f"vector stream of round {round} was empty")
+        return asm.finish()
+
+    def submit_update(self, header: UpdateHeader, vector: np.ndarray) -> SubmitResult:
+        """Stream the header then the vector's chunks; returns once the coordinator answered."""
+        chunk = header.vector.chunk_size or CHUNK_BYTES
+
+        def parts() -> Iterator[pb.UpdatePart]:
+            yield pb.UpdatePart(header=header.to_pb())
+            for c in iter_chunks(vector, chunk):
+                yield pb.UpdatePart(chunk=c)
+
+        r = self._unary(self._stub.SubmitUpdate, parts(), self.config.stream_timeout_s)
+        return SubmitResult(r.accepted, r.duplicate, r.round, r.message)
+
+    def submit_evaluation(self, client_id: str, model_id: str, round: int, num_examples: int,
+                          metrics: Mapping[str, Metric]) -> SubmitResult:
+        req = pb.EvaluationResult(client_id=client_id, model_id=model_id, round=round,
+                                  num_examples=num_examples, metrics=metrics_to_pb(metrics))
+        r = self._unary(self._stub.SubmitEvaluation, req, self.config.rpc_timeout_s)
+        return SubmitResult(r.accepted, r.duplicate, r.round, r.message)
+
+    def heartbeat(self, client_id: str, timeout_s: float | None = None) -> tuple[int, str]:
+        r = self._unary(self._stub.Heartbeat, pb.HeartbeatRequest(client_id=client_id),
+                        timeout_s or self.config.rpc_timeout_s)
+        return r.round, r.state
+
+    def leave(self, client_id: str, reason: str, timeout_s: float | None = None) -> None:
+        self._unary(self._stub.Leave, pb.LeaveRequest(client_id=client_id, reason=reason),
+                    timeout_s or self.config.rpc_timeout_s)
+
+    def status(self) -> StatusInfo:
+        r = self._unary(self._stub.Status, pb.StatusRequest(), self.config.rpc_timeout_s)
+        rounds = tuple({"round": s.round, "state": s.state, "clients": s.clients, "examples": s.examples,
+                        "metrics": dict(s.metrics)} for s in r.rounds)
+        return StatusInfo(r.model_id, r.current_round, r.total_rounds, r.state, r.registered_clients,
+                          r.active_clients, r.latest_model, rounds)
+
+
+def _cancelled() -> FedortError:
+    exc = FedortError("CANCELLED: the call was cancelled on this side")
+    exc.code = grpc.StatusCode.CANCELLED
+    return exc
+
+
+def update_header(client_id: str, model_id: str, round: int, vector: np.ndarray, num_examples: int,
+                  metrics: Mapping[str, Metric], chunk_size: int) -> UpdateHeader:
+    """The header of an update stream for `vector` (computes its sha256 once)."""
+    meta = describe(vector, model_id, round, chunk_size=chunk_size)
+    return UpdateHeader(client_id, meta, int(num_examples), dict(metrics))
+
+
+__all__ = [
+    "ArtifactRef", "ChannelConfig", "JoinInfo", "MAX_POLL_WAIT_MS", "StatusInfo", "SubmitResult", "Transport",
+    "update_header",
+]

@@ -1,0 +1,98 @@
+"""edge_client.transport: the device's channel, typed calls, deadlines and cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import grpc
+import numpy as np
+import pytest
+
+from coordinator.config import CoordinatorConfig
+from coordinator.server import Coordinator
+from protos.errors import ConfigError, FedortError, ProtocolError
+from protos.messages import TaskKind
+from edge_client.artifacts import build_artifacts
+from edge_client.models import mlp
+from edge_client.transport import ChannelConfig, Transport
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("mlp")
+    build_artifacts(mlp(), folder)
+    return folder
+
+
+@pytest.fixture
+def address(tmp_path, artifacts):
+    """A coordinator waiting for 2 clients (so one client's long-poll is held), on its own loop thread."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    holder = {}
+
+    async def start():
+        holder["c"] = Coordinator(CoordinatorConfig(artifacts=artifacts, state_dir=tmp_path / "state",
+                                                    address="127.0.0.1:0", rounds=1, min_clients=2))
+        return await holder["c"].start()
+
+    port = asyncio.run_coroutine_threadsafe(start(), loop).result(30)
+    yield f"127.0.0.1:{port}"
+    asyncio.run_coroutine_threadsafe(holder["c"].stop(0), loop).result(30)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(5)
+
+
+@pytest.mark.parametrize("bad", ["localhost", ":7420", "host:port", ""])
+def test_addresses_must_be_host_and_port(bad):
+    with pytest.raises(ConfigError, match="HOST:PORT"):
+        ChannelConfig(bad)
+
+
+def test_tls_is_refused_until_it_exists():
+    with pytest.raises(ConfigError, match="insecure"):
+        ChannelConfig("127.0.0.1:7420", insecure=False)
+
+
+def test_keepalive_and_message_limits_are_set_on_the_channel():
+    options = dict(ChannelConfig("127.0.0.1:7420").options())
+    assert options["grpc.keepalive_time_ms"] == 60_000 and options["grpc.keepalive_permit_without_calls"] == 1
+    assert options["grpc.max_receive_message_length"] > 4 << 20  # above the largest chunk a server may send
+
+
+def test_join_and_download_the_round_vector(address):
+    with Transport.connect(address) as t:
+        info = t.join("dev")
+        assert info.client_id.startswith("c-") and len(info.artifacts) == 4
+        assert all(len(a.sha256) == 64 for a in info.artifacts)
+        task = t.poll(info.client_id, info.model_id, wait_ms=0)
+        assert task.kind == TaskKind.WAIT          # alone, below min_clients
+        vector = t.download_vector(info.client_id, info.model_id, 1)
+        assert vector.dtype == np.float32 and vector.ndim == 1 and vector.size == 9610
+
+
+def test_a_vector_that_is_not_the_announced_one_is_refused(address):
+    with Transport.connect(address) as t:
+        info = t.join("dev")
+        with pytest.raises(ProtocolError, match="differs from the task's"):
+            t.download_vector(info.client_id, info.model_id, 1, expected_sha256=b"\x00" * 32)
+
+
+def test_errors_arrive_as_fedort_errors_with_the_status_code(address):
+    with Transport.connect(address) as t:
+        with pytest.raises(FedortError) as info:
+            t.poll("c-never-joined", "m", wait_ms=0)
+        assert info.value.code == grpc.StatusCode.NOT_FOUND and "unknown client" in str(info.value)
+
+
+def test_cancel_inflight_interrupts_a_long_poll(address):
+    with Transport.connect(address) as t:
+        info = t.join("dev")
+        threading.Timer(0.3, t.cancel_inflight).start()
+        started = time.monotonic()
+        with pytest.raises(FedortError) as err:
+            t.poll(info.client_id, info.model_id, wait_ms=20_000)
+        assert err.value.code == grpc.StatusCode.CANCELLED and time.monotonic() - started < 3
