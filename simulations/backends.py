@@ -1,0 +1,115 @@
+"""Where simulation workers run: local processes, or Ray tasks on a local instance or a cluster.
+
+ORT's training bindings hold the GIL, so simulated clients get parallelism only from separate
+processes. Both backends run the same `run_worker(plan)`; a backend only decides where.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing
+import os
+from typing import Protocol, Sequence
+
+from protos.errors import ConfigError, FedortError
+from simulations.worker import WorkerPlan, WorkerStats, run_worker
+
+
+class Backend(Protocol):
+    def start(self, plans: Sequence[WorkerPlan]) -> None: ...
+    def results(self) -> list[WorkerStats] | None: ...   # None while workers still run; raises a worker's error
+    def stop(self) -> None: ...
+
+
+class WorkerFailed(FedortError):
+    """A simulation worker process ended with an error."""
+
+
+class LocalBackend:
+    """One spawned process per worker plan (spawn: no forked gRPC or ORT state)."""
+
+    def __init__(self) -> None:
+        self._pool: cf.ProcessPoolExecutor | None = None
+        self._futures: list[cf.Future] = []
+
+    def start(self, plans: Sequence[WorkerPlan]) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._pool = cf.ProcessPoolExecutor(max_workers=len(plans), mp_context=ctx)
+        self._futures = [self._pool.submit(run_worker, p) for p in plans]
+
+    def results(self) -> list[WorkerStats] | None:
+        for f in self._futures:
+            if f.done() and f.exception() is not None:
+                raise WorkerFailed(f"a simulation worker failed: {f.exception()}") from f.exception()
+        if all(f.done() for f in self._futures):
+            return [f.result() for f in self._futures]
+        return None
+
+    def stop(self) -> None:
+        if self._pool is not None:
+            for f in self._futures:
+                f.cancel()
+            for proc in list(getattr(self._pool, "_processes", {}).values()):
+                if proc.is_alive():
+                    proc.terminate()
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+class RayBackend:
+    """Each worker plan is a Ray task (1 CPU); a local Ray instance unless `address` names a cluster."""
+
+    def __init__(self, address: str | None = None, num_cpus: int | None = None) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise ConfigError("the ray backend needs Ray: pip install 'fedort[ray]'") from None
+        self._ray = ray
+        self._address = address
+        self._num_cpus = num_cpus
+        self._refs: list = []
+        self._started_ray = False
+
+    def start(self, plans: Sequence[WorkerPlan]) -> None:
+        ray = self._ray
+        if not ray.is_initialized():
+            kwargs = dict(include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+            if self._address:
+                ray.init(address=self._address, **kwargs)
+            else:
+                # workers import this project from the driver's environment (same venv, same files)
+                ray.init(num_cpus=self._num_cpus or os.cpu_count(), **kwargs)
+            self._started_ray = True
+        remote = ray.remote(num_cpus=1, max_retries=0)(run_worker)
+        self._refs = [remote.remote(p) for p in plans]
+
+    def results(self) -> list[WorkerStats] | None:
+        ray = self._ray
+        ready, _ = ray.wait(self._refs, num_returns=len(self._refs), timeout=0)
+        for ref in ready:
+            try:
+                ray.get(ref)
+            except Exception as e:  # RayTaskError wraps the worker's exception
+                raise WorkerFailed(f"a Ray simulation worker failed: {e}") from e
+        if len(ready) == len(self._refs):
+            return list(ray.get(self._refs))
+        return None
+
+    def stop(self) -> None:
+        ray = self._ray
+        for ref in self._refs:
+            try:
+                ray.cancel(ref, force=True)
+            except Exception:  # already finished
+                pass
+        if self._started_ray:
+            ray.shutdown()
+            self._started_ray = False
+
+
+def make_backend(name: str, *, ray_address: str | None = None, num_cpus: int | None = None) -> Backend:
+    if name == "local":
+        return LocalBackend()
+    if name == "ray":
+        return RayBackend(ray_address, num_cpus)
+    raise ConfigError(f"unknown backend {name!r}; expected local or ray")

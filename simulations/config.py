@@ -1,0 +1,124 @@
+"""`SimulationConfig`: one typed object for a simulation run, from a scenario TOML plus flags.
+
+Flags override the scenario file, which overrides the defaults below. The README's
+"Simulation settings" table documents every field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from protos.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+BACKENDS = ("local", "ray")
+
+
+@dataclass(frozen=True)
+class SimulationConfig:
+    name: str = "digits"
+    clients: int = 10
+    clients_per_round: int | None = None      # exact count per round; overrides fraction
+    fraction: float = 1.0
+    rounds: int = 30
+    partition: str = "dirichlet:0.5"
+    model: str = "mlp"                        # built-in model, unless artifacts is set
+    optimizer: str = "adamw"
+    artifacts: Path | None = None             # the user's own artifacts folder
+    data: Path | None = None                  # the user's own data: client-*.npz + test.npz
+    local_epochs: int = 1
+    batch_size: int = 16                      # 0 = the client's whole data set (FedSGD)
+    lr: float = 0.01
+    reset_optimizer: bool = True
+    backend: str = "local"
+    ray_address: str | None = None
+    workers: int = 0                          # 0 = one per core, at most one per selected client
+    seed: int = 0
+    test_fraction: float = 0.2
+    round_timeout_s: float = 300.0
+    target_accuracy: float | None = None
+    progress: bool = True
+    out: Path = field(default_factory=lambda: Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.clients < 1:
+            problems.append(f"clients must be >= 1, got {self.clients}")
+        if self.clients_per_round is not None and not 1 <= self.clients_per_round <= self.clients:
+            problems.append(f"clients_per_round must be in 1..{self.clients}, got {self.clients_per_round}")
+        if not 0 < self.fraction <= 1:
+            problems.append(f"fraction must be in (0, 1], got {self.fraction}")
+        if self.rounds < 1:
+            problems.append(f"rounds must be >= 1, got {self.rounds}")
+        if self.local_epochs < 1:
+            problems.append(f"local_epochs must be >= 1, got {self.local_epochs}")
+        if self.batch_size < 0:
+            problems.append(f"batch_size must be >= 0 (0 = full batch), got {self.batch_size}")
+        if not self.lr > 0:
+            problems.append(f"lr must be > 0, got {self.lr}")
+        if self.backend not in BACKENDS:
+            problems.append(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if (self.artifacts is None) != (self.data is None):
+            problems.append("--artifacts and --data go together (your own model needs your own data)")
+        if self.workers < 0:
+            problems.append(f"workers must be >= 0, got {self.workers}")
+        if problems:
+            raise ConfigError("; ".join(problems))
+
+    @property
+    def per_round(self) -> int:
+        """How many clients train in each round."""
+        if self.clients_per_round is not None:
+            return self.clients_per_round
+        return max(1, min(self.clients, round(self.fraction * self.clients)))
+
+    @property
+    def worker_count(self) -> int:
+        wanted = self.workers or (os.cpu_count() or 1)
+        return max(1, min(wanted, self.per_round, self.clients))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(self).items()}
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(SimulationConfig)}
+_PATHS = {"artifacts", "data", "out"}
+
+
+def load_config(scenario: str | os.PathLike | None = None, overrides: Mapping[str, Any] | None = None) -> SimulationConfig:
+    """Defaults <- scenario TOML <- overrides (None values in overrides are ignored)."""
+    values: dict[str, Any] = {}
+    if scenario is not None:
+        path = Path(scenario)
+        if not path.is_file():
+            raise ConfigError(f"scenario file not found: {path}")
+        try:
+            values.update(tomllib.loads(path.read_text()))
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{path} is not valid TOML: {e}") from e
+        unknown = sorted(set(values) - set(_FIELDS))
+        if unknown:
+            raise ConfigError(f"{path}: unknown settings {unknown}; known: {sorted(_FIELDS)}")
+        base = path.parent
+        for key in _PATHS & set(values):
+            values[key] = (base / values[key]) if key != "out" else Path(values[key])
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    if "fraction" in given and "clients_per_round" not in given:
+        values.pop("clients_per_round", None)  # --fraction on the command line beats the file's count
+    values.update(given)
+    for key in _PATHS & set(values):
+        values[key] = Path(values[key])
+    try:
+        return SimulationConfig(**values)
+    except TypeError as e:
+        raise ConfigError(f"bad simulation settings: {e}") from e

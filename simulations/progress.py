@@ -1,0 +1,44 @@
+"""A progress bar over rounds that shows the global model's test accuracy as rounds commit.
+
+It reads the coordinator's per-round `model.json` records as they appear, so it needs no hook
+into the coordinator and works the same whatever backend runs the clients.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+
+class RoundProgress:
+    def __init__(self, models_dir: Path, rounds: int, enabled: bool = True) -> None:
+        self._dir = Path(models_dir)
+        self._seen = 0
+        self.accuracy: float | None = None
+        self._bar = tqdm(total=rounds, desc="rounds", unit="round", disable=not enabled, dynamic_ncols=True)
+
+    def update(self) -> None:
+        """Advance over every round exported since the last call."""
+        while True:
+            record = self._dir / f"round-{self._seen + 1:04d}" / "model.json"
+            if not record.exists():
+                return
+            try:
+                data = json.loads(record.read_text())
+            except (OSError, ValueError):
+                return  # written atomically, so this is only a race with a rename; next time
+            self._seen += 1
+            ev = data.get("server_eval") or {}
+            self.accuracy = ev.get("accuracy", self.accuracy)
+            post = {}
+            if self.accuracy is not None:
+                post["acc"] = f"{100 * self.accuracy:.1f}%"
+            if ev.get("loss") is not None:
+                post["loss"] = f"{ev['loss']:.3f}"
+            self._bar.set_postfix(post, refresh=False)
+            self._bar.update(1)
+
+    def close(self) -> None:
+        self._bar.close()

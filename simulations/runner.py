@@ -1,0 +1,230 @@
+"""Run one federated simulation end to end on the real components.
+
+A real `Coordinator` serves on loopback (in a thread of this process, with its state directory
+inside the run folder) and real `EdgeClient`s train in worker processes (local or Ray), talking
+gRPC exactly as deployed devices do. The run folder ends up with the report (metrics.csv,
+metrics.json, metrics.png), the final inference model and the coordinator's full state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from coordinator import Coordinator, CoordinatorConfig
+from edge_client.artifacts import Manifest, build_artifacts, verify_artifacts
+from edge_client.models import builtin_model
+from protos.errors import ConfigError, FedortError
+from simulations.backends import make_backend
+from simulations.config import SimulationConfig
+from simulations.datasets import save_npz
+from simulations.population import Population, digits_population, folder_population
+from simulations.progress import RoundProgress
+from simulations.report import RoundRecord, plot, summary_table, write_metrics
+from simulations.worker import WorkerPlan, WorkerStats
+
+log = logging.getLogger("fedort.sim")
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    out: Path
+    records: list[RoundRecord]
+    final: dict[str, Any]
+    model: Path
+    summary: str
+
+
+class _CoordinatorThread:
+    """The coordinator's asyncio loop in a daemon thread, so this thread can drive workers and progress."""
+
+    def __init__(self, config: CoordinatorConfig) -> None:
+        self.config = config
+        self.coordinator: Coordinator | None = None
+        self.port: int | None = None
+        self.outcome: Any = None
+        self.error: BaseException | None = None
+        self._ready = threading.Event()
+        self._done = threading.Event()
+        self._finished = threading.Event()
+        self._release: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=self._main, name="fedort-coordinator", daemon=True)
+
+    def start(self, timeout: float = 60.0) -> int:
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise FedortError("the simulation's coordinator did not start within 60 s")
+        if self.error is not None:
+            raise self.error
+        return self.port
+
+    def _main(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        try:
+            self._loop.run_until_complete(self._serve())
+        except BaseException as e:  # reported to the driving thread
+            self.error = e
+        finally:
+            self._ready.set()
+            self._done.set()
+            self._loop.close()
+
+    async def _serve(self) -> None:
+        self.coordinator = Coordinator(self.config)
+        self.port = await self.coordinator.start()
+        self._release = asyncio.Event()
+        self._ready.set()
+        try:
+            self.outcome = await self.coordinator.wait_done()
+            self._finished.set()
+            await self._release.wait()  # keep answering DONE until the workers have heard it
+        finally:
+            await self.coordinator.stop(grace=1.0)
+
+    @property
+    def done(self) -> bool:
+        """The run is over (DONE or FAILED) or the coordinator crashed."""
+        return self._finished.is_set() or self._done.is_set()
+
+    def stop(self) -> None:
+        loop = self._loop
+        if loop is not None and not self._done.is_set() and self._release is not None:
+            loop.call_soon_threadsafe(self._release.set)
+        elif loop is not None and not self._done.is_set() and self.coordinator is not None:
+            try:
+                asyncio.run_coroutine_threadsafe(self.coordinator.stop(grace=1.0), loop).result(timeout=15)
+            except Exception as e:  # the loop may already be closing
+                log.debug("coordinator stop: %s", e)
+        self._thread.join(timeout=15)
+
+
+def _prepare_artifacts(cfg: SimulationConfig, out: Path) -> tuple[Path, Manifest]:
+    if cfg.artifacts is not None:
+        return cfg.artifacts, verify_artifacts(cfg.artifacts)
+    folder = out / "artifacts"
+    return folder, build_artifacts(builtin_model(cfg.model, seed=cfg.seed), folder, optimizer=cfg.optimizer)
+
+
+def _population(cfg: SimulationConfig, data_dir: Path) -> Population:
+    if cfg.data is not None:
+        pop = folder_population(cfg.data)
+        if len(pop.clients) != cfg.clients:
+            log.info("using the %d clients found in %s (not --clients %d)", len(pop.clients), cfg.data, cfg.clients)
+        return pop
+    return digits_population(cfg.clients, cfg.partition, cfg.seed, cfg.test_fraction, save_dir=data_dir)
+
+
+def coordinator_config(cfg: SimulationConfig, artifacts: Path, state_dir: Path, eval_data: Path,
+                       clients: int) -> CoordinatorConfig:
+    """The deployment coordinator, configured for a closed population of simulated clients."""
+    per_round = min(cfg.per_round, clients)
+    return CoordinatorConfig(
+        artifacts=artifacts, state_dir=state_dir, address="127.0.0.1:0", rounds=cfg.rounds,
+        min_clients=per_round,
+        min_available_clients=clients,     # wait for every client: selection is then reproducible
+        # selection takes max(min_clients, ceil(fraction * available)); this makes it exactly per_round
+        fraction=1.0 if per_round >= clients else (per_round - 0.5) / clients,
+        round_timeout_s=cfg.round_timeout_s, local_epochs=cfg.local_epochs, batch_size=cfg.batch_size,
+        lr=cfg.lr, reset_optimizer=cfg.reset_optimizer, seed=cfg.seed, eval_data=eval_data,
+        client_timeout_s=0,                # virtual clients are polled once a round, not heartbeating
+    )
+
+
+def run_simulation(cfg: SimulationConfig) -> SimulationResult:
+    """Run `cfg` and write its report; returns the records and where everything is."""
+    out = Path(cfg.out)
+    if (out / "state").exists():
+        raise ConfigError(f"{out} already holds a run; choose another --out (or delete it)")
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    artifacts, manifest = _prepare_artifacts(cfg, out)
+    (out / "data").mkdir(exist_ok=True)
+    population = _population(cfg, out / "data")
+    test_path = save_npz(out / "data" / "test.npz", population.test)
+    n_clients = len(population.clients)
+    (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, sort_keys=True))
+    ccfg = coordinator_config(cfg, artifacts, out / "state", test_path, n_clients)
+    log.info("simulation %s: %d clients, %d per round, %d rounds, %s, %s backend", cfg.name, n_clients,
+             min(cfg.per_round, n_clients), cfg.rounds, cfg.partition if cfg.data is None else cfg.data, cfg.backend)
+
+    server = _CoordinatorThread(ccfg)
+    port = server.start()
+    address = f"127.0.0.1:{port}"
+    workers = max(1, min(cfg.worker_count, n_clients))
+    plans = [WorkerPlan(address, out / "cache" / f"worker-{i}", population.source, share)
+             for i, share in enumerate(population.split(workers))]
+    backend = make_backend(cfg.backend, ray_address=cfg.ray_address, num_cpus=workers)
+    progress = RoundProgress(out / "state" / "models", cfg.rounds, enabled=cfg.progress)
+    stats: list[WorkerStats] | None = None
+    try:
+        backend.start(plans)
+        while True:
+            progress.update()
+            stats = backend.results()
+            if server.done or stats is not None:
+                break
+            time.sleep(0.1)
+        if server.error is not None:
+            raise server.error
+        if stats is None:  # the coordinator finished first; workers exit on their next poll
+            deadline = time.monotonic() + 60
+            while stats is None and time.monotonic() < deadline:
+                stats = backend.results()
+                time.sleep(0.05)
+        progress.update()
+    finally:
+        progress.close()
+        backend.stop()
+        server.stop()
+    outcome = server.outcome
+    if outcome is not None and getattr(outcome, "state", None) is not None and str(outcome.state.value) == "FAILED":
+        raise FedortError(f"the simulated run failed: {getattr(outcome, 'message', outcome)}")
+    return _report(cfg, out, manifest, stats or [], time.monotonic() - started)
+
+
+def _report(cfg: SimulationConfig, out: Path, manifest: Manifest, stats: list[WorkerStats],
+            seconds: float) -> SimulationResult:
+    from coordinator.state import StateStore
+
+    store = StateStore(out / "state", readonly=True)
+    try:
+        rounds = {r.round: r for r in store.rounds() if r.vector_sha256}
+    finally:
+        store.close()
+    records = []
+    for n in sorted(rounds):
+        row = rounds[n]
+        record = json.loads((out / "state" / "models" / f"round-{n:04d}" / "model.json").read_text())
+        ev = record.get("server_eval") or {}
+        records.append(RoundRecord(
+            round=n, accuracy=ev.get("accuracy"), loss=ev.get("loss"), clients=row.clients, examples=row.examples,
+            bytes_up=sum(s.bytes_up.get(n, 0) for s in stats), bytes_down=sum(s.bytes_down.get(n, 0) for s in stats),
+            seconds=((row.closed_ms or row.opened_ms) - row.opened_ms) / 1000,
+            metrics={k: float(v) for k, v in (row.metrics or {}).items() if isinstance(v, (int, float))},
+        ))
+    if not records:
+        raise FedortError("the simulation committed no round; see the log above")
+    last = records[-1]
+    final_dir = out / "state" / "models" / f"round-{last.round:04d}"
+    model = out / "model.onnx"
+    shutil.copyfile(final_dir / "model.onnx", model)
+    final = {
+        "name": cfg.name, "rounds": last.round, "clients": cfg.clients, "partition": cfg.partition,
+        "model_id": manifest.model_id, "parameters": manifest.parameter_count,
+        "test_accuracy": last.accuracy, "test_loss": last.loss, "wall_seconds": round(seconds, 2),
+        "model": str(model), "target_accuracy": cfg.target_accuracy,
+        "fits": sum(s.fits for s in stats),
+    }
+    write_metrics(records, out, final)
+    plot(records, out / "metrics.png", f"{cfg.name}: {cfg.clients} clients, {cfg.partition}",
+         target=cfg.target_accuracy)
+    text = summary_table(records, final, target=cfg.target_accuracy)
+    return SimulationResult(out, records, final, model, text)

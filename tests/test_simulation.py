@@ -1,0 +1,140 @@
+"""`fedort simulate`: real coordinator + real edge clients in worker processes, end to end."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from protos.errors import ConfigError
+from simulations.config import SimulationConfig, load_config
+from simulations.runner import run_simulation
+
+SCENARIOS = Path(__file__).resolve().parents[1] / "simulations" / "scenarios"
+
+
+def _final_vector(run: Path) -> bytes:
+    vectors = sorted((run / "state" / "vectors").glob("round-*.f32"))
+    return vectors[-1].read_bytes()
+
+
+def _small(tmp: Path, **kw) -> SimulationConfig:
+    base = dict(clients=4, rounds=2, partition="iid", local_epochs=1, batch_size=32, lr=0.02, progress=False,
+                workers=2, out=tmp)
+    base.update(kw)
+    return SimulationConfig(**base)
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    """The README's main job: digits, 10 clients, Dirichlet(0.5), MLP, 30 rounds."""
+    cfg = load_config(SCENARIOS / "digits_dirichlet.toml", {"out": tmp_path_factory.mktemp("demo") / "run",
+                                                            "progress": False})
+    return run_simulation(cfg)
+
+
+@pytest.mark.timeout(240)
+def test_dirichlet_digits_reaches_95_percent_within_30_rounds(demo_run):
+    assert len(demo_run.records) == 30
+    best = max(r.accuracy for r in demo_run.records)
+    assert best >= 0.95, [round(r.accuracy, 3) for r in demo_run.records]
+
+
+def test_run_folder_has_report_plot_and_model(demo_run):
+    out = demo_run.out
+    rows = (out / "metrics.csv").read_text().strip().splitlines()
+    assert len(rows) == 31 and rows[0].startswith("round,accuracy,loss,clients")
+    doc = json.loads((out / "metrics.json").read_text())
+    assert [r["round"] for r in doc["rounds"]] == list(range(1, 31))
+    assert (out / "metrics.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_final_model_serves_in_plain_onnxruntime_with_reported_accuracy(demo_run):
+    test = np.load(demo_run.out / "data" / "test.npz")
+    session = ort.InferenceSession(str(demo_run.model), providers=["CPUExecutionProvider"])
+    logits = session.run(["logits"], {"x": test["x"]})[0]
+    accuracy = float((logits.argmax(axis=1) == test["labels"]).mean())
+    assert accuracy == pytest.approx(demo_run.final["test_accuracy"], abs=1e-9)
+
+
+def test_every_round_trains_every_selected_client(demo_run):
+    assert all(r.clients == 10 and r.examples > 0 for r in demo_run.records)
+    assert demo_run.final["fits"] == 300
+
+
+def test_same_seed_gives_the_same_final_global_vector(tmp_path):
+    a = run_simulation(_small(tmp_path / "a", partition="dirichlet:1.0", clients=5, clients_per_round=3))
+    b = run_simulation(_small(tmp_path / "b", partition="dirichlet:1.0", clients=5, clients_per_round=3))
+    assert hashlib.sha256(_final_vector(a.out)).digest() == hashlib.sha256(_final_vector(b.out)).digest()
+    assert [r.accuracy for r in a.records] == [r.accuracy for r in b.records]
+
+
+def test_a_different_seed_gives_a_different_run(tmp_path):
+    a = run_simulation(_small(tmp_path / "a", seed=1))
+    b = run_simulation(_small(tmp_path / "b", seed=2))
+    assert _final_vector(a.out) != _final_vector(b.out)
+
+
+def test_clients_per_round_selects_exactly_that_many(tmp_path):
+    result = run_simulation(_small(tmp_path / "run", clients=6, clients_per_round=2, rounds=3))
+    assert [r.clients for r in result.records] == [2, 2, 2]
+
+
+@pytest.mark.timeout(180)
+def test_ray_backend_runs_the_same_clients(tmp_path):
+    pytest.importorskip("ray", reason="Ray is not installed on this machine (pip install 'fedort[ray]')")
+    local = run_simulation(_small(tmp_path / "local"))
+    on_ray = run_simulation(_small(tmp_path / "ray", backend="ray"))
+    assert [r.clients for r in on_ray.records] == [4, 4]
+    # same seed, same clients, same code path: the same global vector as the local backend
+    assert _final_vector(on_ray.out) == _final_vector(local.out)
+
+
+def test_users_own_artifacts_and_data_folder(tmp_path):
+    data = tmp_path / "data"
+    subprocess.run([sys.executable, "-m", "edge_client.cli", "data", "digits", "--clients", "3", "--partition", "iid",
+                    "--out", str(data)], check=True, capture_output=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "edge_client.cli", "artifacts", "build", "--builtin", "cnn", "--out",
+                    str(tmp_path / "art")], check=True, capture_output=True, timeout=120)
+    result = run_simulation(SimulationConfig(artifacts=tmp_path / "art", data=data, clients=3, rounds=2,
+                                             progress=False, out=tmp_path / "run"))
+    assert [r.clients for r in result.records] == [3, 3]
+    assert result.final["parameters"] != 9610  # the CNN, not the built-in MLP
+
+
+def test_artifacts_without_data_is_a_config_error():
+    with pytest.raises(ConfigError, match="--artifacts and --data go together"):
+        SimulationConfig(artifacts=Path("x"))
+
+
+def test_unknown_scenario_setting_is_named(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("clients = 3\nround = 5\n")
+    with pytest.raises(ConfigError, match=r"unknown settings \['round'\]"):
+        load_config(bad)
+
+
+def test_flag_fraction_overrides_scenario_clients_per_round():
+    cfg = load_config(SCENARIOS / "digits_scale.toml", {"fraction": 0.5})
+    assert cfg.clients_per_round is None and cfg.per_round == 500
+
+
+def test_existing_run_folder_is_refused(tmp_path):
+    (tmp_path / "state").mkdir()
+    with pytest.raises(ConfigError, match="already holds a run"):
+        run_simulation(_small(tmp_path))
+
+
+def test_simulate_help_names_every_setting():
+    out = subprocess.run([sys.executable, "-m", "edge_client.cli", "simulate", "--help"], capture_output=True,
+                         text=True, timeout=60, check=True).stdout
+    for flag in ("--clients", "--clients-per-round", "--fraction", "--rounds", "--partition", "--model",
+                 "--artifacts", "--data", "--local-epochs", "--batch-size", "--lr", "--backend", "--ray-address",
+                 "--seed", "--out"):
+        assert flag in out
