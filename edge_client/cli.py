@@ -8,8 +8,10 @@ a device install without the coordinator package simply lacks that command.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
+from typing import Iterator
 from importlib.metadata import entry_points
 
 from protos.errors import FedortError
@@ -43,20 +45,40 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(argv)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        datefmt="%H:%M:%S", force=True)  # importing onnxruntime may have added a handler
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()
         return 2
+    with _logging_to_stderr(args.log_level):
+        try:
+            return int(func(args) or 0)
+        except FedortError as e:
+            print(f"fedort: error: {e}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            print("fedort: interrupted", file=sys.stderr)
+            return 130
+
+
+@contextlib.contextmanager
+def _logging_to_stderr(level: str) -> Iterator[None]:
+    """Log to stderr for the command's duration, then restore the root logger as it was.
+
+    Replaces existing root handlers (importing onnxruntime may have added one, which would make
+    `basicConfig` a no-op), and restores them so an in-process call (tests, an embedding app)
+    leaves no handler bound to a stream that may be closed later.
+    """
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+    root.handlers = [handler]
+    root.setLevel(level)
     try:
-        return int(func(args) or 0)
-    except FedortError as e:
-        print(f"fedort: error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("fedort: interrupted", file=sys.stderr)
-        return 130
+        yield
+    finally:
+        root.handlers, _ = saved
+        root.setLevel(saved[1])
 
 
 if __name__ == "__main__":

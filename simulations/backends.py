@@ -78,10 +78,22 @@ class RayBackend:
                 ray.init(address=self._address, **kwargs)
             else:
                 # workers import this project from the driver's environment (same venv, same files)
-                ray.init(num_cpus=self._num_cpus or os.cpu_count(), **kwargs)
+                self._init_local(num_cpus=self._num_cpus or os.cpu_count(), **kwargs)
             self._started_ray = True
         remote = ray.remote(num_cpus=1, max_retries=0)(run_worker)
         self._refs = [remote.remote(p) for p in plans]
+
+    def _init_local(self, attempts: int = 3, **kwargs) -> None:
+        """Start a local Ray instance; on a loaded machine its GCS can miss Ray's start-up
+        timeout ("Timed out waiting for file .../gcs_server_port"), so try again a few times."""
+        for attempt in range(1, attempts + 1):
+            try:
+                self._ray.init(**kwargs)
+                return
+            except RuntimeError as e:
+                self._ray.shutdown()
+                if attempt == attempts:
+                    raise ConfigError(f"could not start a local Ray instance ({attempts} tries): {e}") from e
 
     def results(self) -> list[WorkerStats] | None:
         ray = self._ray
