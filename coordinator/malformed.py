@@ -1,0 +1,67 @@
+"""Request bytes that do not parse as the expected message: answered INVALID_ARGUMENT, not UNKNOWN.
+
+grpc parses every request with the handler's deserializer before our code runs. A DecodeError
+there ends a unary call with UNKNOWN and makes `context.read()` of a stream raise (INTERNAL),
+both logged as server faults, although it is the peer that broke the wire contract.
+`add_servicer` registers the generated Coordinator handlers with a deserializer that turns
+unparseable bytes into a `Malformed` marker; the servicer's error boundary rejects it with
+ProtocolError (INVALID_ARGUMENT) like any other bad input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from protos import fedort_v1_pb2_grpc as pb_grpc
+from protos.errors import ProtocolError
+
+SERVICE_NAME = "fedort.v1.Coordinator"
+
+
+@dataclass(frozen=True)
+class Malformed:
+    """Stands in for a request message whose bytes did not parse."""
+
+    error: str
+
+
+def reject_malformed(request: Any) -> None:
+    """Raise ProtocolError if `request` is a `Malformed` marker."""
+    if isinstance(request, Malformed):
+        raise ProtocolError(f"request is not a valid protobuf message: {request.error}")
+
+
+def tolerant(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    def parse(data: bytes) -> Any:
+        try:
+            return deserialize(data)
+        except DecodeError as e:
+            return Malformed(str(e))
+    return parse
+
+
+class _Capture:
+    """Collects the handlers the generated `add_CoordinatorServicer_to_server` registers."""
+
+    def __init__(self) -> None:
+        self.handlers: dict[str, grpc.RpcMethodHandler] = {}
+
+    def add_generic_rpc_handlers(self, handlers) -> None:
+        pass
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+        self.handlers.update(handlers)
+
+
+def add_servicer(servicer: pb_grpc.CoordinatorServicer, server: grpc.aio.Server) -> None:
+    """`pb_grpc.add_CoordinatorServicer_to_server`, with garbage-tolerant request deserializers."""
+    capture = _Capture()
+    pb_grpc.add_CoordinatorServicer_to_server(servicer, capture)
+    handlers = {name: h._replace(request_deserializer=tolerant(h.request_deserializer))
+                for name, h in capture.handlers.items()}
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)
