@@ -1,0 +1,433 @@
+"""Round overhead: fedort's real coordinator + EdgeClients vs Flower's simulation, clients doing no training.
+
+Both sides run 10 clients that train nothing and return the global vector (P float32 values,
+5 k and 5 M by default), FedAvg over all 10 every round; what is left of a round is the
+framework's own overhead: task dispatch, vector transfer, aggregation, durability, export.
+Trials alternate fedort / Flower (ABBA per size), each in its own subprocess, in one run.
+
+fedort side: the simulation's machinery — the deployment `Coordinator` in a thread of the trial
+process (`simulations.runner._CoordinatorThread`), 2 spawned worker processes hosting 5
+`EdgeClient`s each and driven by `simulations.worker`'s serve loop, over loopback gRPC. The model
+is the built-in MLP with a hidden width that gives ~P parameters (`mlp(hidden=h)` has 75 h + 10).
+"No training" uses the public hooks: `EdgeConfig.module_factory` builds a `TrainingModule`
+subclass whose `training_step` returns 0 without calling ORT, and whose `session` attribute is a
+view of the shared session that turns `optimizer_step` / `lazy_reset_grad` into no-ops (the
+Trainer calls those through `module.session`), so a FIT is `from_buffer` + one empty batch +
+`to_buffer`. Each client holds one example; `reset_optimizer=False` (no ORT checkpoint reload);
+no server-side eval data. The coordinator still exports round-N/model.onnx every round (it has
+no switch to skip it): that is part of its per-round cost and is reported separately.
+
+Flower side: `flwr.simulation.run_simulation` (flwr 1.42, Ray backend, 1 CPU per client so 2
+actors on 2 cores, like fedort's 2 workers) with 10 `NumPyClient`s whose `fit` returns the
+received ndarray unchanged, the legacy `FedAvg` strategy (fraction_fit 1, fraction_evaluate 0,
+initial parameters given, no server eval). It runs in benchmarks/.work/venv-flwr (flwr needs
+protobuf<7; see flower_venv.py), created/extended with flwr[simulation] on first use.
+
+Per-round time = median interval between consecutive round starts (fedort: the coordinator's
+TRAINING transitions; Flower: `configure_fit` calls), over the steady rounds (round 1, with
+joins and first downloads, excluded). Since clients do nothing, that interval is the overhead.
+
+    python benchmarks/bench_round_overhead.py                 # 5 k and 5 M, 2 ABBA pairs, ~3 min
+    python benchmarks/bench_round_overhead.py --quick         # 5 k only, 1 pair
+    python benchmarks/bench_round_overhead.py --sizes 5000 --pairs 3 --rounds 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import multiprocessing
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+WORK = HERE / ".work" / "round-overhead"
+sys.path.insert(0, str(HERE))
+
+
+# ---------------------------------------------------------------------------------------------
+# fedort trial (runs in its own process: python bench_round_overhead.py --_fedort-trial ...)
+# ---------------------------------------------------------------------------------------------
+
+def hidden_for(params: int) -> int:
+    """The MLP hidden width whose parameter count (75 h + 10) is closest to `params`."""
+    return max(1, round((params - 10) / 75))
+
+
+def _no_training_module(session):
+    """module_factory: a TrainingModule that runs no ORT step (see the module docstring)."""
+    from edge_client.module import TrainingModule
+
+    class _NoSteps:
+        """The session as the Trainer sees it through module.session, minus the optimizer work."""
+
+        def __init__(self, inner):
+            self._inner = inner
+
+        def optimizer_step(self) -> None:
+            pass
+
+        def lazy_reset_grad(self) -> None:
+            pass
+
+        def __getattr__(self, name):
+            return getattr(self._inner, name)
+
+    class NoTraining(TrainingModule):
+        def __init__(self, s):
+            super().__init__(s)
+            self.session = _NoSteps(s)
+
+        def training_step(self, batch, batch_idx):
+            return 0.0
+
+    return NoTraining(session)
+
+
+def _known(cls, **kwargs):
+    """`cls(**kwargs)` without the keys this version of the dataclass does not have (security
+    settings such as `insecure` / `auth` arrived while this benchmark was written)."""
+    import dataclasses
+
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in kwargs.items() if k in names})
+
+
+def _noop_worker(address: str, cache_dir: str, client_ids: list[str], timeout_s: float) -> dict:
+    """A simulation worker (simulations.worker's join + serve loop) whose EdgeClients do no training."""
+    import numpy as np
+
+    from edge_client.cache import ArtifactCache
+    from edge_client.client import EdgeClient, EdgeConfig
+    from edge_client.retry import Backoff
+    from edge_client.transport import ChannelConfig, Transport
+    from simulations import worker as W
+
+    plan = W.WorkerPlan(address, Path(cache_dir), None, (), timeout_s=timeout_s)
+    stats = W.WorkerStats()
+    transport = Transport(_known(ChannelConfig, address=address, insecure=True))
+    cache = ArtifactCache(Path(cache_dir))
+    data = {"x": np.zeros((1, 64), np.float32), "labels": np.zeros(1, np.int64)}
+    clients, session = [], None
+    try:
+        for cid in client_ids:
+            cfg = _known(EdgeConfig, coordinator=address, name=cid, client_id=cid, cache_dir=cache_dir,
+                         heartbeats=False, persist_identity=False, leave_on_stop=False, poll_wait_ms=0,
+                         intra_op_threads=1, backoff=Backoff(give_up_after_s=timeout_s),
+                         module_factory=_no_training_module, insecure=True)
+            c = EdgeClient(cfg, transport=transport, session=session, data=data, cache=cache)
+            c.join()
+            session = c.session
+            clients.append(c)
+        cpu0 = time.process_time()
+        W._serve(plan, transport, clients, stats)
+        cpu = time.process_time() - cpu0
+    finally:
+        transport.close()
+    return {"polls": stats.polls, "cpu_s": cpu}
+
+
+class _Timeline(logging.Handler):
+    """Keeps (time, logger, message) of the coordinator's log records."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[tuple[float, str, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append((record.created, record.name, record.getMessage()))
+
+
+_TRANSITION = re.compile(r"round (\d+): (\w+) -> (\w+)")
+_SPOOLED = re.compile(r"spooled in (\d+) ms, row committed in (\d+) ms")
+_RECEIVED = re.compile(r"received in (\d+) ms, stored and folded in (\d+) ms")
+_ACCEPTED = re.compile(r"round (\d+): accepted update")
+_EXPORTED = re.compile(r"exported .* in (\d+) ms")
+
+
+def fedort_trial(params: int, rounds: int, clients: int, workers: int, state_root: Path | None = None) -> dict:
+    """One fedort run; returns per-round starts and a breakdown of where a round's time went."""
+    from edge_client.artifacts import build_artifacts
+    from edge_client.models import mlp
+    from coordinator import CoordinatorConfig
+    from simulations.runner import _CoordinatorThread
+    from simulations.population import client_id
+
+    hidden = hidden_for(params)
+    art = WORK / f"artifacts-h{hidden}"
+    if not (art / "manifest.json").exists():
+        manifest = build_artifacts(mlp(hidden=hidden), art)
+    else:
+        from edge_client.artifacts import load_manifest
+        manifest = load_manifest(art)
+    timeline = _Timeline()
+    for name in ("coordinator",):
+        lg = logging.getLogger(name)
+        lg.setLevel(logging.DEBUG)
+        lg.addHandler(timeline)
+        lg.propagate = False
+    with tempfile.TemporaryDirectory(dir=WORK) as tmp, tempfile.TemporaryDirectory(dir=state_root or WORK) as st:
+        # as simulations.runner.coordinator_config: loopback plaintext, open joins, no rate limit
+        ccfg = _known(CoordinatorConfig,
+            artifacts=art, state_dir=Path(st) / "state", address="127.0.0.1:0", rounds=rounds,
+            min_clients=clients, min_available_clients=clients, fraction=1.0, round_timeout_s=300,
+            local_epochs=1, batch_size=1, lr=0.01, reset_optimizer=False, seed=0, client_timeout_s=0,
+            insecure=True, auth="open", submissions_per_minute=0)
+        server = _CoordinatorThread(ccfg)
+        t0, cpu0 = time.time(), time.process_time()
+        port = server.start()
+        address = f"127.0.0.1:{port}"
+        ids = [client_id(i) for i in range(clients)]
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Pool(workers) as pool:
+            jobs = [pool.apply_async(_noop_worker, (address, str(Path(tmp) / f"cache-{w}"), ids[w::workers], 600.0))
+                    for w in range(workers)]
+            while not server.done:
+                time.sleep(0.05)
+            worker_stats = [j.get(timeout=120) for j in jobs]
+        server.stop()
+        wall, cpu = time.time() - t0, time.process_time() - cpu0
+    return {"side": "fedort", "params": manifest.parameter_count, "hidden": hidden, "rounds": rounds,
+            "wall_s": wall, "polls": sum(s["polls"] for s in worker_stats),
+            "coordinator_cpu_s": cpu, "worker_cpu_s": sum(s["cpu_s"] for s in worker_stats),
+            **_fedort_breakdown(timeline.records, rounds)}
+
+
+def _fedort_breakdown(records: list[tuple[float, str, str]], rounds: int) -> dict:
+    """Round starts and per-phase durations from the coordinator's state transitions and DEBUG logs."""
+    phase: dict[int, dict[str, float]] = {}
+    spool, row, stored, exported = [], [], [], []
+    for t, _, msg in records:
+        m = _TRANSITION.search(msg)
+        if m:
+            r, new = int(m.group(1)), m.group(3)
+            phase.setdefault(r, {}).setdefault(new, t)
+            continue
+        if (m := _SPOOLED.search(msg)):
+            spool.append(int(m.group(1)))
+            row.append(int(m.group(2)))
+        elif (m := _RECEIVED.search(msg)):
+            stored.append(int(m.group(2)))
+        elif (m := _EXPORTED.search(msg)):
+            exported.append(int(m.group(1)))
+    starts = [phase[r]["TRAINING"] for r in sorted(phase) if "TRAINING" in phase[r]]
+    # TRAINING -> AGGREGATING (clients fetch, "train", upload; updates made durable and folded),
+    # AGGREGATING -> EXPORTING (mean, sha256, vector file fsync, SQLite commit),
+    # EXPORTING -> next state (inference model export + fsync + model.json), -> next TRAINING.
+    # Transitions are logged with the engine's round number, which moves to r+1 inside the commit:
+    # "round r: TRAINING -> AGGREGATING -> EXPORTING", then "round r+1: EXPORTING -> WAITING_FOR_CLIENTS
+    # -> TRAINING" (or EVALUATING / DONE after the last round).
+    dur = {"train_phase": [], "first_update": [], "last_update_to_close": [], "commit": [], "export": [],
+           "reopen": []}
+    accepted: dict[int, list[float]] = {}
+    for t, _, msg in records:
+        m = _ACCEPTED.search(msg)
+        if m:
+            accepted.setdefault(int(m.group(1)), []).append(t)
+    for r in range(2, rounds + 1):
+        p, nxt = phase.get(r, {}), phase.get(r + 1, {})
+        if not {"TRAINING", "AGGREGATING", "EXPORTING"} <= set(p):
+            continue
+        dur["train_phase"].append(p["AGGREGATING"] - p["TRAINING"])
+        if accepted.get(r):
+            dur["first_update"].append(min(accepted[r]) - p["TRAINING"])
+            dur["last_update_to_close"].append(p["AGGREGATING"] - max(accepted[r]))
+        dur["commit"].append(p["EXPORTING"] - p["AGGREGATING"])
+        after = nxt.get("WAITING_FOR_CLIENTS") or nxt.get("EVALUATING") or nxt.get("DONE")
+        if after is not None:
+            dur["export"].append(after - p["EXPORTING"])
+            if "TRAINING" in nxt:
+                dur["reopen"].append(nxt["TRAINING"] - after)
+    med = {k: (statistics.median(v) if v else None) for k, v in dur.items()}
+    return {"starts": starts, "phases_s": med,
+            "update_spool_ms": statistics.median(spool) if spool else None,
+            "update_row_ms": statistics.median(row) if row else None,
+            "update_store_fold_ms": statistics.median(stored) if stored else None,
+            "export_ms_logged": statistics.median(exported) if exported else None}
+
+
+# ---------------------------------------------------------------------------------------------
+# Flower trial (runs under the Flower venv's python)
+# ---------------------------------------------------------------------------------------------
+
+FLOWER_TRIAL = textwrap.dedent('''
+    import json, os, sys, time, logging
+    import numpy as np
+    params, rounds, clients, cpus = (int(a) for a in sys.argv[1:5])
+    from flwr.client import ClientApp, NumPyClient
+    from flwr.common import Context, ndarrays_to_parameters
+    from flwr.server import ServerApp, ServerAppComponents, ServerConfig
+    from flwr.server.strategy import FedAvg
+    from flwr.simulation import run_simulation
+
+    starts, ends = [], []
+
+    class Echo(NumPyClient):
+        """Trains nothing: returns the received parameters unchanged."""
+        def fit(self, parameters, config):
+            return parameters, 1, {}
+
+    class TimedFedAvg(FedAvg):
+        def configure_fit(self, server_round, parameters, client_manager):
+            starts.append(time.time())
+            return super().configure_fit(server_round, parameters, client_manager)
+        def aggregate_fit(self, server_round, results, failures):
+            out = super().aggregate_fit(server_round, results, failures)
+            ends.append(time.time())
+            if failures:
+                print(f"round {server_round}: {len(failures)} failures", file=sys.stderr)
+            return out
+
+    def client_fn(context: Context):
+        return Echo().to_client()
+
+    def server_fn(context: Context):
+        strategy = TimedFedAvg(fraction_fit=1.0, fraction_evaluate=0.0, min_fit_clients=clients,
+                               min_evaluate_clients=0, min_available_clients=clients,
+                               initial_parameters=ndarrays_to_parameters([np.zeros(params, np.float32)]))
+        return ServerAppComponents(strategy=strategy, config=ServerConfig(num_rounds=rounds))
+
+    t0 = time.time()
+    run_simulation(server_app=ServerApp(server_fn=server_fn), client_app=ClientApp(client_fn=client_fn),
+                   num_supernodes=clients,
+                   backend_config={"client_resources": {"num_cpus": cpus, "num_gpus": 0.0}})
+    import flwr
+    print("RESULT " + json.dumps({"side": "flower", "params": params, "rounds": rounds, "wall_s": time.time() - t0,
+                                  "starts": starts, "ends": ends, "flwr": flwr.__version__}))
+''')
+
+
+def flower_trial(py: Path, params: int, rounds: int, clients: int, cpus: int) -> dict:
+    script = WORK / "flower_trial.py"
+    script.write_text(FLOWER_TRIAL)
+    env = dict(os.environ, RAY_DEDUP_LOGS="0", RAY_ENABLE_UV_RUN_RUNTIME_ENV="0", PYTHONWARNINGS="ignore")
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.run([str(py), str(script), str(params), str(rounds), str(clients), str(cpus)],
+                          capture_output=True, text=True, env=env, timeout=900, cwd=WORK)
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    raise RuntimeError(f"Flower trial failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+
+
+def run_fedort(params: int, rounds: int, clients: int, workers: int, state_root: Path | None = None) -> dict:
+    extra = ["--state-root", str(state_root)] if state_root else []
+    proc = subprocess.run([sys.executable, __file__, "--_fedort-trial", str(params), str(rounds), str(clients),
+                           str(workers), *extra], capture_output=True, text=True, timeout=900, cwd=ROOT)
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    raise RuntimeError(f"fedort trial failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+
+
+# ---------------------------------------------------------------------------------------------
+# driver
+# ---------------------------------------------------------------------------------------------
+
+def per_round(starts: list[float]) -> float:
+    """Median interval between consecutive round starts, round 1 excluded (joins, first downloads)."""
+    gaps = [b - a for a, b in zip(starts[1:], starts[2:])]
+    if not gaps:
+        gaps = [b - a for a, b in zip(starts, starts[1:])]
+    return statistics.median(gaps)
+
+
+def _fmt_ms(x) -> str:
+    return "–" if x is None else f"{1000 * x:.1f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="\n\n".join(__doc__.split("\n\n")[1:]))
+    ap.add_argument("--sizes", type=int, nargs="+", default=[5_000, 5_000_000],
+                    help="vector sizes in float32 values (default 5000 5000000)")
+    ap.add_argument("--rounds", type=int, default=20, help="rounds per trial for vectors < 1 M values (default 20)")
+    ap.add_argument("--rounds-large", type=int, default=6, help="rounds per trial for vectors >= 1 M (default 6)")
+    ap.add_argument("--pairs", type=int, default=2, help="ABBA pairs per size (default 2; a pair is fedort, Flower, Flower, fedort)")
+    ap.add_argument("--clients", type=int, default=10)
+    ap.add_argument("--workers", type=int, default=2, help="fedort worker processes (default 2)")
+    ap.add_argument("--flower-cpus", type=int, default=1, help="Ray CPUs per Flower client (default 1: 2 actors on 2 cores)")
+    ap.add_argument("--no-flower", action="store_true", help="fedort only (no Flower venv needed)")
+    ap.add_argument("--quick", action="store_true", help="5 k values only, 1 pair, 10 rounds")
+    ap.add_argument("--json", type=Path, help="also write all trials to this file")
+    ap.add_argument("--state-root", type=Path,
+                    help="where the coordinator's state dir goes (default benchmarks/.work; /dev/shm shows what "
+                         "the fsyncs cost, since tmpfs makes them no-ops)")
+    ap.add_argument("--_fedort-trial", nargs=4, type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    WORK.mkdir(parents=True, exist_ok=True)
+
+    if args._fedort_trial:
+        p, r, c, w = args._fedort_trial
+        print("RESULT " + json.dumps(fedort_trial(p, r, c, w, args.state_root)), flush=True)
+        return 0
+
+    if args.quick:
+        args.sizes, args.pairs, args.rounds = [5_000], 1, 10
+    py = None
+    if not args.no_flower:
+        import flower_venv
+        py = flower_venv.ensure(extra=("flwr[simulation]",), probe="import flwr, ray")
+    load = os.getloadavg()
+    print(f"# {platform.node()} {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}, "
+          f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    trials = []
+    for size in args.sizes:
+        rounds = args.rounds if size < 1_000_000 else args.rounds_large
+        order = ["fedort", "flower", "flower", "fedort"] * args.pairs
+        if args.no_flower:
+            order = ["fedort"] * (2 * args.pairs)
+        for side in order:
+            t = time.time()
+            if side == "fedort":
+                res = run_fedort(size, rounds, args.clients, args.workers, args.state_root)
+            else:
+                res = flower_trial(py, hidden_for(size) * 75 + 10, rounds, args.clients, args.flower_cpus)
+            res["per_round_s"] = per_round(res["starts"])
+            res["size"] = size
+            res["load1"] = os.getloadavg()[0]
+            trials.append(res)
+            extra = ""
+            if side == "fedort":
+                ph = res["phases_s"]
+                extra = (f"  [train phase {_fmt_ms(ph['train_phase'])} ms (first update after "
+                         f"{_fmt_ms(ph['first_update'])}, close {_fmt_ms(ph['last_update_to_close'])} after the last), commit {_fmt_ms(ph['commit'])} ms, "
+                         f"export {_fmt_ms(ph['export'])} ms, reopen {_fmt_ms(ph['reopen'])} ms; per update: "
+                         f"spool {res['update_spool_ms']} ms, row {res['update_row_ms']} ms; CPU per round: coordinator "
+                         f"{1000 * res['coordinator_cpu_s'] / rounds:.0f} ms, workers {1000 * res['worker_cpu_s'] / rounds:.0f} ms]")
+            print(f"{side:6s} P={res['params']:>9,d} rounds={rounds:3d}  per round {1000 * res['per_round_s']:8.1f} ms  "
+                  f"({1 / res['per_round_s']:6.2f} rounds/s)  trial wall {res['wall_s']:5.1f} s  "
+                  f"(took {time.time() - t:4.1f} s){extra}", flush=True)
+
+    print()
+    print("| params | fedort ms/round | Flower ms/round | fedort rounds/s | Flower rounds/s | fedort / Flower | target ≤ 0.10 |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for size in args.sizes:
+        f = [t["per_round_s"] for t in trials if t["size"] == size and t["side"] == "fedort"]
+        w = [t["per_round_s"] for t in trials if t["size"] == size and t["side"] == "flower"]
+        fm = statistics.median(f)
+        if w:
+            wm = statistics.median(w)
+            ratio = fm / wm
+            print(f"| {size:,} | {1000 * fm:.1f} | {1000 * wm:.1f} | {1 / fm:.2f} | {1 / wm:.2f} | {ratio:.3f} | "
+                  f"{'met' if ratio <= 0.10 else 'not met'} |")
+        else:
+            print(f"| {size:,} | {1000 * fm:.1f} | – | {1 / fm:.2f} | – | – | – |")
+    if args.json:
+        args.json.write_text(json.dumps(trials, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
