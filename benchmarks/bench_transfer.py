@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         cmd = ([str(fedort), *level, "coordinator"] if fedort.exists() else [sys.executable, "-m", "coordinator"]) + [
             "serve", "--artifacts", str(arts), "--state-dir", str(tmp / "state"), "--address", "127.0.0.1:0",
             "--port-file", str(tmp / "port"), "--rounds", str(rounds), "--min-clients", "1", "--round-timeout", "600",
-            "--client-timeout", "0", "--config", str(tmp / "bench.toml")]
+            "--client-timeout", "0", "--config", str(tmp / "bench.toml"), "--insecure", "--auth", "open"]
         (tmp / "bench.toml").write_text(f"download_chunk_bytes = {args.download_chunk_kib * 1024}\n")
         raw_cmd = [sys.executable, __file__, "--raw-server", str(tmp / "raw-port"), "--mb", str(args.mb),
                    "--download-chunk-kib", str(args.download_chunk_kib)]

@@ -1,4 +1,7 @@
-"""`fedort coordinator serve|status`: run a coordinator, or inspect a state dir offline.
+"""`fedort coordinator serve|status|enroll|revoke|devices`: run a coordinator, inspect a state dir, manage devices.
+
+`enroll NAME` issues a device token (printed once; only its salted hash is stored in the state
+dir), `revoke NAME|ID` withdraws it (effective on the device's next call), `devices` lists them.
 
 `serve` builds a CoordinatorConfig from `--config FILE.toml` and flags (flags win), serves until
 the run is DONE or FAILED, lingers briefly so polling clients hear DONE, and stops. SIGTERM and
@@ -13,6 +16,7 @@ import argparse
 import asyncio
 import logging
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -52,16 +56,47 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--client-timeout", type=float, dest="client_timeout_s", metavar="S",
                        help="a client unseen this long is not selected; 0 disables (default 60)")
     serve.add_argument("--keep-spool", action="store_true", default=None, help="keep spooled updates after commit")
+    sec = serve.add_argument_group("security (TLS, or an explicit --insecure, is required)")
+    sec.add_argument("--tls-cert", metavar="CERT.pem", type=Path, help="server certificate chain (PEM)")
+    sec.add_argument("--tls-key", metavar="KEY.pem", type=Path, help="server private key (PEM)")
+    sec.add_argument("--tls-client-ca", metavar="CA.pem", type=Path,
+                     help="require client certificates signed by this CA (mutual TLS)")
+    sec.add_argument("--insecure", action="store_true", default=None, help="serve plaintext (local tests only)")
+    sec.add_argument("--auth", choices=("token", "open"),
+                     help="token: every RPC but health needs a device token from `enroll` (default); "
+                          "open: no authentication (local simulations)")
+    sec.add_argument("--max-streams-per-client", metavar="N", type=int,
+                     help="downloads/uploads a client may run at once; 0 disables (default 4)")
+    sec.add_argument("--submissions-per-minute", metavar="N", type=float,
+                     help="per-client rate of updates and evaluations; 0 disables (default 60)")
+    serve.add_argument("--strategy", metavar="SPEC", help="aggregation: fedavg | clip:NORM | median | trimmed-mean:BETA | "
+                       "krum:F | multi-krum:F:M (default fedavg)")
     serve.set_defaults(func=serve_command)
 
     status = sub.add_parser("status", help="print rounds, clients and the latest model of a state dir")
     status.add_argument("--state-dir", type=Path, required=True, metavar="DIR", help="the coordinator's state dir")
     status.set_defaults(func=status_command)
 
+    enroll = sub.add_parser("enroll", help="enroll a device: print its token once (only a hash is stored)")
+    enroll.add_argument("name", metavar="NAME", help="device name; also its client id when it is a valid id")
+    enroll.add_argument("--state-dir", type=Path, required=True, metavar="DIR", help="the coordinator's state dir")
+    enroll.add_argument("--client-id", metavar="ID", help="client id of the device (default: NAME if valid, else generated)")
+    enroll.set_defaults(func=enroll_command)
+
+    revoke = sub.add_parser("revoke", help="revoke a device's token (effective on its next call)")
+    revoke.add_argument("device", metavar="NAME|ID", help="client id, or device name (revokes every device of that name)")
+    revoke.add_argument("--state-dir", type=Path, required=True, metavar="DIR", help="the coordinator's state dir")
+    revoke.set_defaults(func=revoke_command)
+
+    devices = sub.add_parser("devices", help="list enrolled devices (never their tokens)")
+    devices.add_argument("--state-dir", type=Path, required=True, metavar="DIR", help="the coordinator's state dir")
+    devices.set_defaults(func=devices_command)
+
 
 _FLAG_KEYS = ("artifacts", "state_dir", "address", "port_file", "rounds", "min_clients", "min_available_clients",
               "fraction", "round_timeout_s", "max_round_attempts", "local_epochs", "batch_size", "lr", "seed",
-              "eval_data", "fraction_evaluate", "client_timeout_s", "keep_spool")
+              "eval_data", "fraction_evaluate", "client_timeout_s", "keep_spool", "strategy",
+              "tls_cert", "tls_key", "tls_client_ca", "insecure", "auth", "max_streams_per_client", "submissions_per_minute")
 
 
 def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
@@ -71,6 +106,7 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
 
 def serve_command(args: argparse.Namespace) -> int:
     config = config_from_args(args)
+    config.check_transport_security()   # before anything else: say at once that TLS or --insecure is needed
     return asyncio.run(serve(config))
 
 
@@ -110,6 +146,35 @@ async def serve(config: CoordinatorConfig) -> int:
         await coordinator.stop(grace=5.0)
         for sig in handled:
             loop.remove_signal_handler(sig)
+
+
+def enroll_command(args: argparse.Namespace) -> int:
+    from coordinator.devices import DeviceStore
+
+    device, token = DeviceStore(args.state_dir).enroll(args.name, args.client_id)
+    print(token)
+    print(f"enrolled {device.name} as client {device.client_id}; this token is shown only once: give it to the "
+          "device (fedort edge run --token-file FILE, or $FEDORT_TOKEN)", file=sys.stderr)
+    return 0
+
+
+def revoke_command(args: argparse.Namespace) -> int:
+    from coordinator.devices import DeviceStore
+
+    for d in DeviceStore(args.state_dir).revoke(args.device):
+        print(f"revoked {d.client_id} ({d.name})")
+    return 0
+
+
+def devices_command(args: argparse.Namespace) -> int:
+    from coordinator.devices import DeviceStore
+
+    print(f"{'client id':<24} {'name':<24} {'enrolled (UTC)':<20} status")
+    for d in DeviceStore(args.state_dir).devices():
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(d.enrolled_ms / 1000))
+        status = "revoked " + time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(d.revoked_ms / 1000)) if d.revoked else "active"
+        print(f"{d.client_id:<24} {d.name:<24} {when:<20} {status}")
+    return 0
 
 
 def status_command(args: argparse.Namespace) -> int:

@@ -27,7 +27,15 @@ expected and what arrived.
 | download_chunk_bytes | 1 MiB | chunk size of vector and artifact downloads |
 | max_vector_length | 2**28 | largest accepted vector (elements) |
 | keep_spool | false | keep spooled updates after a round commits |
+| strategy | fedavg | aggregation: fedavg, clip:NORM, median, trimmed-mean:BETA, krum:F, multi-krum:F:M (coordinator.strategies) |
 | port_file | none | file that receives the bound port once serving |
+| tls_cert / tls_key | none | PEM server certificate (chain) and private key: serve TLS |
+| tls_client_ca | none | PEM CA that must have signed every client's certificate (mutual TLS) |
+| insecure | false | serve plaintext; required (explicitly) when no TLS certificate is given |
+| auth | token | `token`: every RPC but health needs an enrolled device's token; `open`: none (simulations) |
+| max_streams_per_client | 4 | downloads/uploads one client may have in progress at once (0 disables) |
+| stream_idle_timeout_s | 30 | an upload that sends nothing this long is dropped (frees its slot) |
+| submissions_per_minute | 60 | per-client rate of updates and evaluations, token bucket (0 disables) |
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from coordinator.strategies import parse_strategy
 from protos.codec import CHUNK_BYTES, MAX_CHUNK_BYTES
 from protos.errors import ConfigError
 
@@ -48,7 +57,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-_PATH_FIELDS = ("artifacts", "state_dir", "eval_data", "port_file")
+_PATH_FIELDS = ("artifacts", "state_dir", "eval_data", "port_file", "tls_cert", "tls_key", "tls_client_ca")
 
 
 @dataclass(frozen=True)
@@ -78,7 +87,16 @@ class CoordinatorConfig:
     download_chunk_bytes: int = CHUNK_BYTES
     max_vector_length: int = 1 << 28
     keep_spool: bool = False
+    strategy: str = "fedavg"
     port_file: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None
+    insecure: bool = False
+    auth: str = "token"
+    max_streams_per_client: int = 4
+    stream_idle_timeout_s: float = 30.0
+    submissions_per_minute: float = 60.0
     extra: Mapping[str, str] = field(default_factory=dict)  # passed to clients in TrainConfig.extra
 
     def __post_init__(self) -> None:
@@ -148,6 +166,30 @@ class CoordinatorConfig:
              f"download_chunk_bytes must be <= {MAX_CHUNK_BYTES} (clients' default 4 MB message limit)",
              self.download_chunk_bytes)
         need(self.eval_data is None or self.eval_data.suffix == ".npz", "eval_data must be an .npz file", self.eval_data)
+        parse_strategy(self.strategy)   # raises ConfigError naming the accepted specs
+        need(self.auth in ("token", "open"), "auth must be 'token' or 'open'", self.auth)
+        need((self.tls_cert is None) == (self.tls_key is None), "tls_cert and tls_key go together",
+             (self.tls_cert, self.tls_key))
+        need(self.tls_client_ca is None or self.tls_cert is not None, "tls_client_ca (mutual TLS) needs tls_cert and "
+             "tls_key", self.tls_client_ca)
+        need(not (self.insecure and self.tls_cert is not None), "insecure and tls_cert exclude each other", self.insecure)
+        need(_number(self.stream_idle_timeout_s) and self.stream_idle_timeout_s > 0, "stream_idle_timeout_s must be > 0",
+             self.stream_idle_timeout_s)
+        need(isinstance(self.max_streams_per_client, int) and self.max_streams_per_client >= 0,
+             "max_streams_per_client must be an integer >= 0 (0 disables)", self.max_streams_per_client)
+        need(_number(self.submissions_per_minute) and self.submissions_per_minute >= 0,
+             "submissions_per_minute must be >= 0 (0 disables)", self.submissions_per_minute)
+
+    def check_transport_security(self) -> None:
+        """ConfigError unless the server is told to use TLS or, explicitly, plaintext."""
+        if self.tls_cert is None and not self.insecure:
+            raise ConfigError("the coordinator needs TLS or an explicit opt-out: pass --tls-cert FILE --tls-key FILE "
+                              "(and --tls-client-ca FILE for mutual TLS), or --insecure for plaintext "
+                              "(config keys tls_cert/tls_key or insecure = true)")
+        for name in ("tls_cert", "tls_key", "tls_client_ca"):
+            path = getattr(self, name)
+            if path is not None and not path.is_file():
+                raise ConfigError(f"{name} file not found: {path}")
 
     # ---- views --------------------------------------------------------------------------------
 
@@ -167,7 +209,7 @@ class CoordinatorConfig:
     def training_json(self) -> dict[str, Any]:
         """The part of the config that shapes the model (recorded with each export)."""
         keys = ("rounds", "min_clients", "fraction", "local_epochs", "batch_size", "lr", "reset_optimizer", "seed",
-                "round_timeout_s")
+                "round_timeout_s", "strategy")
         return {k: getattr(self, k) for k in keys}
 
     def __str__(self) -> str:

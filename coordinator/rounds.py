@@ -14,8 +14,10 @@ to max_round_attempts, and then the run FAILS with a message saying why: a round
 
 Accepted updates are made durable (spool file, then SQLite row) and only then folded into a
 float64 `WeightedSum`, so memory is O(P) whatever the number of clients and a restart can
-replay exactly the acknowledged updates. Everything here runs on the event loop; file writes
-and exports go to a worker thread.
+replay exactly the acknowledged updates. A robust strategy that needs all of a round's updates
+(median, trimmed mean, Krum: `coordinator.strategies`) skips the sum and aggregates the round's
+spool files at close. Everything here runs on the event loop; file writes and exports go to a
+worker thread.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import numpy as np
 from coordinator.config import CoordinatorConfig
 from coordinator.export import Exporter
 from coordinator.fedavg import WeightedSum
+from coordinator.strategies import SpooledUpdate, parse_strategy
 from coordinator.metrics import MetricSums, metrics_json
 from coordinator.registry import ClientRegistry
 from coordinator.selection import client_seed, sample_size, select_clients
@@ -132,6 +135,7 @@ class RoundEngine:
         self._closing = False
         self._sum = WeightedSum(self.length, np.dtype(np.float64))
         self._sum.total.fill(0)   # touch every page now, at start, not during the first fold
+        self.strategy = parse_strategy(config.strategy)
         self._metrics = MetricSums()
         self._examples = 0
         self._global: GlobalVector | None = None
@@ -289,7 +293,7 @@ class RoundEngine:
 
     async def _commit(self) -> None:
         """Average, write the next round's global vector durably, then mark the round committed."""
-        mean = self._sum.mean()
+        mean = await self._aggregate()
         sha = hashlib.sha256(memoryview(mean).cast("B")).digest()
         await asyncio.to_thread(atomic_write, self.store.vector_path(self.round + 1), mean)
         metrics = self._metrics.means()
@@ -432,8 +436,25 @@ class RoundEngine:
             log.info("round %d: replayed %d acknowledged updates from the spool", round, len(rows))
 
     def _fold(self, client_id: str, n: int, metrics: Mapping[str, Any], vector: np.ndarray) -> None:
-        self._sum.add(vector, n)
+        self._add(vector, n)
         self._record(client_id, n, metrics)
+
+    def _add(self, vector: np.ndarray, n: int) -> None:
+        """Fold an update into the running sum, as the strategy prepares it (nothing if it reads the spool)."""
+        if not self.strategy.needs_all_updates:
+            self._sum.add(self.strategy.prepare(vector, self._global.vector), n)
+
+    async def _aggregate(self) -> np.ndarray:
+        """The next global vector: the running mean, or the strategy over the round's spooled updates."""
+        if not self.strategy.needs_all_updates:
+            return self._sum.mean()
+        t0 = time.perf_counter()
+        updates = [SpooledUpdate(r.client_id, self.store.dir / r.spool_path, r.num_examples)
+                   for r in self.store.submissions(self.round)]
+        vector = await asyncio.to_thread(self.strategy.aggregate, updates, self._global.vector)
+        log.info("round %d: %s aggregated %d spooled updates in %.1f ms", self.round, self.strategy, len(updates),
+                 1000 * (time.perf_counter() - t0))
+        return vector
 
     def _record(self, client_id: str, n: int, metrics: Mapping[str, Any]) -> None:
         self._metrics.add(metrics, n)
@@ -578,7 +599,7 @@ class RoundEngine:
             # every fold finished (see _train); at most FOLD_QUEUE vectors wait to be folded.
             await self._fold_slots.acquire()
             self._record(client, h.num_examples, metrics)
-            fold = asyncio.wrap_future(self._fold_pool.submit(self._sum.add, vector, h.num_examples))
+            fold = asyncio.wrap_future(self._fold_pool.submit(self._add, vector, h.num_examples))
             self._folds.add(fold)
             fold.add_done_callback(self._fold_done)
         finally:

@@ -21,13 +21,15 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from coordinator.auth import Authenticator
 from coordinator.config import CoordinatorConfig
+from coordinator.devices import DeviceStore
 from coordinator.export import Exporter
+from coordinator.malformed import add_servicer
 from coordinator.rounds import RoundEngine, RoundState, RunOutcome
 from coordinator.servicer import CoordinatorServicer
 from coordinator.state import StateStore, atomic_write
 from edge_client.artifacts import ARTIFACT_FILES, MANIFEST, copy_artifacts, load_manifest, verify_artifacts
-from protos import fedort_v1_pb2_grpc as pb_grpc
 from protos.errors import ConfigError, UnavailableError
 
 log = logging.getLogger(__name__)
@@ -47,6 +49,15 @@ def server_options(config: CoordinatorConfig) -> list[tuple[str, int]]:
         ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
         ("grpc.http2.max_ping_strikes", 0),
     ]
+
+
+def server_credentials(config: CoordinatorConfig) -> grpc.ServerCredentials | None:
+    """TLS credentials from the config's PEM files (client certificates required with tls_client_ca); None: plaintext."""
+    if config.tls_cert is None:
+        return None
+    client_ca = config.tls_client_ca.read_bytes() if config.tls_client_ca else None
+    return grpc.ssl_server_credentials([(config.tls_key.read_bytes(), config.tls_cert.read_bytes())],
+                                       root_certificates=client_ca, require_client_auth=client_ca is not None)
 
 
 def pin_artifacts(source: Path, state_dir: Path) -> Path:
@@ -97,7 +108,17 @@ class Coordinator:
         if self._server is not None:
             raise UnavailableError("coordinator already started")
         cfg = self.config
+        cfg.check_transport_security()
+        credentials = server_credentials(cfg)
         cfg.state_dir.mkdir(parents=True, exist_ok=True)
+        if cfg.auth == "open":
+            log.warning("auth is open: any caller may act as any client id (use --auth token outside local tests)")
+        if cfg.insecure:
+            log.warning("serving plaintext (--insecure): tokens and updates cross the network unencrypted")
+        auth = Authenticator(cfg.auth, DeviceStore(cfg.state_dir) if cfg.auth == "token" else None)
+        if auth.devices is not None and not any(not d.revoked for d in auth.devices.devices()):
+            log.warning("no device is enrolled, so no client can join: `fedort coordinator enroll NAME --state-dir %s`",
+                        cfg.state_dir)
         artifacts = await asyncio.to_thread(pin_artifacts, cfg.artifacts, cfg.state_dir)
         exporter = await asyncio.to_thread(Exporter, artifacts, cfg.state_dir / "models", cfg.eval_data)
         store = StateStore(cfg.state_dir)
@@ -113,12 +134,16 @@ class Coordinator:
             raise
 
         server = grpc.aio.server(options=server_options(cfg))
-        pb_grpc.add_CoordinatorServicer_to_server(CoordinatorServicer(engine, artifacts, cfg.download_chunk_bytes), server)
+        add_servicer(CoordinatorServicer(engine, artifacts, cfg.download_chunk_bytes, auth=auth),
+                                                  server)  # garbage -> INVALID_ARGUMENT
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         host, port = cfg.host_port
         try:
-            self.port = server.add_insecure_port(f"{host}:{port}")
+            if credentials is None:
+                self.port = server.add_insecure_port(f"{host}:{port}")
+            else:
+                self.port = server.add_secure_port(f"{host}:{port}", credentials)
         except RuntimeError as e:
             self.port = 0
             reason = f": {e}"
@@ -136,8 +161,9 @@ class Coordinator:
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         if cfg.port_file is not None:
             atomic_write(Path(cfg.port_file), f"{self.port}\n".encode())
-        log.info("coordinator serving model %s… on %s:%d (state dir %s, %d rounds)", engine.model_id[:12], host,
-                 self.port, cfg.state_dir, cfg.rounds)
+        log.info("coordinator serving model %s… on %s:%d (%s, auth %s, state dir %s, %d rounds)", engine.model_id[:12],
+                 host, self.port, "plaintext" if credentials is None else ("mutual TLS" if cfg.tls_client_ca else "TLS"),
+                 cfg.auth, cfg.state_dir, cfg.rounds)
         return self.port
 
     def _engine_stopped(self, task: asyncio.Task) -> None:

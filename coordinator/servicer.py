@@ -2,11 +2,16 @@
 
 This is the one place protobuf messages meet the coordinator and the one error boundary:
 every `protos.errors` exception an RPC raises becomes `context.abort(code, message)` via
-`status_for`; anything unplanned becomes INTERNAL (and is logged with its traceback).
+`status_for`; anything unplanned becomes INTERNAL (and is logged with its traceback). The same
+boundary authenticates each call (`coordinator.auth`) before the handler runs and checks that
+the client id a request names is the caller's own; streams and submissions are bounded per
+client (`coordinator.limits`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import functools
 import logging
 import time
@@ -15,16 +20,22 @@ from typing import AsyncIterator, Callable
 
 import grpc
 
+from coordinator.malformed import reject_malformed
+from coordinator.auth import Authenticator, check_identity
+from coordinator.limits import RateLimiter, StreamLimiter
 from coordinator.rounds import RoundEngine
 from coordinator.upload import UpdateReceiver
 from edge_client.artifacts import ARTIFACT_FILES
 from protos import fedort_v1_pb2 as pb
 from protos import fedort_v1_pb2_grpc as pb_grpc
 from protos.codec import CHUNK_BYTES, VectorMeta, iter_chunks
-from protos.errors import FedortError, NotFoundError, ProtocolError, status_for
+from protos.errors import FedortError, NotFoundError, ProtocolError, ResourceExhaustedError, status_for
 from protos.messages import UpdateHeader, meta_to_pb, metrics_from_pb
 
 log = logging.getLogger(__name__)
+
+#: The authenticated client id of the call being served (None with open auth); set by the boundary.
+_caller: contextvars.ContextVar[str | None] = contextvars.ContextVar("fedort_caller", default=None)
 
 
 async def _abort(context: grpc.aio.ServicerContext, method: str, exc: BaseException) -> None:
@@ -41,6 +52,8 @@ def unary(fn: Callable) -> Callable:
     @functools.wraps(fn)
     async def wrapper(self, request, context):
         try:
+            self._authenticate(request, context)
+            reject_malformed(request)
             return await fn(self, request, context)
         except Exception as e:
             if isinstance(e, grpc.aio.AbortError):
@@ -54,6 +67,8 @@ def streaming(fn: Callable) -> Callable:
     @functools.wraps(fn)
     async def wrapper(self, request, context):
         try:
+            self._authenticate(request, context)
+            reject_malformed(request)
             async for item in fn(self, request, context):
                 yield item
         except Exception as e:
@@ -66,8 +81,12 @@ def streaming(fn: Callable) -> Callable:
 class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     """Implements fedort.v1.Coordinator over a RoundEngine and the coordinator's artifacts copy."""
 
-    def __init__(self, engine: RoundEngine, artifacts_dir: Path, chunk_bytes: int = CHUNK_BYTES) -> None:
+    def __init__(self, engine: RoundEngine, artifacts_dir: Path, chunk_bytes: int = CHUNK_BYTES,
+                 auth: Authenticator | None = None) -> None:
         self.engine = engine
+        self.auth = auth or Authenticator("open", None)
+        self.streams = StreamLimiter(engine.config.max_streams_per_client)
+        self.submissions = RateLimiter(engine.config.submissions_per_minute)
         self.artifacts_dir = artifacts_dir
         self.chunk_bytes = chunk_bytes
         manifest = engine.manifest
@@ -78,9 +97,19 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             for name in ARTIFACT_FILES
         }
 
+    def _authenticate(self, request, context) -> None:
+        """Who calls (UNAUTHENTICATED if unknown); PERMISSION_DENIED if a unary request names another client."""
+        is_join = isinstance(request, pb.JoinRequest)
+        identity = self.auth.identify(context.invocation_metadata(), request.credential if is_join else "")
+        _caller.set(identity)
+        client_id = getattr(request, "client_id", None)
+        if client_id is not None and not (is_join and not client_id):
+            check_identity(identity, client_id)
+
     @unary
     async def Join(self, request: pb.JoinRequest, context) -> pb.JoinReply:
-        cid = self.engine.join(request.client_id, request.device_name, dict(request.capabilities))
+        cid = self.engine.join(request.client_id or _caller.get() or "", request.device_name,
+                               dict(request.capabilities))
         cfg = self.engine.config
         return pb.JoinReply(client_id=cid, model_id=self.engine.model_id, manifest_json=self._manifest_json,
                             artifacts=list(self._artifacts.values()), heartbeat_interval_ms=cfg.heartbeat_interval_ms,
@@ -93,10 +122,11 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         info = self._artifacts.get(request.name)
         if info is None:
             raise NotFoundError(f"no artifact named {request.name!r}; expected one of {sorted(self._artifacts)}")
-        yield pb.ArtifactPart(header=info)
-        with open(self.artifacts_dir / request.name, "rb") as f:
-            while block := f.read(self.chunk_bytes):
-                yield pb.ArtifactPart(chunk=block)
+        with self.streams.stream(request.client_id, "download"):
+            yield pb.ArtifactPart(header=info)
+            with open(self.artifacts_dir / request.name, "rb") as f:
+                while block := f.read(self.chunk_bytes):
+                    yield pb.ArtifactPart(chunk=block)
 
     @unary
     async def PollTask(self, request: pb.PollRequest, context) -> pb.Task:
@@ -107,20 +137,41 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     async def DownloadVector(self, request: pb.VectorRequest, context) -> AsyncIterator[pb.VectorPart]:
         g = self.engine.vector_for(request.client_id, request.model_id, request.round)
         meta = VectorMeta(self.engine.model_id, g.round, int(g.vector.shape[0]), g.sha256, chunk_size=self.chunk_bytes)
-        yield pb.VectorPart(header=meta_to_pb(meta))
-        for chunk in iter_chunks(g.vector, self.chunk_bytes):
-            yield pb.VectorPart(chunk=chunk)
+        with self.streams.stream(request.client_id, "download"):
+            yield pb.VectorPart(header=meta_to_pb(meta))
+            for chunk in iter_chunks(g.vector, self.chunk_bytes):
+                yield pb.VectorPart(chunk=chunk)
+
+    async def _read(self, context):
+        """The next message of an upload stream, or ResourceExhaustedError if the peer went silent.
+
+        A stalled upload would otherwise hold its upload slot (and memory) until the connection
+        dies, and a few stalled peers would block every other client's upload.
+        """
+        limit = self.engine.config.stream_idle_timeout_s
+        try:
+            return await asyncio.wait_for(context.read(), limit)
+        except asyncio.TimeoutError:
+            raise ResourceExhaustedError(f"upload stalled: nothing received for {limit:g} s "
+                                         "(stream_idle_timeout_s); the upload was dropped, send it again") from None
 
     @unary
     async def SubmitUpdate(self, request_iterator, context) -> pb.SubmitReply:
-        first = await context.read()
+        first = await self._read(context)
+        reject_malformed(first)
         if first is grpc.aio.EOF or first.WhichOneof("part") != "header":
             raise ProtocolError("an update stream must start with an UpdateHeader, got "
                                 + ("an empty stream" if first is grpc.aio.EOF else f"a {first.WhichOneof('part')}"))
         header = UpdateHeader.from_pb(first.header)
+        check_identity(_caller.get(), header.client_id)
+        with self.streams.stream(header.client_id, "upload"):
+            self.submissions.take(header.client_id)
+            return await self._receive_update(header, context)
+
+    async def _receive_update(self, header: UpdateHeader, context) -> pb.SubmitReply:
         assembler = self.engine.begin_update(header)
         if assembler is None:
-            while await context.read() is not grpc.aio.EOF:
+            while await self._read(context) is not grpc.aio.EOF:
                 pass
             return pb.SubmitReply(accepted=True, duplicate=True, round=header.vector.round,
                                   message="duplicate: this update was already counted")
@@ -128,7 +179,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             t0 = time.perf_counter()
             receiver = UpdateReceiver(assembler, self.engine.spool_temp_path(header))
             try:
-                while (part := await context.read()) is not grpc.aio.EOF:
+                while (part := await self._read(context)) is not grpc.aio.EOF:
+                    reject_malformed(part)
                     if part.WhichOneof("part") != "chunk":
                         raise ProtocolError("an update stream carries one header, then only chunks; "
                                             "got a second header")
@@ -145,6 +197,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     @unary
     async def SubmitEvaluation(self, request: pb.EvaluationResult, context) -> pb.SubmitReply:
+        self.submissions.take(request.client_id)
         r = self.engine.submit_evaluation(request.client_id, request.model_id, request.round, request.num_examples,
                                           metrics_from_pb(request.metrics))
         return pb.SubmitReply(accepted=r.accepted, duplicate=r.duplicate, round=r.round, message=r.message)

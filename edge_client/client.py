@@ -37,7 +37,7 @@ import platform
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 import grpc
@@ -359,6 +359,9 @@ class EdgeClient:
                 raise StoppedError(f"stopped before training round {task.round}")
             result = local_round.fit(self.session, vector, self.data, self.manifest.inputs, task.config,
                                      self.config.module_factory, stop=self._stop)
+        if self.config.update_hook is not None:  # research/testing hook (e.g. a simulated Byzantine client)
+            result = replace(result, vector=np.ascontiguousarray(
+                self.config.update_hook(task, vector, result.vector), dtype=np.float32))
         self._pending = _Pending(task.round, result.vector, result.num_examples, dict(result.metrics),
                                  time.monotonic() - started, cached)
         return self._submit_pending()

@@ -50,7 +50,15 @@ def register(subparsers) -> None:
                           "else one the coordinator assigns)")
     run.add_argument("--config", metavar="FILE.toml", help="settings in an [edge] table; flags override them")
     run.add_argument("--insecure", action="store_true", default=None,
-                     help="plaintext channel (the only kind implemented so far; the default)")
+                     help="plaintext channel, no TLS (only for a coordinator started with --insecure)")
+    run.add_argument("--ca-file", metavar="CA.pem",
+                     help="verify the coordinator's TLS certificate against this CA (default: the system roots)")
+    run.add_argument("--cert", metavar="CLIENT.pem", help="client certificate for mutual TLS (with --key)")
+    run.add_argument("--key", metavar="CLIENT.key", help="client private key for mutual TLS (with --cert)")
+    token = run.add_mutually_exclusive_group()
+    token.add_argument("--token", metavar="TOKEN",
+                       help="device token from `fedort coordinator enroll` (default: $FEDORT_TOKEN)")
+    token.add_argument("--token-file", metavar="FILE", help="read the device token from this file")
     run.add_argument("--poll-wait-ms", type=int, metavar="MS", help="long-poll hold time (default 20000)")
     run.add_argument("--give-up-after", type=float, metavar="SECONDS",
                      help="stop retrying an unreachable coordinator after this long (default 300)")
@@ -59,12 +67,27 @@ def register(subparsers) -> None:
     edge.set_defaults(func=lambda args: (edge.print_help(), 2)[1])
 
 
+def _token(args: argparse.Namespace) -> str | None:
+    """--token, else --token-file, else $FEDORT_TOKEN, else None (a config file's `credential` may give one)."""
+    if args.token:
+        return args.token.strip()
+    if args.token_file:
+        from protos.errors import ConfigError
+
+        try:
+            return Path(args.token_file).read_text().strip()
+        except OSError as e:
+            raise ConfigError(f"cannot read --token-file {args.token_file}: {e.strerror}") from None
+    return os.environ.get("FEDORT_TOKEN", "").strip() or None
+
+
 def _run(args: argparse.Namespace) -> int:
     from edge_client.client import EdgeClient, EdgeConfig, RoundReport
 
     overrides = {"coordinator": args.coordinator, "data": args.data, "cache_dir": args.cache_dir,
                  "name": args.name, "client_id": args.client_id, "insecure": args.insecure,
-                 "poll_wait_ms": args.poll_wait_ms}
+                 "ca_file": args.ca_file, "cert_file": args.cert, "key_file": args.key,
+                 "credential": _token(args), "poll_wait_ms": args.poll_wait_ms}
     if args.give_up_after is not None:
         overrides["backoff"] = Backoff(give_up_after_s=args.give_up_after)
     config = EdgeConfig.load(args.config, **overrides)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from protos.errors import ConfigError
-from edge_client.local_round import ModuleFactory
+from edge_client.local_round import ModuleFactory, UpdateHook
 from edge_client.retry import Backoff
 from edge_client.transport import ChannelConfig
 
@@ -32,8 +32,10 @@ class EdgeConfig:
     | name | host name | device name sent at Join (with the address and data file, keys the saved id) |
     | client_id | saved one, else assigned | identity to (re)join as |
     | module_factory | TrainingModule | callable(session) -> a TrainingModule (subclass) |
-    | insecure | true | plaintext channel (TLS is a later issue) |
-    | credential | "" | bearer token sent at Join |
+    | insecure | false | plaintext channel; must be explicit (default: TLS) |
+    | ca_file | none | PEM CA that signed the coordinator's certificate (none: system roots) |
+    | cert_file / key_file | none | PEM client certificate and key, for a coordinator requiring mutual TLS |
+    | credential | "" | device token (`fedort coordinator enroll`), sent on every call; names the client id |
     | poll_wait_ms | 20000 | how long a long-poll may be held (server caps at 30 s) |
     | rpc_timeout_s / stream_timeout_s | 30 / 600 | deadlines of unary calls / vector streams |
     | backoff | Backoff() | retry policy (0.2 s doubling to 10 s, give up after 300 s) |
@@ -41,6 +43,7 @@ class EdgeConfig:
     | persist_identity | true | save the client id in the cache dir |
     | leave_on_stop | true | send Leave when stopped before DONE |
     | intra_op_threads | 0 | ORT threads per training step (0: ORT's default, one per core) |
+    | update_hook | none | research/testing only: callable(task, global, trained) -> vector uploaded instead |
     """
 
     coordinator: str
@@ -49,7 +52,10 @@ class EdgeConfig:
     name: str = field(default_factory=socket.gethostname)
     client_id: str = ""
     module_factory: ModuleFactory | None = None
-    insecure: bool = True
+    insecure: bool = False
+    ca_file: str | os.PathLike | None = None
+    cert_file: str | os.PathLike | None = None
+    key_file: str | os.PathLike | None = None
     credential: str = ""
     poll_wait_ms: int = 20_000
     rpc_timeout_s: float = 30.0
@@ -59,9 +65,18 @@ class EdgeConfig:
     persist_identity: bool = True
     leave_on_stop: bool = True
     intra_op_threads: int = 0
+    update_hook: UpdateHook | None = None
+
+    def __post_init__(self) -> None:
+        # a device token names its client id: join as that id unless told otherwise
+        if self.credential and not self.client_id:
+            token_id = _token_client_id(self.credential)
+            if token_id:
+                object.__setattr__(self, "client_id", token_id)
 
     def channel_config(self) -> ChannelConfig:
-        return ChannelConfig(self.coordinator, insecure=self.insecure, rpc_timeout_s=self.rpc_timeout_s,
+        return ChannelConfig(self.coordinator, insecure=self.insecure, ca_file=self.ca_file, cert_file=self.cert_file,
+                             key_file=self.key_file, token=self.credential, rpc_timeout_s=self.rpc_timeout_s,
                              stream_timeout_s=self.stream_timeout_s)
 
     @classmethod
@@ -88,6 +103,14 @@ class EdgeConfig:
         return cls(**values)
 
 
+def _token_client_id(token: str) -> str:
+    """The client id in a `fedort_<client_id>_<secret>` device token ('' for another kind of credential)."""
+    head, sep, secret = token.strip().rpartition("_")
+    if not sep or not head.startswith("fedort_") or len(secret) != 64:
+        return ""
+    return head[len("fedort_"):]
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
     if sys.version_info >= (3, 11):
         import tomllib
@@ -103,7 +126,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
     if not isinstance(table, dict):
         raise ConfigError(f"[edge] in {path} must be a table, got {type(table).__name__}")
     out = dict(table)
-    for key in ("data", "cache_dir"):  # relative to the file, as its reader expects
+    for key in ("data", "cache_dir", "ca_file", "cert_file", "key_file"):  # relative to the file, as its reader expects
         if isinstance(out.get(key), str) and not Path(out[key]).is_absolute():
             out[key] = str(path.parent / out[key])
     return out

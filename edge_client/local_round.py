@@ -23,6 +23,9 @@ from edge_client.client_data import ClientData
 from edge_client.session import TrainingSession
 
 ModuleFactory = Callable[[TrainingSession], Any]
+# Research/testing hook: (task, global vector, trained vector) -> the vector to upload instead.
+# Simulations use it to play Byzantine clients (simulations.attacks); a real device leaves it unset.
+UpdateHook = Callable[[Any, np.ndarray, np.ndarray], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -114,4 +117,4 @@ def evaluate(session: TrainingSession, global_vector: np.ndarray, data: ClientDa
     return LocalResult(None, int(result.num_examples), _metrics(result.metrics, sync))
 
 
-__all__ = ["LocalResult", "ModuleFactory", "default_module", "evaluate", "fit"]
+__all__ = ["LocalResult", "ModuleFactory", "UpdateHook", "default_module", "evaluate", "fit"]

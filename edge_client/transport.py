@@ -2,7 +2,10 @@
 
 This is the edge side's wire boundary: protobuf messages are built and read here and nowhere
 else on the device; callers get dataclasses, numpy vectors and `protos.errors` exceptions
-(`from_rpc_error`). Every call carries a deadline. The channel sends HTTP/2 keepalive pings so
+(`from_rpc_error`). Every call carries a deadline and, when the device has one, its token
+(`authorization: Bearer <token>` metadata). The channel is TLS unless `insecure=True` (the
+coordinator's certificate verified against `ca_file`, else the system roots; `cert_file` +
+`key_file` present a client certificate for mutual TLS). The channel sends HTTP/2 keepalive pings so
 an idle connection through a NAT survives long local training, and allows messages a little
 larger than the 1 MiB chunks the streams use.
 
@@ -14,6 +17,7 @@ progress, which is how a signal handler interrupts a long-poll.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping
@@ -44,7 +48,11 @@ class ChannelConfig:
     """
 
     address: str
-    insecure: bool = True
+    insecure: bool = False               # plaintext; must be asked for explicitly
+    ca_file: str | os.PathLike | None = None     # PEM CA that signed the coordinator's certificate (None: system roots)
+    cert_file: str | os.PathLike | None = None   # PEM client certificate chain (mutual TLS)
+    key_file: str | os.PathLike | None = None    # PEM client private key (mutual TLS)
+    token: str = ""                      # device token sent on every call
     rpc_timeout_s: float = 30.0          # unary calls (Join, Heartbeat, SubmitEvaluation, ...)
     stream_timeout_s: float = 600.0      # artifact/vector downloads and update uploads
     keepalive_time_ms: int = 60_000
@@ -55,8 +63,36 @@ class ChannelConfig:
         host, sep, port = self.address.rpartition(":")
         if not sep or not host or not port.isdigit():
             raise ConfigError(f"coordinator address must be HOST:PORT, got {self.address!r}")
-        if not self.insecure:
-            raise ConfigError("TLS channels are not implemented yet; pass insecure=True (--insecure)")
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ConfigError("a client certificate needs both cert_file and key_file (--cert and --key)")
+        if self.insecure and (self.ca_file or self.cert_file):
+            raise ConfigError("insecure (plaintext) excludes ca_file/cert_file/key_file; choose TLS or --insecure")
+        for name in ("ca_file", "cert_file", "key_file"):
+            path = getattr(self, name)
+            if path is not None and not os.path.isfile(path):
+                raise ConfigError(f"{name} not found: {path}")
+        if any(c in self.token for c in "\r\n"):
+            raise ConfigError("token must be one line")
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        """TLS credentials from the PEM files (read now, so a bad path fails at connect, not mid-run)."""
+        def read(path) -> bytes | None:
+            with open(path, "rb") as f:
+                return f.read()
+
+        return grpc.ssl_channel_credentials(
+            root_certificates=read(self.ca_file) if self.ca_file else None,
+            private_key=read(self.key_file) if self.key_file else None,
+            certificate_chain=read(self.cert_file) if self.cert_file else None,
+        )
+
+    def metadata(self) -> tuple[tuple[str, str], ...] | None:
+        return (("authorization", f"Bearer {self.token}"),) if self.token else None
+
+    def open_channel(self) -> grpc.Channel:
+        if self.insecure:
+            return grpc.insecure_channel(self.address, options=self.options())
+        return grpc.secure_channel(self.address, self.credentials(), options=self.options())
 
     def options(self) -> list[tuple[str, int]]:
         return [
@@ -115,7 +151,8 @@ class Transport:
 
     def __init__(self, config: ChannelConfig, channel: grpc.Channel | None = None) -> None:
         self.config = config
-        self._channel = channel or grpc.insecure_channel(config.address, options=config.options())
+        self._channel = channel or config.open_channel()
+        self._metadata = config.metadata()
         self._stub = pb_grpc.CoordinatorStub(self._channel)
         self._lock = threading.RLock()  # RLock: cancel_inflight may run in a signal handler
         self._inflight: set = set()
@@ -156,29 +193,48 @@ class Transport:
     def _unary(self, method: Callable, request, timeout: float):
         """Run a unary (or stream-unary) call as a cancellable future and wait for it."""
         try:
-            future = method.future(request, timeout=timeout)
+            future = method.future(request, timeout=timeout, metadata=self._metadata)
         except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+            raise self._error(e) from None
         self._track(future)
         try:
             return future.result()
         except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+            raise self._error(e) from None
         except grpc.FutureCancelledError:
             raise _cancelled() from None
         finally:
             self._untrack(future)
 
+    def _error(self, e: grpc.RpcError) -> FedortError:
+        """`from_rpc_error`, with a hint when a TLS handshake is the likely reason the coordinator is unreachable."""
+        exc = from_rpc_error(e)
+        details = (e.details() if hasattr(e, "details") else "") or ""
+        low = details.lower()
+        if exc.code == grpc.StatusCode.UNAVAILABLE and not self.config.insecure:
+            if any(w in low for w in ("ssl", "tls", "handshake", "certificate")):
+                hint = ("TLS handshake with the coordinator failed: check that --ca-file is the CA that signed its "
+                        "certificate and that the certificate names the address you dial (or, for a plaintext "
+                        "coordinator, pass --insecure)")
+            elif "socket closed" in low or "connection reset" in low:
+                hint = ("the coordinator closed the connection during the TLS handshake: it may require a client "
+                        "certificate (mutual TLS: --cert/--key)")
+            else:
+                hint = ""
+            if hint:
+                exc.args = (f"{exc.args[0]} [{hint}]",)
+        return exc
+
     def _stream(self, method: Callable, request, timeout: float) -> Iterator:
         try:
-            call = method(request, timeout=timeout)
+            call = method(request, timeout=timeout, metadata=self._metadata)
         except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+            raise self._error(e) from None
         self._track(call)
         try:
             yield from call
         except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+            raise self._error(e) from None
         finally:
             call.cancel()  # no-op once complete; frees the stream if the caller stopped early
             self._untrack(call)

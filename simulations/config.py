@@ -47,6 +47,9 @@ class SimulationConfig:
     test_fraction: float = 0.2
     round_timeout_s: float = 300.0
     target_accuracy: float | None = None
+    strategy: str = "fedavg"                  # coordinator aggregation (coordinator.strategies)
+    byzantine_fraction: float = 0.0           # share of clients that attack (seeded choice)
+    attack: str = "sign-flip"                 # what they do (simulations.attacks)
     progress: bool = True
     out: Path = field(default_factory=lambda: Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
 
@@ -72,6 +75,13 @@ class SimulationConfig:
             problems.append("--artifacts and --data go together (your own model needs your own data)")
         if self.workers < 0:
             problems.append(f"workers must be >= 0, got {self.workers}")
+        if not (isinstance(self.byzantine_fraction, (int, float)) and 0 <= self.byzantine_fraction < 1):
+            problems.append(f"byzantine_fraction must be in [0, 1), got {self.byzantine_fraction!r}")
+        for check, value in ((_check_strategy, self.strategy), (_check_attack, self.attack)):
+            try:
+                check(value)
+            except ConfigError as e:
+                problems.append(str(e))
         if problems:
             raise ConfigError("; ".join(problems))
 
@@ -89,6 +99,18 @@ class SimulationConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(self).items()}
+
+
+def _check_strategy(spec: str) -> None:
+    from coordinator.strategies import parse_strategy
+
+    parse_strategy(spec)
+
+
+def _check_attack(spec: str) -> None:
+    from simulations.attacks import parse_attack
+
+    parse_attack(spec)
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(SimulationConfig)}

@@ -22,6 +22,7 @@ from coordinator import Coordinator, CoordinatorConfig
 from edge_client.artifacts import Manifest, build_artifacts, verify_artifacts
 from edge_client.models import builtin_model
 from protos.errors import ConfigError, FedortError
+from simulations.attacks import choose_attackers
 from simulations.backends import make_backend
 from simulations.config import SimulationConfig
 from simulations.datasets import save_npz
@@ -135,6 +136,9 @@ def coordinator_config(cfg: SimulationConfig, artifacts: Path, state_dir: Path, 
         round_timeout_s=cfg.round_timeout_s, local_epochs=cfg.local_epochs, batch_size=cfg.batch_size,
         lr=cfg.lr, reset_optimizer=cfg.reset_optimizer, seed=cfg.seed, eval_data=eval_data,
         client_timeout_s=0,                # virtual clients are polled once a round, not heartbeating
+        strategy=cfg.strategy,
+        # local, loopback-only run of our own virtual clients: plaintext, no device tokens, no rate limit
+        insecure=True, auth="open", submissions_per_minute=0,
     )
 
 
@@ -159,7 +163,11 @@ def run_simulation(cfg: SimulationConfig) -> SimulationResult:
     port = server.start()
     address = f"127.0.0.1:{port}"
     workers = max(1, min(cfg.worker_count, n_clients))
-    plans = [WorkerPlan(address, out / "cache" / f"worker-{i}", population.source, share)
+    attackers = choose_attackers([c.client_id for c in population.clients], cfg.byzantine_fraction, cfg.seed)
+    if attackers:
+        log.info("byzantine clients (%s): %s", cfg.attack, sorted(attackers))
+    plans = [WorkerPlan(address, out / "cache" / f"worker-{i}", population.source, share,
+                        attack=cfg.attack if attackers else "", attackers=attackers)
              for i, share in enumerate(population.split(workers))]
     backend = make_backend(cfg.backend, ray_address=cfg.ray_address, num_cpus=workers)
     progress = RoundProgress(out / "state" / "models", cfg.rounds, enabled=cfg.progress)

@@ -42,6 +42,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--ray-address", help="an existing Ray cluster (default: start a local Ray instance)")
     p.add_argument("--workers", type=int, help="worker processes (default: one per core)")
     p.add_argument("--seed", type=int, help="seeds partitions, selection and local shuffling (default 0)")
+    p.add_argument("--strategy", metavar="SPEC", help="aggregation: fedavg | clip:NORM | median | trimmed-mean:BETA | "
+                                                      "krum:F | multi-krum:F:M (default fedavg)")
+    p.add_argument("--byzantine-fraction", type=float, metavar="F",
+                   help="share of clients that attack with --attack, chosen by --seed (default 0)")
+    p.add_argument("--attack", metavar="SPEC", help="sign-flip[:K] | scale:K (default sign-flip, K = 4)")
     p.add_argument("--out", type=Path, help="run folder (default runs/<timestamp>)")
     p.add_argument("--no-progress", dest="progress", action="store_false", default=None, help="no progress bar")
     p.add_argument("--verbose", action="store_true", help="log every coordinator and client event (default: "
@@ -59,7 +64,8 @@ def _run(args: argparse.Namespace) -> int:
             logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))
 
     fields = ("clients", "clients_per_round", "fraction", "rounds", "partition", "model", "artifacts", "data",
-              "local_epochs", "batch_size", "lr", "backend", "ray_address", "workers", "seed", "out", "progress")
+              "local_epochs", "batch_size", "lr", "backend", "ray_address", "workers", "seed", "out", "progress",
+              "strategy", "byzantine_fraction", "attack")
     cfg = load_config(args.scenario, {k: getattr(args, k) for k in fields})
     result = run_simulation(cfg)
     print()

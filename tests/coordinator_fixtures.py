@@ -37,7 +37,8 @@ def mlp_artifacts(tmp_path_factory) -> Path:
 
 def make_config(artifacts: Path, state_dir: Path, **overrides) -> CoordinatorConfig:
     values = dict(artifacts=artifacts, state_dir=state_dir, address="127.0.0.1:0", rounds=2, min_clients=2,
-                  round_timeout_s=20, client_timeout_s=0)
+                  round_timeout_s=20, client_timeout_s=0,
+                  insecure=True, auth="open", submissions_per_minute=0)   # tests of security set these explicitly
     values.update(overrides)
     return CoordinatorConfig(**values)
 

@@ -94,7 +94,8 @@ def server(tmp_path, artifacts):
 
     def start(**overrides) -> str:
         values = dict(artifacts=artifacts, state_dir=tmp_path / "state", address="127.0.0.1:0", rounds=2,
-                      min_clients=2, round_timeout_s=20, local_epochs=1, batch_size=32, lr=0.05)
+                      min_clients=2, round_timeout_s=20, local_epochs=1, batch_size=32, lr=0.05,
+                      insecure=True, auth="open")
         values.update(overrides)
         port = ct.start(CoordinatorConfig(**values))
         return f"127.0.0.1:{port}"
@@ -114,7 +115,7 @@ def db(tmp_path: Path, sql: str, *args) -> list[tuple]:
 
 def config(address: str, tmp_path: Path, name: str, **kw) -> EdgeConfig:
     kw.setdefault("cache_dir", tmp_path / f"cache-{name}")
-    return EdgeConfig(address, name=name, backoff=FAST, poll_wait_ms=2000, **kw)
+    return EdgeConfig(address, name=name, backoff=FAST, poll_wait_ms=2000, insecure=True, **kw)
 
 
 def start_in_threads(clients: list[EdgeClient]) -> tuple[list[threading.Thread], list]:
@@ -225,11 +226,11 @@ def test_artifacts_are_downloaded_once_per_cache(server, tmp_path, digits):
 
 def test_virtual_clients_share_one_channel_one_session_and_one_vector_download(server, tmp_path, artifacts, digits):
     address = server.start_with(rounds=2, min_clients=2, min_available_clients=6, fraction=0.5)
-    transport = Transport(ChannelConfig(address))
+    transport = Transport(ChannelConfig(address, insecure=True))
     session = TrainingSession.from_artifacts(artifacts)
     cache = ArtifactCache(tmp_path / "cache")
     clients = [
-        EdgeClient(EdgeConfig(address, client_id=f"client-{i:04d}", heartbeats=False, persist_identity=False,
+        EdgeClient(EdgeConfig(address, insecure=True, client_id=f"client-{i:04d}", heartbeats=False, persist_identity=False,
                               backoff=FAST),
                    transport=transport, session=session, cache=cache, data=part(digits, i, 6, 100))
         for i in range(6)
@@ -355,7 +356,7 @@ def test_heartbeats_are_sent_while_busy(server, tmp_path, digits):
 
 def test_stop_cuts_a_long_poll_short_and_leaves(server, tmp_path, digits):
     address = server.start_with(min_clients=2)           # one client alone never gets a task
-    client = EdgeClient(EdgeConfig(address, name="dev", cache_dir=tmp_path / "c", poll_wait_ms=30_000,
+    client = EdgeClient(EdgeConfig(address, insecure=True, name="dev", cache_dir=tmp_path / "c", poll_wait_ms=30_000,
                                    backoff=FAST), data=part(digits, 0, 4))
     client.join()
     threading.Timer(0.5, client.stop, args=("test stop",)).start()
@@ -410,7 +411,7 @@ def test_unknown_config_keys_are_refused(tmp_path):
 
 def test_a_shared_session_refuses_bad_data_before_joining(server, tmp_path, artifacts, digits):
     address = server.start_with()
-    client = EdgeClient(EdgeConfig(address, client_id="client-0001", persist_identity=False),
+    client = EdgeClient(EdgeConfig(address, insecure=True, client_id="client-0001", persist_identity=False),
                         session=TrainingSession.from_artifacts(artifacts), cache=ArtifactCache(tmp_path / "c"),
                         data={"x": digits["x"][:20]})
     with pytest.raises(DataError, match=r"missing array\(s\) \['labels'\]"):
@@ -483,8 +484,27 @@ def test_clients_on_one_machine_with_their_own_data_files_get_their_own_identiti
         files.append(tmp_path / f"client-{i}.npz")
         np.savez(files[-1], **part(digits, i, 4))
     shared = dict(cache_dir=tmp_path / "cache")        # same host name, same cache folder
-    a = EdgeClient(EdgeConfig(address, data=files[0], backoff=FAST, **shared))
-    b = EdgeClient(EdgeConfig(address, data=files[1], backoff=FAST, **shared))
+    a = EdgeClient(EdgeConfig(address, insecure=True, data=files[0], backoff=FAST, **shared))
+    b = EdgeClient(EdgeConfig(address, insecure=True, data=files[1], backoff=FAST, **shared))
     assert a.join().client_id != b.join().client_id
     for c in (a, b):
         c.close()
+
+
+# ---- research/testing hook ------------------------------------------------------------------------
+
+def test_an_update_hook_replaces_the_uploaded_vector_given_the_rounds_global_vector(server, tmp_path, digits):
+    address = server.start_with(rounds=1, min_clients=1)
+    seen = []
+
+    def hook(task, global_vector, local_vector):
+        seen.append((task.round, global_vector.copy(), local_vector.copy()))
+        return global_vector + np.float32(1.0)
+
+    client = EdgeClient(config(address, tmp_path, "dev0", update_hook=hook), data=part(digits, 0, 2, 100))
+    assert client.run().rounds_trained == [1]
+    vectors = tmp_path / "state" / "vectors"
+    start = np.fromfile(vectors / "round-0001.f32", dtype="<f4")
+    (round_, given, trained), = seen
+    assert round_ == 1 and np.array_equal(given, start) and not np.array_equal(trained, start)
+    np.testing.assert_allclose(np.fromfile(vectors / "round-0002.f32", dtype="<f4"), start + 1.0, atol=1e-6)

@@ -82,7 +82,8 @@ def test_bad_values_are_config_errors_naming_the_setting(tmp_path):
 def test_serve_runs_a_round_then_sigterm_stops_gracefully_and_status_prints_it(processes, mlp_artifacts, tmp_path):
     state, port_file = tmp_path / "state", tmp_path / "port"
     serve = ["coordinator", "serve", "--artifacts", str(mlp_artifacts), "--state-dir", str(state), "--address",
-             "127.0.0.1:0", "--port-file", str(port_file), "--rounds", "3", "--min-clients", "2", "--round-timeout", "20"]
+             "127.0.0.1:0", "--port-file", str(port_file), "--rounds", "3", "--min-clients", "2", "--round-timeout", "20",
+             "--insecure", "--auth", "open"]
     proc = processes(*serve)
     port = wait_port(port_file, proc)
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -118,14 +119,14 @@ def test_serve_runs_a_round_then_sigterm_stops_gracefully_and_status_prints_it(p
 def test_a_state_dir_of_another_model_is_refused_clearly(processes, mlp_artifacts, tmp_path):
     state, port_file = tmp_path / "state", tmp_path / "port"
     proc = processes("coordinator", "serve", "--artifacts", str(mlp_artifacts), "--state-dir", str(state),
-                     "--address", "127.0.0.1:0", "--port-file", str(port_file))
+                     "--address", "127.0.0.1:0", "--port-file", str(port_file), "--insecure", "--auth", "open")
     wait_port(port_file, proc)
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=20)
     other = tmp_path / "cnn"
     build_artifacts(cnn(), other)
     second = processes("coordinator", "serve", "--artifacts", str(other), "--state-dir", str(state), "--address",
-                       "127.0.0.1:0")
+                       "127.0.0.1:0", "--insecure")
     _, err = second.communicate(timeout=30)
     assert second.returncode == 1
     assert "belongs to model" in err and "use a new --state-dir" in err
@@ -134,7 +135,7 @@ def test_a_state_dir_of_another_model_is_refused_clearly(processes, mlp_artifact
 def test_a_failed_run_exits_1_with_the_reason(processes, mlp_artifacts, tmp_path):
     proc = processes("coordinator", "serve", "--artifacts", str(mlp_artifacts), "--state-dir", str(tmp_path / "s"),
                      "--address", "127.0.0.1:0", "--port-file", str(tmp_path / "port"), "--min-clients", "1",
-                     "--round-timeout", "0.2", "--max-round-attempts", "2")
+                     "--round-timeout", "0.2", "--max-round-attempts", "2", "--insecure", "--auth", "open")
     port = wait_port(tmp_path / "port", proc)
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
         stub = pb_grpc.CoordinatorStub(channel)

@@ -116,7 +116,7 @@ def start_coordinator(procs: Procs, artifacts: Path, state: Path, port: int = 0,
     port_file = state.parent / f"{name}.port"
     port_file.unlink(missing_ok=True)
     args = [*CLI, "coordinator", "serve", "--artifacts", str(artifacts), "--state-dir", str(state),
-            "--address", f"127.0.0.1:{port}", "--port-file", str(port_file), "--keep-spool"]
+            "--address", f"127.0.0.1:{port}", "--port-file", str(port_file), "--keep-spool", "--insecure", "--auth", "open"]
     for k, v in flags.items():
         args += [f"--{k.replace('_', '-')}", str(v)]
     p = procs.start(name, args)
@@ -128,7 +128,7 @@ def start_coordinator(procs: Procs, artifacts: Path, state: Path, port: int = 0,
 def start_edge(procs: Procs, port: int, data: Path, name: str, *extra: str) -> subprocess.Popen:
     cache = procs.folder / f"cache-{name}"
     return procs.start(name, [*CLI, "edge", "run", "--coordinator", f"127.0.0.1:{port}", "--data", str(data),
-                              "--cache-dir", str(cache), "--name", name, "--poll-wait-ms", "1000",
+                              "--cache-dir", str(cache), "--name", name, "--poll-wait-ms", "1000", "--insecure",
                               "--debug-modules", str(procs.folder / f"{name}.modules.json"), *extra])
 
 
@@ -219,7 +219,7 @@ from protos.messages import TaskKind, UpdateHeader
 from edge_client import EdgeClient, EdgeConfig
 
 address, data, cache = sys.argv[1:4]
-client = EdgeClient(EdgeConfig(address, data=data, cache_dir=cache, name="doomed", poll_wait_ms=1000))
+client = EdgeClient(EdgeConfig(address, data=data, cache_dir=cache, name="doomed", poll_wait_ms=1000, insecure=True))
 client.join()
 task = client.poll()
 while task.kind != TaskKind.FIT:

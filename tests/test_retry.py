@@ -128,7 +128,7 @@ def _free_port() -> int:
 
 
 def test_a_coordinator_that_is_not_there_is_unavailable_and_retried():
-    transport = Transport(ChannelConfig(f"127.0.0.1:{_free_port()}", rpc_timeout_s=2.0))
+    transport = Transport(ChannelConfig(f"127.0.0.1:{_free_port()}", insecure=True, rpc_timeout_s=2.0))
     try:
         with pytest.raises(UnavailableError, match="Status failed .* giving up.*UNAVAILABLE"):
             call_with_retry(transport.status, Backoff(initial_s=0.05, max_delay_s=0.1, give_up_after_s=0.5),
@@ -148,7 +148,7 @@ def test_a_coordinator_that_comes_up_late_is_reached_by_retrying():
     pb_grpc.add_CoordinatorServicer_to_server(_StatusOnly(), server)
     server.add_insecure_port(f"127.0.0.1:{port}")
     timer = threading.Timer(0.5, server.start)
-    transport = Transport(ChannelConfig(f"127.0.0.1:{port}", rpc_timeout_s=2.0))
+    transport = Transport(ChannelConfig(f"127.0.0.1:{port}", insecure=True, rpc_timeout_s=2.0))
     try:
         timer.start()
         status = call_with_retry(transport.status, Backoff(initial_s=0.05, max_delay_s=0.2, give_up_after_s=10),

@@ -36,7 +36,8 @@ def address(tmp_path, artifacts):
 
     async def start():
         holder["c"] = Coordinator(CoordinatorConfig(artifacts=artifacts, state_dir=tmp_path / "state",
-                                                    address="127.0.0.1:0", rounds=1, min_clients=2))
+                                                    address="127.0.0.1:0", rounds=1, min_clients=2,
+                                                    insecure=True, auth="open"))
         return await holder["c"].start()
 
     port = asyncio.run_coroutine_threadsafe(start(), loop).result(30)
@@ -52,9 +53,10 @@ def test_addresses_must_be_host_and_port(bad):
         ChannelConfig(bad)
 
 
-def test_tls_is_refused_until_it_exists():
-    with pytest.raises(ConfigError, match="insecure"):
-        ChannelConfig("127.0.0.1:7420", insecure=False)
+def test_tls_is_the_default_and_its_files_must_exist(tmp_path):
+    assert ChannelConfig("127.0.0.1:7420").insecure is False
+    with pytest.raises(ConfigError, match="ca_file not found"):
+        ChannelConfig("127.0.0.1:7420", ca_file=tmp_path / "missing.pem")
 
 
 def test_keepalive_and_message_limits_are_set_on_the_channel():
@@ -64,7 +66,7 @@ def test_keepalive_and_message_limits_are_set_on_the_channel():
 
 
 def test_join_and_download_the_round_vector(address):
-    with Transport.connect(address) as t:
+    with Transport.connect(address, insecure=True) as t:
         info = t.join("dev")
         assert info.client_id.startswith("c-") and len(info.artifacts) == 4
         assert all(len(a.sha256) == 64 for a in info.artifacts)
@@ -75,21 +77,21 @@ def test_join_and_download_the_round_vector(address):
 
 
 def test_a_vector_that_is_not_the_announced_one_is_refused(address):
-    with Transport.connect(address) as t:
+    with Transport.connect(address, insecure=True) as t:
         info = t.join("dev")
         with pytest.raises(ProtocolError, match="differs from the task's"):
             t.download_vector(info.client_id, info.model_id, 1, expected_sha256=b"\x00" * 32)
 
 
 def test_errors_arrive_as_fedort_errors_with_the_status_code(address):
-    with Transport.connect(address) as t:
+    with Transport.connect(address, insecure=True) as t:
         with pytest.raises(FedortError) as info:
             t.poll("c-never-joined", "m", wait_ms=0)
         assert info.value.code == grpc.StatusCode.NOT_FOUND and "unknown client" in str(info.value)
 
 
 def test_cancel_inflight_interrupts_a_long_poll(address):
-    with Transport.connect(address) as t:
+    with Transport.connect(address, insecure=True) as t:
         info = t.join("dev")
         threading.Timer(0.3, t.cancel_inflight).start()
         started = time.monotonic()
