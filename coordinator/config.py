@@ -43,19 +43,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from coordinator.strategies import parse_strategy
 from protos.codec import CHUNK_BYTES, MAX_CHUNK_BYTES
+from edge_client.tomlfile import read_table
 from protos.errors import ConfigError
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 _PATH_FIELDS = ("artifacts", "state_dir", "eval_data", "port_file", "tls_cert", "tls_key", "tls_client_ca")
 
@@ -222,18 +218,4 @@ def _number(x: Any) -> bool:
 
 def read_toml(path: Path) -> dict[str, Any]:
     """The coordinator settings in a TOML file: its `[coordinator]` table, else its top level."""
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path} is not valid TOML: {e}") from e
-    table = data.get("coordinator", data)
-    if not isinstance(table, dict):
-        raise ConfigError(f"[coordinator] in {path} must be a table, got {type(table).__name__}")
-    # relative paths in the file are relative to the file, as a reader of the file expects
-    out = dict(table)
-    for name in _PATH_FIELDS:
-        if isinstance(out.get(name), str) and not Path(out[name]).is_absolute():
-            out[name] = path.parent / out[name]
-    return out
+    return read_table(path, "coordinator", _PATH_FIELDS)

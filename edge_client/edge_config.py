@@ -9,11 +9,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from edge_client.tomlfile import read_table
 from protos.errors import ConfigError
 from edge_client.local_round import ModuleFactory, UpdateHook
 from edge_client.retry import Backoff
@@ -112,24 +112,7 @@ def _token_client_id(token: str) -> str:
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover
-        import tomli as tomllib
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path} is not valid TOML: {e}") from e
-    table = data.get("edge", data)
-    if not isinstance(table, dict):
-        raise ConfigError(f"[edge] in {path} must be a table, got {type(table).__name__}")
-    out = dict(table)
-    for key in ("data", "cache_dir", "ca_file", "cert_file", "key_file"):  # relative to the file, as its reader expects
-        if isinstance(out.get(key), str) and not Path(out[key]).is_absolute():
-            out[key] = str(path.parent / out[key])
-    return out
+    return read_table(path, "edge", ("data", "cache_dir", "ca_file", "cert_file", "key_file"))
 
 
 __all__ = ["EdgeConfig", "ModuleFactory"]

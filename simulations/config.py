@@ -8,18 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from edge_client.tomlfile import read_table
 from protos.errors import ConfigError
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 BACKENDS = ("local", "ray")
 
@@ -122,12 +118,7 @@ def load_config(scenario: str | os.PathLike | None = None, overrides: Mapping[st
     values: dict[str, Any] = {}
     if scenario is not None:
         path = Path(scenario)
-        if not path.is_file():
-            raise ConfigError(f"scenario file not found: {path}")
-        try:
-            values.update(tomllib.loads(path.read_text()))
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"{path} is not valid TOML: {e}") from e
+        values.update(read_table(path, None))
         unknown = sorted(set(values) - set(_FIELDS))
         if unknown:
             raise ConfigError(f"{path}: unknown settings {unknown}; known: {sorted(_FIELDS)}")
