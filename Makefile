@@ -9,6 +9,7 @@ RUN ?= runs/demo
 .PHONY: demo test bench protos clean
 
 demo: $(VENV)/.installed
+	rm -rf $(RUN)
 	$(BIN)/fedort simulate simulations/scenarios/digits_dirichlet.toml --out $(RUN)
 
 test: $(VENV)/.installed
