@@ -13,6 +13,7 @@ missing exports redone) and only then reports SERVING on the standard health ser
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import logging
 import os
@@ -111,10 +112,12 @@ class Coordinator:
         cfg.check_transport_security()
         credentials = server_credentials(cfg)
         cfg.state_dir.mkdir(parents=True, exist_ok=True)
+        # on loopback nobody else can listen or connect from elsewhere, so these are no news there
+        warn = log.info if _is_loopback(cfg.host_port[0]) else log.warning
         if cfg.auth == "open":
-            log.warning("auth is open: any caller may act as any client id (use --auth token outside local tests)")
+            warn("auth is open: any caller may act as any client id (use --auth token outside local tests)")
         if cfg.insecure:
-            log.warning("serving plaintext (--insecure): tokens and updates cross the network unencrypted")
+            warn("serving plaintext (--insecure): tokens and updates cross the network unencrypted")
         auth = Authenticator(cfg.auth, DeviceStore(cfg.state_dir) if cfg.auth == "token" else None)
         if auth.devices is not None and not any(not d.revoked for d in auth.devices.devices()):
             log.warning("no device is enrolled, so no client can join: `fedort coordinator enroll NAME --state-dir %s`",
@@ -206,3 +209,10 @@ class Coordinator:
 
     async def __aexit__(self, *exc) -> None:
         await self.stop()
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host == "localhost"

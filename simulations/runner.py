@@ -225,7 +225,7 @@ def _report(cfg: SimulationConfig, out: Path, manifest: Manifest, stats: list[Wo
     model = out / "model.onnx"
     shutil.copyfile(final_dir / "model.onnx", model)
     final = {
-        "name": cfg.name, "rounds": last.round, "clients": cfg.clients, "partition": cfg.partition,
+        "name": cfg.name, "clients": cfg.clients, "partition": cfg.partition,
         "model_id": manifest.model_id, "parameters": manifest.parameter_count,
         "test_accuracy": last.accuracy, "test_loss": last.loss, "wall_seconds": round(seconds, 2),
         "model": str(model), "target_accuracy": cfg.target_accuracy,
