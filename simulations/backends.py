@@ -7,12 +7,15 @@ processes. Both backends run the same `run_worker(plan)`; a backend only decides
 from __future__ import annotations
 
 import concurrent.futures as cf
+import logging
 import multiprocessing
 import os
 from typing import Protocol, Sequence
 
 from protos.errors import ConfigError, FedortError
 from simulations.worker import WorkerPlan, WorkerStats, run_worker
+
+log = logging.getLogger("fedort.sim")
 
 
 class Backend(Protocol):
@@ -84,13 +87,16 @@ class RayBackend:
         self._refs = [remote.remote(p) for p in plans]
 
     def _init_local(self, attempts: int = 3, **kwargs) -> None:
-        """Start a local Ray instance; on a loaded machine its GCS can miss Ray's start-up
-        timeout ("Timed out waiting for file .../gcs_server_port"), so try again a few times."""
+        """Start a local Ray instance, trying again a few times: now and then its GCS or raylet
+        misses Ray's own start-up timeouts on a busy 2-core machine ("Timed out waiting for file
+        .../gcs_server_port", "The current node timed out during startup"), raised as
+        RuntimeError or a bare Exception."""
         for attempt in range(1, attempts + 1):
             try:
                 self._ray.init(**kwargs)
                 return
-            except RuntimeError as e:
+            except Exception as e:  # noqa: BLE001 - Ray raises bare Exception for these
+                log.warning("local Ray did not start (try %d of %d): %s", attempt, attempts, e)
                 self._ray.shutdown()
                 if attempt == attempts:
                     raise ConfigError(f"could not start a local Ray instance ({attempts} tries): {e}") from e
