@@ -53,7 +53,7 @@ from protos.errors import (
     ConfigError, FedortError, NotFoundError, ProtocolError, ResourceExhaustedError, StaleRoundError,
     UnavailableError, VectorError, WrongModelError,
 )
-from protos.messages import Metric, Task, TaskKind, TrainConfig, UpdateHeader
+from protos.messages import Metric, SubmitResult, Task, TaskKind, TrainConfig, UpdateHeader
 
 log = logging.getLogger(__name__)
 
@@ -94,14 +94,6 @@ class RunOutcome:
 
     state: RoundState
     rounds_completed: int
-    message: str = ""
-
-
-@dataclass(frozen=True)
-class SubmitResult:
-    accepted: bool
-    duplicate: bool
-    round: int
     message: str = ""
 
 

@@ -30,7 +30,7 @@ from protos import fedort_v1_pb2 as pb
 from protos import fedort_v1_pb2_grpc as pb_grpc
 from protos.codec import CHUNK_BYTES, VectorMeta, iter_chunks
 from protos.errors import FedortError, NotFoundError, ProtocolError, ResourceExhaustedError, status_for
-from protos.messages import UpdateHeader, meta_to_pb, metrics_from_pb
+from protos.messages import SubmitResult, UpdateHeader, meta_to_pb, metrics_from_pb
 
 log = logging.getLogger(__name__)
 
@@ -173,8 +173,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         if assembler is None:
             while await self._read(context) is not grpc.aio.EOF:
                 pass
-            return pb.SubmitReply(accepted=True, duplicate=True, round=header.vector.round,
-                                  message="duplicate: this update was already counted")
+            return SubmitResult(True, True, header.vector.round, "duplicate: this update was already counted").to_pb()
         async with self.engine.upload_slot():
             t0 = time.perf_counter()
             receiver = UpdateReceiver(assembler, self.engine.spool_temp_path(header))
@@ -192,15 +191,13 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                 receiver.close()
             log.debug("update of %s: %.1f MB received in %.0f ms, stored and folded in %.0f ms", header.client_id,
                       vector.nbytes / 1e6, 1000 * (t1 - t0), 1000 * (time.perf_counter() - t1))
-        return pb.SubmitReply(accepted=result.accepted, duplicate=result.duplicate, round=result.round,
-                              message=result.message)
+        return result.to_pb()
 
     @unary
     async def SubmitEvaluation(self, request: pb.EvaluationResult, context) -> pb.SubmitReply:
         self.submissions.take(request.client_id)
-        r = self.engine.submit_evaluation(request.client_id, request.model_id, request.round, request.num_examples,
-                                          metrics_from_pb(request.metrics))
-        return pb.SubmitReply(accepted=r.accepted, duplicate=r.duplicate, round=r.round, message=r.message)
+        return self.engine.submit_evaluation(request.client_id, request.model_id, request.round, request.num_examples,
+                                             metrics_from_pb(request.metrics)).to_pb()
 
     @unary
     async def Heartbeat(self, request: pb.HeartbeatRequest, context) -> pb.HeartbeatReply:

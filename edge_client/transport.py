@@ -29,7 +29,7 @@ from protos import fedort_v1_pb2 as pb
 from protos import fedort_v1_pb2_grpc as pb_grpc
 from protos.codec import CHUNK_BYTES, VectorAssembler, describe, iter_chunks
 from protos.errors import ConfigError, FedortError, ProtocolError, from_rpc_error
-from protos.messages import Metric, Task, UpdateHeader, meta_from_pb, metrics_to_pb
+from protos.messages import Metric, SubmitResult, Task, UpdateHeader, meta_from_pb, metrics_to_pb
 
 log = logging.getLogger("fedort.edge.transport")
 
@@ -124,14 +124,6 @@ class JoinInfo:
     artifacts: tuple[ArtifactRef, ...]
     heartbeat_interval_ms: int
     max_chunk_bytes: int
-
-
-@dataclass(frozen=True)
-class SubmitResult:
-    accepted: bool
-    duplicate: bool
-    round: int
-    message: str = ""
 
 
 @dataclass(frozen=True)
@@ -311,15 +303,13 @@ class Transport:
             for c in iter_chunks(vector, chunk):
                 yield pb.UpdatePart(chunk=c)
 
-        r = self._unary(self._stub.SubmitUpdate, parts(), self.config.stream_timeout_s)
-        return SubmitResult(r.accepted, r.duplicate, r.round, r.message)
+        return SubmitResult.from_pb(self._unary(self._stub.SubmitUpdate, parts(), self.config.stream_timeout_s))
 
     def submit_evaluation(self, client_id: str, model_id: str, round: int, num_examples: int,
                           metrics: Mapping[str, Metric]) -> SubmitResult:
         req = pb.EvaluationResult(client_id=client_id, model_id=model_id, round=round,
                                   num_examples=num_examples, metrics=metrics_to_pb(metrics))
-        r = self._unary(self._stub.SubmitEvaluation, req, self.config.rpc_timeout_s)
-        return SubmitResult(r.accepted, r.duplicate, r.round, r.message)
+        return SubmitResult.from_pb(self._unary(self._stub.SubmitEvaluation, req, self.config.rpc_timeout_s))
 
     def heartbeat(self, client_id: str, timeout_s: float | None = None) -> tuple[int, str]:
         r = self._unary(self._stub.Heartbeat, pb.HeartbeatRequest(client_id=client_id),

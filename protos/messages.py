@@ -89,6 +89,24 @@ def meta_from_pb(m: pb.VectorHeader) -> VectorMeta:
 
 
 @dataclass(frozen=True)
+class SubmitResult:
+    """The coordinator's answer to an update or an evaluation: counted, already counted, or not."""
+
+    accepted: bool
+    duplicate: bool
+    round: int
+    message: str = ""
+
+    def to_pb(self) -> pb.SubmitReply:
+        return pb.SubmitReply(accepted=self.accepted, duplicate=self.duplicate, round=self.round,
+                              message=self.message)
+
+    @classmethod
+    def from_pb(cls, m: pb.SubmitReply) -> "SubmitResult":
+        return cls(m.accepted, m.duplicate, m.round, m.message)
+
+
+@dataclass(frozen=True)
 class UpdateHeader:
     """The first message of an update stream: who, which vector, on how many examples, metrics."""
 
