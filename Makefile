@@ -19,7 +19,7 @@ bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/run_all.py
 
 protos: $(VENV)/.installed
-	$(BIN)/python -m protos.generate
+	$(BIN)/python -m fedort.protos.generate
 
 $(VENV)/.installed: pyproject.toml
 	@test -n "$(PY)" || { echo "fedort needs Python 3.10, 3.11 or 3.12 on PATH (onnxruntime-training 1.19.2 has no 3.13 wheels)"; exit 1; }

@@ -63,14 +63,15 @@ def load_weighted_sum() -> type:
     Under the Flower venv (protobuf 6, fedort not installed) the packages' __init__ files must not
     run: `coordinator/__init__` imports the gRPC server and the protobuf-7 stubs. fedavg.py needs
     only numpy and protos/errors.py (-> grpc), so both files are loaded alone, the second under
-    its real name inside an empty stand-in `protos` package.
+    its real name inside empty stand-in `fedort` / `fedort.protos` packages.
     """
-    if "protos.errors" not in sys.modules:
-        if "protos" not in sys.modules:
-            pkg = types.ModuleType("protos")
-            pkg.__path__ = [str(ROOT / "protos")]
-            sys.modules["protos"] = pkg
-        _load_by_path("protos.errors", ROOT / "protos" / "errors.py")
+    if "fedort.protos.errors" not in sys.modules:
+        for name, path in (("fedort", ROOT / "fedort"), ("fedort.protos", ROOT / "protos")):
+            if name not in sys.modules:
+                pkg = types.ModuleType(name)
+                pkg.__path__ = [str(path)]
+                sys.modules[name] = pkg
+        _load_by_path("fedort.protos.errors", ROOT / "protos" / "errors.py")
     return _load_by_path("fedort_bench_fedavg", ROOT / "coordinator" / "fedavg.py").WeightedSum
 
 

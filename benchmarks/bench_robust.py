@@ -32,8 +32,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from coordinator.fedavg import WeightedSum  # noqa: E402
-from coordinator.strategies import SpooledUpdate, parse_strategy  # noqa: E402
+from fedort.coordinator.fedavg import WeightedSum  # noqa: E402
+from fedort.coordinator.strategies import SpooledUpdate, parse_strategy  # noqa: E402
 
 STRATEGIES = ("fedavg", "clip:3", "median", "trimmed-mean:0.2", "krum:2", "multi-krum:2:5")
 ATTACKS = ("sign-flip", "scale:10")
@@ -42,8 +42,8 @@ ATTACKS = ("sign-flip", "scale:10")
 def accuracy_runs(args: argparse.Namespace, out: Path) -> list[dict]:
     import logging
 
-    from simulations.config import SimulationConfig
-    from simulations.runner import run_simulation
+    from fedort.simulations.config import SimulationConfig
+    from fedort.simulations.runner import run_simulation
 
     for name in ("coordinator", "fedort", "edge_client"):
         logging.getLogger(name).setLevel(logging.WARNING)

@@ -66,7 +66,7 @@ def hidden_for(params: int) -> int:
 
 def _no_training_module(session):
     """module_factory: a TrainingModule that runs no ORT step (see the module docstring)."""
-    from edge_client.module import TrainingModule
+    from fedort.edge_client.module import TrainingModule
 
     class _NoSteps:
         """The session as the Trainer sees it through module.session, minus the optimizer work."""
@@ -107,11 +107,11 @@ def _noop_worker(address: str, cache_dir: str, client_ids: list[str], timeout_s:
     """A simulation worker (simulations.worker's join + serve loop) whose EdgeClients do no training."""
     import numpy as np
 
-    from edge_client.cache import ArtifactCache
-    from edge_client.client import EdgeClient, EdgeConfig
-    from edge_client.retry import Backoff
-    from edge_client.transport import ChannelConfig, Transport
-    from simulations import worker as W
+    from fedort.edge_client.cache import ArtifactCache
+    from fedort.edge_client.client import EdgeClient, EdgeConfig
+    from fedort.edge_client.retry import Backoff
+    from fedort.edge_client.transport import ChannelConfig, Transport
+    from fedort.simulations import worker as W
 
     plan = W.WorkerPlan(address, Path(cache_dir), None, (), timeout_s=timeout_s)
     stats = W.WorkerStats()
@@ -157,18 +157,18 @@ _EXPORTED = re.compile(r"exported .* in (\d+) ms")
 
 def fedort_trial(params: int, rounds: int, clients: int, workers: int, state_root: Path | None = None) -> dict:
     """One fedort run; returns per-round starts and a breakdown of where a round's time went."""
-    from edge_client.artifacts import build_artifacts
-    from edge_client.models import mlp
-    from coordinator import CoordinatorConfig
-    from simulations.runner import _CoordinatorThread
-    from simulations.population import client_id
+    from fedort.edge_client.artifacts import build_artifacts
+    from fedort.edge_client.models import mlp
+    from fedort.coordinator import CoordinatorConfig
+    from fedort.simulations.runner import _CoordinatorThread
+    from fedort.simulations.population import client_id
 
     hidden = hidden_for(params)
     art = WORK / f"artifacts-h{hidden}"
     if not (art / "manifest.json").exists():
         manifest = build_artifacts(mlp(hidden=hidden), art)
     else:
-        from edge_client.artifacts import load_manifest
+        from fedort.edge_client.artifacts import load_manifest
         manifest = load_manifest(art)
     timeline = _Timeline()
     for name in ("coordinator",):

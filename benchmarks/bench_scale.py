@@ -145,7 +145,7 @@ def round_times(state_dir: Path) -> tuple[list[float], list[float]]:
 def run_once(registered: int, per_round: int, rounds: int, workers: int | None, tag: str) -> dict:
     out = WORK / f"run-{registered}-{tag}"
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, "-m", "edge_client.cli", "simulate", str(SCENARIO), "--clients", str(registered),
+    cmd = [sys.executable, "-m", "fedort", "simulate", str(SCENARIO), "--clients", str(registered),
            "--clients-per-round", str(per_round), "--rounds", str(rounds), "--out", str(out), "--no-progress"]
     if workers:
         cmd += ["--workers", str(workers)]

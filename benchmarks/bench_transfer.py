@@ -44,12 +44,12 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
-from edge_client.artifacts import build_artifacts, load_manifest  # noqa: E402
-from edge_client.models import mlp  # noqa: E402
-from protos import fedort_v1_pb2 as pb  # noqa: E402
-from protos import fedort_v1_pb2_grpc as pb_grpc  # noqa: E402
-from protos.codec import VectorAssembler, describe, iter_chunks  # noqa: E402
-from protos.messages import meta_from_pb, meta_to_pb  # noqa: E402
+from fedort.edge_client.artifacts import build_artifacts, load_manifest  # noqa: E402
+from fedort.edge_client.models import mlp  # noqa: E402
+from fedort.protos import fedort_v1_pb2 as pb  # noqa: E402
+from fedort.protos import fedort_v1_pb2_grpc as pb_grpc  # noqa: E402
+from fedort.protos.codec import VectorAssembler, describe, iter_chunks  # noqa: E402
+from fedort.protos.messages import meta_from_pb, meta_to_pb  # noqa: E402
 
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
 
@@ -147,8 +147,8 @@ class RawServicer(pb_grpc.CoordinatorServicer):
 def raw_server(length: int, chunk: int, port_file: Path) -> None:
     import asyncio
 
-    from coordinator.server import server_options
-    from coordinator.config import CoordinatorConfig
+    from fedort.coordinator.server import server_options
+    from fedort.coordinator.config import CoordinatorConfig
 
     async def serve():
         options = server_options(CoordinatorConfig(artifacts=Path("."), state_dir=Path(".")))

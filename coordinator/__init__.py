@@ -1,10 +1,10 @@
 """The fedort coordinator: gRPC server, round engine, streaming FedAvg, durable state, model export.
 
-    from coordinator import Coordinator, CoordinatorConfig
+    from fedort.coordinator import Coordinator, CoordinatorConfig
 """
 
-from coordinator.config import CoordinatorConfig
-from coordinator.rounds import RoundState, RunOutcome
-from coordinator.server import Coordinator
+from fedort.coordinator.config import CoordinatorConfig
+from fedort.coordinator.rounds import RoundState, RunOutcome
+from fedort.coordinator.server import Coordinator
 
 __all__ = ["Coordinator", "CoordinatorConfig", "RoundState", "RunOutcome"]

@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 from typing import Sequence
 
-from coordinator.devices import DeviceStore
-from protos.errors import ConfigError, PermissionDeniedError, UnauthenticatedError
+from fedort.coordinator.devices import DeviceStore
+from fedort.protos.errors import ConfigError, PermissionDeniedError, UnauthenticatedError
 
 log = logging.getLogger(__name__)
 

@@ -47,10 +47,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from coordinator.strategies import parse_strategy
-from protos.codec import CHUNK_BYTES, MAX_CHUNK_BYTES
-from edge_client.tomlfile import read_table
-from protos.errors import ConfigError
+from fedort.coordinator.strategies import parse_strategy
+from fedort.protos.codec import CHUNK_BYTES, MAX_CHUNK_BYTES
+from fedort.edge_client.tomlfile import read_table
+from fedort.protos.errors import ConfigError
 
 
 _PATH_FIELDS = ("artifacts", "state_dir", "eval_data", "port_file", "tls_cert", "tls_key", "tls_client_ca")

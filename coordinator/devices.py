@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from protos.errors import ConfigError, UnauthenticatedError
+from fedort.protos.errors import ConfigError, UnauthenticatedError
 
 DB_NAME = "devices.db"
 TOKEN_PREFIX = "fedort_"

@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from coordinator.state import atomic_write_json, fsync_dir, fsync_file
-from edge_client.artifacts import Manifest, sha256_file
-from edge_client.session import TrainingSession
-from protos.errors import DataError
+from fedort.coordinator.state import atomic_write_json, fsync_dir, fsync_file
+from fedort.edge_client.artifacts import Manifest, sha256_file
+from fedort.edge_client.session import TrainingSession
+from fedort.protos.errors import DataError
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from protos.errors import VectorError
+from fedort.protos.errors import VectorError
 
 # Work in blocks that stay in cache: the scaled copy of a block never goes to main memory, so
 # one fold streams each update once and the accumulator once, like a bare `acc += v`.

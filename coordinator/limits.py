@@ -10,7 +10,7 @@ import contextlib
 import time
 from typing import Iterator
 
-from protos.errors import ResourceExhaustedError
+from fedort.protos.errors import ResourceExhaustedError
 
 #: Rate buckets of clients idle longer than this are forgotten (bounds memory under many ids).
 _IDLE_S = 600.0

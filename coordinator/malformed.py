@@ -16,8 +16,8 @@ from typing import Any, Callable
 import grpc
 from google.protobuf.message import DecodeError
 
-from protos import fedort_v1_pb2_grpc as pb_grpc
-from protos.errors import ProtocolError
+from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
+from fedort.protos.errors import ProtocolError
 
 SERVICE_NAME = "fedort.v1.Coordinator"
 

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from protos.messages import Metric
+from fedort.protos.messages import Metric
 
 
 @dataclass

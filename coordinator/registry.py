@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
-from coordinator.state import ClientRow, StateStore, now_ms
-from protos.errors import NotFoundError, ProtocolError
+from fedort.coordinator.state import ClientRow, StateStore, now_ms
+from fedort.protos.errors import NotFoundError, ProtocolError
 
 CLIENT_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 

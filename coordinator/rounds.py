@@ -37,23 +37,23 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from coordinator.config import CoordinatorConfig
-from coordinator.export import Exporter
-from coordinator.fedavg import WeightedSum
-from coordinator.strategies import SpooledUpdate, parse_strategy
-from coordinator.metrics import MetricSums, metrics_json
-from coordinator.registry import ClientRegistry
-from coordinator.selection import client_seed, sample_size, select_clients
-from coordinator.status import StatusSnapshot, snapshot
-from coordinator.state import (
+from fedort.coordinator.config import CoordinatorConfig
+from fedort.coordinator.export import Exporter
+from fedort.coordinator.fedavg import WeightedSum
+from fedort.coordinator.strategies import SpooledUpdate, parse_strategy
+from fedort.coordinator.metrics import MetricSums, metrics_json
+from fedort.coordinator.registry import ClientRegistry
+from fedort.coordinator.selection import client_seed, sample_size, select_clients
+from fedort.coordinator.status import StatusSnapshot, snapshot
+from fedort.coordinator.state import (
     COMMITTED, EXPORTED, FAILED, OPEN, StateStore, SubmissionRow, atomic_write, fsync_dir, now_ms, read_vector,
 )
-from protos.codec import CODEC_RAW, DTYPES, VectorAssembler
-from protos.errors import (
+from fedort.protos.codec import CODEC_RAW, DTYPES, VectorAssembler
+from fedort.protos.errors import (
     ConfigError, FedortError, NotFoundError, ProtocolError, ResourceExhaustedError, StaleRoundError,
     UnavailableError, VectorError, WrongModelError,
 )
-from protos.messages import Metric, SubmitResult, Task, TaskKind, TrainConfig, UpdateHeader
+from fedort.protos.messages import Metric, SubmitResult, Task, TaskKind, TrainConfig, UpdateHeader
 
 log = logging.getLogger(__name__)
 

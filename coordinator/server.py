@@ -22,16 +22,16 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from coordinator.auth import Authenticator
-from coordinator.config import CoordinatorConfig
-from coordinator.devices import DeviceStore
-from coordinator.export import Exporter
-from coordinator.malformed import add_servicer
-from coordinator.rounds import RoundEngine, RoundState, RunOutcome
-from coordinator.servicer import CoordinatorServicer
-from coordinator.state import StateStore, atomic_write
-from edge_client.artifacts import ARTIFACT_FILES, MANIFEST, copy_artifacts, load_manifest, verify_artifacts
-from protos.errors import ConfigError, UnavailableError
+from fedort.coordinator.auth import Authenticator
+from fedort.coordinator.config import CoordinatorConfig
+from fedort.coordinator.devices import DeviceStore
+from fedort.coordinator.export import Exporter
+from fedort.coordinator.malformed import add_servicer
+from fedort.coordinator.rounds import RoundEngine, RoundState, RunOutcome
+from fedort.coordinator.servicer import CoordinatorServicer
+from fedort.coordinator.state import StateStore, atomic_write
+from fedort.edge_client.artifacts import ARTIFACT_FILES, MANIFEST, copy_artifacts, load_manifest, verify_artifacts
+from fedort.protos.errors import ConfigError, UnavailableError
 
 log = logging.getLogger(__name__)
 

@@ -20,17 +20,17 @@ from typing import AsyncIterator, Callable
 
 import grpc
 
-from coordinator.malformed import reject_malformed
-from coordinator.auth import Authenticator, check_identity
-from coordinator.limits import RateLimiter, StreamLimiter
-from coordinator.rounds import RoundEngine
-from coordinator.upload import UpdateReceiver
-from edge_client.artifacts import ARTIFACT_FILES
-from protos import fedort_v1_pb2 as pb
-from protos import fedort_v1_pb2_grpc as pb_grpc
-from protos.codec import CHUNK_BYTES, VectorMeta, iter_chunks
-from protos.errors import FedortError, NotFoundError, ProtocolError, ResourceExhaustedError, status_for
-from protos.messages import SubmitResult, UpdateHeader, meta_to_pb, metrics_from_pb
+from fedort.coordinator.malformed import reject_malformed
+from fedort.coordinator.auth import Authenticator, check_identity
+from fedort.coordinator.limits import RateLimiter, StreamLimiter
+from fedort.coordinator.rounds import RoundEngine
+from fedort.coordinator.upload import UpdateReceiver
+from fedort.edge_client.artifacts import ARTIFACT_FILES
+from fedort.protos import fedort_v1_pb2 as pb
+from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
+from fedort.protos.codec import CHUNK_BYTES, VectorMeta, iter_chunks
+from fedort.protos.errors import FedortError, NotFoundError, ProtocolError, ResourceExhaustedError, status_for
+from fedort.protos.messages import SubmitResult, UpdateHeader, meta_to_pb, metrics_from_pb
 
 log = logging.getLogger(__name__)
 

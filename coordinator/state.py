@@ -27,7 +27,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from protos.errors import ConfigError, VectorError
+from fedort.protos.errors import ConfigError, VectorError
 
 DB_NAME = "state.db"
 SCHEMA_VERSION = 1

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from coordinator.state import StateStore
+from fedort.coordinator.state import StateStore
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from protos.codec import VectorAssembler
-from protos.errors import VectorError
+from fedort.protos.codec import VectorAssembler
+from fedort.protos.errors import VectorError
 
 SYNC_EVERY = 32 << 20     # start an fdatasync of the spool file every this many bytes
 

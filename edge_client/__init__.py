@@ -1,7 +1,7 @@
 """Device side of fedort: train ONNX models on the device with ONNX Runtime, take part in rounds.
 
-    from edge_client import TrainingSession, TrainingModule, Trainer, build_artifacts
-    from edge_client.models import mlp
+    from fedort.edge_client import TrainingSession, TrainingModule, Trainer, build_artifacts
+    from fedort.edge_client.models import mlp
 
     build_artifacts(mlp(), "artifacts/")
     session = TrainingSession.from_artifacts("artifacts/")
@@ -19,30 +19,30 @@ from typing import TYPE_CHECKING, Any
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
     # training core (issue 2)
-    "TrainingSession": "edge_client.session",
-    "SessionConfig": "edge_client.session",
-    "TrainingModule": "edge_client.module",
-    "ConstantLR": "edge_client.module",
-    "LinearWarmupDecay": "edge_client.module",
-    "Trainer": "edge_client.trainer",
-    "Callback": "edge_client.trainer",
-    "RunResult": "edge_client.trainer",
-    "build_artifacts": "edge_client.artifacts",
-    "load_manifest": "edge_client.artifacts",
-    "verify_artifacts": "edge_client.artifacts",
-    "Manifest": "edge_client.artifacts",
-    "TensorSpec": "edge_client.artifacts",
-    "ARTIFACT_FILES": "edge_client.artifacts",
+    "TrainingSession": "fedort.edge_client.session",
+    "SessionConfig": "fedort.edge_client.session",
+    "TrainingModule": "fedort.edge_client.module",
+    "ConstantLR": "fedort.edge_client.module",
+    "LinearWarmupDecay": "fedort.edge_client.module",
+    "Trainer": "fedort.edge_client.trainer",
+    "Callback": "fedort.edge_client.trainer",
+    "RunResult": "fedort.edge_client.trainer",
+    "build_artifacts": "fedort.edge_client.artifacts",
+    "load_manifest": "fedort.edge_client.artifacts",
+    "verify_artifacts": "fedort.edge_client.artifacts",
+    "Manifest": "fedort.edge_client.artifacts",
+    "TensorSpec": "fedort.edge_client.artifacts",
+    "ARTIFACT_FILES": "fedort.edge_client.artifacts",
     # errors
-    "FedortError": "protos.errors",
-    "ConfigError": "protos.errors",
-    "DataError": "protos.errors",
-    "VectorError": "protos.errors",
-    "ArtifactError": "protos.errors",
-    "TrainingError": "protos.errors",
+    "FedortError": "fedort.protos.errors",
+    "ConfigError": "fedort.protos.errors",
+    "DataError": "fedort.protos.errors",
+    "VectorError": "fedort.protos.errors",
+    "ArtifactError": "fedort.protos.errors",
+    "TrainingError": "fedort.protos.errors",
     # edge runtime (issue 4)
-    "EdgeClient": "edge_client.client",
-    "EdgeConfig": "edge_client.client",
+    "EdgeClient": "fedort.edge_client.client",
+    "EdgeConfig": "fedort.edge_client.client",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -62,9 +62,9 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from protos.errors import ArtifactError, ConfigError, DataError, FedortError, TrainingError, VectorError
-    from edge_client.artifacts import ARTIFACT_FILES, Manifest, TensorSpec, build_artifacts, load_manifest, verify_artifacts
-    from edge_client.client import EdgeClient, EdgeConfig
-    from edge_client.module import ConstantLR, LinearWarmupDecay, TrainingModule
-    from edge_client.session import SessionConfig, TrainingSession
-    from edge_client.trainer import Callback, RunResult, Trainer
+    from fedort.protos.errors import ArtifactError, ConfigError, DataError, FedortError, TrainingError, VectorError
+    from fedort.edge_client.artifacts import ARTIFACT_FILES, Manifest, TensorSpec, build_artifacts, load_manifest, verify_artifacts
+    from fedort.edge_client.client import EdgeClient, EdgeConfig
+    from fedort.edge_client.module import ConstantLR, LinearWarmupDecay, TrainingModule
+    from fedort.edge_client.session import SessionConfig, TrainingSession
+    from fedort.edge_client.trainer import Callback, RunResult, Trainer

@@ -20,8 +20,8 @@ from typing import Sequence
 
 import onnx
 
-from protos.errors import ArtifactError, ConfigError
-from edge_client import _ort
+from fedort.protos.errors import ArtifactError, ConfigError
+from fedort.edge_client import _ort
 
 MANIFEST = "manifest.json"
 TRAINING_MODEL = "training_model.onnx"

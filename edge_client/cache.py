@@ -29,9 +29,9 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from protos.errors import ArtifactError, ConfigError
-from edge_client.artifacts import MANIFEST, sha256_file
-from edge_client.transport import ArtifactRef
+from fedort.protos.errors import ArtifactError, ConfigError
+from fedort.edge_client.artifacts import MANIFEST, sha256_file
+from fedort.edge_client.transport import ArtifactRef
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 

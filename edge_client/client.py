@@ -43,18 +43,18 @@ from typing import Any, Callable, Mapping
 import grpc
 import numpy as np
 
-from protos.codec import CHUNK_BYTES, vector_digest
-from protos.errors import ConfigError, DataError, FedortError, NotFoundError, ProtocolError, WrongModelError
-from protos.messages import Metric, Task, TaskKind
-from edge_client import local_round
-from edge_client.artifacts import ARTIFACT_FILES, Manifest
-from edge_client.cache import ArtifactCache, IdentityLock, identity_key
-from edge_client.client_data import ClientData
-from edge_client.edge_config import EdgeConfig
-from edge_client.heartbeat import Heartbeat
-from edge_client.retry import StoppedError, call_with_retry
-from edge_client.session import SessionConfig, TrainingSession
-from edge_client.transport import JoinInfo, SubmitResult, Transport, update_header
+from fedort.protos.codec import CHUNK_BYTES, vector_digest
+from fedort.protos.errors import ConfigError, DataError, FedortError, NotFoundError, ProtocolError, WrongModelError
+from fedort.protos.messages import Metric, Task, TaskKind
+from fedort.edge_client import local_round
+from fedort.edge_client.artifacts import ARTIFACT_FILES, Manifest
+from fedort.edge_client.cache import ArtifactCache, IdentityLock, identity_key
+from fedort.edge_client.client_data import ClientData
+from fedort.edge_client.edge_config import EdgeConfig
+from fedort.edge_client.heartbeat import Heartbeat
+from fedort.edge_client.retry import StoppedError, call_with_retry
+from fedort.edge_client.session import SessionConfig, TrainingSession
+from fedort.edge_client.transport import JoinInfo, SubmitResult, Transport, update_header
 
 log = logging.getLogger("fedort.edge")
 

@@ -17,9 +17,9 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from protos.errors import DataError
-from edge_client.artifacts import TensorSpec
-from edge_client.data import check_array
+from fedort.protos.errors import DataError
+from fedort.edge_client.artifacts import TensorSpec
+from fedort.edge_client.data import check_array
 
 VAL_PREFIX = "val_"
 Arrays = dict[str, np.ndarray]

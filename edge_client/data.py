@@ -22,8 +22,8 @@ from typing import Iterable, Iterator, Mapping, Sequence, Union
 
 import numpy as np
 
-from protos.errors import ConfigError, DataError
-from edge_client.artifacts import TensorSpec
+from fedort.protos.errors import ConfigError, DataError
+from fedort.edge_client.artifacts import TensorSpec
 
 Batch = tuple[np.ndarray, ...]
 DataLike = Union[Mapping[str, np.ndarray], str, os.PathLike, Iterable]

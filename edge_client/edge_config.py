@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from edge_client.tomlfile import read_table
-from protos.errors import ConfigError
-from edge_client.local_round import ModuleFactory, UpdateHook
-from edge_client.retry import Backoff
-from edge_client.transport import ChannelConfig
+from fedort.edge_client.tomlfile import read_table
+from fedort.protos.errors import ConfigError
+from fedort.edge_client.local_round import ModuleFactory, UpdateHook
+from fedort.edge_client.retry import Backoff
+from fedort.edge_client.transport import ChannelConfig
 
 
 @dataclass(frozen=True)

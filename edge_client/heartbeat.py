@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 import threading
 
-from protos.errors import FedortError
-from edge_client.transport import Transport
+from fedort.protos.errors import FedortError
+from fedort.edge_client.transport import Transport
 
 log = logging.getLogger("fedort.edge.heartbeat")
 

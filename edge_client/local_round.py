@@ -15,12 +15,12 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from protos.errors import TrainingError
-from edge_client.retry import StoppedError
-from protos.messages import Metric, TrainConfig
-from edge_client.artifacts import TensorSpec
-from edge_client.client_data import ClientData
-from edge_client.session import TrainingSession
+from fedort.protos.errors import TrainingError
+from fedort.edge_client.retry import StoppedError
+from fedort.protos.messages import Metric, TrainConfig
+from fedort.edge_client.artifacts import TensorSpec
+from fedort.edge_client.client_data import ClientData
+from fedort.edge_client.session import TrainingSession
 
 ModuleFactory = Callable[[TrainingSession], Any]
 # Research/testing hook: (task, global vector, trained vector) -> the vector to upload instead.
@@ -39,7 +39,7 @@ class LocalResult:
 
 def default_module(session: TrainingSession):
     """The stock `TrainingModule` (logs train_loss, val_loss, val_accuracy with sync_dist=True)."""
-    from edge_client.module import TrainingModule
+    from fedort.edge_client.module import TrainingModule
 
     return TrainingModule(session)
 
@@ -67,7 +67,7 @@ def fit(session: TrainingSession, global_vector: np.ndarray, data: ClientData, i
     Setting `stop` ends training after the current batch and raises StoppedError (an update
     from a cut-short fit is never returned).
     """
-    from edge_client.trainer import Trainer
+    from fedort.edge_client.trainer import Trainer
 
     session.from_buffer(global_vector)
     if config.reset_optimizer:
@@ -90,7 +90,7 @@ def fit(session: TrainingSession, global_vector: np.ndarray, data: ClientData, i
 
 
 def _stop_callback(stop: threading.Event):
-    from edge_client.trainer import Callback
+    from fedort.edge_client.trainer import Callback
 
     class StopWhenSet(Callback):
         """Ends the fit after the current batch once `stop` is set (a signal, `EdgeClient.stop()`)."""
@@ -106,7 +106,7 @@ def evaluate(session: TrainingSession, global_vector: np.ndarray, data: ClientDa
              inputs: tuple[TensorSpec, ...], config: TrainConfig,
              module_factory: ModuleFactory | None = None) -> LocalResult:
     """Validate `global_vector` on the validation split (or the training data if there is none)."""
-    from edge_client.trainer import Trainer
+    from fedort.edge_client.trainer import Trainer
 
     session.from_buffer(global_vector)
     module = _module(module_factory, session, config.learning_rate)

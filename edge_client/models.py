@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from protos.errors import ConfigError
+from fedort.protos.errors import ConfigError
 
 #: ORT 1.19.2 runs opset <= 21; onnx 1.17 would default to 22, so we always say which.
 OPSET = 17

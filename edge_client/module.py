@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Union
 
 import numpy as np
 
-from protos.errors import ConfigError, DataError
-from edge_client.session import TrainingSession
+from fedort.protos.errors import ConfigError, DataError
+from fedort.edge_client.session import TrainingSession
 
 if TYPE_CHECKING:  # pragma: no cover
-    from edge_client.trainer import Trainer
+    from fedort.edge_client.trainer import Trainer
 
 ReduceFx = Union[str, Callable[[np.ndarray], float]]
 

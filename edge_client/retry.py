@@ -22,7 +22,7 @@ from typing import Callable, Iterator, TypeVar
 
 import grpc
 
-from protos.errors import FedortError, UnavailableError
+from fedort.protos.errors import FedortError, UnavailableError
 
 log = logging.getLogger("fedort.edge.retry")
 

@@ -18,9 +18,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from protos.errors import ArtifactError, ConfigError, DataError, TrainingError, VectorError
-from edge_client import _ort
-from edge_client.artifacts import (
+from fedort.protos.errors import ArtifactError, ConfigError, DataError, TrainingError, VectorError
+from fedort.edge_client import _ort
+from fedort.edge_client.artifacts import (
     CHECKPOINT, EVAL_MODEL, OPTIMIZER_MODEL, TRAINING_MODEL, Manifest, TensorSpec, load_manifest,
 )
 

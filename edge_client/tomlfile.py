@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable
 
-from protos.errors import ConfigError
+from fedort.protos.errors import ConfigError
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -17,11 +17,11 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from protos.errors import ConfigError, DataError
-from edge_client.data import (
+from fedort.protos.errors import ConfigError, DataError
+from fedort.edge_client.data import (
     VAL_PREFIX, ArrayData, DataLike, IterableData, is_path, as_data, check_batch_size, npz_validation_split,
 )
-from edge_client.module import ConstantLR, LinearWarmupDecay, MetricCollector, TrainingModule
+from fedort.edge_client.module import ConstantLR, LinearWarmupDecay, MetricCollector, TrainingModule
 
 
 @dataclass(frozen=True)

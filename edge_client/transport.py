@@ -25,11 +25,11 @@ from typing import Callable, Iterator, Mapping
 import grpc
 import numpy as np
 
-from protos import fedort_v1_pb2 as pb
-from protos import fedort_v1_pb2_grpc as pb_grpc
-from protos.codec import CHUNK_BYTES, VectorAssembler, describe, iter_chunks
-from protos.errors import ConfigError, FedortError, ProtocolError, from_rpc_error
-from protos.messages import Metric, SubmitResult, Task, UpdateHeader, meta_from_pb, metrics_to_pb
+from fedort.protos import fedort_v1_pb2 as pb
+from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
+from fedort.protos.codec import CHUNK_BYTES, VectorAssembler, describe, iter_chunks
+from fedort.protos.errors import ConfigError, FedortError, ProtocolError, from_rpc_error
+from fedort.protos.messages import Metric, SubmitResult, Task, UpdateHeader, meta_from_pb, metrics_to_pb
 
 log = logging.getLogger("fedort.edge.transport")
 

@@ -14,7 +14,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from protos.errors import ProtocolError, ResourceExhaustedError, VectorError
+from fedort.protos.errors import ProtocolError, ResourceExhaustedError, VectorError
 
 CHUNK_BYTES = 1 << 20
 MAX_CHUNK_BYTES = (4 << 20) - (64 << 10)  # stay under gRPC's default 4 MB message limit

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from protos import fedort_v1_pb2 as protos_dot_fedort__v1__pb2
+from fedort.protos import fedort_v1_pb2 as fedort_dot_protos_dot_fedort__v1__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in protos/fedort_v1_pb2_grpc.py depends on'
+        + ' but the generated code in fedort/protos/fedort_v1_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,48 +36,48 @@ class CoordinatorStub:
         """
         self.Join = channel.unary_unary(
                 '/fedort.v1.Coordinator/Join',
-                request_serializer=protos_dot_fedort__v1__pb2.JoinRequest.SerializeToString,
-                response_deserializer=protos_dot_fedort__v1__pb2.JoinReply.FromString,
+                request_serializer=fedort_dot_protos_dot_fedort__v1__pb2.JoinRequest.SerializeToString,
+                response_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.JoinReply.FromString,
                 _registered_method=True)
         self.DownloadArtifact = channel.unary_stream(
                 '/fedort.v1.Coordinator/DownloadArtifact',
-                request_serializer=protos_dot_fedort__v1__pb2.ArtifactRequest.SerializeToString,
-                response_deserializer=protos_dot_fedort__v1__pb2.ArtifactPart.FromString,
+                request_serializer=fedort_dot_protos_dot_fedort__v1__pb2.ArtifactRequest.SerializeToString,
+                response_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.ArtifactPart.FromString,
                 _registered_method=True)
         self.PollTask = channel.unary_unary(
                 '/fedort.v1.Coordinator/PollTask',
-                request_serializer=protos_dot_fedort__v1__pb2.PollRequest.SerializeToString,
-                response_deserializer=protos_dot_fedort__v1__pb2.Task.FromString,
+                request_serializer=fedort_dot_protos_dot_fedort__v1__pb2.PollRequest.SerializeToString,
+                response_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.Task.FromString,
                 _registered_method=True)
         self.DownloadVector = channel.unary_stream(
                 '/fedort.v1.Coordinator/DownloadVector',
-                request_serializer=protos_dot_fedort__v1__pb2.VectorRequest.SerializeToString,
-                response_deserializer=protos_dot_fedort__v1__pb2.VectorPart.FromString,
+                request_serializer=fedort_dot_protos_dot_fedort__v1__pb2.VectorRequest.SerializeToString,
+                response_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.VectorPart.FromString,
                 _registered_method=True)
         self.SubmitUpdate = channel.stream_unary(
                 '/fedort.v1.Coordinator/SubmitUpdate',
-                request_serializer=protos_dot_fedort__v1__pb2.UpdatePart.SerializeToString,
-                response_deserializer=protos_dot_fedort__v1__pb2.SubmitReply.FromString,
+                request_serializer=fedort_dot_protos_dot_fedort__v1__pb2.UpdatePart.SerializeToString,
+                response_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.SubmitReply.FromString,
                 _registered_method=True)
         self.SubmitEvaluation = channel.unary_unary(
                 '/fedort.v1.Coordinator/SubmitEvaluation',
-                request_serializer=protos_dot_fedort__v1__pb2.EvaluationResult.SerializeToString,
-                response_deserializer=protos_dot_fedort__v1__pb2.SubmitReply.FromString,
+                request_serializer=fedort_dot_protos_dot_fedort__v1__pb2.EvaluationResult.SerializeToString,
+                response_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.SubmitReply.FromString,
                 _registered_method=True)
         self.Heartbeat = channel.unary_unary(
                 '/fedort.v1.Coordinator/Heartbeat',
-                request_serializer=protos_dot_fedort__v1__pb2.HeartbeatRequest.SerializeToString,
-                response_deserializer=protos_dot_fedort__v1__pb2.HeartbeatReply.FromString,
+                request_serializer=fedort_dot_protos_dot_fedort__v1__pb2.HeartbeatRequest.SerializeToString,
+                response_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.HeartbeatReply.FromString,
                 _registered_method=True)
         self.Leave = channel.unary_unary(
                 '/fedort.v1.Coordinator/Leave',
-                request_serializer=protos_dot_fedort__v1__pb2.LeaveRequest.SerializeToString,
-                response_deserializer=protos_dot_fedort__v1__pb2.LeaveReply.FromString,
+                request_serializer=fedort_dot_protos_dot_fedort__v1__pb2.LeaveRequest.SerializeToString,
+                response_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.LeaveReply.FromString,
                 _registered_method=True)
         self.Status = channel.unary_unary(
                 '/fedort.v1.Coordinator/Status',
-                request_serializer=protos_dot_fedort__v1__pb2.StatusRequest.SerializeToString,
-                response_deserializer=protos_dot_fedort__v1__pb2.StatusReply.FromString,
+                request_serializer=fedort_dot_protos_dot_fedort__v1__pb2.StatusRequest.SerializeToString,
+                response_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.StatusReply.FromString,
                 _registered_method=True)
 
 
@@ -149,48 +149,48 @@ def add_CoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Join': grpc.unary_unary_rpc_method_handler(
                     servicer.Join,
-                    request_deserializer=protos_dot_fedort__v1__pb2.JoinRequest.FromString,
-                    response_serializer=protos_dot_fedort__v1__pb2.JoinReply.SerializeToString,
+                    request_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.JoinRequest.FromString,
+                    response_serializer=fedort_dot_protos_dot_fedort__v1__pb2.JoinReply.SerializeToString,
             ),
             'DownloadArtifact': grpc.unary_stream_rpc_method_handler(
                     servicer.DownloadArtifact,
-                    request_deserializer=protos_dot_fedort__v1__pb2.ArtifactRequest.FromString,
-                    response_serializer=protos_dot_fedort__v1__pb2.ArtifactPart.SerializeToString,
+                    request_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.ArtifactRequest.FromString,
+                    response_serializer=fedort_dot_protos_dot_fedort__v1__pb2.ArtifactPart.SerializeToString,
             ),
             'PollTask': grpc.unary_unary_rpc_method_handler(
                     servicer.PollTask,
-                    request_deserializer=protos_dot_fedort__v1__pb2.PollRequest.FromString,
-                    response_serializer=protos_dot_fedort__v1__pb2.Task.SerializeToString,
+                    request_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.PollRequest.FromString,
+                    response_serializer=fedort_dot_protos_dot_fedort__v1__pb2.Task.SerializeToString,
             ),
             'DownloadVector': grpc.unary_stream_rpc_method_handler(
                     servicer.DownloadVector,
-                    request_deserializer=protos_dot_fedort__v1__pb2.VectorRequest.FromString,
-                    response_serializer=protos_dot_fedort__v1__pb2.VectorPart.SerializeToString,
+                    request_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.VectorRequest.FromString,
+                    response_serializer=fedort_dot_protos_dot_fedort__v1__pb2.VectorPart.SerializeToString,
             ),
             'SubmitUpdate': grpc.stream_unary_rpc_method_handler(
                     servicer.SubmitUpdate,
-                    request_deserializer=protos_dot_fedort__v1__pb2.UpdatePart.FromString,
-                    response_serializer=protos_dot_fedort__v1__pb2.SubmitReply.SerializeToString,
+                    request_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.UpdatePart.FromString,
+                    response_serializer=fedort_dot_protos_dot_fedort__v1__pb2.SubmitReply.SerializeToString,
             ),
             'SubmitEvaluation': grpc.unary_unary_rpc_method_handler(
                     servicer.SubmitEvaluation,
-                    request_deserializer=protos_dot_fedort__v1__pb2.EvaluationResult.FromString,
-                    response_serializer=protos_dot_fedort__v1__pb2.SubmitReply.SerializeToString,
+                    request_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.EvaluationResult.FromString,
+                    response_serializer=fedort_dot_protos_dot_fedort__v1__pb2.SubmitReply.SerializeToString,
             ),
             'Heartbeat': grpc.unary_unary_rpc_method_handler(
                     servicer.Heartbeat,
-                    request_deserializer=protos_dot_fedort__v1__pb2.HeartbeatRequest.FromString,
-                    response_serializer=protos_dot_fedort__v1__pb2.HeartbeatReply.SerializeToString,
+                    request_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.HeartbeatRequest.FromString,
+                    response_serializer=fedort_dot_protos_dot_fedort__v1__pb2.HeartbeatReply.SerializeToString,
             ),
             'Leave': grpc.unary_unary_rpc_method_handler(
                     servicer.Leave,
-                    request_deserializer=protos_dot_fedort__v1__pb2.LeaveRequest.FromString,
-                    response_serializer=protos_dot_fedort__v1__pb2.LeaveReply.SerializeToString,
+                    request_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.LeaveRequest.FromString,
+                    response_serializer=fedort_dot_protos_dot_fedort__v1__pb2.LeaveReply.SerializeToString,
             ),
             'Status': grpc.unary_unary_rpc_method_handler(
                     servicer.Status,
-                    request_deserializer=protos_dot_fedort__v1__pb2.StatusRequest.FromString,
-                    response_serializer=protos_dot_fedort__v1__pb2.StatusReply.SerializeToString,
+                    request_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.StatusRequest.FromString,
+                    response_serializer=fedort_dot_protos_dot_fedort__v1__pb2.StatusReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -218,8 +218,8 @@ class Coordinator:
             request,
             target,
             '/fedort.v1.Coordinator/Join',
-            protos_dot_fedort__v1__pb2.JoinRequest.SerializeToString,
-            protos_dot_fedort__v1__pb2.JoinReply.FromString,
+            fedort_dot_protos_dot_fedort__v1__pb2.JoinRequest.SerializeToString,
+            fedort_dot_protos_dot_fedort__v1__pb2.JoinReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -245,8 +245,8 @@ class Coordinator:
             request,
             target,
             '/fedort.v1.Coordinator/DownloadArtifact',
-            protos_dot_fedort__v1__pb2.ArtifactRequest.SerializeToString,
-            protos_dot_fedort__v1__pb2.ArtifactPart.FromString,
+            fedort_dot_protos_dot_fedort__v1__pb2.ArtifactRequest.SerializeToString,
+            fedort_dot_protos_dot_fedort__v1__pb2.ArtifactPart.FromString,
             options,
             channel_credentials,
             insecure,
@@ -272,8 +272,8 @@ class Coordinator:
             request,
             target,
             '/fedort.v1.Coordinator/PollTask',
-            protos_dot_fedort__v1__pb2.PollRequest.SerializeToString,
-            protos_dot_fedort__v1__pb2.Task.FromString,
+            fedort_dot_protos_dot_fedort__v1__pb2.PollRequest.SerializeToString,
+            fedort_dot_protos_dot_fedort__v1__pb2.Task.FromString,
             options,
             channel_credentials,
             insecure,
@@ -299,8 +299,8 @@ class Coordinator:
             request,
             target,
             '/fedort.v1.Coordinator/DownloadVector',
-            protos_dot_fedort__v1__pb2.VectorRequest.SerializeToString,
-            protos_dot_fedort__v1__pb2.VectorPart.FromString,
+            fedort_dot_protos_dot_fedort__v1__pb2.VectorRequest.SerializeToString,
+            fedort_dot_protos_dot_fedort__v1__pb2.VectorPart.FromString,
             options,
             channel_credentials,
             insecure,
@@ -326,8 +326,8 @@ class Coordinator:
             request_iterator,
             target,
             '/fedort.v1.Coordinator/SubmitUpdate',
-            protos_dot_fedort__v1__pb2.UpdatePart.SerializeToString,
-            protos_dot_fedort__v1__pb2.SubmitReply.FromString,
+            fedort_dot_protos_dot_fedort__v1__pb2.UpdatePart.SerializeToString,
+            fedort_dot_protos_dot_fedort__v1__pb2.SubmitReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -353,8 +353,8 @@ class Coordinator:
             request,
             target,
             '/fedort.v1.Coordinator/SubmitEvaluation',
-            protos_dot_fedort__v1__pb2.EvaluationResult.SerializeToString,
-            protos_dot_fedort__v1__pb2.SubmitReply.FromString,
+            fedort_dot_protos_dot_fedort__v1__pb2.EvaluationResult.SerializeToString,
+            fedort_dot_protos_dot_fedort__v1__pb2.SubmitReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -380,8 +380,8 @@ class Coordinator:
             request,
             target,
             '/fedort.v1.Coordinator/Heartbeat',
-            protos_dot_fedort__v1__pb2.HeartbeatRequest.SerializeToString,
-            protos_dot_fedort__v1__pb2.HeartbeatReply.FromString,
+            fedort_dot_protos_dot_fedort__v1__pb2.HeartbeatRequest.SerializeToString,
+            fedort_dot_protos_dot_fedort__v1__pb2.HeartbeatReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -407,8 +407,8 @@ class Coordinator:
             request,
             target,
             '/fedort.v1.Coordinator/Leave',
-            protos_dot_fedort__v1__pb2.LeaveRequest.SerializeToString,
-            protos_dot_fedort__v1__pb2.LeaveReply.FromString,
+            fedort_dot_protos_dot_fedort__v1__pb2.LeaveRequest.SerializeToString,
+            fedort_dot_protos_dot_fedort__v1__pb2.LeaveReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -434,8 +434,8 @@ class Coordinator:
             request,
             target,
             '/fedort.v1.Coordinator/Status',
-            protos_dot_fedort__v1__pb2.StatusRequest.SerializeToString,
-            protos_dot_fedort__v1__pb2.StatusReply.FromString,
+            fedort_dot_protos_dot_fedort__v1__pb2.StatusRequest.SerializeToString,
+            fedort_dot_protos_dot_fedort__v1__pb2.StatusReply.FromString,
             options,
             channel_credentials,
             insecure,

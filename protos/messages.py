@@ -10,8 +10,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from protos import fedort_v1_pb2 as pb
-from protos.codec import VectorMeta
+from fedort.protos import fedort_v1_pb2 as pb
+from fedort.protos.codec import VectorMeta
 
 
 class TaskKind(enum.IntEnum):

@@ -12,8 +12,8 @@ import multiprocessing
 import os
 from typing import Protocol, Sequence
 
-from protos.errors import ConfigError, FedortError
-from simulations.worker import WorkerPlan, WorkerStats, run_worker
+from fedort.protos.errors import ConfigError, FedortError
+from fedort.simulations.worker import WorkerPlan, WorkerStats, run_worker
 
 log = logging.getLogger("fedort.sim")
 

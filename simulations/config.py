@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from edge_client.tomlfile import read_table
-from protos.errors import ConfigError
+from fedort.edge_client.tomlfile import read_table
+from fedort.protos.errors import ConfigError
 
 
 BACKENDS = ("local", "ray")
@@ -98,13 +98,13 @@ class SimulationConfig:
 
 
 def _check_strategy(spec: str) -> None:
-    from coordinator.strategies import parse_strategy
+    from fedort.coordinator.strategies import parse_strategy
 
     parse_strategy(spec)
 
 
 def _check_attack(spec: str) -> None:
-    from simulations.attacks import parse_attack
+    from fedort.simulations.attacks import parse_attack
 
     parse_attack(spec)
 

@@ -19,7 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
-from protos.errors import ConfigError, DataError
+from fedort.protos.errors import ConfigError, DataError
 
 Arrays = dict[str, np.ndarray]
 

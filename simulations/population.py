@@ -15,8 +15,8 @@ from typing import Sequence
 
 import numpy as np
 
-from simulations.datasets import Arrays, load_digits_split, load_npz, load_npz_folder, save_npz, subset
-from simulations.partition import label_histogram, parse_partition
+from fedort.simulations.datasets import Arrays, load_digits_split, load_npz, load_npz_folder, save_npz, subset
+from fedort.simulations.partition import label_histogram, parse_partition
 
 
 def client_id(index: int) -> str:

@@ -18,18 +18,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from coordinator import Coordinator, CoordinatorConfig
-from edge_client.artifacts import Manifest, build_artifacts, verify_artifacts
-from edge_client.models import builtin_model
-from protos.errors import ConfigError, FedortError
-from simulations.attacks import choose_attackers
-from simulations.backends import make_backend
-from simulations.config import SimulationConfig
-from simulations.datasets import save_npz
-from simulations.population import Population, digits_population, folder_population
-from simulations.progress import RoundProgress
-from simulations.report import RoundRecord, plot, summary_table, write_metrics
-from simulations.worker import WorkerPlan, WorkerStats
+from fedort.coordinator import Coordinator, CoordinatorConfig
+from fedort.edge_client.artifacts import Manifest, build_artifacts, verify_artifacts
+from fedort.edge_client.models import builtin_model
+from fedort.protos.errors import ConfigError, FedortError
+from fedort.simulations.attacks import choose_attackers
+from fedort.simulations.backends import make_backend
+from fedort.simulations.config import SimulationConfig
+from fedort.simulations.datasets import save_npz
+from fedort.simulations.population import Population, digits_population, folder_population
+from fedort.simulations.progress import RoundProgress
+from fedort.simulations.report import RoundRecord, plot, summary_table, write_metrics
+from fedort.simulations.worker import WorkerPlan, WorkerStats
 
 log = logging.getLogger("fedort.sim")
 
@@ -200,7 +200,7 @@ def run_simulation(cfg: SimulationConfig) -> SimulationResult:
 
 def _report(cfg: SimulationConfig, out: Path, manifest: Manifest, stats: list[WorkerStats],
             seconds: float) -> SimulationResult:
-    from coordinator.state import StateStore
+    from fedort.coordinator.state import StateStore
 
     store = StateStore(out / "state", readonly=True)
     try:

@@ -15,13 +15,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edge_client.cache import ArtifactCache
-from edge_client.client import EdgeClient, EdgeConfig, RoundReport
-from edge_client.retry import Backoff
-from edge_client.transport import ChannelConfig, Transport
-from protos.messages import TaskKind
-from simulations.attacks import parse_attack
-from simulations.population import ClientArrays, DataSource, VirtualClient
+from fedort.edge_client.cache import ArtifactCache
+from fedort.edge_client.client import EdgeClient, EdgeConfig, RoundReport
+from fedort.edge_client.retry import Backoff
+from fedort.edge_client.transport import ChannelConfig, Transport
+from fedort.protos.messages import TaskKind
+from fedort.simulations.attacks import parse_attack
+from fedort.simulations.population import ClientArrays, DataSource, VirtualClient
 
 log = logging.getLogger("fedort.sim.worker")
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import grpc
 
-from coordinator import CoordinatorConfig
-from protos import fedort_v1_pb2 as pb
-from protos import fedort_v1_pb2_grpc as pb_grpc
+from fedort.coordinator import CoordinatorConfig
+from fedort.protos import fedort_v1_pb2 as pb
+from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
 
 SERVICE = "/fedort.v1.Coordinator/"
 #: (method, request streaming, response streaming, request message class)
@@ -80,7 +80,7 @@ def raw_call(channel: grpc.aio.Channel | grpc.Channel, method: str):
 # ---- a coordinator subprocess -------------------------------------------------------------------
 
 def serve_command(artifacts: Path, state_dir: Path, port_file: Path, **flags) -> list[str]:
-    args = [sys.executable, "-m", "edge_client.cli", "coordinator", "serve", "--artifacts", str(artifacts),
+    args = [sys.executable, "-m", "fedort", "coordinator", "serve", "--artifacts", str(artifacts),
             "--state-dir", str(state_dir), "--address", "127.0.0.1:0", "--port-file", str(port_file)]
     for k, v in flags.items():
         args += [f"--{k.replace('_', '-')}", str(v)]

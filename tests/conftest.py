@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge_client.artifacts import build_artifacts
-from edge_client.models import cnn, mlp
+from fedort.edge_client.artifacts import build_artifacts
+from fedort.edge_client.models import cnn, mlp
 
 
 def _digits_split(test_fraction: float = 0.2, seed: int = 0) -> tuple[dict, dict]:
     try:
-        from simulations.datasets import load_digits_split
+        from fedort.simulations.datasets import load_digits_split
     except ImportError:  # simulations not installed: the same split straight from scikit-learn
         from sklearn.datasets import load_digits
         from sklearn.model_selection import train_test_split

@@ -16,12 +16,12 @@ import grpc
 import numpy as np
 import pytest
 
-from coordinator import Coordinator, CoordinatorConfig
-from edge_client.artifacts import build_artifacts
-from edge_client.models import mlp
-from protos import fedort_v1_pb2 as pb
-from protos import fedort_v1_pb2_grpc as pb_grpc
-from protos.codec import CHUNK_BYTES
+from fedort.coordinator import Coordinator, CoordinatorConfig
+from fedort.edge_client.artifacts import build_artifacts
+from fedort.edge_client.models import mlp
+from fedort.protos import fedort_v1_pb2 as pb
+from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
+from fedort.protos.codec import CHUNK_BYTES
 
 RPC_TIMEOUT = 15.0
 P_MLP = 9610

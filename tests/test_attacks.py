@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from protos.errors import ConfigError
-from simulations.attacks import choose_attackers, parse_attack
-from simulations.config import SimulationConfig, load_config
-from simulations.runner import run_simulation
+from fedort.protos.errors import ConfigError
+from fedort.simulations.attacks import choose_attackers, parse_attack
+from fedort.simulations.config import SimulationConfig, load_config
+from fedort.simulations.runner import run_simulation
 
 
 def test_sign_flip_uploads_the_negated_update_scaled_by_k():

@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from protos.codec import vector_digest
-from protos.errors import ArtifactError
-from edge_client.artifacts import ARTIFACT_FILES, MANIFEST, build_artifacts, sha256_file
-from edge_client.cache import ArtifactCache, atomic_write, default_cache_dir, identity_key
-from edge_client.models import mlp
-from edge_client.session import TrainingSession
-from edge_client.transport import ArtifactRef
+from fedort.protos.codec import vector_digest
+from fedort.protos.errors import ArtifactError
+from fedort.edge_client.artifacts import ARTIFACT_FILES, MANIFEST, build_artifacts, sha256_file
+from fedort.edge_client.cache import ArtifactCache, atomic_write, default_cache_dir, identity_key
+from fedort.edge_client.models import mlp
+from fedort.edge_client.session import TrainingSession
+from fedort.edge_client.transport import ArtifactRef
 
 
 def _sha(data: bytes) -> str:
@@ -193,7 +193,7 @@ def test_default_cache_dir_follows_the_environment(monkeypatch, tmp_path):
 
 
 def test_an_identity_lock_is_exclusive_until_released(tmp_path):
-    from protos.errors import ConfigError
+    from fedort.protos.errors import ConfigError
 
     cache = ArtifactCache(tmp_path)
     held = cache.lock_identity("k")

@@ -8,12 +8,12 @@ import sys
 
 import numpy as np
 
-from edge_client.cli import main
-from simulations.datasets import load_npz_folder
+from fedort.cli import main
+from fedort.simulations.datasets import load_npz_folder
 
 
 def fedort(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "edge_client.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "fedort", *args], capture_output=True, text=True,
                           timeout=60)
 
 

@@ -8,13 +8,13 @@ import time
 
 import numpy as np
 
-from coordinator.devices import DeviceStore
+from fedort.coordinator.devices import DeviceStore
 from coordinator_fixtures import mlp_artifacts  # noqa: F401
 from tls_fixtures import pki  # noqa: F401
 
 
 def fedort(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "edge_client.cli", *args], capture_output=True, text=True, timeout=30)
+    return subprocess.run([sys.executable, "-m", "fedort", *args], capture_output=True, text=True, timeout=30)
 
 
 def test_enroll_prints_the_token_once_devices_lists_without_it_and_revoke_withdraws_it(tmp_path):
@@ -59,7 +59,7 @@ def test_serve_over_mutual_tls_with_an_enrolled_edge_client_end_to_end(tmp_path,
     (tmp_path / "token").write_text(token + "\n")
     port_file = tmp_path / "port"
     serve = subprocess.Popen(
-        [sys.executable, "-m", "edge_client.cli", "coordinator", "serve", "--artifacts", str(mlp_artifacts),
+        [sys.executable, "-m", "fedort", "coordinator", "serve", "--artifacts", str(mlp_artifacts),
          "--state-dir", str(state), "--address", "127.0.0.1:0", "--port-file", str(port_file), "--rounds", "1",
          "--min-clients", "1", "--round-timeout", "20", "--tls-cert", str(pki.server_cert), "--tls-key",
          str(pki.server_key), "--tls-client-ca", str(pki.ca)],
@@ -70,7 +70,7 @@ def test_serve_over_mutual_tls_with_an_enrolled_edge_client_end_to_end(tmp_path,
             assert serve.poll() is None and time.monotonic() < deadline, serve.stderr.read() if serve.poll() else "no port"
             time.sleep(0.05)
         address = f"127.0.0.1:{port_file.read_text().strip()}"
-        edge = [sys.executable, "-m", "edge_client.cli", "edge", "run", "--coordinator", address, "--data",
+        edge = [sys.executable, "-m", "fedort", "edge", "run", "--coordinator", address, "--data",
                 str(tmp_path / "client.npz"), "--cache-dir", str(tmp_path / "cache"), "--ca-file", str(pki.ca),
                 "--cert", str(pki.client_cert), "--key", str(pki.client_key), "--give-up-after", "5"]
         refused = subprocess.run(edge, capture_output=True, text=True, timeout=30)     # no token

@@ -15,19 +15,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from coordinator.config import CoordinatorConfig
-from coordinator.server import Coordinator
-from protos.errors import DataError, WrongModelError
-from protos.messages import TaskKind
-from edge_client import EdgeClient, EdgeConfig
-from edge_client.artifacts import build_artifacts
-from edge_client.cache import ArtifactCache
-from edge_client.client_data import ClientData
-from edge_client.heartbeat import Heartbeat
-from edge_client.models import cnn, mlp
-from edge_client.retry import Backoff
-from edge_client.session import TrainingSession
-from edge_client.transport import ChannelConfig, Transport
+from fedort.coordinator.config import CoordinatorConfig
+from fedort.coordinator.server import Coordinator
+from fedort.protos.errors import DataError, WrongModelError
+from fedort.protos.messages import TaskKind
+from fedort.edge_client import EdgeClient, EdgeConfig
+from fedort.edge_client.artifacts import build_artifacts
+from fedort.edge_client.cache import ArtifactCache
+from fedort.edge_client.client_data import ClientData
+from fedort.edge_client.heartbeat import Heartbeat
+from fedort.edge_client.models import cnn, mlp
+from fedort.edge_client.retry import Backoff
+from fedort.edge_client.session import TrainingSession
+from fedort.edge_client.transport import ChannelConfig, Transport
 
 FAST = Backoff(initial_s=0.05, max_delay_s=0.3, give_up_after_s=60)
 
@@ -400,7 +400,7 @@ def test_config_file_settings_are_overridden_by_flags(tmp_path):
 
 
 def test_unknown_config_keys_are_refused(tmp_path):
-    from protos.errors import ConfigError
+    from fedort.protos.errors import ConfigError
 
     (tmp_path / "edge.toml").write_text('coordinator = "127.0.0.1:1"\npoll_wait = 5\n')
     with pytest.raises(ConfigError, match=r"unknown edge setting\(s\) \['poll_wait'\]"):
@@ -463,7 +463,7 @@ def test_stop_during_local_training_ends_the_fit_after_the_current_batch(server,
 
 
 def test_two_running_clients_cannot_share_one_saved_identity(server, tmp_path, digits):
-    from protos.errors import ConfigError
+    from fedort.protos.errors import ConfigError
 
     address = server.start_with()
     cache = tmp_path / "cache"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from protos.errors import DataError
-from edge_client.artifacts import TensorSpec
-from edge_client.client_data import ClientData
+from fedort.protos.errors import DataError
+from fedort.edge_client.artifacts import TensorSpec
+from fedort.edge_client.client_data import ClientData
 
 INPUTS = (TensorSpec("x", "float32", (None, 64)), TensorSpec("labels", "int64", (None,)))
 

@@ -7,9 +7,9 @@ import hashlib
 import numpy as np
 import pytest
 
-from protos.codec import CHUNK_BYTES, VectorAssembler, VectorMeta, assemble, describe, iter_chunks, vector_digest
-from protos.errors import ProtocolError, ResourceExhaustedError, VectorError
-from protos.messages import meta_from_pb, meta_to_pb
+from fedort.protos.codec import CHUNK_BYTES, VectorAssembler, VectorMeta, assemble, describe, iter_chunks, vector_digest
+from fedort.protos.errors import ProtocolError, ResourceExhaustedError, VectorError
+from fedort.protos.messages import meta_from_pb, meta_to_pb
 
 
 @pytest.fixture

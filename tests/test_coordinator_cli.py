@@ -13,18 +13,18 @@ import grpc
 import numpy as np
 import pytest
 
-from coordinator.cli import config_from_args, register
+from fedort.cli.coordinator import config_from_args, register
 from coordinator_fixtures import chunks_of, mlp_artifacts, update_header  # noqa: F401
-from edge_client.artifacts import build_artifacts
-from edge_client.models import cnn
-from protos import fedort_v1_pb2 as pb
-from protos import fedort_v1_pb2_grpc as pb_grpc
-from protos.errors import ConfigError
+from fedort.edge_client.artifacts import build_artifacts
+from fedort.edge_client.models import cnn
+from fedort.protos import fedort_v1_pb2 as pb
+from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
+from fedort.protos.errors import ConfigError
 
 
 def fedort(*args: str) -> list[str]:
     exe = Path(sys.executable).with_name("fedort")
-    return [str(exe), *args] if exe.exists() else [sys.executable, "-m", "edge_client.cli", *args]
+    return [str(exe), *args] if exe.exists() else [sys.executable, "-m", "fedort", *args]
 
 
 def parse(*argv: str) -> argparse.Namespace:

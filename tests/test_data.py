@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from protos.errors import DataError
-from edge_client.artifacts import TensorSpec
-from edge_client.data import ArrayData, IterableData, as_data, load_npz, npz_validation_split
+from fedort.protos.errors import DataError
+from fedort.edge_client.artifacts import TensorSpec
+from fedort.edge_client.data import ArrayData, IterableData, as_data, load_npz, npz_validation_split
 
 NAMES = ("x", "labels")
 SPECS = {"x": TensorSpec("x", "float32", (None, 64)), "labels": TensorSpec("labels", "int64", (None,))}

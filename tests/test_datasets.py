@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from protos.errors import ConfigError, DataError
-from simulations.datasets import load_digits_split, load_npz, load_npz_folder, save_npz
+from fedort.protos.errors import ConfigError, DataError
+from fedort.simulations.datasets import load_digits_split, load_npz, load_npz_folder, save_npz
 
 
 def test_digits_split_has_the_project_data_convention():

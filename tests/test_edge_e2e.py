@@ -20,10 +20,10 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from edge_client.artifacts import build_artifacts
-from edge_client.models import mlp
+from fedort.edge_client.artifacts import build_artifacts
+from fedort.edge_client.models import mlp
 
-CLI = [sys.executable, "-m", "edge_client.cli"]
+CLI = [sys.executable, "-m", "fedort"]
 
 
 @pytest.fixture(scope="module")
@@ -213,10 +213,10 @@ def test_a_client_killed_mid_upload_leaves_the_round_to_the_others(procs, tmp_pa
 STALLED_UPLOAD = r'''
 """A device that joins, gets a FIT task and stalls halfway through streaming its update."""
 import sys, time
-from protos import fedort_v1_pb2 as pb, fedort_v1_pb2_grpc as pb_grpc
-from protos.codec import describe, iter_chunks
-from protos.messages import TaskKind, UpdateHeader
-from edge_client import EdgeClient, EdgeConfig
+from fedort.protos import fedort_v1_pb2 as pb, fedort_v1_pb2_grpc as pb_grpc
+from fedort.protos.codec import describe, iter_chunks
+from fedort.protos.messages import TaskKind, UpdateHeader
+from fedort.edge_client import EdgeClient, EdgeConfig
 
 address, data, cache = sys.argv[1:4]
 client = EdgeClient(EdgeConfig(address, data=data, cache_dir=cache, name="doomed", poll_wait_ms=1000, insecure=True))

@@ -10,9 +10,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from coordinator.export import Exporter
+from fedort.coordinator.export import Exporter
 from coordinator_fixtures import mlp_artifacts, start_coordinator, stub_client  # noqa: F401
-from edge_client.session import TrainingSession
+from fedort.edge_client.session import TrainingSession
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from coordinator.fedavg import WeightedSum
-from protos.errors import VectorError
+from fedort.coordinator.fedavg import WeightedSum
+from fedort.protos.errors import VectorError
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
-from protos.errors import ConfigError
-from edge_client.models import BUILTIN_MODELS, IR_VERSION, OPSET, builtin_model, cnn, mlp
+from fedort.protos.errors import ConfigError
+from fedort.edge_client.models import BUILTIN_MODELS, IR_VERSION, OPSET, builtin_model, cnn, mlp
 
 
 @pytest.mark.parametrize("name", sorted(BUILTIN_MODELS))

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from protos.errors import ConfigError
-from edge_client.artifacts import build_artifacts
-from edge_client.models import mlp
-from edge_client.module import ConstantLR, LinearWarmupDecay, TrainingModule
-from edge_client.session import TrainingSession
-from edge_client.trainer import Trainer
+from fedort.protos.errors import ConfigError
+from fedort.edge_client.artifacts import build_artifacts
+from fedort.edge_client.models import mlp
+from fedort.edge_client.module import ConstantLR, LinearWarmupDecay, TrainingModule
+from fedort.edge_client.session import TrainingSession
+from fedort.edge_client.trainer import Trainer
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from simulations.report import RoundRecord, load_metrics, plot, rounds_to_target, summary_table, write_metrics
+from fedort.simulations.report import RoundRecord, load_metrics, plot, rounds_to_target, summary_table, write_metrics
 
 
 def records(n=6):

@@ -11,11 +11,11 @@ from concurrent import futures
 import grpc
 import pytest
 
-from protos import fedort_v1_pb2 as pb
-from protos import fedort_v1_pb2_grpc as pb_grpc
-from protos.errors import FedortError, UnavailableError, from_rpc_error
-from edge_client.retry import Backoff, StoppedError, call_with_retry, is_retryable
-from edge_client.transport import ChannelConfig, Transport
+from fedort.protos import fedort_v1_pb2 as pb
+from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
+from fedort.protos.errors import FedortError, UnavailableError, from_rpc_error
+from fedort.edge_client.retry import Backoff, StoppedError, call_with_retry, is_retryable
+from fedort.edge_client.transport import ChannelConfig, Transport
 
 
 class _RpcError(grpc.RpcError):

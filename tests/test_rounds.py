@@ -9,11 +9,11 @@ import sqlite3
 import numpy as np
 import pytest
 
-from coordinator import RoundState
-from coordinator.rounds import IllegalTransition
-from coordinator.selection import client_seed, sample_size, select_clients
+from fedort.coordinator import RoundState
+from fedort.coordinator.rounds import IllegalTransition
+from fedort.coordinator.selection import client_seed, sample_size, select_clients
 from coordinator_fixtures import mlp_artifacts, start_coordinator, stub_client  # noqa: F401
-from protos import fedort_v1_pb2 as pb
+from fedort.protos import fedort_v1_pb2 as pb
 
 
 # ---- pure rules ---------------------------------------------------------------------------------

@@ -12,10 +12,10 @@ import onnxruntime as ort
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from coordinator import RoundState
+from fedort.coordinator import RoundState
 from coordinator_fixtures import P_MLP, mlp_artifacts, start_coordinator, stub_client  # noqa: F401
-from edge_client.artifacts import ARTIFACT_FILES, load_manifest
-from protos import fedort_v1_pb2 as pb
+from fedort.edge_client.artifacts import ARTIFACT_FILES, load_manifest
+from fedort.protos import fedort_v1_pb2 as pb
 
 
 async def test_two_clients_complete_two_rounds_with_weighted_average(start_coordinator, stub_client):
@@ -170,10 +170,10 @@ async def test_memory_does_not_grow_with_the_number_of_updates(tmp_path, stub_cl
     """50 updates of a 5 M-parameter vector: peak traced memory stays a few vectors, not 50."""
     import tracemalloc
 
-    from coordinator import Coordinator
+    from fedort.coordinator import Coordinator
     from coordinator_fixtures import chunks_of, make_config, update_header
-    from edge_client.artifacts import build_artifacts
-    from edge_client.models import mlp
+    from fedort.edge_client.artifacts import build_artifacts
+    from fedort.edge_client.models import mlp
 
     manifest = build_artifacts(mlp(hidden=67_000), tmp_path / "big")
     p = manifest.parameter_count

@@ -12,9 +12,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from protos.errors import ConfigError
-from simulations.config import SimulationConfig, load_config
-from simulations.runner import run_simulation
+from fedort.protos.errors import ConfigError
+from fedort.simulations.config import SimulationConfig, load_config
+from fedort.simulations.runner import run_simulation
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "simulations" / "scenarios"
 
@@ -98,9 +98,9 @@ def test_ray_backend_runs_the_same_clients(tmp_path):
 
 def test_users_own_artifacts_and_data_folder(tmp_path):
     data = tmp_path / "data"
-    subprocess.run([sys.executable, "-m", "edge_client.cli", "data", "digits", "--clients", "3", "--partition", "iid",
+    subprocess.run([sys.executable, "-m", "fedort", "data", "digits", "--clients", "3", "--partition", "iid",
                     "--out", str(data)], check=True, capture_output=True, timeout=120)
-    subprocess.run([sys.executable, "-m", "edge_client.cli", "artifacts", "build", "--builtin", "cnn", "--out",
+    subprocess.run([sys.executable, "-m", "fedort", "artifacts", "build", "--builtin", "cnn", "--out",
                     str(tmp_path / "art")], check=True, capture_output=True, timeout=120)
     result = run_simulation(SimulationConfig(artifacts=tmp_path / "art", data=data, clients=3, rounds=2,
                                              progress=False, out=tmp_path / "run"))
@@ -132,7 +132,7 @@ def test_existing_run_folder_is_refused(tmp_path):
 
 
 def test_simulate_help_names_every_setting():
-    out = subprocess.run([sys.executable, "-m", "edge_client.cli", "simulate", "--help"], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "fedort", "simulate", "--help"], capture_output=True,
                          text=True, timeout=60, check=True).stdout
     for flag in ("--clients", "--clients-per-round", "--fraction", "--rounds", "--partition", "--model",
                  "--artifacts", "--data", "--local-epochs", "--batch-size", "--lr", "--backend", "--ray-address",

@@ -8,8 +8,8 @@ import sqlite3
 import numpy as np
 import pytest
 
-from coordinator.state import StateStore, SubmissionRow, atomic_write, read_vector
-from protos.errors import ConfigError
+from fedort.coordinator.state import StateStore, SubmissionRow, atomic_write, read_vector
+from fedort.protos.errors import ConfigError
 
 
 @pytest.fixture

@@ -10,18 +10,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from coordinator.fedavg import WeightedSum
-from coordinator.rounds import RoundState
-from coordinator.strategies import (
+from fedort.coordinator.fedavg import WeightedSum
+from fedort.coordinator.rounds import RoundState
+from fedort.coordinator.strategies import (
     ClippedFedAvg, FedAvg, Krum, Median, SpooledUpdate, TrimmedMean, parse_strategy,
 )
-from coordinator.strategies.base import open_updates
-from coordinator.strategies.clipping import clip_update
-from coordinator.strategies.krum import krum_scores, krum_select, pairwise_sq_distances
-from coordinator.strategies.median import coordinate_median
-from coordinator.strategies.trimmed_mean import trimmed_mean
+from fedort.coordinator.strategies.base import open_updates
+from fedort.coordinator.strategies.clipping import clip_update
+from fedort.coordinator.strategies.krum import krum_scores, krum_select, pairwise_sq_distances
+from fedort.coordinator.strategies.median import coordinate_median
+from fedort.coordinator.strategies.trimmed_mean import trimmed_mean
 from coordinator_fixtures import make_config, mlp_artifacts, start_coordinator, stub_client  # noqa: F401
-from protos.errors import ConfigError, VectorError
+from fedort.protos.errors import ConfigError, VectorError
 
 SMALL_BLOCK = 4096 * 4   # forces several column blocks over the 5,000-element vectors below
 
@@ -255,7 +255,7 @@ async def test_a_restarted_median_round_aggregates_the_replayed_and_new_updates(
 # ---- command line ---------------------------------------------------------------------------------
 
 def test_serve_and_simulate_refuse_a_bad_strategy_flag_with_the_accepted_specs(tmp_path, capsys, mlp_artifacts):
-    from edge_client.cli import main
+    from fedort.cli import main
 
     serve = ["coordinator", "serve", "--artifacts", str(mlp_artifacts), "--state-dir", str(tmp_path / "s"),
              "--strategy", "trimmed-mean:0.7"]

@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from coordinator.devices import DeviceStore
+from fedort.coordinator.devices import DeviceStore
 from coordinator_fixtures import mlp_artifacts, start_coordinator  # noqa: F401
-from edge_client.client import EdgeClient, EdgeConfig
-from edge_client.retry import Backoff
-from edge_client.transport import ChannelConfig, Transport
-from protos.errors import ConfigError, UnavailableError
+from fedort.edge_client.client import EdgeClient, EdgeConfig
+from fedort.edge_client.retry import Backoff
+from fedort.edge_client.transport import ChannelConfig, Transport
+from fedort.protos.errors import ConfigError, UnavailableError
 from tls_fixtures import pki  # noqa: F401
 
 FAST = Backoff(initial_s=0.05, max_delay_s=0.2, give_up_after_s=5.0)
@@ -93,7 +93,7 @@ async def test_the_python_api_needs_tls_or_an_explicit_insecure(start_coordinato
 
 
 def test_serve_without_tls_or_insecure_exits_1_saying_what_to_pass(mlp_artifacts, tmp_path):  # noqa: F811
-    out = subprocess.run([sys.executable, "-m", "edge_client.cli", "coordinator", "serve", "--artifacts",
+    out = subprocess.run([sys.executable, "-m", "fedort", "coordinator", "serve", "--artifacts",
                           str(mlp_artifacts), "--state-dir", str(tmp_path / "s"), "--address", "127.0.0.1:0"],
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 1

@@ -8,10 +8,10 @@ import sys
 import numpy as np
 import pytest
 
-from protos.errors import ConfigError, DataError
-from edge_client.module import LinearWarmupDecay, TrainingModule
-from edge_client.session import TrainingSession
-from edge_client.trainer import Callback, RunResult, Trainer
+from fedort.protos.errors import ConfigError, DataError
+from fedort.edge_client.module import LinearWarmupDecay, TrainingModule
+from fedort.edge_client.session import TrainingSession
+from fedort.edge_client.trainer import Callback, RunResult, Trainer
 
 
 def small(data: dict, n: int) -> dict:
@@ -332,9 +332,9 @@ def test_progress_bar_shows_the_epoch_and_prog_bar_metrics(session, digits_train
 
 _NO_TORCH = """
 import sys, numpy as np
-import edge_client
-from edge_client import Trainer, TrainingModule, TrainingSession, build_artifacts
-from edge_client.models import mlp
+from fedort import edge_client
+from fedort.edge_client import Trainer, TrainingModule, TrainingSession, build_artifacts
+from fedort.edge_client.models import mlp
 import tempfile
 with tempfile.TemporaryDirectory() as d:
     build_artifacts(mlp(), d)
@@ -343,7 +343,7 @@ with tempfile.TemporaryDirectory() as d:
     y = np.arange(64, dtype=np.int64) % 10
     Trainer(max_epochs=1).fit(TrainingModule(s), {"x": x, "labels": y}, {"x": x, "labels": y})
     s.export_model_for_inference(d + "/m.onnx")
-bad = sorted(m for m in sys.modules if m == "torch" or m.startswith("torch.") or m.startswith("coordinator"))
+bad = sorted(m for m in sys.modules if m == "torch" or m.startswith("torch.") or m.startswith("fedort.coordinator"))
 print("LOADED", bad)
 """
 
@@ -355,13 +355,13 @@ def test_using_edge_client_never_imports_torch_or_the_coordinator():
 
 
 def test_import_edge_client_is_light():
-    code = "import sys, edge_client; print(sorted(m for m in ('onnxruntime', 'grpc', 'onnx') if m in sys.modules))"
+    code = "import sys, fedort.edge_client; print(sorted(m for m in ('onnxruntime', 'grpc', 'onnx') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]"
 
 
 def test_every_public_name_resolves():
-    import edge_client
+    from fedort import edge_client
 
     for name in edge_client.__all__:
         assert getattr(edge_client, name) is not None, name

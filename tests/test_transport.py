@@ -10,13 +10,13 @@ import grpc
 import numpy as np
 import pytest
 
-from coordinator.config import CoordinatorConfig
-from coordinator.server import Coordinator
-from protos.errors import ConfigError, FedortError, ProtocolError
-from protos.messages import TaskKind
-from edge_client.artifacts import build_artifacts
-from edge_client.models import mlp
-from edge_client.transport import ChannelConfig, Transport
+from fedort.coordinator.config import CoordinatorConfig
+from fedort.coordinator.server import Coordinator
+from fedort.protos.errors import ConfigError, FedortError, ProtocolError
+from fedort.protos.messages import TaskKind
+from fedort.edge_client.artifacts import build_artifacts
+from fedort.edge_client.models import mlp
+from fedort.edge_client.transport import ChannelConfig, Transport
 
 
 @pytest.fixture(scope="module")

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import math
 
-from coordinator.strategies.base import SpooledUpdate, Strategy
-from coordinator.strategies.clipping import ClippedFedAvg
-from coordinator.strategies.fedavg import FedAvg
-from coordinator.strategies.krum import Krum
-from coordinator.strategies.median import Median
-from coordinator.strategies.trimmed_mean import TrimmedMean
-from protos.errors import ConfigError
+from fedort.coordinator.strategies.base import SpooledUpdate, Strategy
+from fedort.coordinator.strategies.clipping import ClippedFedAvg
+from fedort.coordinator.strategies.fedavg import FedAvg
+from fedort.coordinator.strategies.krum import Krum
+from fedort.coordinator.strategies.median import Median
+from fedort.coordinator.strategies.trimmed_mean import TrimmedMean
+from fedort.protos.errors import ConfigError
 
 SPECS = "fedavg | clip:NORM | median | trimmed-mean:BETA | krum:F | multi-krum:F:M"
 

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from coordinator.strategies.base import Strategy
+from fedort.coordinator.strategies.base import Strategy
 
 _BLOCK = 1 << 16
 

@@ -6,7 +6,7 @@ strategy only tells the engine to use it unchanged.
 
 from __future__ import annotations
 
-from coordinator.strategies.base import Strategy
+from fedort.coordinator.strategies.base import Strategy
 
 
 class FedAvg(Strategy):

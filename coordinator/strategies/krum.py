@@ -14,8 +14,8 @@ from typing import Sequence
 
 import numpy as np
 
-from coordinator.fedavg import WeightedSum
-from coordinator.strategies.base import BLOCK_BYTES, SpooledUpdate, Strategy, column_blocks, open_updates
+from fedort.coordinator.fedavg import WeightedSum
+from fedort.coordinator.strategies.base import BLOCK_BYTES, SpooledUpdate, Strategy, column_blocks, open_updates
 
 log = logging.getLogger(__name__)
 

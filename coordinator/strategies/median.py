@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from coordinator.strategies.base import BLOCK_BYTES, SpooledUpdate, Strategy, column_blocks, open_updates
+from fedort.coordinator.strategies.base import BLOCK_BYTES, SpooledUpdate, Strategy, column_blocks, open_updates
 
 
 def coordinate_median(vectors: Sequence[np.ndarray], block_bytes: int = BLOCK_BYTES) -> np.ndarray:

@@ -10,8 +10,8 @@ from typing import Sequence
 
 import numpy as np
 
-from coordinator.strategies.base import BLOCK_BYTES, SpooledUpdate, Strategy, column_blocks, open_updates
-from protos.errors import VectorError
+from fedort.coordinator.strategies.base import BLOCK_BYTES, SpooledUpdate, Strategy, column_blocks, open_updates
+from fedort.protos.errors import VectorError
 
 
 def trimmed_count(n: int, beta: float) -> int:

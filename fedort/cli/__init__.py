@@ -1,4 +1,4 @@
-"""`fedort`: the command-line entry point.
+"""`fedort`: the command-line entry point; one module per command in this package.
 
 Subcommands are plug-ins (entry points in the `fedort.commands` group, see pyproject.toml) and
 only the chosen one is imported, so `fedort edge run` on a device loads no coordinator code and
@@ -14,7 +14,8 @@ import sys
 from typing import Iterator
 from importlib.metadata import entry_points
 
-from protos.errors import FedortError
+from fedort import __version__
+from fedort.protos.errors import FedortError
 
 GROUP = "fedort.commands"
 
@@ -28,6 +29,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
         prog="fedort",
         description="Federated learning for models that train on the device with ONNX Runtime.",
     )
+    parser.add_argument("--version", action="version", version=f"fedort {__version__}")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                         help="logging verbosity (default: INFO)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

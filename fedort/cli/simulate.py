@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from simulations.config import BACKENDS, load_config
+from fedort.simulations.config import BACKENDS, load_config
 
 EPILOG = """\
 examples:
@@ -57,7 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     import logging
 
-    from simulations.runner import run_simulation
+    from fedort.simulations.runner import run_simulation
 
     if not args.verbose:  # the per-update logs would bury the progress bar
         for name in ("coordinator", "fedort.edge", "edge_client"):

@@ -20,10 +20,10 @@ import sys
 import time
 from pathlib import Path
 
-from coordinator.config import CoordinatorConfig
-from coordinator.rounds import RoundState
-from coordinator.server import Coordinator
-from coordinator.status import format_status, offline_status
+from fedort.coordinator.config import CoordinatorConfig
+from fedort.coordinator.rounds import RoundState
+from fedort.coordinator.server import Coordinator
+from fedort.coordinator.status import format_status, offline_status
 
 log = logging.getLogger("coordinator")
 
@@ -149,7 +149,7 @@ async def serve(config: CoordinatorConfig) -> int:
 
 
 def enroll_command(args: argparse.Namespace) -> int:
-    from coordinator.devices import DeviceStore
+    from fedort.coordinator.devices import DeviceStore
 
     device, token = DeviceStore(args.state_dir).enroll(args.name, args.client_id)
     print(token)
@@ -159,7 +159,7 @@ def enroll_command(args: argparse.Namespace) -> int:
 
 
 def revoke_command(args: argparse.Namespace) -> int:
-    from coordinator.devices import DeviceStore
+    from fedort.coordinator.devices import DeviceStore
 
     for d in DeviceStore(args.state_dir).revoke(args.device):
         print(f"revoked {d.client_id} ({d.name})")
@@ -167,7 +167,7 @@ def revoke_command(args: argparse.Namespace) -> int:
 
 
 def devices_command(args: argparse.Namespace) -> int:
-    from coordinator.devices import DeviceStore
+    from fedort.coordinator.devices import DeviceStore
 
     print(f"{'client id':<24} {'name':<24} {'enrolled (UTC)':<20} status")
     for d in DeviceStore(args.state_dir).devices():

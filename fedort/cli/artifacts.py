@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from protos.errors import ConfigError
+from fedort.protos.errors import ConfigError
 
 _BUILD_EPILOG = """\
 examples:
@@ -24,8 +24,8 @@ eval models gain as their last input.
 
 
 def register(subparsers) -> None:
-    from edge_client.artifacts import LOSSES, OPTIMIZERS
-    from edge_client.models import BUILTIN_MODELS
+    from fedort.edge_client.artifacts import LOSSES, OPTIMIZERS
+    from fedort.edge_client.models import BUILTIN_MODELS
 
     art = subparsers.add_parser("artifacts", help="build or inspect ONNX Runtime training artifacts",
                                 description="Build or inspect ONNX Runtime training artifacts.")
@@ -67,8 +67,8 @@ def register(subparsers) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from edge_client.artifacts import build_artifacts
-    from edge_client.models import builtin_model
+    from fedort.edge_client.artifacts import build_artifacts
+    from fedort.edge_client.models import builtin_model
 
     if args.builtin:
         model = builtin_model(args.builtin, seed=args.seed)
@@ -84,7 +84,7 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from edge_client.artifacts import verify_artifacts
+    from fedort.edge_client.artifacts import verify_artifacts
 
     print(summary(verify_artifacts(args.dir)))
     return 0
@@ -92,7 +92,7 @@ def _show(args: argparse.Namespace) -> int:
 
 def summary(manifest) -> str:
     """A few human-readable lines about a `Manifest`."""
-    from edge_client.data import describe_spec
+    from fedort.edge_client.data import describe_spec
 
     lines = [
         f"model id:       {manifest.model_id}",

@@ -14,15 +14,15 @@ from pathlib import Path
 
 import numpy as np
 
-from protos.errors import ConfigError
-from simulations.datasets import CLIENT_FILE, TEST_FILE, client_file_name, load_digits_split, save_npz, subset
-from simulations.partition import Partition, Parts, label_histogram, parse_partition
+from fedort.protos.errors import ConfigError
+from fedort.simulations.datasets import CLIENT_FILE, TEST_FILE, client_file_name, load_digits_split, save_npz, subset
+from fedort.simulations.partition import Partition, Parts, label_histogram, parse_partition
 
 PARTITION_FILE = "partition.json"
 TABLE_ROWS = 20  # more clients than this: the table shows the first rows and a size summary
 
 
-def register_data(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `fedort data` and its `digits` subcommand."""
     data = subparsers.add_parser("data", help="prepare partitioned client data for simulations",
                                  description="Prepare partitioned client data for simulations.")
@@ -141,4 +141,4 @@ def format_table(summary: dict) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["register_data", "format_table", "PARTITION_FILE"]
+__all__ = ["register", "format_table", "PARTITION_FILE"]

@@ -1,0 +1,7 @@
+"""`python -m fedort ...` is the `fedort` command."""
+
+import sys
+
+from fedort.cli import main
+
+sys.exit(main())
