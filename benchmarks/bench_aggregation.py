@@ -5,7 +5,7 @@ and side by side in one run:
 
 - `floor-f64`, `floor-f32`: one pass `acc += v` per client into an accumulator of that dtype —
   the memory-bandwidth floor for reading every update once.
-- `wsum-f64`, `wsum-f32`: coordinator.fedavg.WeightedSum(P, dtype).add(v, n) per client, then .mean().
+- `wsum-f64`, `wsum-f32`: coordinator.aggregation.WeightedSum(P, dtype).add(v, n) per client, then .mean().
 - `layers-np`: a list-of-layers numpy average (np.average over the stacked clients, per layer).
 - `flwr-aggregate`: flwr.server.strategy.aggregate.aggregate([(layers, n), ...]).
 - `flwr-inplace`: flwr.server.strategy.aggregate.aggregate_inplace([(None, FitRes), ...]); its
@@ -58,21 +58,24 @@ def _load_by_path(name: str, path: Path) -> types.ModuleType:
 
 
 def load_weighted_sum() -> type:
-    """coordinator/fedavg.py's WeightedSum, loaded by file path.
+    """coordinator/aggregation/weighted_sum.py's WeightedSum, loaded by file path.
 
     Under the Flower venv (protobuf 6, fedort not installed) the packages' __init__ files must not
-    run: `coordinator/__init__` imports the gRPC server and the protobuf-7 stubs. fedavg.py needs
-    only numpy and protos/errors.py (-> grpc), so both files are loaded alone, the second under
-    its real name inside empty stand-in `fedort` / `fedort.protos` packages.
+    run: `coordinator/__init__` imports the gRPC server and the protobuf-7 stubs. weighted_sum.py
+    needs only numpy, a few sibling modules and protos/errors.py (-> grpc), so they are loaded
+    under their real names inside empty stand-in packages (`fedort`, `fedort.protos`, ...).
     """
     if "fedort.protos.errors" not in sys.modules:
-        for name, path in (("fedort", ROOT / "fedort"), ("fedort.protos", ROOT / "protos")):
+        for name, path in (("fedort", ROOT / "fedort"), ("fedort.protos", ROOT / "protos"),
+                           ("fedort.coordinator", ROOT / "coordinator"),
+                           ("fedort.coordinator.aggregation", ROOT / "coordinator" / "aggregation")):
             if name not in sys.modules:
                 pkg = types.ModuleType(name)
                 pkg.__path__ = [str(path)]
                 sys.modules[name] = pkg
         _load_by_path("fedort.protos.errors", ROOT / "protos" / "errors.py")
-    return _load_by_path("fedort_bench_fedavg", ROOT / "coordinator" / "fedavg.py").WeightedSum
+    return _load_by_path("fedort.coordinator.aggregation.weighted_sum",
+                         ROOT / "coordinator" / "aggregation" / "weighted_sum.py").WeightedSum
 
 
 WeightedSum = load_weighted_sum()

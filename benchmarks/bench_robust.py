@@ -32,8 +32,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fedort.coordinator.fedavg import WeightedSum  # noqa: E402
-from fedort.coordinator.strategies import SpooledUpdate, parse_strategy  # noqa: E402
+from fedort.coordinator.aggregation import SpooledUpdate, WeightedSum, parse_strategy  # noqa: E402
 
 STRATEGIES = ("fedavg", "clip:3", "median", "trimmed-mean:0.2", "krum:2", "multi-krum:2:5")
 ATTACKS = ("sign-flip", "scale:10")

@@ -2,7 +2,7 @@
 
 Flower pins `protobuf<7` while fedort's generated stubs need protobuf 7, so flwr cannot live in
 the project's .venv. Benchmarks that need it re-run themselves under this venv's Python; they
-import only fedort modules that do not load the stubs (e.g. coordinator.fedavg, which needs
+import only fedort modules that do not load the stubs (e.g. coordinator.aggregation.weighted_sum, which needs
 numpy and protos.errors -> grpc), by putting the repository root on sys.path — fedort itself is
 not installed there.
 

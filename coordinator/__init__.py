@@ -4,7 +4,8 @@
 """
 
 from fedort.coordinator.config import CoordinatorConfig
-from fedort.coordinator.rounds import RoundState, RunOutcome
+from fedort.coordinator.round_engine import RunOutcome
+from fedort.protos.round_state import RoundState
 from fedort.coordinator.server import Coordinator
 
 __all__ = ["Coordinator", "CoordinatorConfig", "RoundState", "RunOutcome"]

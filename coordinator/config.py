@@ -27,7 +27,7 @@ expected and what arrived.
 | download_chunk_bytes | 1 MiB | chunk size of vector and artifact downloads |
 | max_vector_length | 2**28 | largest accepted vector (elements) |
 | keep_spool | false | keep spooled updates after a round commits |
-| strategy | fedavg | aggregation: fedavg, clip:NORM, median, trimmed-mean:BETA, krum:F, multi-krum:F:M (coordinator.strategies) |
+| strategy | fedavg | aggregation: fedavg, clip:NORM, median, trimmed-mean:BETA, krum:F, multi-krum:F:M (coordinator.aggregation) |
 | port_file | none | file that receives the bound port once serving |
 | tls_cert / tls_key | none | PEM server certificate (chain) and private key: serve TLS |
 | tls_client_ca | none | PEM CA that must have signed every client's certificate (mutual TLS) |
@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from fedort.coordinator.strategies import parse_strategy
+from fedort.coordinator.aggregation import parse_strategy
 from fedort.protos.codec import CHUNK_BYTES, MAX_CHUNK_BYTES
 from fedort.edge_client.tomlfile import read_table
 from fedort.protos.errors import ConfigError

@@ -21,16 +21,13 @@ from typing import Any
 import numpy as np
 
 from fedort.coordinator.state import atomic_write_json, fsync_dir, fsync_file
+from fedort.coordinator.state_layout import LATEST_JSON, LATEST_LINK, MODEL_FILE, RECORD_FILE, round_name
 from fedort.edge_client.artifacts import Manifest, sha256_file
 from fedort.edge_client.session import TrainingSession
 from fedort.protos.errors import DataError
 
 log = logging.getLogger(__name__)
 
-MODEL_FILE = "model.onnx"
-RECORD_FILE = "model.json"
-LATEST_JSON = "latest.json"
-LATEST_LINK = "latest"
 EVAL_BATCH = 512
 
 
@@ -93,7 +90,7 @@ class Exporter:
     def export(self, round: int, vector: np.ndarray, record: dict[str, Any]) -> Path:
         """Write round `round`'s model.onnx + model.json and point `latest` at it; returns model.onnx."""
         start = time.perf_counter()
-        out_dir = self._models / f"round-{round:04d}"
+        out_dir = self._models / round_name(round)
         self._session.from_buffer(vector)
         model = self._session.export_model_for_inference(out_dir / MODEL_FILE)
         fsync_file(model)
@@ -129,7 +126,7 @@ class Exporter:
 
     def point_latest(self, round: int) -> None:
         """Atomically move `models/latest.json` and the `models/latest` symlink to round `round`."""
-        name = f"round-{round:04d}"
+        name = round_name(round)
         atomic_write_json(self._models / LATEST_JSON, {"round": round, "dir": name, "model": f"{name}/{MODEL_FILE}",
                                                        "record": f"{name}/{RECORD_FILE}"})
         tmp = self._models / f".{LATEST_LINK}.tmp-{os.getpid()}"

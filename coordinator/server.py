@@ -27,9 +27,11 @@ from fedort.coordinator.config import CoordinatorConfig
 from fedort.coordinator.devices import DeviceStore
 from fedort.coordinator.export import Exporter
 from fedort.coordinator.malformed import add_servicer
-from fedort.coordinator.rounds import RoundEngine, RoundState, RunOutcome
+from fedort.coordinator.round_engine import RoundEngine, RunOutcome
+from fedort.protos.round_state import RoundState
 from fedort.coordinator.servicer import CoordinatorServicer
 from fedort.coordinator.state import StateStore, atomic_write
+from fedort.coordinator.state_layout import StateLayout
 from fedort.edge_client.artifacts import ARTIFACT_FILES, MANIFEST, copy_artifacts, load_manifest, verify_artifacts
 from fedort.protos.errors import ConfigError, UnavailableError
 
@@ -66,7 +68,8 @@ def pin_artifacts(source: Path, state_dir: Path) -> Path:
     if not source.is_dir():
         raise ConfigError(f"artifacts folder not found: {source}")
     manifest = verify_artifacts(source)
-    pinned = state_dir / "artifacts"
+    layout = StateLayout(state_dir)
+    pinned = layout.artifacts
     if (pinned / MANIFEST).is_file():
         mine = load_manifest(pinned)
         if mine.model_id != manifest.model_id:
@@ -76,7 +79,7 @@ def pin_artifacts(source: Path, state_dir: Path) -> Path:
             )
         verify_artifacts(pinned, mine)
         return pinned
-    tmp = state_dir / ".artifacts.tmp"
+    tmp = layout.artifacts_tmp
     if tmp.exists():
         for f in tmp.iterdir():
             f.unlink()
@@ -123,7 +126,7 @@ class Coordinator:
             log.warning("no device is enrolled, so no client can join: `fedort coordinator enroll NAME --state-dir %s`",
                         cfg.state_dir)
         artifacts = await asyncio.to_thread(pin_artifacts, cfg.artifacts, cfg.state_dir)
-        exporter = await asyncio.to_thread(Exporter, artifacts, cfg.state_dir / "models", cfg.eval_data)
+        exporter = await asyncio.to_thread(Exporter, artifacts, StateLayout(cfg.state_dir).models, cfg.eval_data)
         store = StateStore(cfg.state_dir)
         self._store = store
         store.claim(exporter.manifest.model_id, json.dumps(cfg.to_json_dict(), sort_keys=True))

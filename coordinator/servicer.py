@@ -1,5 +1,9 @@
 """The gRPC face of the coordinator: protobuf in, typed values to the round engine, protobuf out.
 
+An adapter: each handler turns its request (for SubmitUpdate: the stream, as a header dataclass
+and an async iterator of chunk bytes) into plain values, makes ONE engine call, and converts
+the answer to protobuf.
+
 This is the one place protobuf messages meet the coordinator and the one error boundary:
 every `protos.errors` exception an RPC raises becomes `context.abort(code, message)` via
 `status_for`; anything unplanned becomes INTERNAL (and is logged with its traceback). The same
@@ -14,7 +18,6 @@ import asyncio
 import contextvars
 import functools
 import logging
-import time
 from pathlib import Path
 from typing import AsyncIterator, Callable
 
@@ -23,14 +26,13 @@ import grpc
 from fedort.coordinator.malformed import reject_malformed
 from fedort.coordinator.auth import Authenticator, check_identity
 from fedort.coordinator.limits import RateLimiter, StreamLimiter
-from fedort.coordinator.rounds import RoundEngine
-from fedort.coordinator.upload import UpdateReceiver
+from fedort.coordinator.round_engine import RoundEngine
 from fedort.edge_client.artifacts import ARTIFACT_FILES
 from fedort.protos import fedort_v1_pb2 as pb
 from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
 from fedort.protos.codec import CHUNK_BYTES, VectorMeta, iter_chunks
 from fedort.protos.errors import FedortError, NotFoundError, ProtocolError, ResourceExhaustedError, status_for
-from fedort.protos.messages import SubmitResult, UpdateHeader, meta_to_pb, metrics_from_pb
+from fedort.protos.messages import UpdateHeader, meta_to_pb, metrics_from_pb
 
 log = logging.getLogger(__name__)
 
@@ -166,32 +168,15 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         check_identity(_caller.get(), header.client_id)
         with self.streams.stream(header.client_id, "upload"):
             self.submissions.take(header.client_id)
-            return await self._receive_update(header, context)
+            return (await self.engine.submit_update(header, self._chunks(context))).to_pb()
 
-    async def _receive_update(self, header: UpdateHeader, context) -> pb.SubmitReply:
-        assembler = self.engine.begin_update(header)
-        if assembler is None:
-            while await self._read(context) is not grpc.aio.EOF:
-                pass
-            return SubmitResult(True, True, header.vector.round, "duplicate: this update was already counted").to_pb()
-        async with self.engine.upload_slot():
-            t0 = time.perf_counter()
-            receiver = UpdateReceiver(assembler, self.engine.spool_temp_path(header))
-            try:
-                while (part := await self._read(context)) is not grpc.aio.EOF:
-                    reject_malformed(part)
-                    if part.WhichOneof("part") != "chunk":
-                        raise ProtocolError("an update stream carries one header, then only chunks; "
-                                            "got a second header")
-                    receiver.add(part.chunk)
-                vector = await receiver.finish()
-                t1 = time.perf_counter()
-                result = await self.engine.accept_update(header, vector, spooled=receiver.tmp_path)
-            finally:
-                receiver.close()
-            log.debug("update of %s: %.1f MB received in %.0f ms, stored and folded in %.0f ms", header.client_id,
-                      vector.nbytes / 1e6, 1000 * (t1 - t0), 1000 * (time.perf_counter() - t1))
-        return result.to_pb()
+    async def _chunks(self, context) -> AsyncIterator[bytes]:
+        """The chunk bytes of an upload stream after its header (ProtocolError for a second header)."""
+        while (part := await self._read(context)) is not grpc.aio.EOF:
+            reject_malformed(part)
+            if part.WhichOneof("part") != "chunk":
+                raise ProtocolError("an update stream carries one header, then only chunks; got a second header")
+            yield part.chunk
 
     @unary
     async def SubmitEvaluation(self, request: pb.EvaluationResult, context) -> pb.SubmitReply:
@@ -202,7 +187,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     @unary
     async def Heartbeat(self, request: pb.HeartbeatRequest, context) -> pb.HeartbeatReply:
         round, state = self.engine.heartbeat(request.client_id)
-        return pb.HeartbeatReply(round=round, state=state)
+        return pb.HeartbeatReply(round=round, state=state.name)
 
     @unary
     async def Leave(self, request: pb.LeaveRequest, context) -> pb.LeaveReply:
@@ -211,10 +196,4 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     @unary
     async def Status(self, request: pb.StatusRequest, context) -> pb.StatusReply:
-        s = self.engine.status()
-        return pb.StatusReply(
-            model_id=s.model_id, current_round=s.current_round, total_rounds=s.total_rounds, state=s.state,
-            registered_clients=s.registered_clients, active_clients=s.active_clients, latest_model=s.latest_model,
-            rounds=[pb.RoundSummary(round=r.round, state=r.state, clients=r.clients, examples=r.examples,
-                                    metrics=r.metrics) for r in s.rounds],
-        )
+        return self.engine.status().to_pb()

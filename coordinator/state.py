@@ -1,18 +1,9 @@
 """Durable coordinator state: one SQLite database plus atomically written vector files.
 
-Layout of a state directory (it belongs to one model id):
-
-    state.db                      SQLite (WAL, synchronous=FULL): meta, clients, rounds, submissions, evaluations
-    artifacts/                    the coordinator's own verified copy of the training artifacts
-    vectors/round-000N.f32        the global vector round N trains from (raw little-endian float32);
-                                  round-0001 is the checkpoint's, round-000{R+1} is the run's result
-    spool/round-000N/<client>.f32 accepted updates of round N, until the round commits
-    models/round-000N/            model.onnx + model.json exported after round N commits
-    models/latest.json, latest    pointer (and symlink) to the newest export
-
-Files are written temp + fsync + rename + directory fsync, so a crash leaves either the old
-file or the new one. The database is the source of truth: a file that no row names (an orphan
-spool file, a vector of an uncommitted round) is ignored or rewritten on recovery.
+The directory's layout is `coordinator.state_layout.StateLayout`. Files are written temp + fsync +
+rename + directory fsync, so a crash leaves either the old file or the new one. The database is
+the source of truth: a file that no row names (an orphan spool file, a vector of an uncommitted
+round) is ignored or rewritten on recovery.
 """
 
 from __future__ import annotations
@@ -27,9 +18,10 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from fedort.coordinator.state_layout import DB_NAME, StateLayout
 from fedort.protos.errors import ConfigError, VectorError
+from fedort.protos.round_state import RoundRowState, RunState
 
-DB_NAME = "state.db"
 SCHEMA_VERSION = 1
 
 _SCHEMA = """
@@ -48,10 +40,14 @@ CREATE TABLE IF NOT EXISTS submissions (
 CREATE TABLE IF NOT EXISTS evaluations (
     round INTEGER NOT NULL, client_id TEXT NOT NULL, num_examples INTEGER NOT NULL, metrics TEXT NOT NULL,
     received_ms INTEGER NOT NULL, PRIMARY KEY (round, client_id));
+CREATE TABLE IF NOT EXISTS transitions (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, round INTEGER NOT NULL, from_state TEXT NOT NULL,
+    to_state TEXT NOT NULL, at_unix_s REAL NOT NULL, why TEXT NOT NULL DEFAULT '');
 """
 
-# Round row states (the in-memory engine has more; these are the durable milestones).
-OPEN, COMMITTED, EXPORTED, FAILED = "TRAINING", "COMMITTED", "EXPORTED", "FAILED"
+# Round row states as stored (the in-memory engine has more; these are the durable milestones).
+OPEN, COMMITTED, EXPORTED, FAILED = (s.value for s in (RoundRowState.OPEN, RoundRowState.COMMITTED,
+                                                        RoundRowState.EXPORTED, RoundRowState.FAILED))
 
 
 def now_ms() -> int:
@@ -130,6 +126,17 @@ class RoundRow:
 
 
 @dataclass(frozen=True)
+class TransitionRow:
+    """One logged state change of the round engine, with its wall-clock time."""
+
+    round: int
+    from_state: str
+    to_state: str
+    at_unix_s: float
+    why: str = ""
+
+
+@dataclass(frozen=True)
 class SubmissionRow:
     round: int
     client_id: str
@@ -145,15 +152,17 @@ class StateStore:
 
     def __init__(self, state_dir: str | os.PathLike, *, readonly: bool = False) -> None:
         self.dir = Path(state_dir)
+        self.layout = StateLayout(self.dir)
         self.readonly = readonly
-        db = self.dir / DB_NAME
+        self._transitions: list[TransitionRow] = []
+        db = self.layout.db
         if readonly:
             if not db.is_file():
                 raise ConfigError(f"no coordinator state in {self.dir} ({DB_NAME} missing)")
             self._db = sqlite3.connect(f"file:{db}?mode=ro", uri=True, isolation_level=None, timeout=10)
         else:
-            for sub in ("vectors", "spool", "models"):
-                (self.dir / sub).mkdir(parents=True, exist_ok=True)
+            for sub in (self.layout.vectors, self.layout.spool, self.layout.models):
+                sub.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(db, isolation_level=None, timeout=30)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
@@ -161,15 +170,21 @@ class StateStore:
         self._db.row_factory = sqlite3.Row
 
     def close(self) -> None:
+        if self._transitions and not self.readonly:
+            self._tx(())
         self._db.close()
 
     def _tx(self, statements: Iterable[tuple[str, tuple]]) -> None:
-        """Run statements in one transaction (durable on return: synchronous=FULL)."""
+        """Run statements in one transaction (durable on return: synchronous=FULL), with pending transitions."""
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
             for sql, args in statements:
                 db.execute(sql, args)
+            for t in self._transitions:
+                db.execute("INSERT INTO transitions (round, from_state, to_state, at_unix_s, why) VALUES (?, ?, ?, ?, ?)",
+                           (t.round, t.from_state, t.to_state, t.at_unix_s, t.why))
+            self._transitions = []
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -178,20 +193,34 @@ class StateStore:
     # ---- paths ----------------------------------------------------------------------------------
 
     def vector_path(self, round: int) -> Path:
-        return self.dir / "vectors" / f"round-{round:04d}.f32"
+        return self.layout.vector(round)
 
     def spool_dir(self, round: int) -> Path:
-        return self.dir / "spool" / f"round-{round:04d}"
+        return self.layout.spool_dir(round)
 
     def spool_path(self, round: int, client_id: str) -> Path:
-        return self.spool_dir(round) / f"{client_id}.f32"
+        return self.layout.spool_file(round, client_id)
 
     def model_dir(self, round: int) -> Path:
-        return self.dir / "models" / f"round-{round:04d}"
+        return self.layout.model_dir(round)
 
     @property
     def artifacts_dir(self) -> Path:
-        return self.dir / "artifacts"
+        return self.layout.artifacts
+
+    # ---- transitions ----------------------------------------------------------------------------
+
+    def note_transition(self, row: TransitionRow) -> None:
+        """Record a state change with the next transaction (no fsync of its own: a round has several)."""
+        self._transitions.append(row)
+
+    def transitions(self) -> list[TransitionRow]:
+        """Every recorded state change, oldest first (none for a state dir older than the table)."""
+        try:
+            rows = self._db.execute("SELECT * FROM transitions ORDER BY seq").fetchall()
+        except sqlite3.OperationalError:
+            return []
+        return [TransitionRow(r["round"], r["from_state"], r["to_state"], r["at_unix_s"], r["why"]) for r in rows]
 
     # ---- meta -----------------------------------------------------------------------------------
 
@@ -207,7 +236,7 @@ class StateStore:
         existing = self.get_meta("model_id")
         if existing is None:
             self.set_meta(model_id=model_id, schema_version=str(SCHEMA_VERSION), created_ms=str(now_ms()),
-                          config=config_json, run_state="RUNNING")
+                          config=config_json, run_state=RunState.RUNNING.value)
         elif existing != model_id:
             raise ConfigError(
                 f"state dir {self.dir} belongs to model {existing[:16]}…, but the artifacts are model "
@@ -262,7 +291,7 @@ class StateStore:
     def fail_round(self, round: int, message: str) -> None:
         self._tx([
             ("UPDATE rounds SET state=?, closed_ms=?, message=? WHERE round=?", (FAILED, now_ms(), message, round)),
-            ("INSERT OR REPLACE INTO meta (key, value) VALUES ('run_state', 'FAILED')", ()),
+            ("INSERT OR REPLACE INTO meta (key, value) VALUES ('run_state', ?)", (RunState.FAILED.value,)),
             ("INSERT OR REPLACE INTO meta (key, value) VALUES ('run_message', ?)", (message,)),
         ])
 

@@ -1,6 +1,6 @@
 """What a coordinator's run looks like: rounds, clients and the latest model, live or from disk.
 
-The same `StatusSnapshot` answers the Status RPC (from the running engine) and
+The same `protos.messages.Status` answers the Status RPC (from the running engine) and
 `fedort coordinator status` (read-only from SQLite, also while the server runs: WAL readers do
 not block the writer).
 """
@@ -9,72 +9,50 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from fedort.coordinator.state import StateStore
-
-
-@dataclass(frozen=True)
-class RoundSummary:
-    round: int
-    state: str
-    clients: int
-    examples: int
-    metrics: dict[str, float] = field(default_factory=dict)
-    attempt: int = 1
-    model_path: str | None = None
-    message: str = ""
-
-
-@dataclass(frozen=True)
-class StatusSnapshot:
-    model_id: str
-    current_round: int
-    total_rounds: int
-    state: str
-    registered_clients: int
-    active_clients: int
-    rounds: tuple[RoundSummary, ...]
-    latest_model: str
-    message: str = ""
+from fedort.coordinator.state_layout import StateLayout
+from fedort.protos.messages import RoundSummary, Status
+from fedort.protos.round_state import RoundRowState, RoundState, RunState
 
 
 def latest_model(state_dir: Path) -> str:
     """Path of the newest exported model.onnx ('' if none yet)."""
-    pointer = state_dir / "models" / "latest.json"
+    layout = StateLayout(state_dir)
     try:
-        return os.fspath(state_dir / "models" / json.loads(pointer.read_text())["model"])
+        return os.fspath(layout.models / json.loads(layout.latest_json.read_text())["model"])
     except (OSError, ValueError, KeyError):
         return ""
 
 
 def snapshot(store: StateStore, *, current_round: int | None = None, total_rounds: int | None = None,
-             state: str | None = None, registered: int | None = None, active: int | None = None) -> StatusSnapshot:
+             state: RoundState | None = None, registered: int | None = None, active: int | None = None) -> Status:
     """A snapshot from the database, with live values (from the engine) where given."""
     rows = store.rounds()
     clients = store.clients()
     config = json.loads(store.get_meta("config", "{}") or "{}")
-    done = [r.round for r in rows if r.state in ("COMMITTED", "EXPORTED")]
-    run_state = store.get_meta("run_state", "RUNNING")
+    done = [r.round for r in rows if RoundRowState(r.state).committed]
+    run_state = RunState(store.get_meta("run_state", RunState.RUNNING.value))
     if state is None:
-        open_rows = [r for r in rows if r.state == "TRAINING"]
-        state = run_state if run_state in ("DONE", "FAILED") else ("TRAINING" if open_rows else "WAITING_FOR_CLIENTS")
-    return StatusSnapshot(
+        open_rows = [r for r in rows if RoundRowState(r.state) is RoundRowState.OPEN]
+        state = (RoundState[run_state.name] if run_state is not RunState.RUNNING
+                 else RoundState.TRAINING if open_rows else RoundState.WAITING_FOR_CLIENTS)
+    return Status(
         model_id=store.get_meta("model_id", "") or "",
         current_round=current_round if current_round is not None else (max(done) + 1 if done else 1),
         total_rounds=total_rounds if total_rounds is not None else int(config.get("rounds", 0)),
         state=state,
         registered_clients=registered if registered is not None else len(clients),
         active_clients=active if active is not None else sum(c.active for c in clients),
-        rounds=tuple(RoundSummary(r.round, r.state, r.clients, r.examples, r.metrics, r.attempt, r.model_path, r.message)
+        rounds=tuple(RoundSummary(r.round, RoundRowState(r.state), r.clients, r.examples, r.metrics, r.attempt, r.model_path, r.message)
                      for r in rows),
         latest_model=latest_model(store.dir),
         message=store.get_meta("run_message", "") or "",
     )
 
 
-def offline_status(state_dir: str | os.PathLike) -> StatusSnapshot:
+def offline_status(state_dir: str | os.PathLike) -> Status:
     store = StateStore(state_dir, readonly=True)
     try:
         return snapshot(store)
@@ -82,11 +60,11 @@ def offline_status(state_dir: str | os.PathLike) -> StatusSnapshot:
         store.close()
 
 
-def format_status(s: StatusSnapshot) -> str:
+def format_status(s: Status) -> str:
     """Human-readable status, as `fedort coordinator status` prints it."""
     lines = [
         f"model      {s.model_id}",
-        f"state      {s.state}" + (f": {s.message}" if s.message else ""),
+        f"state      {s.state.name}" + (f": {s.message}" if s.message else ""),
         f"round      {min(s.current_round, s.total_rounds) if s.total_rounds else s.current_round} of {s.total_rounds}"
         + (" (all committed)" if s.total_rounds and s.current_round > s.total_rounds else ""),
         f"clients    {s.registered_clients} registered, {s.active_clients} active",
@@ -96,7 +74,7 @@ def format_status(s: StatusSnapshot) -> str:
     ]
     for r in s.rounds:
         metrics = ", ".join(f"{k}={v:.4g}" for k, v in sorted(r.metrics.items()))
-        lines.append(f"{r.round:>5}  {r.state:<10} {r.attempt:>3} {r.clients:>7} {r.examples:>9}  {metrics}"
+        lines.append(f"{r.round:>5}  {r.state.value:<10} {r.attempt:>3} {r.clients:>7} {r.examples:>9}  {metrics}"
                      + (f"  [{r.message}]" if r.message else ""))
     if not s.rounds:
         lines.append("  (no round opened yet)")

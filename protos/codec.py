@@ -65,23 +65,33 @@ def iter_chunks(vector: np.ndarray, chunk_size: int = CHUNK_BYTES) -> Iterator[b
         yield bytes(view[start:start + chunk_size])
 
 
+def check_vector_header(meta: VectorMeta, *, codecs: Iterable[str] = (CODEC_RAW,), expected_length: int | None = None,
+                        max_length: int | None = None) -> None:
+    """The header's dtype, codec (one of `codecs`), length and size limit, before anything is allocated."""
+    if meta.dtype not in DTYPES:
+        raise VectorError(f"vector dtype must be one of {sorted(DTYPES)}, got {meta.dtype!r}")
+    if meta.codec not in codecs:
+        allowed = sorted(codecs)
+        raise VectorError(f"vector codec must be {allowed[0]!r}, got {meta.codec!r}" if len(allowed) == 1
+                          else f"vector codec must be one of {allowed}, got {meta.codec!r}")
+    if expected_length is not None and meta.length != expected_length:
+        raise VectorError(f"vector must have {expected_length} elements for this model, header says {meta.length}")
+    if max_length is not None and meta.length > max_length:
+        raise ResourceExhaustedError(f"vector of {meta.length} elements exceeds the limit of {max_length}")
+
+
 class VectorAssembler:
     """Rebuild a vector from its header and chunks, checking everything the header promises.
 
     Raises VectorError for a wrong dtype/codec/size/digest and ResourceExhaustedError when the
-    header announces more than `max_length` elements, before allocating anything.
+    header announces more than `max_length` elements, before allocating anything
+    (`check_vector_header`). The payload is dtype × length bytes: every codec accepted today (`raw`)
+    sends the values themselves.
     """
 
     def __init__(self, meta: VectorMeta, *, expected_length: int | None = None, max_length: int | None = None,
-                 max_chunk_bytes: int = MAX_CHUNK_BYTES) -> None:
-        if meta.dtype not in DTYPES:
-            raise VectorError(f"vector dtype must be one of {sorted(DTYPES)}, got {meta.dtype!r}")
-        if meta.codec != CODEC_RAW:
-            raise VectorError(f"vector codec must be {CODEC_RAW!r}, got {meta.codec!r}")
-        if expected_length is not None and meta.length != expected_length:
-            raise VectorError(f"vector must have {expected_length} elements for this model, header says {meta.length}")
-        if max_length is not None and meta.length > max_length:
-            raise ResourceExhaustedError(f"vector of {meta.length} elements exceeds the limit of {max_length}")
+                 max_chunk_bytes: int = MAX_CHUNK_BYTES, codecs: Iterable[str] = (CODEC_RAW,)) -> None:
+        check_vector_header(meta, codecs=codecs, expected_length=expected_length, max_length=max_length)
         if len(meta.sha256) != 32:
             raise VectorError(f"header sha256 must be 32 bytes, got {len(meta.sha256)}")
         self.meta = meta

@@ -12,6 +12,7 @@ from typing import Mapping
 
 from fedort.protos import fedort_v1_pb2 as pb
 from fedort.protos.codec import VectorMeta
+from fedort.protos.round_state import RoundRowState, RoundState
 
 
 class TaskKind(enum.IntEnum):
@@ -122,3 +123,51 @@ class UpdateHeader:
     @classmethod
     def from_pb(cls, m: pb.UpdateHeader) -> "UpdateHeader":
         return cls(m.client_id, meta_from_pb(m.vector), m.num_examples, metrics_from_pb(m.metrics))
+
+
+@dataclass(frozen=True)
+class RoundSummary:
+    """One round as the Status RPC and `fedort coordinator status` show it."""
+
+    round: int
+    state: RoundRowState
+    clients: int
+    examples: int
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    attempt: int = 1             # (not on the wire: the offline status reads it from the database)
+    model_path: str | None = None
+    message: str = ""
+
+    def to_pb(self) -> pb.RoundSummary:
+        return pb.RoundSummary(round=self.round, state=self.state.value, clients=self.clients, examples=self.examples,
+                               metrics=dict(self.metrics))
+
+    @classmethod
+    def from_pb(cls, m: pb.RoundSummary) -> "RoundSummary":
+        return cls(m.round, RoundRowState(m.state), m.clients, m.examples, dict(m.metrics))
+
+
+@dataclass(frozen=True)
+class Status:
+    """What a coordinator's run looks like: rounds, clients and the latest model (the StatusReply)."""
+
+    model_id: str
+    current_round: int
+    total_rounds: int
+    state: RoundState
+    registered_clients: int
+    active_clients: int
+    rounds: tuple[RoundSummary, ...]
+    latest_model: str
+    message: str = ""            # (not on the wire: why a run failed, from the database)
+
+    def to_pb(self) -> pb.StatusReply:
+        return pb.StatusReply(model_id=self.model_id, current_round=self.current_round, total_rounds=self.total_rounds,
+                              state=self.state.name, registered_clients=self.registered_clients,
+                              active_clients=self.active_clients, latest_model=self.latest_model,
+                              rounds=[r.to_pb() for r in self.rounds])
+
+    @classmethod
+    def from_pb(cls, m: pb.StatusReply) -> "Status":
+        return cls(m.model_id, m.current_round, m.total_rounds, RoundState[m.state], m.registered_clients,
+                   m.active_clients, tuple(RoundSummary.from_pb(r) for r in m.rounds), m.latest_model)

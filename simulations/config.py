@@ -43,7 +43,7 @@ class SimulationConfig:
     test_fraction: float = 0.2
     round_timeout_s: float = 300.0
     target_accuracy: float | None = None
-    strategy: str = "fedavg"                  # coordinator aggregation (coordinator.strategies)
+    strategy: str = "fedavg"                  # coordinator aggregation (coordinator.aggregation)
     byzantine_fraction: float = 0.0           # share of clients that attack (seeded choice)
     attack: str = "sign-flip"                 # what they do (simulations.attacks)
     progress: bool = True
@@ -98,7 +98,7 @@ class SimulationConfig:
 
 
 def _check_strategy(spec: str) -> None:
-    from fedort.coordinator.strategies import parse_strategy
+    from fedort.coordinator.aggregation import parse_strategy
 
     parse_strategy(spec)
 

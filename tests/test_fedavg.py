@@ -7,7 +7,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from fedort.coordinator.fedavg import WeightedSum
+from fedort.coordinator.aggregation.weighted_sum import WeightedSum
 from fedort.protos.errors import VectorError
 
 

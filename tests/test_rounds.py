@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from fedort.coordinator import RoundState
-from fedort.coordinator.rounds import IllegalTransition
+from fedort.coordinator.round_engine import IllegalTransition
 from fedort.coordinator.selection import client_seed, sample_size, select_clients
 from coordinator_fixtures import mlp_artifacts, start_coordinator, stub_client  # noqa: F401
 from fedort.protos import fedort_v1_pb2 as pb

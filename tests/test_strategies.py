@@ -10,16 +10,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedort.coordinator.fedavg import WeightedSum
-from fedort.coordinator.rounds import RoundState
-from fedort.coordinator.strategies import (
+from fedort.coordinator.aggregation import (
     ClippedFedAvg, FedAvg, Krum, Median, SpooledUpdate, TrimmedMean, parse_strategy,
 )
-from fedort.coordinator.strategies.base import open_updates
-from fedort.coordinator.strategies.clipping import clip_update
-from fedort.coordinator.strategies.krum import krum_scores, krum_select, pairwise_sq_distances
-from fedort.coordinator.strategies.median import coordinate_median
-from fedort.coordinator.strategies.trimmed_mean import trimmed_mean
+from fedort.coordinator.aggregation.clipping import clip_update
+from fedort.coordinator.aggregation.krum import krum_scores, krum_select, pairwise_sq_distances
+from fedort.coordinator.aggregation.median import coordinate_median
+from fedort.coordinator.aggregation.spool import open_updates
+from fedort.coordinator.aggregation.trimmed_mean import trimmed_mean
+from fedort.coordinator.aggregation.weighted_sum import WeightedSum
+from fedort.protos.round_state import RoundState
 from coordinator_fixtures import make_config, mlp_artifacts, start_coordinator, stub_client  # noqa: F401
 from fedort.protos.errors import ConfigError, VectorError
 

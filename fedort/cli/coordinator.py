@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from fedort.coordinator.config import CoordinatorConfig
-from fedort.coordinator.rounds import RoundState
+from fedort.protos.round_state import RoundState
 from fedort.coordinator.server import Coordinator
 from fedort.coordinator.status import format_status, offline_status
 

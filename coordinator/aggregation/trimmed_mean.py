@@ -1,4 +1,8 @@
-"""Coordinate-wise trimmed mean: drop the ⌊β·n⌋ largest and smallest values of each coordinate, average the rest.
+"""Combiner: coordinate-wise β-trimmed mean (spec `trimmed-mean:β`).
+
+    k = min(⌊β·n⌋, ⌊(n − 1)/2⌋),   c[j] = mean of the sorted values v₍ₖ₎[j] … v₍ₙ₋ₖ₋₁₎[j]
+
+The k largest and k smallest values of each coordinate are dropped and the rest averaged.
 
 Tolerates up to ⌊β·n⌋ Byzantine clients per side (Yin et al., 2018) and keeps more of the
 honest information than the median. Unweighted, like the median; read from the spool in blocks.
@@ -10,7 +14,8 @@ from typing import Sequence
 
 import numpy as np
 
-from fedort.coordinator.strategies.base import BLOCK_BYTES, SpooledUpdate, Strategy, column_blocks, open_updates
+from fedort.coordinator.aggregation.combiner import Combiner
+from fedort.coordinator.aggregation.spool import BLOCK_BYTES, SpooledUpdate, column_blocks, open_updates
 from fedort.protos.errors import VectorError
 
 
@@ -33,14 +38,14 @@ def trimmed_mean(vectors: Sequence[np.ndarray], beta: float, block_bytes: int = 
     return out
 
 
-class TrimmedMean(Strategy):
+class TrimmedMeanCombiner(Combiner):
     """Coordinate-wise β-trimmed mean of the round's updates."""
 
-    needs_all_updates = True
+    streaming = False
 
     def __init__(self, beta: float) -> None:
         self.beta = float(beta)
         self.name = f"trimmed-mean:{beta:g}"
 
-    def aggregate(self, updates: Sequence[SpooledUpdate], global_vector: np.ndarray) -> np.ndarray:
+    def combine(self, updates: Sequence[SpooledUpdate], global_vector: np.ndarray) -> np.ndarray:
         return trimmed_mean(open_updates(updates, len(global_vector)), self.beta)

@@ -1,8 +1,9 @@
-"""Update-norm clipping: FedAvg over client deltas clipped to a maximum L2 norm.
+"""Transform: clip each update's delta from the global vector to L2 norm ≤ C (spec `clip:C`).
 
-Each update's delta from the round's global vector, dᵢ = vᵢ − g, is scaled down to norm ≤ C
-before the weighted average, so one client can move the model by at most C·nᵢ/Σn. The clipped
-vector g + clip(dᵢ) is folded into the running sum like any FedAvg update: still streaming, O(P).
+    dᵢ = vᵢ − g,    vᵢ' = g + dᵢ · min(1, C / ‖dᵢ‖₂)
+
+Followed by the weighted mean, one client can move the model by at most C·nᵢ/Σn. The clipped
+vector is folded into the running sum like any FedAvg update: still streaming, O(P).
 """
 
 from __future__ import annotations
@@ -11,9 +12,8 @@ import math
 
 import numpy as np
 
-from fedort.coordinator.strategies.base import Strategy
-
-_BLOCK = 1 << 16
+from fedort.coordinator.aggregation.transform import Transform
+from fedort.coordinator.aggregation.update import BLOCK as _BLOCK, Update
 
 
 def delta_norm(vector: np.ndarray, global_vector: np.ndarray) -> float:
@@ -42,14 +42,12 @@ def clip_update(vector: np.ndarray, global_vector: np.ndarray, max_norm: float) 
     return out
 
 
-class ClippedFedAvg(Strategy):
-    """FedAvg of the updates after clipping each delta to L2 norm ≤ `max_norm`."""
-
-    needs_all_updates = False
+class NormClip(Transform):
+    """Clip the delta from the global vector to L2 norm ≤ `max_norm`."""
 
     def __init__(self, max_norm: float) -> None:
         self.max_norm = float(max_norm)
         self.name = f"clip:{max_norm:g}"
 
-    def prepare(self, vector: np.ndarray, global_vector: np.ndarray) -> np.ndarray:
-        return clip_update(vector, global_vector, self.max_norm)
+    def apply(self, values: np.ndarray, global_vector: np.ndarray, update: Update | None = None) -> np.ndarray:
+        return clip_update(values, global_vector, self.max_norm)

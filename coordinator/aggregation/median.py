@@ -1,4 +1,6 @@
-"""Coordinate-wise median: each parameter of the next global vector is the median of the clients'.
+"""Combiner: coordinate-wise median, each parameter the median of the clients' values (spec `median`).
+
+    c[j] = median_i vᵢ[j]        (the mean of the two middle values for an even count)
 
 Robust to a minority of arbitrary (Byzantine) updates in every coordinate (Yin et al., 2018).
 Unweighted: a client's example count would let a liar buy influence. It needs every update of
@@ -11,7 +13,8 @@ from typing import Sequence
 
 import numpy as np
 
-from fedort.coordinator.strategies.base import BLOCK_BYTES, SpooledUpdate, Strategy, column_blocks, open_updates
+from fedort.coordinator.aggregation.combiner import Combiner
+from fedort.coordinator.aggregation.spool import BLOCK_BYTES, SpooledUpdate, column_blocks, open_updates
 
 
 def coordinate_median(vectors: Sequence[np.ndarray], block_bytes: int = BLOCK_BYTES) -> np.ndarray:
@@ -30,11 +33,11 @@ def coordinate_median(vectors: Sequence[np.ndarray], block_bytes: int = BLOCK_BY
     return out
 
 
-class Median(Strategy):
+class MedianCombiner(Combiner):
     """Coordinate-wise median of the round's updates."""
 
     name = "median"
-    needs_all_updates = True
+    streaming = False
 
-    def aggregate(self, updates: Sequence[SpooledUpdate], global_vector: np.ndarray) -> np.ndarray:
+    def combine(self, updates: Sequence[SpooledUpdate], global_vector: np.ndarray) -> np.ndarray:
         return coordinate_median(open_updates(updates, len(global_vector)))

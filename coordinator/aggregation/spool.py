@@ -1,10 +1,9 @@
-"""The interface every aggregation strategy implements, and bounded-memory reading of the spool.
+"""Bounded-memory reading of a round's spool: the accepted update files, memory-mapped, in column blocks.
 
-A strategy is either *streaming* — each accepted update is transformed (`prepare`) and folded
-into the engine's running `WeightedSum` as it arrives, memory O(P) — or it *needs all updates*:
-the engine then skips the running sum and, at round close, hands `aggregate` the round's spooled
-update files. Those are read through `np.memmap` in column blocks of at most `BLOCK_BYTES` for
-all clients together, so memory stays O(P + BLOCK_BYTES) however many clients reported.
+Combiners that need every update of the round at once (median, trimmed mean, Krum) get the
+round's spooled files at close. They are read through `np.memmap` in column blocks of at most
+`BLOCK_BYTES` for all clients together, so memory stays O(P + BLOCK_BYTES) however many clients
+reported: block b holds vᵢ[s_b : s_b + c] for every client i, with c·n·4 ≤ BLOCK_BYTES.
 """
 
 from __future__ import annotations
@@ -30,24 +29,6 @@ class SpooledUpdate:
     client_id: str
     path: Path
     num_examples: int
-
-
-class Strategy:
-    """How a round's updates become the next global vector (defaults: plain streaming FedAvg)."""
-
-    name = "fedavg"
-    needs_all_updates = False   # True: aggregate() from the spool at round close, no running sum
-
-    def prepare(self, vector: np.ndarray, global_vector: np.ndarray) -> np.ndarray:
-        """Streaming strategies: the vector to fold into the weighted sum in place of `vector`."""
-        return vector
-
-    def aggregate(self, updates: Sequence[SpooledUpdate], global_vector: np.ndarray) -> np.ndarray:
-        """Non-streaming strategies: the next global vector (float32) from every update of the round."""
-        raise NotImplementedError(f"strategy {self.name} aggregates by streaming, not from the spool")
-
-    def __str__(self) -> str:
-        return self.name
 
 
 def open_updates(updates: Sequence[SpooledUpdate], length: int) -> list[np.ndarray]:

@@ -1,4 +1,7 @@
-"""Krum and multi-Krum: keep the updates closest to their neighbours, average those.
+"""Combiner: Krum and multi-Krum, keep the updates closest to their neighbours and average those.
+
+    score(i) = Σ_{j ∈ N_i} ‖vᵢ − vⱼ‖²   (N_i: the n − f − 2 updates nearest to vᵢ)
+    S = the m lowest scores,   c = Σ_{i∈S} nᵢ·vᵢ / Σ_{i∈S} nᵢ
 
 Each update is scored by the sum of its squared distances to its n − f − 2 nearest other updates
 (f: the Byzantine clients assumed); Krum keeps the best-scored one, multi-Krum the m best and
@@ -14,8 +17,9 @@ from typing import Sequence
 
 import numpy as np
 
-from fedort.coordinator.fedavg import WeightedSum
-from fedort.coordinator.strategies.base import BLOCK_BYTES, SpooledUpdate, Strategy, column_blocks, open_updates
+from fedort.coordinator.aggregation.combiner import Combiner
+from fedort.coordinator.aggregation.spool import BLOCK_BYTES, SpooledUpdate, column_blocks, open_updates
+from fedort.coordinator.aggregation.weighted_sum import WeightedSum
 
 log = logging.getLogger(__name__)
 
@@ -53,16 +57,16 @@ def krum_select(dist: np.ndarray, f: int, m: int = 1) -> list[int]:
     return [int(i) for i in np.argsort(scores, kind="stable")[: max(1, min(m, len(scores)))]]
 
 
-class Krum(Strategy):
+class KrumCombiner(Combiner):
     """Multi-Krum with `f` assumed Byzantine clients and `m` selected updates (m = 1: Krum)."""
 
-    needs_all_updates = True
+    streaming = False
 
     def __init__(self, f: int, m: int = 1) -> None:
         self.f, self.m = int(f), int(m)
         self.name = f"krum:{f}" if m == 1 else f"multi-krum:{f}:{m}"
 
-    def aggregate(self, updates: Sequence[SpooledUpdate], global_vector: np.ndarray) -> np.ndarray:
+    def combine(self, updates: Sequence[SpooledUpdate], global_vector: np.ndarray) -> np.ndarray:
         n = len(updates)
         if n < 2 * self.f + 3:
             log.warning("%s: %d updates are fewer than the 2f + 3 = %d Krum's guarantee needs; scoring each "

@@ -1,0 +1,110 @@
+"""Combiner: streaming FedAvg, the example-weighted mean folded in one update at a time (the default).
+
+    c = Σᵢ nᵢ·vᵢ / Σᵢ nᵢ        (Σ accumulated in float64, the mean rounded once to float32)
+
+Memory is O(P) whatever the number of clients: nothing keeps the individual updates. FedAvg is
+linear, so two partial sums over disjoint clients merge into the sum over all of them; that is
+what lets aggregation be split across processes or machines (Ray workers, a hierarchy).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from fedort.coordinator.aggregation.combiner import Combiner
+from fedort.coordinator.aggregation.spool import SpooledUpdate
+from fedort.coordinator.aggregation.update import BLOCK as _BLOCK, as_blocks
+from fedort.protos.errors import VectorError
+
+
+@dataclass
+class WeightedSum:
+    """Σ wᵢ·vᵢ and Σ wᵢ over the updates folded in so far."""
+
+    length: int
+    dtype: np.dtype = field(default_factory=lambda: np.dtype(np.float32))
+    total: np.ndarray = field(init=False)
+    weight: float = field(default=0.0, init=False)
+    count: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        self.total = np.zeros(self.length, dtype=self.dtype)
+        self._scratch = np.empty(min(self.length, _BLOCK), dtype=self.dtype)
+
+    def add(self, vector: np.ndarray, weight: float) -> None:
+        """Fold `weight * vector` into the sum."""
+        if vector.shape != (self.length,):
+            raise VectorError(f"update must have {self.length} elements, got shape {vector.shape}")
+        self.add_blocks(as_blocks(vector), weight)
+
+    def add_blocks(self, blocks: Iterable[tuple[int, np.ndarray]], weight: float) -> None:
+        """Fold `weight * v` into the sum, v given as (start, block) pairs covering it in order.
+
+        A decoder streams its output here without materialising v; the blocks may have any size.
+        """
+        if not weight > 0:
+            raise VectorError(f"update weight must be > 0, got {weight}")
+        w = self.dtype.type(weight)
+        total, scratch = self.total, self._scratch
+        multiply, add = np.multiply, np.add
+        covered = 0
+        for start, values in blocks:
+            for offset in range(0, len(values), _BLOCK):     # (re)block to the cache-sized scratch
+                part = values[offset:offset + _BLOCK]
+                n = len(part)
+                acc = total[start + offset:start + offset + n]
+                tmp = scratch if n == len(scratch) else scratch[:n]
+                multiply(part, w, out=tmp)
+                add(acc, tmp, out=acc)  # not `acc += tmp` on a slice: that also runs __setitem__
+            covered += len(values)
+        if covered != self.length:
+            raise VectorError(f"update must have {self.length} elements, got {covered}")
+        self.weight += float(weight)
+        self.count += 1
+
+    def reset(self) -> None:
+        """Back to the empty sum, reusing the accumulator's pages."""
+        self.total.fill(0)
+        self.weight, self.count = 0.0, 0
+
+    def merge(self, other: "WeightedSum") -> None:
+        """Add another partial sum (over a disjoint set of clients) into this one."""
+        if other.length != self.length:
+            raise VectorError(f"cannot merge sums of {other.length} and {self.length} elements")
+        self.total += other.total
+        self.weight += other.weight
+        self.count += other.count
+
+    def mean(self) -> np.ndarray:
+        """The weighted average Σ wᵢ·vᵢ / Σ wᵢ as float32."""
+        if self.count == 0:
+            raise VectorError("no updates were folded in; the weighted mean is undefined")
+        out = np.empty(self.length, dtype=np.float32)  # divide straight into float32: no float64 temporary
+        np.divide(self.total, self.dtype.type(self.weight), out=out, casting="same_kind")
+        return out
+
+
+class WeightedMean(Combiner):
+    """Σ nᵢ·vᵢ / Σ nᵢ, streaming in a float64 `WeightedSum` kept for the whole run."""
+
+    name = "fedavg"
+    streaming = True
+
+    def __init__(self) -> None:
+        self._sum: WeightedSum | None = None
+
+    def reset(self, length: int) -> None:
+        if self._sum is None or self._sum.length != length:
+            self._sum = WeightedSum(length, np.dtype(np.float64))
+        # reuse the accumulator: a fresh np.zeros would page-fault all 8*P bytes again inside the
+        # first fold of the next round, on an upload's critical path
+        self._sum.reset()
+
+    def fold(self, blocks: Iterable[tuple[int, np.ndarray]], weight: float) -> None:
+        self._sum.add_blocks(blocks, weight)
+
+    def combine(self, spooled: Sequence[SpooledUpdate], global_vector: np.ndarray) -> np.ndarray:
+        return self._sum.mean()

@@ -1,0 +1,132 @@
+"""Restart replay: rebuild the round engine's memory from the state directory before serving.
+
+1. Round 1's global vector is written (once) from the checkpoint.
+2. Committed rounds whose export a crash interrupted are exported again; their spools dropped.
+3. The global vector of the next round is checked against the sha256 its commit recorded, and a
+   stateful server update gets the state that round starts from.
+4. An open (or failed) round is resumed: its acknowledged updates are folded back in exactly once
+   from the spool (each checked against its recorded sha256), spool files without a row (written,
+   never acknowledged) are deleted, and the attempt reopens with a fresh deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from fedort.coordinator.aggregation import Update
+from fedort.coordinator.state import COMMITTED, EXPORTED, FAILED, OPEN, atomic_write, read_vector
+from fedort.protos.codec import CODEC_RAW
+from fedort.protos.errors import ConfigError
+from fedort.protos.round_state import RoundState, RunState
+
+if TYPE_CHECKING:
+    from fedort.coordinator.round_engine import RoundEngine
+
+log = logging.getLogger(__name__)
+
+
+def sha256_of(vector: np.ndarray) -> bytes:
+    return hashlib.sha256(memoryview(vector).cast("B")).digest()
+
+
+async def recover(engine: "RoundEngine") -> bool:
+    """Steps 1-4 above; True if an open round was resumed (the engine is then TRAINING)."""
+    store = engine.store
+    if store.get_meta("initial_vector_sha256") is None:
+        vector = engine.exporter.initial_vector()
+        await asyncio.to_thread(atomic_write, store.vector_path(1), vector)
+        store.set_meta(initial_vector_sha256=sha256_of(vector).hex())
+    rows = {r.round: r for r in store.rounds()}
+    last = 0
+    for r in sorted(rows):
+        row = rows[r]
+        if row.state in (COMMITTED, EXPORTED):
+            last = r
+            if row.state == COMMITTED or not store.layout.model_record(r).is_file():
+                log.info("round %d: redoing the export interrupted by the last stop", r)
+                await engine.export(r)
+            drop_spool(engine, r)
+    engine.round = last + 1
+    expected = store.get_meta("initial_vector_sha256") if last == 0 else rows[last].vector_sha256
+    path = store.vector_path(engine.round)
+    vector = read_vector(path, engine.length)
+    sha = sha256_of(vector)
+    if sha.hex() != expected:
+        raise ConfigError(f"state dir is corrupt: {path} hashes to {sha.hex()[:16]}…, "
+                          f"the database recorded {expected[:16]}…")
+    engine.set_global(engine.round, vector, sha)
+    load_server_state(engine, engine.round)
+    if engine.round > engine.config.rounds:
+        log.info("all %d rounds were already committed", last)
+        if engine.evaluation.finished():
+            store.set_meta(run_state=RunState.DONE.value)
+            engine.finish(RoundState.DONE, f"{last} rounds completed")
+        return False
+    store.set_meta(run_state=RunState.RUNNING.value, run_message="")   # a failed run may be restarted: it retries
+    open_row = rows.get(engine.round)
+    if open_row is None or open_row.state not in (OPEN, FAILED):
+        return False
+    training = engine.begin_round()
+    await replay(engine, open_row.round)
+    attempt = open_row.attempt if open_row.state == OPEN else 1
+    # clients need time to reconnect after a restart: the resumed attempt gets a fresh deadline
+    engine.open_attempt(attempt, frozenset(open_row.selected) | frozenset(training.reported),
+                        f"resumed attempt {attempt} after a restart with {len(training.reported)} of "
+                        f"{len(set(open_row.selected) | set(training.reported))} updates replayed")
+    return True
+
+
+async def replay(engine: "RoundEngine", round: int) -> None:
+    """Fold the acknowledged updates of `round` back in, each exactly once; drop orphan spool files."""
+    store, training = engine.store, engine.training
+    rows = store.submissions(round)
+    named = {Path(r.spool_path).name for r in rows}
+    spool = store.spool_dir(round)
+    if spool.is_dir():
+        for f in spool.iterdir():
+            if f.name not in named:
+                f.unlink(missing_ok=True)   # written, never acknowledged: as if it never arrived
+    for r in rows:
+        path = store.dir / r.spool_path
+        vector = await asyncio.to_thread(read_vector, path, engine.length)
+        if sha256_of(vector).hex() != r.sha256:
+            raise ConfigError(f"state dir is corrupt: spooled update {path} does not match its recorded sha256")
+        training.aggregator.add(Update(r.client_id, r.num_examples, CODEC_RAW, path, payload=vector))
+        training.record(r.client_id, r.num_examples, r.metrics)
+    if rows:
+        log.info("round %d: replayed %d acknowledged updates from the spool", round, len(rows))
+
+
+def drop_spool(engine: "RoundEngine", round: int) -> None:
+    """Delete a committed round's spool (unless the config keeps spools)."""
+    if engine.config.keep_spool:
+        return
+    spool = engine.store.spool_dir(round)
+    if spool.is_dir():
+        for f in spool.iterdir():
+            f.unlink(missing_ok=True)
+        spool.rmdir()
+
+
+def save_server_state(engine: "RoundEngine", round: int) -> None:
+    """Write the server update's state that round `round` starts from (nothing for a stateless one)."""
+    state = engine.strategy.server_update.state()
+    if state is None:
+        return
+    buf = io.BytesIO()
+    np.savez(buf, **state)
+    atomic_write(engine.store.layout.server_state(round), buf.getbuffer())
+
+
+def load_server_state(engine: "RoundEngine", round: int) -> None:
+    path = engine.store.layout.server_state(round)
+    if path.is_file():
+        with np.load(path) as data:
+            engine.strategy.server_update.load_state({k: data[k] for k in data.files})

@@ -1,0 +1,311 @@
+"""The round engine: one explicit state machine and the loop that runs the federated rounds.
+
+    WAITING_FOR_CLIENTS --> TRAINING --> AGGREGATING --> EXPORTING --> WAITING_FOR_CLIENTS (next round)
+                               |  ^                          |------> EVALUATING --> DONE
+                               +--+ retry (attempt + 1)      +------> DONE
+    any state --> FAILED (a round without quorum after max_round_attempts, or an unplanned error)
+
+A round opens once `min_available_clients` are available; it selects
+max(min_clients, ceil(fraction * available)) of them (capped at what is available), seeded by
+(seed, round, attempt) over the sorted client ids. It closes as soon as every selected client
+reported (and at least min_clients did), or at its deadline if at least min_clients did;
+otherwise it is retried among available clients that have not reported, with a new deadline, up
+to max_round_attempts, and then the run FAILS with a message saying why: a round never hangs.
+
+Every transition is logged and recorded (with its time) in the state database. The rest lives
+beside this module: upload admission (`admission`), the upload path into the spool and the
+aggregator (`uploads`), the aggregation pipeline (`aggregation`), restart replay (`recovery`),
+the evaluation phase (`evaluation`) and the client-facing calls (`task_dispatch`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedort.coordinator.aggregation import parse_strategy
+from fedort.coordinator.config import CoordinatorConfig
+from fedort.coordinator.evaluation import EvaluationPhase
+from fedort.coordinator.export import Exporter
+from fedort.coordinator.recovery import drop_spool, recover, save_server_state, sha256_of
+from fedort.coordinator.registry import ClientRegistry
+from fedort.coordinator.selection import sample_size, select_clients
+from fedort.coordinator.state import StateStore, TransitionRow, atomic_write, now_ms, read_vector
+from fedort.coordinator.task_dispatch import TaskDispatch
+from fedort.coordinator.training_round import TrainingRound
+from fedort.coordinator.uploads import Uploads
+from fedort.protos.errors import FedortError
+from fedort.protos.round_state import RoundRowState, RoundState, RunState
+
+log = logging.getLogger(__name__)
+
+S = RoundState
+_ALLOWED: dict[RoundState, frozenset[RoundState]] = {
+    S.WAITING_FOR_CLIENTS: frozenset({S.TRAINING, S.EVALUATING, S.DONE, S.FAILED}),
+    S.TRAINING: frozenset({S.TRAINING, S.AGGREGATING, S.FAILED}),
+    S.AGGREGATING: frozenset({S.EXPORTING, S.FAILED}),
+    S.EXPORTING: frozenset({S.WAITING_FOR_CLIENTS, S.EVALUATING, S.DONE, S.FAILED}),
+    S.EVALUATING: frozenset({S.DONE, S.FAILED}),
+    S.DONE: frozenset(),
+    S.FAILED: frozenset(),
+}
+
+
+class IllegalTransition(FedortError):
+    """The engine was asked to move between states the life cycle does not connect (a bug)."""
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """How a run ended: DONE or FAILED, after how many committed rounds, and why."""
+
+    state: RoundState
+    rounds_completed: int
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class GlobalVector:
+    round: int
+    vector: np.ndarray
+    sha256: bytes
+
+
+class RoundEngine(TaskDispatch):
+    """Runs rounds 1..config.rounds over the clients in `registry`, durably in `store`."""
+
+    def __init__(self, config: CoordinatorConfig, store: StateStore, exporter: Exporter) -> None:
+        self.config = config
+        self.store = store
+        self.exporter = exporter
+        self.manifest = exporter.manifest
+        self.model_id = self.manifest.model_id
+        self.length = self.manifest.parameter_count
+        self.registry = ClientRegistry(store, config.client_timeout_s, on_change=self.notify)
+        self.strategy = parse_strategy(config.strategy)
+        self.state = RoundState.WAITING_FOR_CLIENTS
+        self.round = 1
+        self.deadline_ms = 0
+        self.training: TrainingRound | None = None
+        self.global_vector: GlobalVector | None = None
+        self.evaluation = EvaluationPhase(self)
+        self.uploads = Uploads(self)
+        self._changed = asyncio.Event()
+        self._finished = asyncio.Event()
+        self._outcome: RunOutcome | None = None
+        self._released: set[str] = set()   # clients told DONE
+        self._recovered = self._resumed = False
+        self._stopping = False
+
+    # ---- state machine ------------------------------------------------------------------------
+
+    def transition(self, new: RoundState, why: str = "") -> None:
+        """Move to `new` (IllegalTransition names both states if the life cycle does not allow it)."""
+        if new not in _ALLOWED[self.state]:
+            raise IllegalTransition(f"illegal round transition from {self.state.name} to {new.name} (round {self.round})")
+        log.info("round %d: %s -> %s%s", self.round, self.state.name, new.name, f" ({why})" if why else "")
+        self.store.note_transition(TransitionRow(self.round, self.state.name, new.name, time.time(), why))
+        self.state = new
+        self.notify()
+
+    _transition = transition
+
+    def notify(self) -> None:
+        """Wake every long-poll and the engine loop: something changed."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait_change(self, timeout: float) -> None:
+        """Until the next notify() or `timeout` s, whichever comes first.
+
+        Not `asyncio.wait_for`: before Python 3.12 it can swallow a cancellation that arrives just
+        as the event fires, which left a cancelled engine loop waiting out a whole round deadline.
+        """
+        waiter = asyncio.ensure_future(self._changed.wait())
+        try:
+            await asyncio.wait({waiter}, timeout=max(0.0, timeout))
+        finally:
+            waiter.cancel()
+
+    @property
+    def outcome(self) -> RunOutcome | None:
+        return self._outcome
+
+    @property
+    def attempt(self) -> int:
+        return self.training.attempt if self.training else 0
+
+    @property
+    def selected(self) -> frozenset[str]:
+        return self.training.selected if self.training else frozenset()
+
+    async def wait_done(self) -> RunOutcome:
+        await self._finished.wait()
+        assert self._outcome is not None
+        return self._outcome
+
+    def finish(self, state: RoundState, message: str) -> None:
+        if state is RoundState.FAILED:
+            log.error("run failed: %s", message)
+        self.transition(state, message)
+        done = sum(1 for r in self.store.rounds() if RoundRowState(r.state).committed)
+        self._outcome = RunOutcome(state, done, message)
+        self._finished.set()
+
+    def set_global(self, round: int, vector: np.ndarray, sha256: bytes) -> None:
+        self.global_vector = GlobalVector(round, vector, sha256)
+
+    # ---- main loop ----------------------------------------------------------------------------
+
+    async def recover(self) -> bool:
+        """Rebuild memory from the state dir (before serving); True if an open round was resumed."""
+        self._resumed = await recover(self)
+        self._recovered = True
+        return self._resumed
+
+    async def run(self) -> RunOutcome:
+        """Recover from the state dir, then run every remaining round, evaluation, DONE (or FAILED)."""
+        try:
+            resumed = self._resumed if self._recovered else await self.recover()
+            if self._finished.is_set():
+                return self._outcome
+            while self.round <= self.config.rounds:
+                if not resumed:
+                    await self._wait_for_clients()
+                    self.begin_round()
+                    self._select(attempt=1)
+                resumed = False
+                if not await self._train():
+                    return self._outcome
+                await self._commit()
+                await self.export(self.round - 1)
+                if self.round <= self.config.rounds:
+                    self.transition(RoundState.WAITING_FOR_CLIENTS, f"round {self.round} is next")
+            await self.evaluation.run()
+            self.store.set_meta(run_state=RunState.DONE.value)
+            self.finish(RoundState.DONE, f"{self.config.rounds} rounds completed")
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # an unplanned error must end the run visibly, not hang it
+            log.exception("round engine stopped by an error")
+            message = f"round {self.round}: {type(e).__name__}: {e}"
+            try:
+                self.store.fail_round(self.round, message)
+            finally:
+                self.state = RoundState.FAILED
+                self._outcome = RunOutcome(RoundState.FAILED, self.round - 1, message)
+                self._finished.set()
+                self.notify()
+        return self._outcome
+
+    async def _wait_for_clients(self) -> None:
+        need = self.config.min_available_clients
+        last_log = 0.0
+        while (n := len(self.registry.available())) < need:
+            if time.monotonic() - last_log > 30:
+                log.info("round %d: waiting for clients: %d of %d available", self.round, n, need)
+                last_log = time.monotonic()
+            await self.wait_change(1.0)
+
+    def begin_round(self) -> TrainingRound:
+        """Fresh bookkeeping and aggregator for round `self.round`, starting from the current global vector."""
+        self.training = TrainingRound(self.round, self.strategy.new_round(self.global_vector.vector))
+        return self.training
+
+    def _select(self, attempt: int) -> None:
+        """Select clients besides those that already reported, then open the attempt."""
+        cfg, r = self.config, self.training
+        available = set(self.registry.available())
+        candidates = sorted(available - set(r.reported))
+        keep = frozenset(r.reported)
+        target = sample_size(len(available | keep), cfg.fraction, cfg.min_clients)
+        k = max(0, min(target - len(keep), len(candidates)))
+        chosen = select_clients(candidates, k, cfg.seed, self.round, attempt)
+        why = (f"attempt {attempt}/{cfg.max_round_attempts}: selected {len(chosen)} of {len(candidates)} "
+               f"available clients" + (f", keeping {len(keep)} that reported" if keep else "")
+               + f", deadline in {cfg.round_timeout_s:g} s")
+        self.open_attempt(attempt, frozenset(chosen) | keep, why)
+
+    def open_attempt(self, attempt: int, selected: frozenset[str], why: str) -> None:
+        """Record the attempt durably with a fresh deadline and move to TRAINING."""
+        r = self.training
+        r.attempt, r.selected, r.closing = attempt, selected, False
+        r.deadline_ms = self.deadline_ms = now_ms() + int(self.config.round_timeout_s * 1000)
+        self.store.open_round(self.round, attempt, selected, r.deadline_ms)
+        self.transition(RoundState.TRAINING, why)
+
+    async def _train(self) -> bool:
+        """Wait for the open round to close, retrying it as needed; False if the run failed."""
+        cfg, r = self.config, self.training
+        while True:
+            while not r.complete(cfg.min_clients) and (remaining := r.deadline_ms - now_ms()) > 0:
+                await self.wait_change(remaining / 1000)
+            r.closing = True                 # no new update is accepted from here on ...
+            while self.uploads.busy:         # ... but those being stored or folded are counted
+                await self.wait_change(1.0)
+            if self.uploads.fold_error is not None:
+                raise self.uploads.fold_error
+            n = len(r.reported)
+            if n >= cfg.min_clients:
+                how = "all selected clients reported" if r.selected <= set(r.reported) else "deadline"
+                self.transition(RoundState.AGGREGATING, f"{how}: {n} updates, {r.examples} examples")
+                return True
+            if r.attempt >= cfg.max_round_attempts:
+                message = (f"round {self.round} failed: {n} of the required {cfg.min_clients} clients reported after "
+                           f"{r.attempt} attempt(s) of {cfg.round_timeout_s:g} s; "
+                           f"{len(self.registry.available())} clients available")
+                self.store.fail_round(self.round, message)
+                self.finish(RoundState.FAILED, message)
+                return False
+            log.warning("round %d: only %d of %d required updates by the deadline; retrying", self.round, n,
+                        cfg.min_clients)
+            self._select(r.attempt + 1)
+
+    async def _commit(self) -> None:
+        """Aggregate, write the next global vector (and server state) durably, then mark the round committed."""
+        r = self.training
+        t0 = time.perf_counter()
+        result = await asyncio.to_thread(r.aggregator.result)
+        if self.strategy.needs_all_updates:
+            log.info("round %d: %s aggregated %d spooled updates in %.1f ms", self.round, self.strategy,
+                     result.updates, 1000 * (time.perf_counter() - t0))
+        vector = result.vector
+        sha = sha256_of(vector)
+        await asyncio.to_thread(atomic_write, self.store.vector_path(self.round + 1), vector)
+        await asyncio.to_thread(save_server_state, self, self.round + 1)
+        metrics = r.metrics.means()
+        self.store.commit_round(self.round, sha.hex(), len(r.reported), r.examples, metrics)
+        log.info("round %d: committed %d updates over %d examples; metrics %s", self.round, len(r.reported),
+                 r.examples, {k: round(v, 5) for k, v in metrics.items()})
+        drop_spool(self, self.round)
+        self.store.layout.server_state(self.round).unlink(missing_ok=True)   # superseded by round + 1's
+        self.transition(RoundState.EXPORTING, f"global vector of round {self.round + 1} is {sha.hex()[:12]}")
+        self.round += 1
+        self.set_global(self.round, vector, sha)
+        self.training = None
+
+    async def export(self, round: int) -> None:
+        """Write round `round`'s inference model and record (redone on restart if a crash interrupted it)."""
+        row = next(r for r in self.store.rounds() if r.round == round)
+        g = self.global_vector
+        vector = g.vector if g and g.round == round + 1 else read_vector(self.store.vector_path(round + 1), self.length)
+        record = {
+            "clients": row.clients, "client_ids": [s.client_id for s in self.store.submissions(round)],
+            "examples": row.examples, "metrics": row.metrics, "attempts": row.attempt,
+            "vector_sha256": row.vector_sha256, "vector": self.store.vector_path(round + 1).name,
+            "training_config": self.config.training_json(),
+        }
+        path = await asyncio.to_thread(self.exporter.export, round, vector, record)
+        self.store.mark_exported(round, self.store.layout.relative(path))
+
+    def release_polls(self) -> None:
+        """Answer every held long-poll now (WAIT) and hold no new ones: the server is stopping."""
+        self._stopping = True
+        self.notify()
+
+    def close(self) -> None:
+        self.uploads.close()

@@ -1,0 +1,96 @@
+"""Every path inside a coordinator state directory, in one place.
+
+    state.db                          SQLite (WAL, synchronous=FULL): meta, clients, rounds, submissions,
+                                      evaluations, transitions
+    artifacts/                        the coordinator's own verified copy of the training artifacts
+    vectors/round-000N.f32            the global vector round N trains from (raw little-endian float32);
+                                      round-0001 is the checkpoint's, round-000{R+1} is the run's result
+    server-state/round-000N.npz       the server optimizer's state round N starts from (stateful ones only)
+    spool/round-000N/<client>.f32     accepted updates of round N, until the round commits
+    models/round-000N/                model.onnx + model.json exported after round N commits
+    models/latest.json, latest        pointer (and symlink) to the newest export
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DB_NAME = "state.db"
+MODEL_FILE = "model.onnx"
+RECORD_FILE = "model.json"
+LATEST_JSON = "latest.json"
+LATEST_LINK = "latest"
+
+
+def round_name(round: int) -> str:
+    """The per-round file or folder stem: round-000N."""
+    return f"round-{round:04d}"
+
+
+class StateLayout:
+    """Paths of one state directory (nothing is created or read here)."""
+
+    def __init__(self, root: str | os.PathLike) -> None:
+        self.root = Path(root)
+
+    @property
+    def db(self) -> Path:
+        return self.root / DB_NAME
+
+    @property
+    def artifacts(self) -> Path:
+        return self.root / "artifacts"
+
+    @property
+    def artifacts_tmp(self) -> Path:
+        return self.root / ".artifacts.tmp"
+
+    @property
+    def vectors(self) -> Path:
+        return self.root / "vectors"
+
+    @property
+    def spool(self) -> Path:
+        return self.root / "spool"
+
+    @property
+    def models(self) -> Path:
+        return self.root / "models"
+
+    @property
+    def server_states(self) -> Path:
+        return self.root / "server-state"
+
+    def vector(self, round: int) -> Path:
+        return self.vectors / f"{round_name(round)}.f32"
+
+    def server_state(self, round: int) -> Path:
+        return self.server_states / f"{round_name(round)}.npz"
+
+    def spool_dir(self, round: int) -> Path:
+        return self.spool / round_name(round)
+
+    def spool_file(self, round: int, client_id: str) -> Path:
+        return self.spool_dir(round) / f"{client_id}.f32"
+
+    def spool_temp(self, round: int, client_id: str, n: int) -> Path:
+        """A fresh temporary spool name for an update being received (renamed into place when accepted)."""
+        return self.spool_dir(round) / f".{client_id}.{os.getpid()}.{n}.tmp"
+
+    def model_dir(self, round: int) -> Path:
+        return self.models / round_name(round)
+
+    def model_file(self, round: int) -> Path:
+        return self.model_dir(round) / MODEL_FILE
+
+    def model_record(self, round: int) -> Path:
+        return self.model_dir(round) / RECORD_FILE
+
+    @property
+    def latest_json(self) -> Path:
+        return self.models / LATEST_JSON
+
+    def relative(self, path: Path) -> str:
+        """`path` as the database records it: relative to the state directory."""
+        return str(path.relative_to(self.root))

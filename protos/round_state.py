@@ -1,0 +1,52 @@
+"""The round life cycle's names, shared by the coordinator (which drives it) and the edge (which reads it).
+
+`RoundState` is the engine's state, sent as its name in HeartbeatReply.state and StatusReply.state;
+`RoundRowState` is a round's durable milestone in the state database (StatusReply.rounds[].state);
+`RunState` is the run's, recorded in the database's meta table.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class RoundState(enum.Enum):
+    WAITING_FOR_CLIENTS = "WAITING_FOR_CLIENTS"
+    TRAINING = "TRAINING"
+    AGGREGATING = "AGGREGATING"
+    EXPORTING = "EXPORTING"
+    EVALUATING = "EVALUATING"
+    DONE = "DONE"
+    FAILED = "FAILED"
+
+    @property
+    def final(self) -> bool:
+        """The run is over: no more work will be handed out."""
+        return self in (RoundState.DONE, RoundState.FAILED)
+
+    @property
+    def hands_out_work(self) -> bool:
+        """Selected clients get tasks now (FIT while TRAINING, EVALUATE while EVALUATING)."""
+        return self in (RoundState.TRAINING, RoundState.EVALUATING)
+
+    @classmethod
+    def parse(cls, name: str) -> "RoundState | None":
+        """The state a wire string names (None for a name this version does not know)."""
+        return cls.__members__.get(name)
+
+
+class RoundRowState(enum.Enum):
+    OPEN = "TRAINING"          # selected clients train; updates are being accepted
+    COMMITTED = "COMMITTED"    # the round's result vector is durable and final
+    EXPORTED = "EXPORTED"      # ... and its inference model is written
+    FAILED = "FAILED"
+
+    @property
+    def committed(self) -> bool:
+        return self in (RoundRowState.COMMITTED, RoundRowState.EXPORTED)
+
+
+class RunState(enum.Enum):
+    RUNNING = "RUNNING"
+    DONE = "DONE"
+    FAILED = "FAILED"
