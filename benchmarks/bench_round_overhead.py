@@ -5,16 +5,17 @@ Both sides run 10 clients that train nothing and return the global vector (P flo
 framework's own overhead: task dispatch, vector transfer, aggregation, durability, export.
 Trials alternate fedort / Flower (ABBA per size), each in its own subprocess, in one run.
 
-fedort side: the simulation's machinery — the deployment `Coordinator` in a thread of the trial
-process (`simulations.runner._CoordinatorThread`), 2 spawned worker processes hosting 5
-`EdgeClient`s each and driven by `simulations.worker`'s serve loop, over loopback gRPC. The model
+fedort side: the simulation's public machinery — the deployment `Coordinator` in a thread of the
+trial process (`fedort.simulations.LocalCoordinator`), 2 spawned worker processes hosting 5
+`EdgeClient`s each (`fedort.simulations.run_worker`), over loopback gRPC; phase times come from
+the round transitions the coordinator records (`LocalCoordinator.timeline()`). The model
 is the built-in MLP with a hidden width that gives ~P parameters (`mlp(hidden=h)` has 75 h + 10).
 "No training" uses the public hooks: `EdgeConfig.module_factory` builds a `TrainingModule`
 subclass whose `training_step` returns 0 without calling ORT, and whose `session` attribute is a
 view of the shared session that turns `optimizer_step` / `lazy_reset_grad` into no-ops (the
 Trainer calls those through `module.session`), so a FIT is `from_buffer` + one empty batch +
 `to_buffer`. Each client holds one example; `reset_optimizer=False` (no ORT checkpoint reload);
-no server-side eval data. The coordinator still exports round-N/model.onnx every round (it has
+no server-side eval data (`WorkerPlan.module_factory`, one digits row per client). The coordinator still exports round-N/model.onnx every round (it has
 no switch to skip it): that is part of its per-round cost and is reported separately.
 
 Flower side: `flwr.simulation.run_simulation` (flwr 1.42, Ray backend, 1 CPU per client so 2
@@ -36,11 +37,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import multiprocessing
 import os
 import platform
-import re
 import statistics
 import subprocess
 import sys
@@ -94,152 +93,87 @@ def _no_training_module(session):
     return NoTraining(session)
 
 
-def _known(cls, **kwargs):
-    """`cls(**kwargs)` without the keys this version of the dataclass does not have (security
-    settings such as `insecure` / `auth` arrived while this benchmark was written)."""
-    import dataclasses
+def _noop_worker(plan) -> dict:
+    """A simulation worker (`fedort.simulations.run_worker`) whose EdgeClients do no training; its CPU time."""
+    from fedort.simulations import run_worker
 
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in kwargs.items() if k in names})
-
-
-def _noop_worker(address: str, cache_dir: str, client_ids: list[str], timeout_s: float) -> dict:
-    """A simulation worker (simulations.worker's join + serve loop) whose EdgeClients do no training."""
-    import numpy as np
-
-    from fedort.edge_client.cache import ArtifactCache
-    from fedort.edge_client.client import EdgeClient, EdgeConfig
-    from fedort.edge_client.retry import Backoff
-    from fedort.edge_client.transport import ChannelConfig, Transport
-    from fedort.simulations import worker as W
-
-    plan = W.WorkerPlan(address, Path(cache_dir), None, (), timeout_s=timeout_s)
-    stats = W.WorkerStats()
-    transport = Transport(_known(ChannelConfig, address=address, insecure=True))
-    cache = ArtifactCache(Path(cache_dir))
-    data = {"x": np.zeros((1, 64), np.float32), "labels": np.zeros(1, np.int64)}
-    clients, session = [], None
-    try:
-        for cid in client_ids:
-            cfg = _known(EdgeConfig, coordinator=address, name=cid, client_id=cid, cache_dir=cache_dir,
-                         heartbeats=False, persist_identity=False, leave_on_stop=False, poll_wait_ms=0,
-                         intra_op_threads=1, backoff=Backoff(give_up_after_s=timeout_s),
-                         module_factory=_no_training_module, insecure=True)
-            c = EdgeClient(cfg, transport=transport, session=session, data=data, cache=cache)
-            c.join()
-            session = c.session
-            clients.append(c)
-        cpu0 = time.process_time()
-        W._serve(plan, transport, clients, stats)
-        cpu = time.process_time() - cpu0
-    finally:
-        transport.close()
-    return {"polls": stats.polls, "cpu_s": cpu}
-
-
-class _Timeline(logging.Handler):
-    """Keeps (time, logger, message) of the coordinator's log records."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[tuple[float, str, str]] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append((record.created, record.name, record.getMessage()))
-
-
-_TRANSITION = re.compile(r"round (\d+): (\w+) -> (\w+)")
-_SPOOLED = re.compile(r"spooled in (\d+) ms, row committed in (\d+) ms")
-_RECEIVED = re.compile(r"received in (\d+) ms, stored and folded in (\d+) ms")
-_ACCEPTED = re.compile(r"round (\d+): accepted update")
-_EXPORTED = re.compile(r"exported .* in (\d+) ms")
+    cpu0 = time.process_time()
+    stats = run_worker(plan)
+    return {"polls": stats.polls, "cpu_s": time.process_time() - cpu0}
 
 
 def fedort_trial(params: int, rounds: int, clients: int, workers: int, state_root: Path | None = None) -> dict:
     """One fedort run; returns per-round starts and a breakdown of where a round's time went."""
-    from fedort.edge_client.artifacts import build_artifacts
-    from fedort.edge_client.models import mlp
+    import numpy as np
+
     from fedort.coordinator import CoordinatorConfig
-    from fedort.simulations.runner import _CoordinatorThread
-    from fedort.simulations.population import client_id
+    from fedort.edge_client.artifacts import build_artifacts, load_manifest
+    from fedort.edge_client.models import mlp
+    from fedort.simulations import LocalCoordinator, WorkerPlan
+    from fedort.simulations.population import DataSource, VirtualClient, client_id
 
     hidden = hidden_for(params)
     art = WORK / f"artifacts-h{hidden}"
-    if not (art / "manifest.json").exists():
-        manifest = build_artifacts(mlp(hidden=hidden), art)
-    else:
-        from fedort.edge_client.artifacts import load_manifest
-        manifest = load_manifest(art)
-    timeline = _Timeline()
-    for name in ("coordinator",):
-        lg = logging.getLogger(name)
-        lg.setLevel(logging.DEBUG)
-        lg.addHandler(timeline)
-        lg.propagate = False
+    manifest = load_manifest(art) if (art / "manifest.json").exists() else build_artifacts(mlp(hidden=hidden), art)
     with tempfile.TemporaryDirectory(dir=WORK) as tmp, tempfile.TemporaryDirectory(dir=state_root or WORK) as st:
+        state_dir = Path(st) / "state"
         # as simulations.runner.coordinator_config: loopback plaintext, open joins, no rate limit
-        ccfg = _known(CoordinatorConfig,
-            artifacts=art, state_dir=Path(st) / "state", address="127.0.0.1:0", rounds=rounds,
+        ccfg = CoordinatorConfig(
+            artifacts=art, state_dir=state_dir, address="127.0.0.1:0", rounds=rounds,
             min_clients=clients, min_available_clients=clients, fraction=1.0, round_timeout_s=300,
             local_epochs=1, batch_size=1, lr=0.01, reset_optimizer=False, seed=0, client_timeout_s=0,
             insecure=True, auth="open", submissions_per_minute=0)
-        server = _CoordinatorThread(ccfg)
+        source = DataSource("digits")                     # each client holds one example (row 0)
+        ids = [VirtualClient(client_id(i), indices=np.array([0])) for i in range(clients)]
         t0, cpu0 = time.time(), time.process_time()
-        port = server.start()
-        address = f"127.0.0.1:{port}"
-        ids = [client_id(i) for i in range(clients)]
-        ctx = multiprocessing.get_context("spawn")
-        with ctx.Pool(workers) as pool:
-            jobs = [pool.apply_async(_noop_worker, (address, str(Path(tmp) / f"cache-{w}"), ids[w::workers], 600.0))
-                    for w in range(workers)]
-            while not server.done:
-                time.sleep(0.05)
-            worker_stats = [j.get(timeout=120) for j in jobs]
-        server.stop()
+        with LocalCoordinator(ccfg) as server:
+            plans = [WorkerPlan(server.address, Path(tmp) / f"cache-{w}", source, tuple(ids[w::workers]),
+                                timeout_s=600.0, module_factory=_no_training_module) for w in range(workers)]
+            ctx = multiprocessing.get_context("spawn")
+            with ctx.Pool(workers) as pool:
+                jobs = [pool.apply_async(_noop_worker, (plan,)) for plan in plans]
+                server.wait(timeout=900)
+                worker_stats = [j.get(timeout=120) for j in jobs]
         wall, cpu = time.time() - t0, time.process_time() - cpu0
+        timeline = server.timeline()
+        accepted = _accepted_times(state_dir, rounds)
     return {"side": "fedort", "params": manifest.parameter_count, "hidden": hidden, "rounds": rounds,
             "wall_s": wall, "polls": sum(s["polls"] for s in worker_stats),
             "coordinator_cpu_s": cpu, "worker_cpu_s": sum(s["cpu_s"] for s in worker_stats),
-            **_fedort_breakdown(timeline.records, rounds)}
+            **_fedort_breakdown(timeline, accepted, rounds)}
 
 
-def _fedort_breakdown(records: list[tuple[float, str, str]], rounds: int) -> dict:
-    """Round starts and per-phase durations from the coordinator's state transitions and DEBUG logs."""
+def _accepted_times(state_dir: Path, rounds: int) -> dict[int, list[float]]:
+    """Unix times at which each round's updates were acknowledged (the submissions' received_ms)."""
+    from fedort.coordinator.state import StateStore
+
+    store = StateStore(state_dir, readonly=True)
+    try:
+        return {r: [s.received_ms / 1000 for s in store.submissions(r)] for r in range(1, rounds + 1)}
+    finally:
+        store.close()
+
+
+def _fedort_breakdown(timeline, accepted: dict[int, list[float]], rounds: int) -> dict:
+    """Round starts and per-phase durations from the coordinator's recorded round transitions."""
     phase: dict[int, dict[str, float]] = {}
-    spool, row, stored, exported = [], [], [], []
-    for t, _, msg in records:
-        m = _TRANSITION.search(msg)
-        if m:
-            r, new = int(m.group(1)), m.group(3)
-            phase.setdefault(r, {}).setdefault(new, t)
-            continue
-        if (m := _SPOOLED.search(msg)):
-            spool.append(int(m.group(1)))
-            row.append(int(m.group(2)))
-        elif (m := _RECEIVED.search(msg)):
-            stored.append(int(m.group(2)))
-        elif (m := _EXPORTED.search(msg)):
-            exported.append(int(m.group(1)))
+    for t in timeline:
+        phase.setdefault(t.round, {}).setdefault(t.to_state, t.at_unix_s)
     starts = [phase[r]["TRAINING"] for r in sorted(phase) if "TRAINING" in phase[r]]
     # TRAINING -> AGGREGATING (clients fetch, "train", upload; updates made durable and folded),
-    # AGGREGATING -> EXPORTING (mean, sha256, vector file fsync, SQLite commit),
+    # AGGREGATING -> EXPORTING (aggregate, sha256, vector file fsync, SQLite commit),
     # EXPORTING -> next state (inference model export + fsync + model.json), -> next TRAINING.
-    # Transitions are logged with the engine's round number, which moves to r+1 inside the commit:
+    # Transitions carry the engine's round number, which moves to r+1 inside the commit:
     # "round r: TRAINING -> AGGREGATING -> EXPORTING", then "round r+1: EXPORTING -> WAITING_FOR_CLIENTS
     # -> TRAINING" (or EVALUATING / DONE after the last round).
     dur = {"train_phase": [], "first_update": [], "last_update_to_close": [], "commit": [], "export": [],
            "reopen": []}
-    accepted: dict[int, list[float]] = {}
-    for t, _, msg in records:
-        m = _ACCEPTED.search(msg)
-        if m:
-            accepted.setdefault(int(m.group(1)), []).append(t)
     for r in range(2, rounds + 1):
         p, nxt = phase.get(r, {}), phase.get(r + 1, {})
         if not {"TRAINING", "AGGREGATING", "EXPORTING"} <= set(p):
             continue
         dur["train_phase"].append(p["AGGREGATING"] - p["TRAINING"])
-        if accepted.get(r):
+        if accepted.get(r):   # received_ms has millisecond resolution
             dur["first_update"].append(min(accepted[r]) - p["TRAINING"])
             dur["last_update_to_close"].append(p["AGGREGATING"] - max(accepted[r]))
         dur["commit"].append(p["EXPORTING"] - p["AGGREGATING"])
@@ -249,11 +183,7 @@ def _fedort_breakdown(records: list[tuple[float, str, str]], rounds: int) -> dic
             if "TRAINING" in nxt:
                 dur["reopen"].append(nxt["TRAINING"] - after)
     med = {k: (statistics.median(v) if v else None) for k, v in dur.items()}
-    return {"starts": starts, "phases_s": med,
-            "update_spool_ms": statistics.median(spool) if spool else None,
-            "update_row_ms": statistics.median(row) if row else None,
-            "update_store_fold_ms": statistics.median(stored) if stored else None,
-            "export_ms_logged": statistics.median(exported) if exported else None}
+    return {"starts": starts, "phases_s": med}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -403,8 +333,7 @@ def main(argv: list[str] | None = None) -> int:
                 ph = res["phases_s"]
                 extra = (f"  [train phase {_fmt_ms(ph['train_phase'])} ms (first update after "
                          f"{_fmt_ms(ph['first_update'])}, close {_fmt_ms(ph['last_update_to_close'])} after the last), commit {_fmt_ms(ph['commit'])} ms, "
-                         f"export {_fmt_ms(ph['export'])} ms, reopen {_fmt_ms(ph['reopen'])} ms; per update: "
-                         f"spool {res['update_spool_ms']} ms, row {res['update_row_ms']} ms; CPU per round: coordinator "
+                         f"export {_fmt_ms(ph['export'])} ms, reopen {_fmt_ms(ph['reopen'])} ms; CPU per round: coordinator "
                          f"{1000 * res['coordinator_cpu_s'] / rounds:.0f} ms, workers {1000 * res['worker_cpu_s'] / rounds:.0f} ms]")
             print(f"{side:6s} P={res['params']:>9,d} rounds={rounds:3d}  per round {1000 * res['per_round_s']:8.1f} ms  "
                   f"({1 / res['per_round_s']:6.2f} rounds/s)  trial wall {res['wall_s']:5.1f} s  "

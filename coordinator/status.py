@@ -11,7 +11,7 @@ import json
 import os
 from pathlib import Path
 
-from fedort.coordinator.state import StateStore
+from fedort.coordinator.state import StateStore, TransitionRow
 from fedort.coordinator.state_layout import StateLayout
 from fedort.protos.messages import RoundSummary, Status
 from fedort.protos.round_state import RoundRowState, RoundState, RunState
@@ -79,3 +79,16 @@ def format_status(s: Status) -> str:
     if not s.rounds:
         lines.append("  (no round opened yet)")
     return "\n".join(lines)
+
+
+def round_timeline(state_dir: str | os.PathLike) -> list[TransitionRow]:
+    """The round engine's transitions recorded in a state dir, oldest first, each with its unix time.
+
+    Transitions are written with the engine's next durable step (no fsync of their own), so the
+    last one or two of a live run appear once it moves on or stops.
+    """
+    store = StateStore(state_dir, readonly=True)
+    try:
+        return store.transitions()
+    finally:
+        store.close()

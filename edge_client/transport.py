@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterator, Mapping
 
 import grpc
@@ -29,7 +29,8 @@ from fedort.protos import fedort_v1_pb2 as pb
 from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
 from fedort.protos.codec import CHUNK_BYTES, VectorAssembler, describe, iter_chunks
 from fedort.protos.errors import ConfigError, FedortError, ProtocolError, from_rpc_error
-from fedort.protos.messages import Metric, SubmitResult, Task, UpdateHeader, meta_from_pb, metrics_to_pb
+from fedort.protos.messages import Metric, Status, SubmitResult, Task, UpdateHeader, meta_from_pb, metrics_to_pb
+from fedort.protos.round_state import RoundState
 
 log = logging.getLogger("fedort.edge.transport")
 
@@ -124,18 +125,6 @@ class JoinInfo:
     artifacts: tuple[ArtifactRef, ...]
     heartbeat_interval_ms: int
     max_chunk_bytes: int
-
-
-@dataclass(frozen=True)
-class StatusInfo:
-    model_id: str
-    current_round: int
-    total_rounds: int
-    state: str
-    registered_clients: int
-    active_clients: int
-    latest_model: str
-    rounds: tuple[dict, ...] = field(default=())
 
 
 class Transport:
@@ -311,21 +300,22 @@ class Transport:
                                   num_examples=num_examples, metrics=metrics_to_pb(metrics))
         return SubmitResult.from_pb(self._unary(self._stub.SubmitEvaluation, req, self.config.rpc_timeout_s))
 
-    def heartbeat(self, client_id: str, timeout_s: float | None = None) -> tuple[int, str]:
+    def heartbeat(self, client_id: str, timeout_s: float | None = None) -> tuple[int, RoundState]:
+        """The coordinator's current round and state."""
         r = self._unary(self._stub.Heartbeat, pb.HeartbeatRequest(client_id=client_id),
                         timeout_s or self.config.rpc_timeout_s)
-        return r.round, r.state
+        state = RoundState.parse(r.state)
+        if state is None:
+            raise ProtocolError(f"coordinator reports round state {r.state!r}; expected one of "
+                                f"{[s.name for s in RoundState]}")
+        return r.round, state
 
     def leave(self, client_id: str, reason: str, timeout_s: float | None = None) -> None:
         self._unary(self._stub.Leave, pb.LeaveRequest(client_id=client_id, reason=reason),
                     timeout_s or self.config.rpc_timeout_s)
 
-    def status(self) -> StatusInfo:
-        r = self._unary(self._stub.Status, pb.StatusRequest(), self.config.rpc_timeout_s)
-        rounds = tuple({"round": s.round, "state": s.state, "clients": s.clients, "examples": s.examples,
-                        "metrics": dict(s.metrics)} for s in r.rounds)
-        return StatusInfo(r.model_id, r.current_round, r.total_rounds, r.state, r.registered_clients,
-                          r.active_clients, r.latest_model, rounds)
+    def status(self) -> Status:
+        return Status.from_pb(self._unary(self._stub.Status, pb.StatusRequest(), self.config.rpc_timeout_s))
 
 
 def _cancelled() -> FedortError:
@@ -342,6 +332,6 @@ def update_header(client_id: str, model_id: str, round: int, vector: np.ndarray,
 
 
 __all__ = [
-    "ArtifactRef", "ChannelConfig", "JoinInfo", "MAX_POLL_WAIT_MS", "StatusInfo", "SubmitResult", "Transport",
+    "ArtifactRef", "ChannelConfig", "JoinInfo", "MAX_POLL_WAIT_MS", "Status", "SubmitResult", "Transport",
     "update_header",
 ]

@@ -7,14 +7,15 @@ into the coordinator and works the same whatever backend runs the clients.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from fedort.coordinator.state_layout import StateLayout
+
 
 class RoundProgress:
-    def __init__(self, models_dir: Path, rounds: int, enabled: bool = True) -> None:
-        self._dir = Path(models_dir)
+    def __init__(self, layout: StateLayout, rounds: int, enabled: bool = True) -> None:
+        self._layout = layout
         self._seen = 0
         self.accuracy: float | None = None
         self._bar = tqdm(total=rounds, desc="rounds", unit="round", disable=not enabled, dynamic_ncols=True)
@@ -22,7 +23,7 @@ class RoundProgress:
     def update(self) -> None:
         """Advance over every round exported since the last call."""
         while True:
-            record = self._dir / f"round-{self._seen + 1:04d}" / "model.json"
+            record = self._layout.model_record(self._seen + 1)
             if not record.exists():
                 return
             try:

@@ -8,24 +8,25 @@ metrics.json, metrics.png), the final inference model and the coordinator's full
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import shutil
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedort.coordinator import Coordinator, CoordinatorConfig
+from fedort.coordinator import CoordinatorConfig
+from fedort.coordinator.state_layout import StateLayout
 from fedort.edge_client.artifacts import Manifest, build_artifacts, verify_artifacts
 from fedort.edge_client.models import builtin_model
 from fedort.protos.errors import ConfigError, FedortError
+from fedort.protos.round_state import RoundState
 from fedort.simulations.attacks import choose_attackers
 from fedort.simulations.backends import make_backend
 from fedort.simulations.config import SimulationConfig
 from fedort.simulations.datasets import save_npz
+from fedort.simulations.local_coordinator import LocalCoordinator
 from fedort.simulations.population import Population, digits_population, folder_population
 from fedort.simulations.progress import RoundProgress
 from fedort.simulations.report import RoundRecord, plot, summary_table, write_metrics
@@ -41,70 +42,6 @@ class SimulationResult:
     final: dict[str, Any]
     model: Path
     summary: str
-
-
-class _CoordinatorThread:
-    """The coordinator's asyncio loop in a daemon thread, so this thread can drive workers and progress."""
-
-    def __init__(self, config: CoordinatorConfig) -> None:
-        self.config = config
-        self.coordinator: Coordinator | None = None
-        self.port: int | None = None
-        self.outcome: Any = None
-        self.error: BaseException | None = None
-        self._ready = threading.Event()
-        self._done = threading.Event()
-        self._finished = threading.Event()
-        self._release: asyncio.Event | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread = threading.Thread(target=self._main, name="fedort-coordinator", daemon=True)
-
-    def start(self, timeout: float = 60.0) -> int:
-        self._thread.start()
-        if not self._ready.wait(timeout):
-            raise FedortError("the simulation's coordinator did not start within 60 s")
-        if self.error is not None:
-            raise self.error
-        return self.port
-
-    def _main(self) -> None:
-        self._loop = asyncio.new_event_loop()
-        try:
-            self._loop.run_until_complete(self._serve())
-        except BaseException as e:  # reported to the driving thread
-            self.error = e
-        finally:
-            self._ready.set()
-            self._done.set()
-            self._loop.close()
-
-    async def _serve(self) -> None:
-        self.coordinator = Coordinator(self.config)
-        self.port = await self.coordinator.start()
-        self._release = asyncio.Event()
-        self._ready.set()
-        try:
-            self.outcome = await self.coordinator.wait_done()
-            self._finished.set()
-            await self._release.wait()  # keep answering DONE until the workers have heard it
-        finally:
-            await self.coordinator.stop(grace=1.0)
-
-    @property
-    def done(self) -> bool:
-        """The run is over (DONE or FAILED) or the coordinator crashed."""
-        return self._finished.is_set() or self._done.is_set()
-
-    def stop(self) -> None:
-        loop = self._loop
-        if loop is not None and not self._done.is_set() and self._release is not None:
-            loop.call_soon_threadsafe(self._release.set)
-        elif loop is not None and not self._done.is_set() and self.coordinator is not None:
-            try:
-                asyncio.run_coroutine_threadsafe(self.coordinator.stop(grace=1.0), loop).result(timeout=15)
-            except Exception as e:  # the loop may already be closing
-                log.debug("coordinator stop: %s", e)
-        self._thread.join(timeout=15)
 
 
 def _prepare_artifacts(cfg: SimulationConfig, out: Path) -> tuple[Path, Manifest]:
@@ -159,9 +96,9 @@ def run_simulation(cfg: SimulationConfig) -> SimulationResult:
     log.info("simulation %s: %d clients, %d per round, %d rounds, %s, %s backend", cfg.name, n_clients,
              min(cfg.per_round, n_clients), cfg.rounds, cfg.partition if cfg.data is None else cfg.data, cfg.backend)
 
-    server = _CoordinatorThread(ccfg)
-    port = server.start()
-    address = f"127.0.0.1:{port}"
+    server = LocalCoordinator(ccfg)
+    server.start()
+    address = server.address
     workers = max(1, min(cfg.worker_count, n_clients))
     attackers = choose_attackers([c.client_id for c in population.clients], cfg.byzantine_fraction, cfg.seed)
     if attackers:
@@ -170,7 +107,7 @@ def run_simulation(cfg: SimulationConfig) -> SimulationResult:
                         attack=cfg.attack if attackers else "", attackers=attackers)
              for i, share in enumerate(population.split(workers))]
     backend = make_backend(cfg.backend, ray_address=cfg.ray_address, num_cpus=workers)
-    progress = RoundProgress(out / "state" / "models", cfg.rounds, enabled=cfg.progress)
+    progress = RoundProgress(StateLayout(out / "state"), cfg.rounds, enabled=cfg.progress)
     stats: list[WorkerStats] | None = None
     try:
         backend.start(plans)
@@ -193,7 +130,7 @@ def run_simulation(cfg: SimulationConfig) -> SimulationResult:
         backend.stop()
         server.stop()
     outcome = server.outcome
-    if outcome is not None and getattr(outcome, "state", None) is not None and str(outcome.state.value) == "FAILED":
+    if outcome is not None and outcome.state is RoundState.FAILED:
         raise FedortError(f"the simulated run failed: {getattr(outcome, 'message', outcome)}")
     return _report(cfg, out, manifest, stats or [], time.monotonic() - started)
 
@@ -202,7 +139,8 @@ def _report(cfg: SimulationConfig, out: Path, manifest: Manifest, stats: list[Wo
             seconds: float) -> SimulationResult:
     from fedort.coordinator.state import StateStore
 
-    store = StateStore(out / "state", readonly=True)
+    layout = StateLayout(out / "state")
+    store = StateStore(layout.root, readonly=True)
     try:
         rounds = {r.round: r for r in store.rounds() if r.vector_sha256}
     finally:
@@ -210,7 +148,7 @@ def _report(cfg: SimulationConfig, out: Path, manifest: Manifest, stats: list[Wo
     records = []
     for n in sorted(rounds):
         row = rounds[n]
-        record = json.loads((out / "state" / "models" / f"round-{n:04d}" / "model.json").read_text())
+        record = json.loads(layout.model_record(n).read_text())
         ev = record.get("server_eval") or {}
         records.append(RoundRecord(
             round=n, accuracy=ev.get("accuracy"), loss=ev.get("loss"), clients=row.clients, examples=row.examples,
@@ -221,9 +159,8 @@ def _report(cfg: SimulationConfig, out: Path, manifest: Manifest, stats: list[Wo
     if not records:
         raise FedortError("the simulation committed no round; see the log above")
     last = records[-1]
-    final_dir = out / "state" / "models" / f"round-{last.round:04d}"
     model = out / "model.onnx"
-    shutil.copyfile(final_dir / "model.onnx", model)
+    shutil.copyfile(layout.model_file(last.round), model)
     final = {
         "name": cfg.name, "clients": cfg.clients, "partition": cfg.partition,
         "model_id": manifest.model_id, "parameters": manifest.parameter_count,

@@ -14,6 +14,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from fedort.edge_client.cache import ArtifactCache
 from fedort.edge_client.client import EdgeClient, EdgeConfig, RoundReport
@@ -24,9 +25,6 @@ from fedort.simulations.attacks import parse_attack
 from fedort.simulations.population import ClientArrays, DataSource, VirtualClient
 
 log = logging.getLogger("fedort.sim.worker")
-
-_FINAL = {"DONE", "FAILED"}
-_WORK = {"TRAINING", "EVALUATING"}
 
 
 @dataclass(frozen=True)
@@ -43,6 +41,7 @@ class WorkerPlan:
     timeout_s: float = 3600.0
     attack: str = ""                            # simulations.attacks spec played by the clients in `attackers`
     attackers: frozenset[str] = frozenset()
+    module_factory: Callable | None = None      # EdgeConfig.module_factory of every client (a top-level function)
 
 
 @dataclass
@@ -64,8 +63,8 @@ def run_worker(plan: WorkerPlan) -> WorkerStats:
     cache = ArtifactCache(plan.cache_dir)
     arrays = ClientArrays(plan.source)
     try:
-        clients = _join_all(plan, transport, cache, arrays, stats)
-        _serve(plan, transport, clients, stats)
+        clients = join_clients(plan, transport, cache, arrays, stats)
+        serve_clients(plan, transport, clients, stats)
     finally:
         transport.close()
     return stats
@@ -90,7 +89,7 @@ class _Ledger:
             s.bytes_down[report.round] = s.bytes_down.get(report.round, 0) + self.vector_bytes
 
 
-def _join_all(plan: WorkerPlan, transport: Transport, cache: ArtifactCache, arrays: ClientArrays,
+def join_clients(plan: WorkerPlan, transport: Transport, cache: ArtifactCache, arrays: ClientArrays,
               stats: WorkerStats) -> list[EdgeClient]:
     """Join every virtual client; the first one fetches the artifacts and opens the shared session."""
     ledger = _Ledger(stats)
@@ -102,6 +101,7 @@ def _join_all(plan: WorkerPlan, transport: Transport, cache: ArtifactCache, arra
             heartbeats=False, persist_identity=False, leave_on_stop=False, poll_wait_ms=0,
             intra_op_threads=plan.intra_op_threads, backoff=Backoff(give_up_after_s=plan.timeout_s),
             update_hook=parse_attack(plan.attack) if vc.client_id in plan.attackers else None,
+            module_factory=plan.module_factory,
         )
         client = EdgeClient(config, transport=transport, session=session, data=arrays.for_client(vc),
                             cache=cache, on_report=ledger)
@@ -112,7 +112,8 @@ def _join_all(plan: WorkerPlan, transport: Transport, cache: ArtifactCache, arra
     return clients
 
 
-def _serve(plan: WorkerPlan, transport: Transport, clients: list[EdgeClient], stats: WorkerStats) -> None:
+def serve_clients(plan: WorkerPlan, transport: Transport, clients: list[EdgeClient], stats: WorkerStats) -> None:
+    """Serve the joined clients' tasks until the coordinator is DONE or FAILED (or `plan.timeout_s` passes)."""
     if not clients:
         return
     beacon = clients[0].client_id
@@ -121,12 +122,12 @@ def _serve(plan: WorkerPlan, transport: Transport, clients: list[EdgeClient], st
     idle = plan.idle_s
     while time.monotonic() < deadline:
         round, state = transport.heartbeat(beacon)
-        if state in _FINAL:
+        if state.final:
             return
         now = time.monotonic()
         # Selection happens when a round enters TRAINING (or the final EVALUATING phase): poll
         # every client once then, and again now and then in case a retried round re-selects.
-        if state in _WORK and ((round, state) != polled or now - polled_at >= plan.repoll_s):
+        if state.hands_out_work and ((round, state) != polled or now - polled_at >= plan.repoll_s):
             polled, polled_at = (round, state), now
             if _poll_each(clients, stats) == "done":
                 return
