@@ -15,7 +15,8 @@ to max_round_attempts, and then the run FAILS with a message saying why: a round
 Every transition is logged and recorded (with its time) in the state database. The rest lives
 beside this module: upload admission (`admission`), the upload path into the spool and the
 aggregator (`uploads`), the aggregation pipeline (`aggregation`), restart replay (`recovery`),
-the evaluation phase (`evaluation`) and the client-facing calls (`task_dispatch`).
+the evaluation phase (`evaluation`), when a round closes (`round_deadline`) and the client-facing
+calls (`task_dispatch`).
 """
 
 from __future__ import annotations
@@ -27,12 +28,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedort.coordinator.aggregation import parse_strategy
+from fedort.coordinator.aggregation import Strategy, parse_strategy
 from fedort.coordinator.config import CoordinatorConfig
 from fedort.coordinator.evaluation import EvaluationPhase
 from fedort.coordinator.export import Exporter
 from fedort.coordinator.recovery import drop_spool, recover, save_server_state, sha256_of
 from fedort.coordinator.registry import ClientRegistry
+from fedort.coordinator.round_deadline import wait_for_close
 from fedort.coordinator.selection import sample_size, select_clients
 from fedort.coordinator.state import StateStore, TransitionRow, atomic_write, now_ms, read_vector
 from fedort.coordinator.task_dispatch import TaskDispatch
@@ -78,7 +80,8 @@ class GlobalVector:
 class RoundEngine(TaskDispatch):
     """Runs rounds 1..config.rounds over the clients in `registry`, durably in `store`."""
 
-    def __init__(self, config: CoordinatorConfig, store: StateStore, exporter: Exporter) -> None:
+    def __init__(self, config: CoordinatorConfig, store: StateStore, exporter: Exporter,
+                 strategy: Strategy | None = None) -> None:
         self.config = config
         self.store = store
         self.exporter = exporter
@@ -86,7 +89,7 @@ class RoundEngine(TaskDispatch):
         self.model_id = self.manifest.model_id
         self.length = self.manifest.parameter_count
         self.registry = ClientRegistry(store, config.client_timeout_s, on_change=self.notify)
-        self.strategy = parse_strategy(config.strategy)
+        self.strategy = strategy or parse_strategy(config.strategy)
         self.state = RoundState.WAITING_FOR_CLIENTS
         self.round = 1
         self.deadline_ms = 0
@@ -242,13 +245,7 @@ class RoundEngine(TaskDispatch):
         """Wait for the open round to close, retrying it as needed; False if the run failed."""
         cfg, r = self.config, self.training
         while True:
-            while not r.complete(cfg.min_clients) and (remaining := r.deadline_ms - now_ms()) > 0:
-                await self.wait_change(remaining / 1000)
-            r.closing = True                 # no new update is accepted from here on ...
-            while self.uploads.busy:         # ... but those being stored or folded are counted
-                await self.wait_change(1.0)
-            if self.uploads.fold_error is not None:
-                raise self.uploads.fold_error
+            await wait_for_close(self)
             n = len(r.reported)
             if n >= cfg.min_clients:
                 how = "all selected clients reported" if r.selected <= set(r.reported) else "deadline"

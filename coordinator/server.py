@@ -22,6 +22,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from fedort.coordinator.aggregation import Strategy
 from fedort.coordinator.auth import Authenticator
 from fedort.coordinator.config import CoordinatorConfig
 from fedort.coordinator.devices import DeviceStore
@@ -94,8 +95,11 @@ def pin_artifacts(source: Path, state_dir: Path) -> Path:
 class Coordinator:
     """One federated run, served over gRPC from a durable state directory."""
 
-    def __init__(self, config: CoordinatorConfig) -> None:
+    def __init__(self, config: CoordinatorConfig, *, strategy: Strategy | None = None) -> None:
+        """`strategy`: an aggregation chain built in code (a custom transform, combiner or server
+        update), used instead of the one `config.strategy` names."""
         self.config = config
+        self.strategy = strategy
         self.port: int | None = None
         self.engine: RoundEngine | None = None
         self._store: StateStore | None = None
@@ -130,7 +134,7 @@ class Coordinator:
         store = StateStore(cfg.state_dir)
         self._store = store
         store.claim(exporter.manifest.model_id, json.dumps(cfg.to_json_dict(), sort_keys=True))
-        engine = RoundEngine(cfg, store, exporter)
+        engine = RoundEngine(cfg, store, exporter, strategy=self.strategy)
         self.engine = engine
         try:
             await engine.recover()   # replay the open round, redo missing exports: before any client is served

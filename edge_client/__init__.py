@@ -13,8 +13,9 @@ pulls in neither ONNX Runtime nor gRPC until they are needed. Never imports torc
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from fedort.lazy import lazy_exports
+
+from typing import TYPE_CHECKING
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
@@ -48,17 +49,7 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'edge_client' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only

@@ -8,9 +8,9 @@ The parts live in subpackages: `fedort.edge_client` (device side), `fedort.coord
 
 from __future__ import annotations
 
-import importlib
+from fedort.lazy import lazy_exports
+
 from importlib.metadata import PackageNotFoundError, version as _dist_version
-from typing import Any
 
 try:
     __version__ = _dist_version("fedort")
@@ -41,14 +41,4 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted([*_EXPORTS, "__version__"])
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fedort' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

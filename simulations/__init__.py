@@ -8,8 +8,7 @@ pull in the coordinator.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from fedort.lazy import lazy_exports
 
 _EXPORTS = {
     "LocalCoordinator": "fedort.simulations.local_coordinator",
@@ -24,10 +23,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fedort.simulations' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
