@@ -38,7 +38,7 @@ from fedort.coordinator.round_deadline import wait_for_close
 from fedort.coordinator.selection import sample_size, select_clients
 from fedort.coordinator.state import StateStore, TransitionRow, atomic_write, now_ms, read_vector
 from fedort.coordinator.task_dispatch import TaskDispatch
-from fedort.coordinator.training_round import TrainingRound
+from fedort.coordinator.training_round import GlobalVector, TrainingRound
 from fedort.coordinator.uploads import Uploads
 from fedort.protos.errors import FedortError
 from fedort.protos.round_state import RoundRowState, RoundState, RunState
@@ -68,13 +68,6 @@ class RunOutcome:
     state: RoundState
     rounds_completed: int
     message: str = ""
-
-
-@dataclass(frozen=True)
-class GlobalVector:
-    round: int
-    vector: np.ndarray
-    sha256: bytes
 
 
 class RoundEngine(TaskDispatch):

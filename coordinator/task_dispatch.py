@@ -8,18 +8,16 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, AsyncIterator, Mapping
+from typing import AsyncIterator, Mapping
 
 from fedort.coordinator.admission import check_model
 from fedort.coordinator.selection import client_seed
 from fedort.coordinator.state import read_vector
+from fedort.coordinator.training_round import GlobalVector
 from fedort.coordinator.status import snapshot
 from fedort.protos.errors import NotFoundError
 from fedort.protos.messages import Metric, Status, SubmitResult, Task, TaskKind, TrainConfig, UpdateHeader
 from fedort.protos.round_state import RoundState
-
-if TYPE_CHECKING:
-    from fedort.coordinator.round_engine import GlobalVector
 
 log = logging.getLogger("fedort.coordinator.round_engine")
 
@@ -67,7 +65,7 @@ class TaskDispatch:
                 return Task(TaskKind.WAIT, self.round, retry_after_ms=1000 if wait <= 0 or self._stopping else 0)
             await self.wait_change(remaining)
 
-    def vector_for(self, client_id: str, model_id: str, round: int) -> "GlobalVector":
+    def vector_for(self, client_id: str, model_id: str, round: int) -> GlobalVector:
         """The global vector round `round` trains from (NOT_FOUND for a round not open yet)."""
         self.touch(client_id)
         self.check_model(model_id)
@@ -80,7 +78,7 @@ class TaskDispatch:
         rows = {r.round: r for r in self.store.rounds()}
         expected = self.store.get_meta("initial_vector_sha256") if round == 1 else rows[round - 1].vector_sha256
         vector = read_vector(self.store.vector_path(round), self.length)
-        return type(g)(round, vector, bytes.fromhex(expected))
+        return GlobalVector(round, vector, bytes.fromhex(expected))
 
     async def submit_update(self, header: UpdateHeader, chunks: AsyncIterator[bytes]) -> SubmitResult:
         """Admit, receive, store and count one update (see `coordinator.uploads`)."""

@@ -1,4 +1,5 @@
-"""One open training round's bookkeeping: who was selected, who reported, by when, and its aggregator.
+"""One open training round's bookkeeping (who was selected, who reported, by when, its aggregator),
+and the global vector a round trains from.
 
 The round engine opens one per attempt chain (a retry keeps the reports and the aggregator) and
 drops it at commit; admission and the upload path read it, only the event loop writes it.
@@ -9,8 +10,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+import numpy as np
+
 from fedort.coordinator.aggregation import RoundAggregator
 from fedort.coordinator.metrics import MetricSums
+
+
+@dataclass(frozen=True)
+class GlobalVector:
+    """The global vector round `round` trains from, and its sha256 (what FIT tasks announce)."""
+
+    round: int
+    vector: np.ndarray
+    sha256: bytes
 
 
 @dataclass
