@@ -156,10 +156,15 @@ def _accepted_times(state_dir: Path, rounds: int) -> dict[int, list[float]]:
 
 def _fedort_breakdown(timeline, accepted: dict[int, list[float]], rounds: int) -> dict:
     """Round starts and per-phase durations from the coordinator's recorded round transitions."""
+    from fedort.protos.round_state import RoundState
+
+    TRAINING, AGGREGATING, EXPORTING = (s.name for s in (RoundState.TRAINING, RoundState.AGGREGATING,
+                                                         RoundState.EXPORTING))
+    AFTER_EXPORT = [s.name for s in (RoundState.WAITING_FOR_CLIENTS, RoundState.EVALUATING, RoundState.DONE)]
     phase: dict[int, dict[str, float]] = {}
     for t in timeline:
         phase.setdefault(t.round, {}).setdefault(t.to_state, t.at_unix_s)
-    starts = [phase[r]["TRAINING"] for r in sorted(phase) if "TRAINING" in phase[r]]
+    starts = [phase[r][TRAINING] for r in sorted(phase) if TRAINING in phase[r]]
     # TRAINING -> AGGREGATING (clients fetch, "train", upload; updates made durable and folded),
     # AGGREGATING -> EXPORTING (aggregate, sha256, vector file fsync, SQLite commit),
     # EXPORTING -> next state (inference model export + fsync + model.json), -> next TRAINING.
@@ -170,18 +175,18 @@ def _fedort_breakdown(timeline, accepted: dict[int, list[float]], rounds: int) -
            "reopen": []}
     for r in range(2, rounds + 1):
         p, nxt = phase.get(r, {}), phase.get(r + 1, {})
-        if not {"TRAINING", "AGGREGATING", "EXPORTING"} <= set(p):
+        if not {TRAINING, AGGREGATING, EXPORTING} <= set(p):
             continue
-        dur["train_phase"].append(p["AGGREGATING"] - p["TRAINING"])
+        dur["train_phase"].append(p[AGGREGATING] - p[TRAINING])
         if accepted.get(r):   # received_ms has millisecond resolution
-            dur["first_update"].append(min(accepted[r]) - p["TRAINING"])
-            dur["last_update_to_close"].append(p["AGGREGATING"] - max(accepted[r]))
-        dur["commit"].append(p["EXPORTING"] - p["AGGREGATING"])
-        after = nxt.get("WAITING_FOR_CLIENTS") or nxt.get("EVALUATING") or nxt.get("DONE")
+            dur["first_update"].append(min(accepted[r]) - p[TRAINING])
+            dur["last_update_to_close"].append(p[AGGREGATING] - max(accepted[r]))
+        dur["commit"].append(p[EXPORTING] - p[AGGREGATING])
+        after = next((nxt[s] for s in AFTER_EXPORT if s in nxt), None)
         if after is not None:
-            dur["export"].append(after - p["EXPORTING"])
-            if "TRAINING" in nxt:
-                dur["reopen"].append(nxt["TRAINING"] - after)
+            dur["export"].append(after - p[EXPORTING])
+            if TRAINING in nxt:
+                dur["reopen"].append(nxt[TRAINING] - after)
     med = {k: (statistics.median(v) if v else None) for k, v in dur.items()}
     return {"starts": starts, "phases_s": med}
 

@@ -40,7 +40,11 @@ SPECS = "fedavg | clip:NORM | median | trimmed-mean:BETA | krum:F | multi-krum:F
 
 
 class Strategy:
-    """A configured chain: per-update `transforms`, one `combiner`, one `server_update` (decode is by codec)."""
+    """A configured chain: per-update `transforms`, one `combiner`, one `server_update` (decode is by codec).
+
+    One Strategy object serves one run: its combiner keeps buffers and its server update keeps
+    state from round to round, so two coordinators must not share one.
+    """
 
     def __init__(self, name: str, combiner: Combiner, transforms: Sequence[Transform] = (),
                  server_update: ServerUpdate | None = None) -> None:

@@ -20,8 +20,11 @@ class Transform:
 
     name = "identity"
 
-    def apply(self, values: np.ndarray, global_vector: np.ndarray, update: Update) -> np.ndarray:
-        """The transformed float32 values; may return `values` itself, must not modify it in place."""
+    def apply(self, values: np.ndarray, global_vector: np.ndarray, update: Update | None) -> np.ndarray:
+        """The transformed float32 values; may return `values` itself, must not modify it in place.
+
+        `update` names the client and its example count (None when called outside a round).
+        """
         return values
 
     def __str__(self) -> str:
