@@ -5,8 +5,9 @@
 3. The global vector of the next round is checked against the sha256 its commit recorded, and a
    stateful server update gets the state that round starts from.
 4. An open (or failed) round is resumed: its acknowledged updates are folded back in exactly once
-   from the spool (each checked against its recorded sha256), spool files without a row (written,
-   never acknowledged) are deleted, and the attempt reopens with a fresh deadline.
+   from the spool (each checked against its recorded sha256 and decoded with its recorded codec),
+   spool files without a row (written, never acknowledged) are deleted, and the attempt reopens
+   with a fresh deadline.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import numpy as np
 
 from fedort.coordinator.aggregation import Update
 from fedort.coordinator.state import COMMITTED, EXPORTED, FAILED, OPEN, atomic_write, read_vector
-from fedort.protos.codec import CODEC_RAW
 from fedort.protos.errors import ConfigError
 from fedort.protos.round_state import RoundState, RunState
 
@@ -95,10 +95,10 @@ async def replay(engine: "RoundEngine", round: int) -> None:
                 f.unlink(missing_ok=True)   # written, never acknowledged: as if it never arrived
     for r in rows:
         path = store.dir / r.spool_path
-        vector = await asyncio.to_thread(read_vector, path, engine.length)
-        if sha256_of(vector).hex() != r.sha256:
+        payload = await asyncio.to_thread(np.fromfile, path, dtype=np.uint8)   # as received, in its codec
+        if sha256_of(payload).hex() != r.sha256:
             raise ConfigError(f"state dir is corrupt: spooled update {path} does not match its recorded sha256")
-        training.aggregator.add(Update(r.client_id, r.num_examples, CODEC_RAW, path, payload=vector))
+        training.aggregator.add(Update(r.client_id, r.num_examples, r.codec, path, payload=payload))
         training.record(r.client_id, r.num_examples, r.metrics)
     if rows:
         log.info("round %d: replayed %d acknowledged updates from the spool", round, len(rows))

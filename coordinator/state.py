@@ -36,7 +36,8 @@ CREATE TABLE IF NOT EXISTS rounds (
     metrics TEXT NOT NULL DEFAULT '{}', model_path TEXT, message TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS submissions (
     round INTEGER NOT NULL, client_id TEXT NOT NULL, num_examples INTEGER NOT NULL, metrics TEXT NOT NULL,
-    sha256 TEXT NOT NULL, spool_path TEXT NOT NULL, received_ms INTEGER NOT NULL, PRIMARY KEY (round, client_id));
+    sha256 TEXT NOT NULL, spool_path TEXT NOT NULL, received_ms INTEGER NOT NULL, codec TEXT NOT NULL DEFAULT 'raw',
+    PRIMARY KEY (round, client_id));
 CREATE TABLE IF NOT EXISTS evaluations (
     round INTEGER NOT NULL, client_id TEXT NOT NULL, num_examples INTEGER NOT NULL, metrics TEXT NOT NULL,
     received_ms INTEGER NOT NULL, PRIMARY KEY (round, client_id));
@@ -145,6 +146,7 @@ class SubmissionRow:
     sha256: str
     spool_path: str
     received_ms: int
+    codec: str = "raw"         # the spool file's wire codec: replay decodes it with the same decoder
 
 
 class StateStore:
@@ -167,6 +169,9 @@ class StateStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_SCHEMA)
+            columns = {r[1] for r in self._db.execute("PRAGMA table_info(submissions)")}
+            if "codec" not in columns:   # a state dir from before codecs were recorded: all its updates are raw
+                self._db.execute("ALTER TABLE submissions ADD COLUMN codec TEXT NOT NULL DEFAULT 'raw'")
         self._db.row_factory = sqlite3.Row
 
     def close(self) -> None:
@@ -305,16 +310,17 @@ class StateStore:
 
     def add_submission(self, row: SubmissionRow) -> None:
         self._tx([(
-            "INSERT INTO submissions (round, client_id, num_examples, metrics, sha256, spool_path, received_ms) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO submissions (round, client_id, num_examples, metrics, sha256, spool_path, received_ms, codec) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (row.round, row.client_id, row.num_examples, json.dumps(row.metrics, sort_keys=True), row.sha256,
-             row.spool_path, row.received_ms),
+             row.spool_path, row.received_ms, row.codec),
         )])
 
     def submissions(self, round: int) -> list[SubmissionRow]:
         rows = self._db.execute("SELECT * FROM submissions WHERE round = ? ORDER BY client_id", (round,)).fetchall()
         return [SubmissionRow(r["round"], r["client_id"], r["num_examples"], json.loads(r["metrics"]), r["sha256"],
-                              r["spool_path"], r["received_ms"]) for r in rows]
+                              r["spool_path"], r["received_ms"], r["codec"] if "codec" in r.keys() else "raw")
+                for r in rows]
 
     # ---- evaluations ----------------------------------------------------------------------------
 

@@ -100,7 +100,7 @@ class Uploads:
             t1 = time.perf_counter()
             metrics = metrics_json(h.metrics)
             e.store.add_submission(SubmissionRow(round, client, h.num_examples, metrics, h.vector.sha256.hex(),
-                                                 e.store.layout.relative(path), now_ms()))
+                                                 e.store.layout.relative(path), now_ms(), h.vector.codec))
             log.debug("round %d: update of %s spooled in %.0f ms, row committed in %.0f ms", round, client,
                       1000 * (t1 - t0), 1000 * (time.perf_counter() - t1))
             # Durable from here on, so it counts: the reply need not wait for the fold.

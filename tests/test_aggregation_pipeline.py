@@ -91,6 +91,33 @@ async def test_a_registered_codec_is_admitted_and_decoded_into_the_round(start_c
     np.testing.assert_allclose(final, start + 2.0, atol=1e-5)
 
 
+async def _submit_negated(client, cid: str, model: str) -> np.ndarray:
+    task = await client.poll(cid, model)
+    _, start = await client.download_vector(cid, model, task.round)
+    wire = -(start + np.float32(2.0))
+    assert (await client.submit(cid, model, task.round, wire.astype(np.float32), 5, codec="test-negated")).accepted
+    return start
+
+
+async def test_replay_after_a_restart_decodes_each_spooled_update_with_its_recorded_codec(start_coordinator,
+                                                                                          stub_client):
+    register_decoder(_Negated())
+    coord = await start_coordinator(min_clients=2, rounds=1, round_timeout_s=0.5, max_round_attempts=1)
+    client = stub_client(coord.port)
+    model = (await client.join("client-a")).model_id
+    await client.join("client-b")
+    start = await _submit_negated(client, "client-a", model)
+    assert (await asyncio.wait_for(coord.wait_done(), 10)).state is RoundState.FAILED   # b never reported
+    await coord.stop(grace=0)
+    again = await start_coordinator(min_clients=2, rounds=1, round_timeout_s=10, max_round_attempts=1)
+    client = stub_client(again.port)
+    await client.join("client-b")
+    await _submit_negated(client, "client-b", model)
+    assert (await asyncio.wait_for(again.wait_done(), 10)).state is RoundState.DONE
+    _, final = await client.download_vector("client-b", model, 2)
+    np.testing.assert_allclose(final, start + 2.0, atol=1e-5)     # both decoded, a's from the spool
+
+
 class _CountingServerUpdate(ServerUpdate):
     """g' = c, counting its applications in durable state (the shape of FedAvgM / FedAdam's state)."""
 
