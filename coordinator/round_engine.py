@@ -189,6 +189,9 @@ class RoundEngine(TaskDispatch):
         except Exception as e:  # an unplanned error must end the run visibly, not hang it
             log.exception("round engine stopped by an error")
             message = f"round {self.round}: {type(e).__name__}: {e}"
+            if not self.state.final:     # recorded with fail_round's transaction
+                self.store.note_transition(TransitionRow(self.round, self.state.name, RoundState.FAILED.name,
+                                                         time.time(), message))
             try:
                 self.store.fail_round(self.round, message)
             finally:

@@ -304,11 +304,7 @@ class Transport:
         """The coordinator's current round and state."""
         r = self._unary(self._stub.Heartbeat, pb.HeartbeatRequest(client_id=client_id),
                         timeout_s or self.config.rpc_timeout_s)
-        state = RoundState.parse(r.state)
-        if state is None:
-            raise ProtocolError(f"coordinator reports round state {r.state!r}; expected one of "
-                                f"{[s.name for s in RoundState]}")
-        return r.round, state
+        return r.round, RoundState.from_wire(r.state)
 
     def leave(self, client_id: str, reason: str, timeout_s: float | None = None) -> None:
         self._unary(self._stub.Leave, pb.LeaveRequest(client_id=client_id, reason=reason),

@@ -144,7 +144,7 @@ class RoundSummary:
 
     @classmethod
     def from_pb(cls, m: pb.RoundSummary) -> "RoundSummary":
-        return cls(m.round, RoundRowState(m.state), m.clients, m.examples, dict(m.metrics))
+        return cls(m.round, RoundRowState.from_wire(m.state), m.clients, m.examples, dict(m.metrics))
 
 
 @dataclass(frozen=True)
@@ -169,5 +169,5 @@ class Status:
 
     @classmethod
     def from_pb(cls, m: pb.StatusReply) -> "Status":
-        return cls(m.model_id, m.current_round, m.total_rounds, RoundState[m.state], m.registered_clients,
+        return cls(m.model_id, m.current_round, m.total_rounds, RoundState.from_wire(m.state), m.registered_clients,
                    m.active_clients, tuple(RoundSummary.from_pb(r) for r in m.rounds), m.latest_model)

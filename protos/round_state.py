@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import enum
 
+from fedort.protos.errors import ProtocolError
+
 
 class RoundState(enum.Enum):
     WAITING_FOR_CLIENTS = "WAITING_FOR_CLIENTS"
@@ -30,9 +32,9 @@ class RoundState(enum.Enum):
         return self in (RoundState.TRAINING, RoundState.EVALUATING)
 
     @classmethod
-    def parse(cls, name: str) -> "RoundState | None":
-        """The state a wire string names (None for a name this version does not know)."""
-        return cls.__members__.get(name)
+    def from_wire(cls, name: str) -> "RoundState":
+        """The state a wire string names (ProtocolError for a name this version does not know)."""
+        return _from_wire(cls, name)
 
 
 class RoundRowState(enum.Enum):
@@ -45,8 +47,20 @@ class RoundRowState(enum.Enum):
     def committed(self) -> bool:
         return self in (RoundRowState.COMMITTED, RoundRowState.EXPORTED)
 
+    @classmethod
+    def from_wire(cls, name: str) -> "RoundRowState":
+        return _from_wire(cls, name)
+
 
 class RunState(enum.Enum):
     RUNNING = "RUNNING"
     DONE = "DONE"
     FAILED = "FAILED"
+
+
+def _from_wire(cls: type[enum.Enum], value: str):
+    try:
+        return cls(value)
+    except ValueError:
+        raise ProtocolError(f"the coordinator reports a {cls.__name__} {value!r}; this version knows "
+                            f"{[m.value for m in cls]}") from None
