@@ -116,11 +116,13 @@ class Trainer:
         """Train `module` on `train_data` (validating on `val_data`, or a .npz's `val_` split, each epoch)."""
         session = module.session
         specs = session.input_specs
-        train = as_data(train_data, session.train_input_names, specs, "training data")
+        labels = _class_labels(module)
+        train = as_data(train_data, session.train_input_names, specs, "training data", labels=labels)
         if val_data is not None:
-            val = as_data(val_data, self._eval_names(module), specs, "validation data", prefix=VAL_PREFIX)
+            val = as_data(val_data, self._eval_names(module), specs, "validation data", prefix=VAL_PREFIX,
+                          labels=labels)
         elif is_path(train_data):
-            val = npz_validation_split(train_data, self._eval_names(module), specs)
+            val = npz_validation_split(train_data, self._eval_names(module), specs, labels)
         else:
             val = None
 
@@ -252,14 +254,15 @@ class Trainer:
     def validate(self, module: TrainingModule, data: DataLike) -> RunResult:
         """Run `validation_step` over `data` (a .npz's `val_` split if it has one); metrics `val_*`."""
         specs = module.session.input_specs
-        val = as_data(data, self._eval_names(module), specs, "validation data", prefix=VAL_PREFIX)
+        val = as_data(data, self._eval_names(module), specs, "validation data", prefix=VAL_PREFIX,
+                      labels=_class_labels(module))
         metrics, sync, n, batches = self._eval_loop(module, val, "validation")
         return RunResult(metrics=metrics, sync_dist=sync, num_examples=n, batches=batches)
 
     def test(self, module: TrainingModule, data: DataLike) -> RunResult:
         """Run `test_step` over `data`; metrics `test_*`."""
         specs = module.session.input_specs
-        test = as_data(data, self._eval_names(module), specs, "test data")
+        test = as_data(data, self._eval_names(module), specs, "test data", labels=_class_labels(module))
         metrics, sync, n, batches = self._eval_loop(module, test, "test")
         return RunResult(metrics=metrics, sync_dist=sync, num_examples=n, batches=batches)
 
@@ -322,6 +325,12 @@ class Trainer:
     def _bar_metrics(record: dict[str, float], collector: MetricCollector) -> dict[str, float]:
         shown = {n for n, m in collector.metrics.items() if m.prog_bar}
         return {n: v for n, v in record.items() if n in shown or n.startswith("val_")}
+
+
+def _class_labels(module: TrainingModule):
+    """(label input, class count) from the session's manifest, for the label range check."""
+    manifest = module.session.manifest
+    return manifest.class_labels if manifest is not None else None
 
 
 def _short(metrics: dict[str, float]) -> dict[str, str]:

@@ -15,7 +15,8 @@ from typing import Sequence
 
 import numpy as np
 
-from fedort.simulations.datasets import Arrays, load_digits_split, load_npz, load_npz_folder, save_npz, subset
+from fedort.edge_client.client_data import read_npz
+from fedort.simulations.datasets import Arrays, load_digits_split, load_npz_folder, save_npz, subset
 from fedort.simulations.partition import label_histogram, parse_partition
 
 
@@ -38,7 +39,7 @@ class DataSource:
         if self.kind == "digits":
             return load_digits_split(self.test_fraction, self.seed)[0]
         if self.kind == "npz":
-            return load_npz(self.folder, None)
+            return read_npz(self.folder)
         return None
 
 
@@ -66,7 +67,7 @@ class ClientArrays:
     def for_client(self, client: VirtualClient) -> Arrays:
         if client.indices is not None:
             return subset(self._train, client.indices)
-        return load_npz(client.file, None)
+        return read_npz(client.file)
 
 
 @dataclass(frozen=True)
