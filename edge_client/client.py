@@ -40,7 +40,6 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
-import grpc
 import numpy as np
 
 from fedort.protos.codec import CHUNK_BYTES, vector_digest
@@ -301,7 +300,7 @@ class EdgeClient:
         try:
             return self._call("PollTask", lambda: self.transport.poll(self.client_id, self.model_id, wait))
         except FedortError as e:
-            if getattr(e, "code", None) == grpc.StatusCode.FAILED_PRECONDITION:
+            if getattr(e, "code", None) == "FAILED_PRECONDITION":
                 self._rejoin()  # raises WrongModelError if the coordinator changed models
             raise
         finally:
@@ -384,7 +383,7 @@ class EdgeClient:
         try:
             result = self._call(what, fn)
         except FedortError as e:
-            if getattr(e, "code", None) != grpc.StatusCode.FAILED_PRECONDITION:
+            if getattr(e, "code", None) != "FAILED_PRECONDITION":
                 raise
             self._rejoin()  # a different model on the coordinator is fatal (WrongModelError)
             return "stale", str(e)
@@ -441,7 +440,7 @@ class EdgeClient:
                 self.handle(task)
         except FedortError as e:
             if not (self._stop.is_set() and (isinstance(e, StoppedError)
-                                             or getattr(e, "code", None) == grpc.StatusCode.CANCELLED)):
+                                             or getattr(e, "code", None) == "CANCELLED")):
                 raise
             log.info("stopping: %s", e)
         finally:
