@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from fedort.coordinator.state import atomic_write_json, fsync_dir, fsync_file
+from fedort.durable import atomic_write_json, fsync_dir, fsync_file
 from fedort.edge_client.artifacts import Manifest, sha256_file
 from fedort.edge_client.client_data import ClientData
 from fedort.edge_client.session import TrainingSession

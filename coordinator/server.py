@@ -29,7 +29,8 @@ from fedort.coordinator.export import Exporter
 from fedort.coordinator.malformed import add_servicer
 from fedort.coordinator.rounds import RoundEngine, RoundState, RunOutcome
 from fedort.coordinator.servicer import CoordinatorServicer
-from fedort.coordinator.state import StateStore, atomic_write
+from fedort.coordinator.state import StateStore
+from fedort.durable import atomic_write
 from fedort.edge_client.artifacts import ARTIFACT_FILES, MANIFEST, copy_artifacts, load_manifest, verify_artifacts
 from fedort.protos.errors import ConfigError, UnavailableError
 

@@ -27,6 +27,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
+# re-exported for the round engine until it imports fedort.durable itself
+from fedort.durable import atomic_write, fsync_dir  # noqa: F401
 from fedort.protos.errors import ConfigError, VectorError
 
 DB_NAME = "state.db"
@@ -56,39 +58,6 @@ OPEN, COMMITTED, EXPORTED, FAILED = "TRAINING", "COMMITTED", "EXPORTED", "FAILED
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-# ---- atomic files ------------------------------------------------------------------------------
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: Path, data: bytes | memoryview | np.ndarray) -> None:
-    """Write `data` to `path` so that a crash leaves either the old file or the complete new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    buf = memoryview(np.ascontiguousarray(data)).cast("B") if isinstance(data, np.ndarray) else data
-    with open(tmp, "wb", buffering=0) as f:
-        view = memoryview(buf)
-        while view:
-            view = view[f.write(view):]
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
-def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
-
-
-def fsync_file(path: Path) -> None:
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
 
 
 def read_vector(path: Path, length: int | None = None) -> np.ndarray:
