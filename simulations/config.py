@@ -27,8 +27,9 @@ class SimulationConfig:
     clients_per_round: int | None = None      # exact count per round; overrides fraction
     fraction: float = 1.0
     rounds: int = 30
-    partition: str = "dirichlet:0.5"
-    model: str = "mlp"                        # built-in model, unless artifacts is set
+    partition: str = "dirichlet:0.5"          # digits only: synthetic data comes partitioned
+    dataset: str = "digits"                   # "digits" | "synthetic:ALPHA,BETA" (simulations.synthetic)
+    model: str | None = None                  # built-in model (default: mlp for digits, logreg for synthetic)
     optimizer: str = "adamw"
     artifacts: Path | None = None             # the user's own artifacts folder
     data: Path | None = None                  # the user's own data: client-*.npz + test.npz
@@ -51,6 +52,20 @@ class SimulationConfig:
 
     def __post_init__(self) -> None:
         problems = []
+        if self.dataset != "digits":
+            try:
+                from fedort.simulations.synthetic import parse_synthetic
+
+                parse_synthetic(self.dataset)
+            except ConfigError as e:
+                problems.append(f"dataset must be digits or synthetic:ALPHA,BETA: {e}")
+        if self.model is None:  # frozen dataclass: settle the default once, here
+            object.__setattr__(self, "model", "logreg" if self.is_synthetic else "mlp")
+        if self.is_synthetic and self.name == "digits":
+            object.__setattr__(self, "name", "synthetic")
+        if self.artifacts is None and self.is_synthetic != (self.model == "logreg"):
+            problems.append(f"model {self.model!r} does not fit dataset {self.dataset!r}: synthetic data has 60 "
+                            f"features (model logreg), digits 64 (mlp or cnn)")
         if self.clients < 1:
             problems.append(f"clients must be >= 1, got {self.clients}")
         if self.clients_per_round is not None and not 1 <= self.clients_per_round <= self.clients:
@@ -80,6 +95,10 @@ class SimulationConfig:
                 problems.append(str(e))
         if problems:
             raise ConfigError("; ".join(problems))
+
+    @property
+    def is_synthetic(self) -> bool:
+        return self.dataset.startswith("synthetic")
 
     @property
     def per_round(self) -> int:

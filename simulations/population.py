@@ -99,6 +99,25 @@ def digits_population(clients: int, partition: str, seed: int, test_fraction: fl
     return Population(source, members, test, label_histogram(train["labels"], parts))
 
 
+def synthetic_population(spec: str, clients: int, seed: int, save_dir: Path) -> Population:
+    """Synthetic(α, β) clients (`simulations.synthetic`): each keeps its own generated rows.
+
+    The clients' training rows are saved, concatenated, as `train.npz` in `save_dir`; each
+    virtual client is an index range of it, so workers load one file as for digits.
+    """
+    from fedort.simulations.synthetic import CLASSES, parse_synthetic, synthetic_split
+
+    s = parse_synthetic(spec)
+    parts_arrays, test = synthetic_split(s.alpha, s.beta, clients, seed)
+    train = {k: np.concatenate([c[k] for c in parts_arrays]) for k in ("x", "labels")}
+    Path(save_dir).mkdir(parents=True, exist_ok=True)
+    source = DataSource("npz", 0.0, seed, save_npz(Path(save_dir) / "train.npz", train))
+    bounds = np.cumsum([0] + [len(c["labels"]) for c in parts_arrays])
+    parts = [np.arange(bounds[i], bounds[i + 1], dtype=np.int64) for i in range(clients)]
+    members = tuple(VirtualClient(client_id(i), p) for i, p in enumerate(parts))
+    return Population(source, members, test, label_histogram(train["labels"], parts, CLASSES))
+
+
 def folder_population(folder: str | Path, names: Sequence[str] | None = None) -> Population:
     """A user's folder of `client-XXXX.npz` + `test.npz` (validated up front)."""
     data = load_npz_folder(folder, names)

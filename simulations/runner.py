@@ -26,7 +26,7 @@ from fedort.simulations.attacks import choose_attackers
 from fedort.simulations.backends import make_backend
 from fedort.simulations.config import SimulationConfig
 from fedort.simulations.datasets import save_npz
-from fedort.simulations.population import Population, digits_population, folder_population
+from fedort.simulations.population import Population, digits_population, folder_population, synthetic_population
 from fedort.simulations.progress import RoundProgress
 from fedort.simulations.report import RoundRecord, plot, summary_table, write_metrics
 from fedort.simulations.worker import WorkerPlan, WorkerStats
@@ -120,6 +120,8 @@ def _population(cfg: SimulationConfig, data_dir: Path) -> Population:
         if len(pop.clients) != cfg.clients:
             log.info("using the %d clients found in %s (not --clients %d)", len(pop.clients), cfg.data, cfg.clients)
         return pop
+    if cfg.is_synthetic:
+        return synthetic_population(cfg.dataset, cfg.clients, cfg.seed, save_dir=data_dir)
     return digits_population(cfg.clients, cfg.partition, cfg.seed, cfg.test_fraction, save_dir=data_dir)
 
 
@@ -157,7 +159,7 @@ def run_simulation(cfg: SimulationConfig) -> SimulationResult:
     (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, sort_keys=True))
     ccfg = coordinator_config(cfg, artifacts, out / "state", test_path, n_clients)
     log.info("simulation %s: %d clients, %d per round, %d rounds, %s, %s backend", cfg.name, n_clients,
-             min(cfg.per_round, n_clients), cfg.rounds, cfg.partition if cfg.data is None else cfg.data, cfg.backend)
+             min(cfg.per_round, n_clients), cfg.rounds, _data_name(cfg), cfg.backend)
 
     server = _CoordinatorThread(ccfg)
     port = server.start()
@@ -198,6 +200,12 @@ def run_simulation(cfg: SimulationConfig) -> SimulationResult:
     return _report(cfg, out, manifest, stats or [], time.monotonic() - started)
 
 
+def _data_name(cfg: SimulationConfig) -> str:
+    if cfg.data is not None:
+        return str(cfg.data)
+    return cfg.dataset if cfg.is_synthetic else cfg.partition
+
+
 def _report(cfg: SimulationConfig, out: Path, manifest: Manifest, stats: list[WorkerStats],
             seconds: float) -> SimulationResult:
     from fedort.coordinator.state import StateStore
@@ -225,14 +233,14 @@ def _report(cfg: SimulationConfig, out: Path, manifest: Manifest, stats: list[Wo
     model = out / "model.onnx"
     shutil.copyfile(final_dir / "model.onnx", model)
     final = {
-        "name": cfg.name, "clients": cfg.clients, "partition": cfg.partition,
+        "name": cfg.name, "clients": cfg.clients, "partition": _data_name(cfg),
         "model_id": manifest.model_id, "parameters": manifest.parameter_count,
         "test_accuracy": last.accuracy, "test_loss": last.loss, "wall_seconds": round(seconds, 2),
         "model": str(model), "target_accuracy": cfg.target_accuracy,
         "fits": sum(s.fits for s in stats),
     }
     write_metrics(records, out, final)
-    plot(records, out / "metrics.png", f"{cfg.name}: {cfg.clients} clients, {cfg.partition}",
+    plot(records, out / "metrics.png", f"{cfg.name}: {cfg.clients} clients, {_data_name(cfg)}",
          target=cfg.target_accuracy)
     text = summary_table(records, final, target=cfg.target_accuracy)
     return SimulationResult(out, records, final, model, text)

@@ -138,3 +138,20 @@ def test_simulate_help_names_every_setting():
                  "--artifacts", "--data", "--local-epochs", "--batch-size", "--lr", "--backend", "--ray-address",
                  "--seed", "--out"):
         assert flag in out
+
+
+def test_synthetic_dataset_trains_the_logreg_model_above_the_majority_class(tmp_path):
+    cfg = _small(tmp_path / "run", dataset="synthetic:1,1", clients=10, rounds=8, batch_size=10, lr=0.05)
+    assert cfg.model == "logreg" and cfg.name == "synthetic"
+    result = run_simulation(cfg)
+    test = np.load(result.out / "data" / "test.npz")
+    assert test["x"].shape[1] == 60
+    majority = np.bincount(test["labels"], minlength=10).max() / len(test["labels"])
+    assert result.final["test_accuracy"] > majority + 0.15, (result.final["test_accuracy"], majority)
+
+
+def test_a_digits_model_on_synthetic_data_is_a_config_error():
+    with pytest.raises(ConfigError, match="does not fit dataset"):
+        SimulationConfig(dataset="synthetic:1,1", model="mlp")
+    with pytest.raises(ConfigError, match="synthetic:ALPHA,BETA"):
+        SimulationConfig(dataset="synthetic:1")

@@ -30,9 +30,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     group.add_argument("--clients-per-round", type=int, metavar="M", help="clients selected each round")
     group.add_argument("--fraction", type=float, metavar="F", help="share of clients selected each round (default 1.0)")
     p.add_argument("--rounds", type=int, help="federated rounds (default 30)")
-    p.add_argument("--partition", help="iid | dirichlet:ALPHA | shards:K (default dirichlet:0.5)")
+    p.add_argument("--partition", help="digits: iid | dirichlet:ALPHA | shards:K (default dirichlet:0.5)")
+    p.add_argument("--dataset", metavar="SPEC", help="digits | synthetic:ALPHA,BETA (FedProx's Synthetic; "
+                                                     "model logreg) (default digits)")
     model = p.add_mutually_exclusive_group()
-    model.add_argument("--model", choices=["mlp", "cnn"], help="built-in model for the digits data (default mlp)")
+    model.add_argument("--model", choices=["mlp", "cnn", "logreg"],
+                       help="built-in model (default mlp for digits, logreg for synthetic)")
     model.add_argument("--artifacts", type=Path, help="your own artifacts folder (fedort artifacts build); needs --data")
     p.add_argument("--data", type=Path, help="your own data: a folder of client-XXXX.npz + test.npz")
     p.add_argument("--local-epochs", type=int, metavar="E", help="local epochs per round (default 1)")
@@ -63,7 +66,7 @@ def _run(args: argparse.Namespace) -> int:
         for name in ("coordinator", "fedort.edge", "edge_client"):
             logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))
 
-    fields = ("clients", "clients_per_round", "fraction", "rounds", "partition", "model", "artifacts", "data",
+    fields = ("clients", "clients_per_round", "fraction", "rounds", "partition", "dataset", "model", "artifacts", "data",
               "local_epochs", "batch_size", "lr", "backend", "ray_address", "workers", "seed", "out", "progress",
               "strategy", "byzantine_fraction", "attack")
     cfg = load_config(args.scenario, {k: getattr(args, k) for k in fields})
