@@ -474,7 +474,7 @@ class RoundEngine:
                 and client_id not in self._reported and client_id not in self._pending):
             cfg = self.config
             train = TrainConfig(cfg.local_epochs, cfg.batch_size, cfg.lr, cfg.reset_optimizer,
-                                client_seed(cfg.seed, self.round, client_id), dict(cfg.extra))
+                                client_seed(cfg.seed, self.round, client_id), dict(cfg.extra), cfg.prox_mu)
             return Task(TaskKind.FIT, self.round, self.deadline_ms, train, 0, g.sha256, self.length)
         if (self.state is RoundState.EVALUATING and client_id in self._eval_selected
                 and client_id not in self._eval_reported):

@@ -125,6 +125,9 @@ class Coordinator:
                         cfg.state_dir)
         artifacts = await asyncio.to_thread(pin_artifacts, cfg.artifacts, cfg.state_dir)
         exporter = await asyncio.to_thread(Exporter, artifacts, cfg.state_dir / "models", cfg.eval_data)
+        if cfg.prox_mu > 0 and exporter.manifest.optimizer != "sgd":
+            raise ConfigError(f"--prox-mu {cfg.prox_mu:g} (FedProx) needs SGD artifacts, these use "
+                              f"{exporter.manifest.optimizer}; rebuild with `fedort artifacts build --optimizer sgd`")
         store = StateStore(cfg.state_dir)
         self._store = store
         store.claim(exporter.manifest.model_id, json.dumps(cfg.to_json_dict(), sort_keys=True))

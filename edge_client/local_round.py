@@ -1,5 +1,7 @@
 """The on-device work of one task: train from a global vector (FIT), or evaluate it (EVALUATE).
 
+A FIT task with `prox_mu` > 0 trains FedProx's local objective (`edge_client.fedprox`).
+
 No networking here: `EdgeClient` fetches the vector and uploads the result. A shared
 `TrainingSession` is reset per task — `from_buffer` replaces the parameters and, when the task
 says `reset_optimizer`, `reset_optimizer_state` drops the AdamW moments of the previous round
@@ -20,6 +22,7 @@ from fedort.edge_client.retry import StoppedError
 from fedort.protos.messages import Metric, TrainConfig
 from fedort.edge_client.artifacts import TensorSpec
 from fedort.edge_client.client_data import ClientData
+from fedort.edge_client.fedprox import proximal_step
 from fedort.edge_client.session import TrainingSession
 
 ModuleFactory = Callable[[TrainingSession], Any]
@@ -77,7 +80,8 @@ def fit(session: TrainingSession, global_vector: np.ndarray, data: ClientData, i
     batch = config.batch_size or max(1, data.num_examples)
     trainer = Trainer(max_epochs=max(1, config.local_epochs), batch_size=batch,
                       shuffle=True, seed=config.seed, progress=False,
-                      callbacks=(_stop_callback(stop),) if stop is not None else ())
+                      callbacks=(_stop_callback(stop),) if stop is not None else (),
+                      optimizer_step=proximal_step(session, global_vector, config.prox_mu))
     val = data.arrays_for(inputs, "val") if data.val else None
     result = trainer.fit(module, data.arrays_for(inputs), val)
     if stop is not None and stop.is_set():

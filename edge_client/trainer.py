@@ -75,11 +75,14 @@ class Trainer:
     batches before one optimizer step (a leftover at the end of an epoch still steps). With the
     built-in mean losses that is k times the mean gradient of the k batches: AdamW barely
     notices the scale, plain SGD needs `lr / k` to match one step on a k-times larger batch.
+    `optimizer_step`, if given, is called instead of `session.optimizer_step()` (FedProx's
+    proximal step, `edge_client.fedprox`).
     """
 
     def __init__(self, max_epochs: int | None = 1, max_steps: int | None = None, batch_size: int = 32,
                  shuffle: bool = True, seed: int = 0, accumulate_grad_batches: int = 1,
-                 progress: bool = False, callbacks: Sequence[Callback] = ()) -> None:
+                 progress: bool = False, callbacks: Sequence[Callback] = (),
+                 optimizer_step: Callable[[], None] | None = None) -> None:
         for name, value in (("max_epochs", max_epochs), ("max_steps", max_steps)):
             if value is not None and (not isinstance(value, (int, np.integer)) or value < 1):
                 raise ConfigError(f"{name} must be a positive integer or None, got {value!r}")
@@ -92,6 +95,7 @@ class Trainer:
                 raise ConfigError(f"callbacks must subclass edge_client.trainer.Callback, got {type(cb).__name__}")
         self.max_epochs = max_epochs
         self.max_steps = max_steps
+        self.optimizer_step = optimizer_step
         self.batch_size = check_batch_size(batch_size)
         self.shuffle = shuffle
         self.seed = int(seed)
@@ -142,7 +146,7 @@ class Trainer:
         batch_cbs = [cb for cb in self.callbacks if _overrides(cb, "on_train_batch_end")]
         rng = np.random.default_rng(self.seed) if self.shuffle and isinstance(train, ArrayData) else None
         training_step = module.training_step
-        optimizer_step, lazy_reset_grad = session.optimizer_step, session.lazy_reset_grad
+        optimizer_step, lazy_reset_grad = self.optimizer_step or session.optimizer_step, session.lazy_reset_grad
         max_steps = self.max_steps if self.max_steps is not None else math.inf
         history: list[dict[str, float]] = []
         sync: set[str] = set()

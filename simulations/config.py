@@ -37,6 +37,7 @@ class SimulationConfig:
     batch_size: int = 16                      # 0 = the client's whole data set (FedSGD)
     lr: float = 0.01
     reset_optimizer: bool = True
+    prox_mu: float = 0.0                      # FedProx proximal weight (needs optimizer "sgd"); 0 = FedAvg
     backend: str = "local"
     ray_address: str | None = None
     workers: int = 0                          # 0 = one per core, at most one per selected client
@@ -80,6 +81,11 @@ class SimulationConfig:
             problems.append(f"batch_size must be >= 0 (0 = full batch), got {self.batch_size}")
         if not self.lr > 0:
             problems.append(f"lr must be > 0, got {self.lr}")
+        if not (isinstance(self.prox_mu, (int, float)) and 0 <= self.prox_mu < float("inf")):
+            problems.append(f"prox_mu must be a finite number >= 0, got {self.prox_mu!r}")
+        elif self.prox_mu > 0 and self.artifacts is None and self.optimizer != "sgd":
+            problems.append(f"prox_mu {self.prox_mu:g} (FedProx) needs optimizer = \"sgd\" (the proximal step is exact "
+                            f"only for SGD), got {self.optimizer!r}")
         if self.backend not in BACKENDS:
             problems.append(f"backend must be one of {BACKENDS}, got {self.backend!r}")
         if (self.artifacts is None) != (self.data is None):

@@ -136,7 +136,7 @@ def coordinator_config(cfg: SimulationConfig, artifacts: Path, state_dir: Path, 
         # selection takes max(min_clients, ceil(fraction * available)); this makes it exactly per_round
         fraction=1.0 if per_round >= clients else (per_round - 0.5) / clients,
         round_timeout_s=cfg.round_timeout_s, local_epochs=cfg.local_epochs, batch_size=cfg.batch_size,
-        lr=cfg.lr, reset_optimizer=cfg.reset_optimizer, seed=cfg.seed, eval_data=eval_data,
+        lr=cfg.lr, reset_optimizer=cfg.reset_optimizer, prox_mu=cfg.prox_mu, seed=cfg.seed, eval_data=eval_data,
         client_timeout_s=0,                # virtual clients are polled once a round, not heartbeating
         strategy=cfg.strategy,
         # local, loopback-only run of our own virtual clients: plaintext, no device tokens, no rate limit

@@ -155,3 +155,9 @@ def test_a_digits_model_on_synthetic_data_is_a_config_error():
         SimulationConfig(dataset="synthetic:1,1", model="mlp")
     with pytest.raises(ConfigError, match="synthetic:ALPHA,BETA"):
         SimulationConfig(dataset="synthetic:1")
+
+
+def test_prox_mu_needs_the_sgd_optimizer():
+    with pytest.raises(ConfigError, match=r"prox_mu 0.1 \(FedProx\) needs optimizer = \"sgd\""):
+        SimulationConfig(prox_mu=0.1)
+    assert SimulationConfig(prox_mu=0.1, optimizer="sgd").prox_mu == 0.1

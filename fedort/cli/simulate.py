@@ -41,6 +41,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--local-epochs", type=int, metavar="E", help="local epochs per round (default 1)")
     p.add_argument("--batch-size", type=int, metavar="B", help="local batch size; 0 = whole client data (default 16)")
     p.add_argument("--lr", type=float, help="client learning rate (default 0.01)")
+    p.add_argument("--optimizer", choices=["adamw", "sgd"], help="built-in model's optimizer (default adamw)")
+    p.add_argument("--prox-mu", metavar="MU", type=float,
+                   help="FedProx: clients add MU/2 * ||w - w_global||^2 to their loss; needs --optimizer sgd "
+                        "(default 0: FedAvg)")
     p.add_argument("--backend", choices=BACKENDS, help="where clients run: local processes or Ray (default local)")
     p.add_argument("--ray-address", help="an existing Ray cluster (default: start a local Ray instance)")
     p.add_argument("--workers", type=int, help="worker processes (default: one per core)")
@@ -67,7 +71,8 @@ def _run(args: argparse.Namespace) -> int:
             logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))
 
     fields = ("clients", "clients_per_round", "fraction", "rounds", "partition", "dataset", "model", "artifacts", "data",
-              "local_epochs", "batch_size", "lr", "backend", "ray_address", "workers", "seed", "out", "progress",
+              "local_epochs", "batch_size", "lr", "optimizer", "prox_mu", "backend", "ray_address", "workers", "seed",
+              "out", "progress",
               "strategy", "byzantine_fraction", "attack")
     cfg = load_config(args.scenario, {k: getattr(args, k) for k in fields})
     result = run_simulation(cfg)
