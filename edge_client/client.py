@@ -357,7 +357,8 @@ class EdgeClient:
             if self._stop.is_set():  # a stop that came while downloading: do not start training
                 raise StoppedError(f"stopped before training round {task.round}")
             result = local_round.fit(self.session, vector, self.data, self.manifest.inputs, task.config,
-                                     self.config.module_factory, stop=self._stop)
+                                     self.config.module_factory, stop=self._stop,
+                                     max_steps=self.config.max_local_steps)
         if self.config.update_hook is not None:  # research/testing hook (e.g. a simulated Byzantine client)
             result = replace(result, vector=np.ascontiguousarray(
                 self.config.update_hook(task, vector, result.vector), dtype=np.float32))

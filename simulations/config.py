@@ -48,6 +48,8 @@ class SimulationConfig:
     strategy: str = "fedavg"                  # coordinator aggregation (coordinator.strategies)
     byzantine_fraction: float = 0.0           # share of clients that attack (seeded choice)
     attack: str = "sign-flip"                 # what they do (simulations.attacks)
+    straggler_fraction: float = 0.0           # share of clients (seeded choice) doing partial work
+    straggler_steps: int = 1                  # ... at most this many local optimizer steps per round
     progress: bool = True
     out: Path = field(default_factory=lambda: Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
 
@@ -92,6 +94,10 @@ class SimulationConfig:
             problems.append("--artifacts and --data go together (your own model needs your own data)")
         if self.workers < 0:
             problems.append(f"workers must be >= 0, got {self.workers}")
+        if not (isinstance(self.straggler_fraction, (int, float)) and 0 <= self.straggler_fraction <= 1):
+            problems.append(f"straggler_fraction must be in [0, 1], got {self.straggler_fraction!r}")
+        if not (isinstance(self.straggler_steps, int) and self.straggler_steps >= 1):
+            problems.append(f"straggler_steps must be an integer >= 1, got {self.straggler_steps!r}")
         if not (isinstance(self.byzantine_fraction, (int, float)) and 0 <= self.byzantine_fraction < 1):
             problems.append(f"byzantine_fraction must be in [0, 1), got {self.byzantine_fraction!r}")
         for check, value in ((_check_strategy, self.strategy), (_check_attack, self.attack)):

@@ -16,6 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from fedort.edge_client.client_data import read_npz
+from fedort.protos.errors import ConfigError
 from fedort.simulations.datasets import Arrays, load_digits_split, load_npz_folder, save_npz, subset
 from fedort.simulations.partition import label_histogram, parse_partition
 
@@ -23,6 +24,26 @@ from fedort.simulations.partition import label_histogram, parse_partition
 def client_id(index: int) -> str:
     """Stable, sortable ids: selection is seeded over sorted ids, so runs reproduce."""
     return f"client-{index:04d}"
+
+
+def choose_share(client_ids: Sequence[str], fraction: float, seed: int, stream: int) -> frozenset[str]:
+    """round(fraction · n) of the clients, drawn from their own seeded stream (reproducible per seed).
+
+    `stream` keeps unrelated choices (attackers, stragglers) independent of each other.
+    """
+    k = int(round(fraction * len(client_ids)))
+    if k == 0:
+        return frozenset()
+    rng = np.random.default_rng([seed, stream])
+    ids = sorted(client_ids)
+    return frozenset(ids[i] for i in rng.choice(len(ids), size=k, replace=False))
+
+
+def choose_stragglers(client_ids: Sequence[str], fraction: float, seed: int) -> frozenset[str]:
+    """The clients that do partial work (FedProx's stragglers): a seeded share `fraction` of them."""
+    if not 0 <= fraction <= 1:
+        raise ConfigError(f"straggler_fraction must be in [0, 1], got {fraction}")
+    return choose_share(client_ids, fraction, seed, 0x57A6)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,9 @@ from fedort.simulations.attacks import choose_attackers
 from fedort.simulations.backends import make_backend
 from fedort.simulations.config import SimulationConfig
 from fedort.simulations.datasets import save_npz
-from fedort.simulations.population import Population, digits_population, folder_population, synthetic_population
+from fedort.simulations.population import (
+    Population, choose_stragglers, digits_population, folder_population, synthetic_population,
+)
 from fedort.simulations.progress import RoundProgress
 from fedort.simulations.report import RoundRecord, plot, summary_table, write_metrics
 from fedort.simulations.worker import WorkerPlan, WorkerStats
@@ -168,8 +170,12 @@ def run_simulation(cfg: SimulationConfig) -> SimulationResult:
     attackers = choose_attackers([c.client_id for c in population.clients], cfg.byzantine_fraction, cfg.seed)
     if attackers:
         log.info("byzantine clients (%s): %s", cfg.attack, sorted(attackers))
+    stragglers = choose_stragglers([c.client_id for c in population.clients], cfg.straggler_fraction, cfg.seed)
+    if stragglers:
+        log.info("stragglers (at most %d local steps): %s", cfg.straggler_steps, sorted(stragglers))
     plans = [WorkerPlan(address, out / "cache" / f"worker-{i}", population.source, share,
-                        attack=cfg.attack if attackers else "", attackers=attackers)
+                        attack=cfg.attack if attackers else "", attackers=attackers,
+                        stragglers=stragglers, straggler_steps=cfg.straggler_steps)
              for i, share in enumerate(population.split(workers))]
     backend = make_backend(cfg.backend, ray_address=cfg.ray_address, num_cpus=workers)
     progress = RoundProgress(out / "state" / "models", cfg.rounds, enabled=cfg.progress)

@@ -43,6 +43,8 @@ class WorkerPlan:
     timeout_s: float = 3600.0
     attack: str = ""                            # simulations.attacks spec played by the clients in `attackers`
     attackers: frozenset[str] = frozenset()
+    stragglers: frozenset[str] = frozenset()    # clients that stop after `straggler_steps` optimizer steps
+    straggler_steps: int = 1
 
 
 @dataclass
@@ -102,6 +104,7 @@ def _join_all(plan: WorkerPlan, transport: Transport, cache: ArtifactCache, arra
             heartbeats=False, persist_identity=False, leave_on_stop=False, poll_wait_ms=0,
             intra_op_threads=plan.intra_op_threads, backoff=Backoff(give_up_after_s=plan.timeout_s),
             update_hook=parse_attack(plan.attack) if vc.client_id in plan.attackers else None,
+            max_local_steps=plan.straggler_steps if vc.client_id in plan.stragglers else None,
         )
         client = EdgeClient(config, transport=transport, session=session, data=arrays.for_client(vc),
                             cache=cache, on_report=ledger)

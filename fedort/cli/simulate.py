@@ -54,6 +54,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--byzantine-fraction", type=float, metavar="F",
                    help="share of clients that attack with --attack, chosen by --seed (default 0)")
     p.add_argument("--attack", metavar="SPEC", help="sign-flip[:K] | scale:K (default sign-flip, K = 4)")
+    p.add_argument("--straggler-fraction", type=float, metavar="F",
+                   help="share of clients, chosen by --seed, that do partial work each round (default 0)")
+    p.add_argument("--straggler-steps", type=int, metavar="N",
+                   help="local optimizer steps a straggler stops after (default 1)")
     p.add_argument("--out", type=Path, help="run folder (default runs/<timestamp>)")
     p.add_argument("--no-progress", dest="progress", action="store_false", default=None, help="no progress bar")
     p.add_argument("--verbose", action="store_true", help="log every coordinator and client event (default: "
@@ -73,7 +77,7 @@ def _run(args: argparse.Namespace) -> int:
     fields = ("clients", "clients_per_round", "fraction", "rounds", "partition", "dataset", "model", "artifacts", "data",
               "local_epochs", "batch_size", "lr", "optimizer", "prox_mu", "backend", "ray_address", "workers", "seed",
               "out", "progress",
-              "strategy", "byzantine_fraction", "attack")
+              "strategy", "byzantine_fraction", "attack", "straggler_fraction", "straggler_steps")
     cfg = load_config(args.scenario, {k: getattr(args, k) for k in fields})
     result = run_simulation(cfg)
     print()
