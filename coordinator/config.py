@@ -17,6 +17,7 @@ expected and what arrived.
 | max_round_attempts | 3 | attempts before a round (and the run) fails |
 | local_epochs / batch_size / lr | 1 / 32 / 0.05 | the clients' local training recipe (batch_size 0: whole local data) |
 | reset_optimizer | true | clients start each round with fresh optimizer state |
+| prox_mu | 0.0 | FedProx: clients train f + μ/2·‖w − w_global‖² (needs SGD artifacts; 0 = FedAvg) |
 | seed | 0 | seeds client selection and the clients' shuffling |
 | eval_data | none | held-out `.npz` evaluated on the server after each round |
 | fraction_evaluate | 0.0 | share of clients asked to evaluate the final model |
@@ -73,6 +74,7 @@ class CoordinatorConfig:
     batch_size: int = 32
     lr: float = 0.05
     reset_optimizer: bool = True
+    prox_mu: float = 0.0
     seed: int = 0
     eval_data: Path | None = None
     fraction_evaluate: float = 0.0
@@ -156,6 +158,7 @@ class CoordinatorConfig:
         need(_number(self.client_timeout_s) and self.client_timeout_s >= 0, "client_timeout_s must be >= 0 (0 disables)",
              self.client_timeout_s)
         need(_number(self.lr) and self.lr >= 0, "lr must be a finite number >= 0", self.lr)
+        need(_number(self.prox_mu) and self.prox_mu >= 0, "prox_mu must be a finite number >= 0", self.prox_mu)
         need(isinstance(self.seed, int) and self.seed >= 0, "seed must be an integer >= 0", self.seed)
         need(self.max_chunk_bytes <= (64 << 20), "max_chunk_bytes must be <= 64 MiB", self.max_chunk_bytes)
         need(self.download_chunk_bytes <= MAX_CHUNK_BYTES,
@@ -205,7 +208,7 @@ class CoordinatorConfig:
     def training_json(self) -> dict[str, Any]:
         """The part of the config that shapes the model (recorded with each export)."""
         keys = ("rounds", "min_clients", "fraction", "local_epochs", "batch_size", "lr", "reset_optimizer", "seed",
-                "round_timeout_s", "strategy")
+                "round_timeout_s", "strategy", "prox_mu")
         return {k: getattr(self, k) for k in keys}
 
     def __str__(self) -> str:

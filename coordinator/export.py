@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from fedort.coordinator.state import atomic_write_json, fsync_dir, fsync_file
 from fedort.coordinator.state_layout import LATEST_JSON, LATEST_LINK, MODEL_FILE, RECORD_FILE, round_name
+from fedort.durable import atomic_write_json, fsync_dir, fsync_file
 from fedort.edge_client.artifacts import Manifest, sha256_file
+from fedort.edge_client.client_data import ClientData
 from fedort.edge_client.session import TrainingSession
-from fedort.protos.errors import DataError
 
 log = logging.getLogger(__name__)
 
@@ -41,20 +41,14 @@ class EvalResult:
 
 
 def load_eval_data(path: Path, manifest: Manifest) -> list[np.ndarray]:
-    """The arrays of `path` in the eval model's input order (features first, labels last)."""
-    if not path.is_file():
-        raise DataError(f"eval data not found: {path}")
-    with np.load(path) as data:
-        missing = [s.name for s in manifest.inputs if s.name not in data]
-        if missing:
-            raise DataError(f"{path} lacks arrays {missing}; it must hold {[s.name for s in manifest.inputs]}"
-                            f" and has {sorted(data.files)}")
-        arrays = [np.ascontiguousarray(data[s.name]).astype(s.dtype, copy=False) for s in manifest.inputs]
-    n = {a.shape[0] for a in arrays}
-    if len(n) != 1 or 0 in n:
-        raise DataError(f"{path}: arrays {[s.name for s in manifest.inputs]} must share a non-empty first dimension, "
-                        f"got lengths {[a.shape[0] for a in arrays]}")
-    return arrays
+    """The arrays of `path` in the eval model's input order (features first, labels last).
+
+    Read and checked against the model (dtypes, shapes, label range) by the one client-data
+    reader, like every device's own data.
+    """
+    data = ClientData.load(path)
+    data.validate(manifest.inputs, manifest.num_classes)
+    return [np.ascontiguousarray(a) for a in data.arrays_for(manifest.inputs).values()]
 
 
 class Exporter:

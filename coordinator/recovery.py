@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fedort.coordinator.aggregation import Update
-from fedort.coordinator.state import COMMITTED, EXPORTED, FAILED, OPEN, atomic_write, read_vector
+from fedort.coordinator.state import COMMITTED, EXPORTED, FAILED, OPEN, read_vector
+from fedort.durable import atomic_write
 from fedort.protos.errors import ConfigError
 from fedort.protos.round_state import RoundState, RunState
 

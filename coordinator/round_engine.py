@@ -36,7 +36,8 @@ from fedort.coordinator.recovery import drop_spool, recover, save_server_state, 
 from fedort.coordinator.registry import ClientRegistry
 from fedort.coordinator.round_deadline import wait_for_close
 from fedort.coordinator.selection import sample_size, select_clients
-from fedort.coordinator.state import StateStore, TransitionRow, atomic_write, now_ms, read_vector
+from fedort.coordinator.state import StateStore, TransitionRow, now_ms, read_vector
+from fedort.durable import atomic_write
 from fedort.coordinator.task_dispatch import TaskDispatch
 from fedort.coordinator.training_round import GlobalVector, TrainingRound
 from fedort.coordinator.uploads import Uploads

@@ -31,8 +31,9 @@ from fedort.coordinator.malformed import add_servicer
 from fedort.coordinator.round_engine import RoundEngine, RunOutcome
 from fedort.protos.round_state import RoundState
 from fedort.coordinator.servicer import CoordinatorServicer
-from fedort.coordinator.state import StateStore, atomic_write
+from fedort.coordinator.state import StateStore
 from fedort.coordinator.state_layout import StateLayout
+from fedort.durable import atomic_write
 from fedort.edge_client.artifacts import ARTIFACT_FILES, MANIFEST, copy_artifacts, load_manifest, verify_artifacts
 from fedort.protos.errors import ConfigError, UnavailableError
 
@@ -131,6 +132,9 @@ class Coordinator:
                         cfg.state_dir)
         artifacts = await asyncio.to_thread(pin_artifacts, cfg.artifacts, cfg.state_dir)
         exporter = await asyncio.to_thread(Exporter, artifacts, StateLayout(cfg.state_dir).models, cfg.eval_data)
+        if cfg.prox_mu > 0 and exporter.manifest.optimizer != "sgd":
+            raise ConfigError(f"--prox-mu {cfg.prox_mu:g} (FedProx) needs SGD artifacts, these use "
+                              f"{exporter.manifest.optimizer}; rebuild with `fedort artifacts build --optimizer sgd`")
         store = StateStore(cfg.state_dir)
         self._store = store
         store.claim(exporter.manifest.model_id, json.dumps(cfg.to_json_dict(), sort_keys=True))

@@ -31,8 +31,9 @@ from fedort.edge_client.artifacts import ARTIFACT_FILES
 from fedort.protos import fedort_v1_pb2 as pb
 from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
 from fedort.protos.codec import CHUNK_BYTES, VectorMeta, iter_chunks
-from fedort.protos.errors import FedortError, NotFoundError, ProtocolError, ResourceExhaustedError, status_for
+from fedort.protos.errors import FedortError, NotFoundError, ProtocolError, ResourceExhaustedError
 from fedort.protos.messages import UpdateHeader, meta_to_pb, metrics_from_pb
+from fedort.protos.status_codes import status_for
 
 log = logging.getLogger(__name__)
 

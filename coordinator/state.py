@@ -55,39 +55,6 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-# ---- atomic files ------------------------------------------------------------------------------
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: Path, data: bytes | memoryview | np.ndarray) -> None:
-    """Write `data` to `path` so that a crash leaves either the old file or the complete new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    buf = memoryview(np.ascontiguousarray(data)).cast("B") if isinstance(data, np.ndarray) else data
-    with open(tmp, "wb", buffering=0) as f:
-        view = memoryview(buf)
-        while view:
-            view = view[f.write(view):]
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
-def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
-
-
-def fsync_file(path: Path) -> None:
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
-
-
 def read_vector(path: Path, length: int | None = None) -> np.ndarray:
     """A raw float32 vector file (checked against `length` if given)."""
     vec = np.fromfile(path, dtype="<f4")

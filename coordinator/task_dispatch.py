@@ -44,7 +44,7 @@ class TaskDispatch:
                 and client_id not in r.reported and client_id not in r.pending):
             cfg = self.config
             train = TrainConfig(cfg.local_epochs, cfg.batch_size, cfg.lr, cfg.reset_optimizer,
-                                client_seed(cfg.seed, self.round, client_id), dict(cfg.extra))
+                                client_seed(cfg.seed, self.round, client_id), dict(cfg.extra), cfg.prox_mu)
             return Task(TaskKind.FIT, self.round, r.deadline_ms, train, 0, self.global_vector.sha256, self.length)
         return self.evaluation.task_for(client_id)
 

@@ -25,7 +25,8 @@ import numpy as np
 from fedort.coordinator.admission import admit_update, check_not_pending, check_open
 from fedort.coordinator.aggregation import Update
 from fedort.coordinator.metrics import metrics_json
-from fedort.coordinator.state import SubmissionRow, fsync_dir, now_ms
+from fedort.coordinator.state import SubmissionRow, now_ms
+from fedort.durable import fsync_dir
 from fedort.coordinator.upload_stream import UpdateReceiver
 from fedort.protos.messages import SubmitResult, UpdateHeader
 

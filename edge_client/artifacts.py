@@ -86,11 +86,16 @@ class Manifest:
     loss: str
     optimizer: str
     opset: int
+    # classes of a cross-entropy model (last dim of its scores); labels must lie in 0..num_classes-1.
+    # None: unknown (another loss, a symbolic dim, or a manifest written before it was recorded).
+    num_classes: int | None = None
     model_id: str = ""
 
     def content(self) -> dict:
         d = dataclasses.asdict(self)
         d.pop("model_id")
+        if d["num_classes"] is None:  # older manifests lack the key: keep their model ids
+            d.pop("num_classes")
         return d
 
     def with_id(self) -> "Manifest":
@@ -117,6 +122,7 @@ class Manifest:
                 loss=d["loss"],
                 optimizer=d["optimizer"],
                 opset=int(d["opset"]),
+                num_classes=None if d.get("num_classes") is None else int(d["num_classes"]),
             ).with_id()
         except (KeyError, TypeError, ValueError) as e:
             raise ArtifactError(f"manifest is not a fedort manifest: {e}") from e
@@ -132,6 +138,13 @@ class Manifest:
     @property
     def label_count(self) -> int:
         return 1 if self.loss != "none" else 0
+
+    @property
+    def class_labels(self) -> tuple[str, int] | None:
+        """(label input name, class count) when the labels are class ids the data must keep in range."""
+        if self.num_classes is None or not self.label_count:
+            return None
+        return self.inputs[-1].name, self.num_classes
 
 
 def load_manifest(folder: str | os.PathLike) -> Manifest:
@@ -247,11 +260,25 @@ def build_artifacts(
         loss=loss,
         optimizer=optimizer,
         opset=opset,
+        num_classes=_num_classes(model, loss),
     ).with_id()
     tmp_manifest = out / (MANIFEST + ".tmp")
     tmp_manifest.write_text(manifest.to_json())
     os.replace(tmp_manifest, out / MANIFEST)
     return manifest
+
+
+def _num_classes(model: onnx.ModelProto, loss: str) -> int | None:
+    """The class count of a cross-entropy model: the static last dim of the scores ORT's loss reads.
+
+    ORT's CrossEntropyLoss takes the model's first graph output as the scores [..., C].
+    """
+    if loss != "cross-entropy" or not model.graph.output:
+        return None
+    dims = model.graph.output[0].type.tensor_type.shape.dim
+    if not dims or not dims[-1].HasField("dim_value") or dims[-1].dim_value < 1:
+        return None
+    return int(dims[-1].dim_value)
 
 
 def _user_names(folder: Path) -> dict:

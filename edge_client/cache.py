@@ -22,13 +22,13 @@ import json
 import os
 import re
 import sys
-import tempfile
 import threading
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
+from fedort.durable import atomic_write
 from fedort.protos.errors import ArtifactError, ConfigError
 from fedort.edge_client.artifacts import MANIFEST, sha256_file
 from fedort.edge_client.transport import ArtifactRef
@@ -47,33 +47,6 @@ def default_cache_dir() -> Path:
     if sys.platform == "darwin":
         return Path.home() / "Library" / "Caches" / "fedort"
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fedort"
-
-
-def atomic_write(path: Path, chunks: Iterable[bytes]) -> None:
-    """Write `chunks` to `path` via a temp file + fsync + rename (readers never see a partial file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            for c in chunks:
-                f.write(c)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(folder: Path) -> None:
-    if os.name != "posix":
-        return
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def identity_key(address: str, name: str, data: str = "") -> str:
@@ -280,4 +253,4 @@ def _lock_file(f) -> None:
         msvcrt.locking(f.fileno(), msvcrt.LK_NBLCK, 1)
 
 
-__all__ = ["ArtifactCache", "IdentityLock", "atomic_write", "default_cache_dir", "identity_key"]
+__all__ = ["ArtifactCache", "IdentityLock", "default_cache_dir", "identity_key"]

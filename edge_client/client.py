@@ -37,7 +37,6 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
-import grpc
 import numpy as np
 
 from fedort.protos.codec import CHUNK_BYTES, vector_digest
@@ -183,7 +182,7 @@ class EdgeClient(Joining):
         try:
             return self._call("PollTask", lambda: self.transport.poll(self.client_id, self.model_id, wait))
         except FedortError as e:
-            if getattr(e, "code", None) == grpc.StatusCode.FAILED_PRECONDITION:
+            if getattr(e, "code", None) == "FAILED_PRECONDITION":
                 self._rejoin()  # raises WrongModelError if the coordinator changed models
             raise
         finally:
@@ -240,7 +239,8 @@ class EdgeClient(Joining):
             if self._stop.is_set():  # a stop that came while downloading: do not start training
                 raise StoppedError(f"stopped before training round {task.round}")
             result = local_round.fit(self.session, vector, self.data, self.manifest.inputs, task.config,
-                                     self.config.module_factory, stop=self._stop)
+                                     self.config.module_factory, stop=self._stop,
+                                     max_steps=self.config.max_local_steps)
         if self.config.update_hook is not None:  # research/testing hook (e.g. a simulated Byzantine client)
             result = replace(result, vector=np.ascontiguousarray(
                 self.config.update_hook(task, vector, result.vector), dtype=np.float32))
@@ -266,7 +266,7 @@ class EdgeClient(Joining):
         try:
             result = self._call(what, fn)
         except FedortError as e:
-            if getattr(e, "code", None) != grpc.StatusCode.FAILED_PRECONDITION:
+            if getattr(e, "code", None) != "FAILED_PRECONDITION":
                 raise
             self._rejoin()  # a different model on the coordinator is fatal (WrongModelError)
             return "stale", str(e)
@@ -323,7 +323,7 @@ class EdgeClient(Joining):
                 self.handle(task)
         except FedortError as e:
             if not (self._stop.is_set() and (isinstance(e, StoppedError)
-                                             or getattr(e, "code", None) == grpc.StatusCode.CANCELLED)):
+                                             or getattr(e, "code", None) == "CANCELLED")):
                 raise
             log.info("stopping: %s", e)
         finally:

@@ -44,6 +44,7 @@ class EdgeConfig:
     | leave_on_stop | true | send Leave when stopped before DONE |
     | intra_op_threads | 0 | ORT threads per training step (0: ORT's default, one per core) |
     | update_hook | none | research/testing only: callable(task, global, trained) -> vector uploaded instead |
+    | max_local_steps | none | at most this many optimizer steps per round (partial work of a slow device) |
     """
 
     coordinator: str
@@ -66,8 +67,11 @@ class EdgeConfig:
     leave_on_stop: bool = True
     intra_op_threads: int = 0
     update_hook: UpdateHook | None = None
+    max_local_steps: int | None = None
 
     def __post_init__(self) -> None:
+        if self.max_local_steps is not None and (not isinstance(self.max_local_steps, int) or self.max_local_steps < 1):
+            raise ConfigError(f"max_local_steps must be a positive integer or None, got {self.max_local_steps!r}")
         # a device token names its client id: join as that id unless told otherwise
         if self.credential and not self.client_id:
             token_id = _token_client_id(self.credential)

@@ -58,7 +58,7 @@ class Joining:
             saved = self.cache.load_identity(self._identity_key())
         known = self._session.manifest if self._session is not None else None
         if known is not None:
-            data.validate(known.inputs)  # a shared session names its model: check against it first
+            data.validate(known.inputs, known.num_classes)  # a shared session names its model: check against it first
         elif saved.get("manifest_json"):
             try:
                 known = Manifest.from_json(saved["manifest_json"])
@@ -66,7 +66,7 @@ class Joining:
                 known = None  # an unreadable cached manifest is not the data's fault
             if known is not None:
                 try:
-                    data.validate(known.inputs)
+                    data.validate(known.inputs, known.num_classes)
                 except DataError as e:
                     raise DataError(f"{e} (checked before joining against model {known.model_id[:12]}, which "
                                     f"{self.config.coordinator} served last time; if it now serves another "
@@ -79,7 +79,7 @@ class Joining:
             raise ProtocolError(f"coordinator's manifest hashes to model {manifest.model_id[:12]}…, "
                                 f"but it announces model {info.model_id[:12]}…")
         try:
-            data.validate(manifest.inputs)
+            data.validate(manifest.inputs, manifest.num_classes)
         except DataError:
             self._leave_quietly(info.client_id, "local data does not fit the model")
             raise

@@ -1,5 +1,7 @@
 """The on-device work of one task: train from a global vector (FIT), or evaluate it (EVALUATE).
 
+A FIT task with `prox_mu` > 0 trains FedProx's local objective (`edge_client.fedprox`).
+
 No networking here: `EdgeClient` fetches the vector and uploads the result. A shared
 `TrainingSession` is reset per task — `from_buffer` replaces the parameters and, when the task
 says `reset_optimizer`, `reset_optimizer_state` drops the AdamW moments of the previous round
@@ -20,6 +22,7 @@ from fedort.edge_client.retry import StoppedError
 from fedort.protos.messages import Metric, TrainConfig
 from fedort.edge_client.artifacts import TensorSpec
 from fedort.edge_client.client_data import ClientData
+from fedort.edge_client.fedprox import proximal_step
 from fedort.edge_client.session import TrainingSession
 
 ModuleFactory = Callable[[TrainingSession], Any]
@@ -61,9 +64,11 @@ def _metrics(values: Mapping[str, Any], sync: frozenset[str]) -> dict[str, Metri
 
 def fit(session: TrainingSession, global_vector: np.ndarray, data: ClientData, inputs: tuple[TensorSpec, ...],
         config: TrainConfig, module_factory: ModuleFactory | None = None,
-        stop: threading.Event | None = None) -> LocalResult:
+        stop: threading.Event | None = None, max_steps: int | None = None) -> LocalResult:
     """Train `config.local_epochs` epochs from `global_vector`; returns a copy of the new parameters.
 
+    `max_steps` caps the optimizer steps (a device doing partial work, FedProx's stragglers); the
+    update then counts the examples those steps drew, as the Trainer reports them.
     Setting `stop` ends training after the current batch and raises StoppedError (an update
     from a cut-short fit is never returned).
     """
@@ -75,9 +80,10 @@ def fit(session: TrainingSession, global_vector: np.ndarray, data: ClientData, i
     module = _module(module_factory, session, config.learning_rate)
     # batch_size 0 means the whole local data set in one batch (FedSGD)
     batch = config.batch_size or max(1, data.num_examples)
-    trainer = Trainer(max_epochs=max(1, config.local_epochs), batch_size=batch,
+    trainer = Trainer(max_epochs=max(1, config.local_epochs), max_steps=max_steps, batch_size=batch,
                       shuffle=True, seed=config.seed, progress=False,
-                      callbacks=(_stop_callback(stop),) if stop is not None else ())
+                      callbacks=(_stop_callback(stop),) if stop is not None else (),
+                      optimizer_step=proximal_step(session, global_vector, config.prox_mu))
     val = data.arrays_for(inputs, "val") if data.val else None
     result = trainer.fit(module, data.arrays_for(inputs), val)
     if stop is not None and stop.is_set():

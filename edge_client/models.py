@@ -1,8 +1,9 @@
-"""Built-in ONNX models for the bundled digits data (8x8 images flattened to 64 floats, 10 classes).
+"""Built-in ONNX models: `mlp` and `cnn` for the bundled digits, `logreg` for Synthetic(α, β).
 
-Built with `onnx.helper`, so no torch is needed anywhere. Every model takes `x: float32[batch, 64]`
-and returns `logits: float32[batch, 10]`; weights are He-initialised from a seed so artifacts
-are reproducible.
+Built with `onnx.helper`, so no torch is needed anywhere. The digits models take
+`x: float32[batch, 64]` (8x8 images flattened), `logreg` takes `x: float32[batch, 60]` (the
+FedProx paper's synthetic features); all return `logits: float32[batch, 10]`. Weights are
+He-initialised from a seed so artifacts are reproducible.
 """
 
 from __future__ import annotations
@@ -21,17 +22,18 @@ IR_VERSION = 9
 
 DIGITS_FEATURES = 64
 DIGITS_CLASSES = 10
+SYNTHETIC_FEATURES = 60
 
 
 def _he(rng: np.random.Generator, shape: tuple[int, ...], fan_in: int) -> np.ndarray:
     return (rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)).astype(np.float32)
 
 
-def _finish(nodes, initializers, name: str) -> onnx.ModelProto:
+def _finish(nodes, initializers, name: str, features: int = DIGITS_FEATURES) -> onnx.ModelProto:
     graph = helper.make_graph(
         nodes,
         name,
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", DIGITS_FEATURES])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", features])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", DIGITS_CLASSES])],
         initializers,
     )
@@ -84,7 +86,24 @@ def cnn(channels: int = 16, seed: int = 0) -> onnx.ModelProto:
     return _finish(nodes, inits, "digits_cnn")
 
 
-BUILTIN_MODELS: dict[str, Callable[..., onnx.ModelProto]] = {"mlp": mlp, "cnn": cnn}
+def logreg(features: int = SYNTHETIC_FEATURES, seed: int = 0) -> onnx.ModelProto:
+    """Multinomial logistic regression, 60 -> 10 (softmax cross-entropy comes with the artifacts).
+
+    The FedProx paper's model for Synthetic(α, β): logits = x W + b.
+    """
+    rng = np.random.default_rng(seed)
+    inits = [
+        numpy_helper.from_array(_he(rng, (features, DIGITS_CLASSES), features) * np.float32(0.5), "fc.weight"),
+        numpy_helper.from_array(np.zeros(DIGITS_CLASSES, np.float32), "fc.bias"),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "fc.weight"], ["fc.mm"]),
+        helper.make_node("Add", ["fc.mm", "fc.bias"], ["logits"]),
+    ]
+    return _finish(nodes, inits, "synthetic_logreg", features)
+
+
+BUILTIN_MODELS: dict[str, Callable[..., onnx.ModelProto]] = {"mlp": mlp, "cnn": cnn, "logreg": logreg}
 
 
 def builtin_model(name: str, seed: int = 0) -> onnx.ModelProto:

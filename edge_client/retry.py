@@ -34,12 +34,13 @@ RETRYABLE_CODES = frozenset({
     grpc.StatusCode.DEADLINE_EXCEEDED,
     grpc.StatusCode.ABORTED,
 })
+RETRYABLE_CODE_NAMES = frozenset(c.name for c in RETRYABLE_CODES)
 
 
 class StoppedError(FedortError):
     """The client was asked to stop (signal or `EdgeClient.stop()`) while waiting to retry."""
 
-    code = grpc.StatusCode.CANCELLED
+    code = "CANCELLED"
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ def is_retryable(exc: BaseException) -> bool:
     if isinstance(exc, grpc.RpcError):
         return exc.code() in RETRYABLE_CODES if hasattr(exc, "code") else True
     if isinstance(exc, FedortError):
-        return getattr(exc, "code", None) in RETRYABLE_CODES
+        return getattr(exc, "code", None) in RETRYABLE_CODE_NAMES
     return isinstance(exc, (ConnectionError, TimeoutError))
 
 

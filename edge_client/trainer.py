@@ -75,11 +75,14 @@ class Trainer:
     batches before one optimizer step (a leftover at the end of an epoch still steps). With the
     built-in mean losses that is k times the mean gradient of the k batches: AdamW barely
     notices the scale, plain SGD needs `lr / k` to match one step on a k-times larger batch.
+    `optimizer_step`, if given, is called instead of `session.optimizer_step()` (FedProx's
+    proximal step, `edge_client.fedprox`).
     """
 
     def __init__(self, max_epochs: int | None = 1, max_steps: int | None = None, batch_size: int = 32,
                  shuffle: bool = True, seed: int = 0, accumulate_grad_batches: int = 1,
-                 progress: bool = False, callbacks: Sequence[Callback] = ()) -> None:
+                 progress: bool = False, callbacks: Sequence[Callback] = (),
+                 optimizer_step: Callable[[], None] | None = None) -> None:
         for name, value in (("max_epochs", max_epochs), ("max_steps", max_steps)):
             if value is not None and (not isinstance(value, (int, np.integer)) or value < 1):
                 raise ConfigError(f"{name} must be a positive integer or None, got {value!r}")
@@ -92,6 +95,7 @@ class Trainer:
                 raise ConfigError(f"callbacks must subclass edge_client.trainer.Callback, got {type(cb).__name__}")
         self.max_epochs = max_epochs
         self.max_steps = max_steps
+        self.optimizer_step = optimizer_step
         self.batch_size = check_batch_size(batch_size)
         self.shuffle = shuffle
         self.seed = int(seed)
@@ -116,11 +120,13 @@ class Trainer:
         """Train `module` on `train_data` (validating on `val_data`, or a .npz's `val_` split, each epoch)."""
         session = module.session
         specs = session.input_specs
-        train = as_data(train_data, session.train_input_names, specs, "training data")
+        labels = _class_labels(module)
+        train = as_data(train_data, session.train_input_names, specs, "training data", labels=labels)
         if val_data is not None:
-            val = as_data(val_data, self._eval_names(module), specs, "validation data", prefix=VAL_PREFIX)
+            val = as_data(val_data, self._eval_names(module), specs, "validation data", prefix=VAL_PREFIX,
+                          labels=labels)
         elif is_path(train_data):
-            val = npz_validation_split(train_data, self._eval_names(module), specs)
+            val = npz_validation_split(train_data, self._eval_names(module), specs, labels)
         else:
             val = None
 
@@ -140,7 +146,7 @@ class Trainer:
         batch_cbs = [cb for cb in self.callbacks if _overrides(cb, "on_train_batch_end")]
         rng = np.random.default_rng(self.seed) if self.shuffle and isinstance(train, ArrayData) else None
         training_step = module.training_step
-        optimizer_step, lazy_reset_grad = session.optimizer_step, session.lazy_reset_grad
+        optimizer_step, lazy_reset_grad = self.optimizer_step or session.optimizer_step, session.lazy_reset_grad
         max_steps = self.max_steps if self.max_steps is not None else math.inf
         history: list[dict[str, float]] = []
         sync: set[str] = set()
@@ -252,14 +258,15 @@ class Trainer:
     def validate(self, module: TrainingModule, data: DataLike) -> RunResult:
         """Run `validation_step` over `data` (a .npz's `val_` split if it has one); metrics `val_*`."""
         specs = module.session.input_specs
-        val = as_data(data, self._eval_names(module), specs, "validation data", prefix=VAL_PREFIX)
+        val = as_data(data, self._eval_names(module), specs, "validation data", prefix=VAL_PREFIX,
+                      labels=_class_labels(module))
         metrics, sync, n, batches = self._eval_loop(module, val, "validation")
         return RunResult(metrics=metrics, sync_dist=sync, num_examples=n, batches=batches)
 
     def test(self, module: TrainingModule, data: DataLike) -> RunResult:
         """Run `test_step` over `data`; metrics `test_*`."""
         specs = module.session.input_specs
-        test = as_data(data, self._eval_names(module), specs, "test data")
+        test = as_data(data, self._eval_names(module), specs, "test data", labels=_class_labels(module))
         metrics, sync, n, batches = self._eval_loop(module, test, "test")
         return RunResult(metrics=metrics, sync_dist=sync, num_examples=n, batches=batches)
 
@@ -322,6 +329,12 @@ class Trainer:
     def _bar_metrics(record: dict[str, float], collector: MetricCollector) -> dict[str, float]:
         shown = {n for n, m in collector.metrics.items() if m.prog_bar}
         return {n: v for n, v in record.items() if n in shown or n.startswith("val_")}
+
+
+def _class_labels(module: TrainingModule):
+    """(label input, class count) from the session's manifest, for the label range check."""
+    manifest = module.session.manifest
+    return manifest.class_labels if manifest is not None else None
 
 
 def _short(metrics: dict[str, float]) -> dict[str, str]:

@@ -28,9 +28,10 @@ import numpy as np
 from fedort.protos import fedort_v1_pb2 as pb
 from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
 from fedort.protos.codec import CHUNK_BYTES, VectorAssembler, describe, iter_chunks
-from fedort.protos.errors import ConfigError, FedortError, ProtocolError, from_rpc_error
+from fedort.protos.errors import ConfigError, FedortError, ProtocolError
 from fedort.protos.messages import Metric, Status, SubmitResult, Task, UpdateHeader, meta_from_pb, metrics_to_pb
 from fedort.protos.round_state import RoundState
+from fedort.protos.status_codes import from_rpc_error
 
 log = logging.getLogger("fedort.edge.transport")
 
@@ -192,7 +193,7 @@ class Transport:
         exc = from_rpc_error(e)
         details = (e.details() if hasattr(e, "details") else "") or ""
         low = details.lower()
-        if exc.code == grpc.StatusCode.UNAVAILABLE and not self.config.insecure:
+        if exc.code == "UNAVAILABLE" and not self.config.insecure:
             if any(w in low for w in ("ssl", "tls", "handshake", "certificate")):
                 hint = ("TLS handshake with the coordinator failed: check that --ca-file is the CA that signed its "
                         "certificate and that the certificate names the address you dial (or, for a plaintext "
@@ -316,7 +317,7 @@ class Transport:
 
 def _cancelled() -> FedortError:
     exc = FedortError("CANCELLED: the call was cancelled on this side")
-    exc.code = grpc.StatusCode.CANCELLED
+    exc.code = "CANCELLED"
     return exc
 
 

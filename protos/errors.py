@@ -15,105 +15,76 @@
           +-- ResourceExhaustedError over a size or rate limit           RESOURCE_EXHAUSTED
           +-- UnavailableError     coordinator not serving (yet/anymore) UNAVAILABLE
 
-Servers raise these and `status_for` turns them into a status code once, in the servicer's
-error boundary; clients turn a `grpc.RpcError` back into the same class with `from_rpc_error`,
-so both ends speak one vocabulary.
+Each class names its gRPC status code as a plain string (`code`, e.g. "INVALID_ARGUMENT"), so
+this module imports without grpc (a device-side `DataError` needs no wire library). The one
+mapping to and from `grpc.StatusCode` lives at the wire boundary, `protos/status_codes.py`:
+servers answer with `status_for(exc)`, clients turn a `grpc.RpcError` back into the same class
+with `from_rpc_error`, so both ends speak one vocabulary.
 """
 
 from __future__ import annotations
 
-import grpc
-
 
 class FedortError(Exception):
-    """Root of every error fedort raises on purpose."""
+    """Root of every error fedort raises on purpose; `code` is its gRPC status code's name."""
 
-    code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+    code: str = "INTERNAL"
 
 
 class ConfigError(FedortError):
-    code = grpc.StatusCode.INVALID_ARGUMENT
+    code = "INVALID_ARGUMENT"
 
 
 class DataError(FedortError):
-    code = grpc.StatusCode.INVALID_ARGUMENT
+    code = "INVALID_ARGUMENT"
 
 
 class VectorError(FedortError):
-    code = grpc.StatusCode.INVALID_ARGUMENT
+    code = "INVALID_ARGUMENT"
 
 
 class ArtifactError(FedortError):
-    code = grpc.StatusCode.FAILED_PRECONDITION
+    code = "FAILED_PRECONDITION"
 
 
 class TrainingError(FedortError):
-    code = grpc.StatusCode.INTERNAL
+    code = "INTERNAL"
 
 
 class ProtocolError(FedortError):
-    code = grpc.StatusCode.INVALID_ARGUMENT
+    code = "INVALID_ARGUMENT"
 
 
 class StaleRoundError(ProtocolError):
-    code = grpc.StatusCode.FAILED_PRECONDITION
+    code = "FAILED_PRECONDITION"
 
 
 class WrongModelError(ProtocolError):
-    code = grpc.StatusCode.FAILED_PRECONDITION
+    code = "FAILED_PRECONDITION"
 
 
 class NotFoundError(ProtocolError):
-    code = grpc.StatusCode.NOT_FOUND
+    code = "NOT_FOUND"
 
 
 class UnauthenticatedError(ProtocolError):
-    code = grpc.StatusCode.UNAUTHENTICATED
+    code = "UNAUTHENTICATED"
 
 
 class PermissionDeniedError(ProtocolError):
-    code = grpc.StatusCode.PERMISSION_DENIED
+    code = "PERMISSION_DENIED"
 
 
 class ResourceExhaustedError(ProtocolError):
-    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    code = "RESOURCE_EXHAUSTED"
 
 
 class UnavailableError(ProtocolError):
-    code = grpc.StatusCode.UNAVAILABLE
-
-
-_BY_CODE: dict[grpc.StatusCode, type[FedortError]] = {
-    grpc.StatusCode.INVALID_ARGUMENT: ProtocolError,
-    grpc.StatusCode.FAILED_PRECONDITION: StaleRoundError,
-    grpc.StatusCode.NOT_FOUND: NotFoundError,
-    grpc.StatusCode.UNAUTHENTICATED: UnauthenticatedError,
-    grpc.StatusCode.PERMISSION_DENIED: PermissionDeniedError,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhaustedError,
-    grpc.StatusCode.UNAVAILABLE: UnavailableError,
-}
-
-
-def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
-    """The status code and message a server answers with for `exc` (INTERNAL if unplanned)."""
-    if isinstance(exc, FedortError):
-        return exc.code, str(exc)
-    return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
-
-
-def from_rpc_error(err: grpc.RpcError) -> FedortError:
-    """The fedort error a client raises for a failed call (keeps the server's message)."""
-    code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
-    details = err.details() if hasattr(err, "details") else str(err)
-    cls = _BY_CODE.get(code, FedortError)
-    exc = cls(f"{code.name}: {details}")
-    exc.code = code
-    return exc
+    code = "UNAVAILABLE"
 
 
 __all__ = [
     "FedortError", "ConfigError", "DataError", "VectorError", "ArtifactError", "TrainingError",
     "ProtocolError", "StaleRoundError", "WrongModelError", "NotFoundError", "UnauthenticatedError",
     "PermissionDeniedError", "ResourceExhaustedError", "UnavailableError",
-    "status_for", "from_rpc_error",
 ]

@@ -97,7 +97,7 @@ class ArtifactPart(_message.Message):
     def __init__(self, header: _Optional[_Union[ArtifactInfo, _Mapping]] = ..., chunk: _Optional[bytes] = ...) -> None: ...
 
 class TrainConfig(_message.Message):
-    __slots__ = ("local_epochs", "batch_size", "learning_rate", "reset_optimizer", "seed", "extra")
+    __slots__ = ("local_epochs", "batch_size", "learning_rate", "reset_optimizer", "seed", "extra", "prox_mu")
     class ExtraEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -111,13 +111,15 @@ class TrainConfig(_message.Message):
     RESET_OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     EXTRA_FIELD_NUMBER: _ClassVar[int]
+    PROX_MU_FIELD_NUMBER: _ClassVar[int]
     local_epochs: int
     batch_size: int
     learning_rate: float
     reset_optimizer: bool
     seed: int
     extra: _containers.ScalarMap[str, str]
-    def __init__(self, local_epochs: _Optional[int] = ..., batch_size: _Optional[int] = ..., learning_rate: _Optional[float] = ..., reset_optimizer: _Optional[bool] = ..., seed: _Optional[int] = ..., extra: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    prox_mu: float
+    def __init__(self, local_epochs: _Optional[int] = ..., batch_size: _Optional[int] = ..., learning_rate: _Optional[float] = ..., reset_optimizer: _Optional[bool] = ..., seed: _Optional[int] = ..., extra: _Optional[_Mapping[str, str]] = ..., prox_mu: _Optional[float] = ...) -> None: ...
 
 class PollRequest(_message.Message):
     __slots__ = ("client_id", "model_id", "wait_ms")

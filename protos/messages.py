@@ -32,15 +32,17 @@ class TrainConfig:
     reset_optimizer: bool = True
     seed: int = 0
     extra: Mapping[str, str] = field(default_factory=dict)
+    prox_mu: float = 0.0           # FedProx proximal weight μ (edge_client.fedprox); 0 = FedAvg
 
     def to_pb(self) -> pb.TrainConfig:
         return pb.TrainConfig(local_epochs=self.local_epochs, batch_size=self.batch_size,
                               learning_rate=self.learning_rate, reset_optimizer=self.reset_optimizer,
-                              seed=self.seed, extra=dict(self.extra))
+                              seed=self.seed, extra=dict(self.extra), prox_mu=self.prox_mu)
 
     @classmethod
     def from_pb(cls, m: pb.TrainConfig) -> "TrainConfig":
-        return cls(m.local_epochs, m.batch_size, m.learning_rate, m.reset_optimizer, m.seed, dict(m.extra))
+        return cls(m.local_epochs, m.batch_size, m.learning_rate, m.reset_optimizer, m.seed, dict(m.extra),
+                   m.prox_mu)
 
 
 @dataclass(frozen=True)

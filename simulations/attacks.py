@@ -61,14 +61,11 @@ def parse_attack(spec: str) -> Attack:
 
 def choose_attackers(client_ids: Sequence[str], fraction: float, seed: int) -> frozenset[str]:
     """round(fraction · n) of the clients, drawn with their own seeded stream (reproducible per seed)."""
+    from fedort.simulations.population import choose_share
+
     if not 0 <= fraction < 1:
         raise ConfigError(f"byzantine_fraction must be in [0, 1), got {fraction}")
-    k = int(round(fraction * len(client_ids)))
-    if k == 0:
-        return frozenset()
-    rng = np.random.default_rng([seed, 0xB12])
-    ids = sorted(client_ids)
-    return frozenset(ids[i] for i in rng.choice(len(ids), size=k, replace=False))
+    return choose_share(client_ids, fraction, seed, 0xB12)
 
 
 __all__ = ["ATTACKS", "Attack", "choose_attackers", "parse_attack"]

@@ -27,8 +27,9 @@ class SimulationConfig:
     clients_per_round: int | None = None      # exact count per round; overrides fraction
     fraction: float = 1.0
     rounds: int = 30
-    partition: str = "dirichlet:0.5"
-    model: str = "mlp"                        # built-in model, unless artifacts is set
+    partition: str = "dirichlet:0.5"          # digits only: synthetic data comes partitioned
+    dataset: str = "digits"                   # "digits" | "synthetic:ALPHA,BETA" (simulations.synthetic)
+    model: str | None = None                  # built-in model (default: mlp for digits, logreg for synthetic)
     optimizer: str = "adamw"
     artifacts: Path | None = None             # the user's own artifacts folder
     data: Path | None = None                  # the user's own data: client-*.npz + test.npz
@@ -36,6 +37,7 @@ class SimulationConfig:
     batch_size: int = 16                      # 0 = the client's whole data set (FedSGD)
     lr: float = 0.01
     reset_optimizer: bool = True
+    prox_mu: float = 0.0                      # FedProx proximal weight (needs optimizer "sgd"); 0 = FedAvg
     backend: str = "local"
     ray_address: str | None = None
     workers: int = 0                          # 0 = one per core, at most one per selected client
@@ -46,11 +48,27 @@ class SimulationConfig:
     strategy: str = "fedavg"                  # coordinator aggregation (coordinator.aggregation)
     byzantine_fraction: float = 0.0           # share of clients that attack (seeded choice)
     attack: str = "sign-flip"                 # what they do (simulations.attacks)
+    straggler_fraction: float = 0.0           # share of clients (seeded choice) doing partial work
+    straggler_steps: int = 1                  # ... at most this many local optimizer steps per round
     progress: bool = True
     out: Path = field(default_factory=lambda: Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
 
     def __post_init__(self) -> None:
         problems = []
+        if self.dataset != "digits":
+            try:
+                from fedort.simulations.synthetic import parse_synthetic
+
+                parse_synthetic(self.dataset)
+            except ConfigError as e:
+                problems.append(f"dataset must be digits or synthetic:ALPHA,BETA: {e}")
+        if self.model is None:  # frozen dataclass: settle the default once, here
+            object.__setattr__(self, "model", "logreg" if self.is_synthetic else "mlp")
+        if self.is_synthetic and self.name == "digits":
+            object.__setattr__(self, "name", "synthetic")
+        if self.artifacts is None and self.is_synthetic != (self.model == "logreg"):
+            problems.append(f"model {self.model!r} does not fit dataset {self.dataset!r}: synthetic data has 60 "
+                            f"features (model logreg), digits 64 (mlp or cnn)")
         if self.clients < 1:
             problems.append(f"clients must be >= 1, got {self.clients}")
         if self.clients_per_round is not None and not 1 <= self.clients_per_round <= self.clients:
@@ -65,12 +83,21 @@ class SimulationConfig:
             problems.append(f"batch_size must be >= 0 (0 = full batch), got {self.batch_size}")
         if not self.lr > 0:
             problems.append(f"lr must be > 0, got {self.lr}")
+        if not (isinstance(self.prox_mu, (int, float)) and 0 <= self.prox_mu < float("inf")):
+            problems.append(f"prox_mu must be a finite number >= 0, got {self.prox_mu!r}")
+        elif self.prox_mu > 0 and self.artifacts is None and self.optimizer != "sgd":
+            problems.append(f"prox_mu {self.prox_mu:g} (FedProx) needs optimizer = \"sgd\" (the proximal step is exact "
+                            f"only for SGD), got {self.optimizer!r}")
         if self.backend not in BACKENDS:
             problems.append(f"backend must be one of {BACKENDS}, got {self.backend!r}")
         if (self.artifacts is None) != (self.data is None):
             problems.append("--artifacts and --data go together (your own model needs your own data)")
         if self.workers < 0:
             problems.append(f"workers must be >= 0, got {self.workers}")
+        if not (isinstance(self.straggler_fraction, (int, float)) and 0 <= self.straggler_fraction <= 1):
+            problems.append(f"straggler_fraction must be in [0, 1], got {self.straggler_fraction!r}")
+        if not (isinstance(self.straggler_steps, int) and self.straggler_steps >= 1):
+            problems.append(f"straggler_steps must be an integer >= 1, got {self.straggler_steps!r}")
         if not (isinstance(self.byzantine_fraction, (int, float)) and 0 <= self.byzantine_fraction < 1):
             problems.append(f"byzantine_fraction must be in [0, 1), got {self.byzantine_fraction!r}")
         for check, value in ((_check_strategy, self.strategy), (_check_attack, self.attack)):
@@ -80,6 +107,10 @@ class SimulationConfig:
                 problems.append(str(e))
         if problems:
             raise ConfigError("; ".join(problems))
+
+    @property
+    def is_synthetic(self) -> bool:
+        return self.dataset.startswith("synthetic")
 
     @property
     def per_round(self) -> int:

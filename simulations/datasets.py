@@ -6,13 +6,13 @@ dimension. Digits comes from scikit-learn's copy that ships inside the wheel, so
 downloaded at run time.
 
 A data folder (what `fedort data digits` writes, or what a user prepares) holds
-`client-0000.npz`, `client-0001.npz`, ... and `test.npz`, each with the same array names.
+`client-0000.npz`, `client-0001.npz`, ... and `test.npz`, each with the same array names; every
+file is read by the one client-data reader, `edge_client.client_data.read_npz`.
 """
 
 from __future__ import annotations
 
 import re
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -20,8 +20,7 @@ from typing import Sequence
 import numpy as np
 
 from fedort.protos.errors import ConfigError, DataError
-
-Arrays = dict[str, np.ndarray]
+from fedort.edge_client.client_data import Arrays, read_npz
 
 CLIENT_FILE = re.compile(r"^client-(\d+)\.npz$")
 TEST_FILE = "test.npz"
@@ -67,30 +66,6 @@ def save_npz(path: str | Path, arrays: Arrays) -> Path:
     return path
 
 
-def load_npz(path: str | Path, names: Sequence[str] | None = DEFAULT_NAMES) -> Arrays:
-    """Read one .npz into memory and check it is a data set: the `names` present, equal lengths.
-
-    `names=None` accepts whatever arrays the file has (a user's model with other input names).
-    """
-    path = Path(path)
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            arrays = {name: f[name] for name in f.files}
-    except FileNotFoundError:
-        raise DataError(f"data file {path} does not exist") from None
-    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as e:
-        raise DataError(f"{path} is not a readable .npz file of numpy arrays: {e}") from None
-    if not arrays:
-        raise DataError(f"{path} holds no arrays; expected {_names(names)}")
-    if names is not None:
-        missing = [n for n in names if n not in arrays]
-        if missing:
-            raise DataError(f"{path} lacks array(s) {', '.join(missing)}; expected {_names(names)}, "
-                            f"found {', '.join(sorted(arrays))}")
-    _check_rows(path, arrays)
-    return arrays
-
-
 @dataclass(frozen=True)
 class DataFolder:
     """A folder of per-client data files plus a shared test set, loaded into memory."""
@@ -134,8 +109,8 @@ def load_npz_folder(directory: str | Path, names: Sequence[str] | None = DEFAULT
         raise DataError(f"data folder {root} has {len(numbered)} client files but no {TEST_FILE}")
 
     files = [p for _, p in numbered]
-    clients = [load_npz(p, names) for p in files]
-    test = load_npz(test_path, names)
+    clients = [read_npz(p, names) for p in files]
+    test = read_npz(test_path, names)
     reference = _signature(clients[0])
     for path, arrays in zip(files[1:] + [test_path], clients[1:] + [test]):
         sig = _signature(arrays)
@@ -152,16 +127,6 @@ def _rows(arrays: Arrays) -> int:
     return len(next(iter(arrays.values())))
 
 
-def _check_rows(path: Path, arrays: Arrays) -> None:
-    for name, a in arrays.items():
-        if a.ndim == 0:
-            raise DataError(f"{path}: array {name!r} is a scalar; expected one row per example")
-    lengths = {name: a.shape[0] for name, a in arrays.items()}
-    if len(set(lengths.values())) > 1:
-        shown = ", ".join(f"{n}={k}" for n, k in lengths.items())
-        raise DataError(f"{path}: arrays must have the same number of rows, found {shown}")
-
-
 def _signature(arrays: Arrays) -> dict[str, tuple[str, tuple[int, ...]]]:
     return {name: (a.dtype.str, a.shape[1:]) for name, a in sorted(arrays.items())}
 
@@ -171,9 +136,5 @@ def _describe(sig: dict[str, tuple[str, tuple[int, ...]]]) -> str:
                      for n, (d, shape) in sig.items())
 
 
-def _names(names: Sequence[str] | None) -> str:
-    return ", ".join(names) if names else "at least one array"
-
-
-__all__ = ["Arrays", "DataFolder", "load_digits_split", "load_npz", "load_npz_folder", "save_npz",
+__all__ = ["Arrays", "DataFolder", "load_digits_split", "load_npz_folder", "save_npz",
            "subset", "client_file_name", "CLIENT_FILE", "TEST_FILE"]

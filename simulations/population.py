@@ -15,13 +15,35 @@ from typing import Sequence
 
 import numpy as np
 
-from fedort.simulations.datasets import Arrays, load_digits_split, load_npz, load_npz_folder, save_npz, subset
+from fedort.edge_client.client_data import read_npz
+from fedort.protos.errors import ConfigError
+from fedort.simulations.datasets import Arrays, load_digits_split, load_npz_folder, save_npz, subset
 from fedort.simulations.partition import label_histogram, parse_partition
 
 
 def client_id(index: int) -> str:
     """Stable, sortable ids: selection is seeded over sorted ids, so runs reproduce."""
     return f"client-{index:04d}"
+
+
+def choose_share(client_ids: Sequence[str], fraction: float, seed: int, stream: int) -> frozenset[str]:
+    """round(fraction · n) of the clients, drawn from their own seeded stream (reproducible per seed).
+
+    `stream` keeps unrelated choices (attackers, stragglers) independent of each other.
+    """
+    k = int(round(fraction * len(client_ids)))
+    if k == 0:
+        return frozenset()
+    rng = np.random.default_rng([seed, stream])
+    ids = sorted(client_ids)
+    return frozenset(ids[i] for i in rng.choice(len(ids), size=k, replace=False))
+
+
+def choose_stragglers(client_ids: Sequence[str], fraction: float, seed: int) -> frozenset[str]:
+    """The clients that do partial work (FedProx's stragglers): a seeded share `fraction` of them."""
+    if not 0 <= fraction <= 1:
+        raise ConfigError(f"straggler_fraction must be in [0, 1], got {fraction}")
+    return choose_share(client_ids, fraction, seed, 0x57A6)
 
 
 @dataclass(frozen=True)
@@ -38,7 +60,7 @@ class DataSource:
         if self.kind == "digits":
             return load_digits_split(self.test_fraction, self.seed)[0]
         if self.kind == "npz":
-            return load_npz(self.folder, None)
+            return read_npz(self.folder)
         return None
 
 
@@ -66,7 +88,7 @@ class ClientArrays:
     def for_client(self, client: VirtualClient) -> Arrays:
         if client.indices is not None:
             return subset(self._train, client.indices)
-        return load_npz(client.file, None)
+        return read_npz(client.file)
 
 
 @dataclass(frozen=True)
@@ -96,6 +118,25 @@ def digits_population(clients: int, partition: str, seed: int, test_fraction: fl
     parts = parse_partition(partition)(train["labels"], clients, seed)
     members = tuple(VirtualClient(client_id(i), np.asarray(p, dtype=np.int64)) for i, p in enumerate(parts))
     return Population(source, members, test, label_histogram(train["labels"], parts))
+
+
+def synthetic_population(spec: str, clients: int, seed: int, save_dir: Path) -> Population:
+    """Synthetic(α, β) clients (`simulations.synthetic`): each keeps its own generated rows.
+
+    The clients' training rows are saved, concatenated, as `train.npz` in `save_dir`; each
+    virtual client is an index range of it, so workers load one file as for digits.
+    """
+    from fedort.simulations.synthetic import CLASSES, parse_synthetic, synthetic_split
+
+    s = parse_synthetic(spec)
+    parts_arrays, test = synthetic_split(s.alpha, s.beta, clients, seed)
+    train = {k: np.concatenate([c[k] for c in parts_arrays]) for k in ("x", "labels")}
+    Path(save_dir).mkdir(parents=True, exist_ok=True)
+    source = DataSource("npz", 0.0, seed, save_npz(Path(save_dir) / "train.npz", train))
+    bounds = np.cumsum([0] + [len(c["labels"]) for c in parts_arrays])
+    parts = [np.arange(bounds[i], bounds[i + 1], dtype=np.int64) for i in range(clients)]
+    members = tuple(VirtualClient(client_id(i), p) for i, p in enumerate(parts))
+    return Population(source, members, test, label_histogram(train["labels"], parts, CLASSES))
 
 
 def folder_population(folder: str | Path, names: Sequence[str] | None = None) -> Population:

@@ -27,7 +27,9 @@ from fedort.simulations.backends import make_backend
 from fedort.simulations.config import SimulationConfig
 from fedort.simulations.datasets import save_npz
 from fedort.simulations.local_coordinator import LocalCoordinator
-from fedort.simulations.population import Population, digits_population, folder_population
+from fedort.simulations.population import (
+    Population, choose_stragglers, digits_population, folder_population, synthetic_population,
+)
 from fedort.simulations.progress import RoundProgress
 from fedort.simulations.report import RoundRecord, plot, summary_table, write_metrics
 from fedort.simulations.worker import WorkerPlan, WorkerStats
@@ -57,6 +59,8 @@ def _population(cfg: SimulationConfig, data_dir: Path) -> Population:
         if len(pop.clients) != cfg.clients:
             log.info("using the %d clients found in %s (not --clients %d)", len(pop.clients), cfg.data, cfg.clients)
         return pop
+    if cfg.is_synthetic:
+        return synthetic_population(cfg.dataset, cfg.clients, cfg.seed, save_dir=data_dir)
     return digits_population(cfg.clients, cfg.partition, cfg.seed, cfg.test_fraction, save_dir=data_dir)
 
 
@@ -71,7 +75,7 @@ def coordinator_config(cfg: SimulationConfig, artifacts: Path, state_dir: Path, 
         # selection takes max(min_clients, ceil(fraction * available)); this makes it exactly per_round
         fraction=1.0 if per_round >= clients else (per_round - 0.5) / clients,
         round_timeout_s=cfg.round_timeout_s, local_epochs=cfg.local_epochs, batch_size=cfg.batch_size,
-        lr=cfg.lr, reset_optimizer=cfg.reset_optimizer, seed=cfg.seed, eval_data=eval_data,
+        lr=cfg.lr, reset_optimizer=cfg.reset_optimizer, prox_mu=cfg.prox_mu, seed=cfg.seed, eval_data=eval_data,
         client_timeout_s=0,                # virtual clients are polled once a round, not heartbeating
         strategy=cfg.strategy,
         # local, loopback-only run of our own virtual clients: plaintext, no device tokens, no rate limit
@@ -94,7 +98,7 @@ def run_simulation(cfg: SimulationConfig) -> SimulationResult:
     (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, sort_keys=True))
     ccfg = coordinator_config(cfg, artifacts, out / "state", test_path, n_clients)
     log.info("simulation %s: %d clients, %d per round, %d rounds, %s, %s backend", cfg.name, n_clients,
-             min(cfg.per_round, n_clients), cfg.rounds, cfg.partition if cfg.data is None else cfg.data, cfg.backend)
+             min(cfg.per_round, n_clients), cfg.rounds, _data_name(cfg), cfg.backend)
 
     server = LocalCoordinator(ccfg)
     server.start()
@@ -103,8 +107,12 @@ def run_simulation(cfg: SimulationConfig) -> SimulationResult:
     attackers = choose_attackers([c.client_id for c in population.clients], cfg.byzantine_fraction, cfg.seed)
     if attackers:
         log.info("byzantine clients (%s): %s", cfg.attack, sorted(attackers))
+    stragglers = choose_stragglers([c.client_id for c in population.clients], cfg.straggler_fraction, cfg.seed)
+    if stragglers:
+        log.info("stragglers (at most %d local steps): %s", cfg.straggler_steps, sorted(stragglers))
     plans = [WorkerPlan(address, out / "cache" / f"worker-{i}", population.source, share,
-                        attack=cfg.attack if attackers else "", attackers=attackers)
+                        attack=cfg.attack if attackers else "", attackers=attackers,
+                        stragglers=stragglers, straggler_steps=cfg.straggler_steps)
              for i, share in enumerate(population.split(workers))]
     backend = make_backend(cfg.backend, ray_address=cfg.ray_address, num_cpus=workers)
     progress = RoundProgress(StateLayout(out / "state"), cfg.rounds, enabled=cfg.progress)
@@ -135,6 +143,12 @@ def run_simulation(cfg: SimulationConfig) -> SimulationResult:
     return _report(cfg, out, manifest, stats or [], time.monotonic() - started)
 
 
+def _data_name(cfg: SimulationConfig) -> str:
+    if cfg.data is not None:
+        return str(cfg.data)
+    return cfg.dataset if cfg.is_synthetic else cfg.partition
+
+
 def _report(cfg: SimulationConfig, out: Path, manifest: Manifest, stats: list[WorkerStats],
             seconds: float) -> SimulationResult:
     from fedort.coordinator.state import StateStore
@@ -162,14 +176,14 @@ def _report(cfg: SimulationConfig, out: Path, manifest: Manifest, stats: list[Wo
     model = out / "model.onnx"
     shutil.copyfile(layout.model_file(last.round), model)
     final = {
-        "name": cfg.name, "clients": cfg.clients, "partition": cfg.partition,
+        "name": cfg.name, "clients": cfg.clients, "partition": _data_name(cfg),
         "model_id": manifest.model_id, "parameters": manifest.parameter_count,
         "test_accuracy": last.accuracy, "test_loss": last.loss, "wall_seconds": round(seconds, 2),
         "model": str(model), "target_accuracy": cfg.target_accuracy,
         "fits": sum(s.fits for s in stats),
     }
     write_metrics(records, out, final)
-    plot(records, out / "metrics.png", f"{cfg.name}: {cfg.clients} clients, {cfg.partition}",
+    plot(records, out / "metrics.png", f"{cfg.name}: {cfg.clients} clients, {_data_name(cfg)}",
          target=cfg.target_accuracy)
     text = summary_table(records, final, target=cfg.target_accuracy)
     return SimulationResult(out, records, final, model, text)

@@ -42,6 +42,8 @@ class WorkerPlan:
     attack: str = ""                            # simulations.attacks spec played by the clients in `attackers`
     attackers: frozenset[str] = frozenset()
     module_factory: Callable | None = None      # EdgeConfig.module_factory of every client (a top-level function)
+    stragglers: frozenset[str] = frozenset()    # clients that stop after `straggler_steps` optimizer steps
+    straggler_steps: int = 1
 
 
 @dataclass
@@ -102,6 +104,7 @@ def join_clients(plan: WorkerPlan, transport: Transport, cache: ArtifactCache, a
             intra_op_threads=plan.intra_op_threads, backoff=Backoff(give_up_after_s=plan.timeout_s),
             update_hook=parse_attack(plan.attack) if vc.client_id in plan.attackers else None,
             module_factory=plan.module_factory,
+            max_local_steps=plan.straggler_steps if vc.client_id in plan.stragglers else None,
         )
         client = EdgeClient(config, transport=transport, session=session, data=arrays.for_client(vc),
                             cache=cache, on_report=ledger)

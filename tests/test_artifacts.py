@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import numpy as np
@@ -151,3 +152,17 @@ def test_missing_or_garbage_model_file_is_a_config_error(tmp_path):
     (tmp_path / "bad.onnx").write_bytes(b"not a protobuf at all \xff\xfe")
     with pytest.raises(ConfigError, match="is not an ONNX model"):
         build_artifacts(tmp_path / "bad.onnx", tmp_path / "out")
+
+
+def test_a_cross_entropy_manifest_records_the_class_count(mlp_artifacts):
+    manifest = load_manifest(mlp_artifacts)
+    assert manifest.num_classes == 10 and manifest.class_labels == ("labels", 10)
+
+
+def test_a_manifest_without_a_class_count_keeps_its_model_id(mlp_artifacts):
+    d = json.loads((mlp_artifacts / "manifest.json").read_text())
+    del d["num_classes"], d["model_id"]
+    old = Manifest.from_json(json.dumps(d))  # as written before the class count was recorded
+    before = hashlib.sha256(json.dumps(d, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    assert old.num_classes is None and old.model_id == before
+    assert "num_classes" not in json.loads(old.to_json())

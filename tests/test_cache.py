@@ -12,7 +12,8 @@ import pytest
 from fedort.protos.codec import vector_digest
 from fedort.protos.errors import ArtifactError
 from fedort.edge_client.artifacts import ARTIFACT_FILES, MANIFEST, build_artifacts, sha256_file
-from fedort.edge_client.cache import ArtifactCache, atomic_write, default_cache_dir, identity_key
+from fedort.durable import atomic_write
+from fedort.edge_client.cache import ArtifactCache, default_cache_dir, identity_key
 from fedort.edge_client.models import mlp
 from fedort.edge_client.session import TrainingSession
 from fedort.edge_client.transport import ArtifactRef

@@ -91,7 +91,7 @@ def test_help_describes_the_options(capsys):
         main(["artifacts", "build", "--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
-    for text in ("--builtin {cnn,mlp}", "--frozen NAME", "--trainable NAME", "--output NAME", "opset <= 21"):
+    for text in ("--builtin {cnn,logreg,mlp}", "--frozen NAME", "--trainable NAME", "--output NAME", "opset <= 21"):
         assert text in out
 
 

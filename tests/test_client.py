@@ -325,7 +325,7 @@ def test_a_known_manifest_refuses_bad_data_before_joining_again(server, tmp_path
     good.close()
     seen = db(tmp_path, "SELECT last_seen_ms FROM clients")
     bad = EdgeClient(config(address, tmp_path, "dev", cache_dir=cache), data={"x": digits["x"][:20]})
-    with pytest.raises(DataError, match=r"missing array\(s\) \['labels'\]"):
+    with pytest.raises(DataError, match=r"lacks array\(s\) \['labels'\]"):
         bad.join()
     bad.close()
     assert db(tmp_path, "SELECT last_seen_ms FROM clients") == seen  # nothing was sent
@@ -414,7 +414,7 @@ def test_a_shared_session_refuses_bad_data_before_joining(server, tmp_path, arti
     client = EdgeClient(EdgeConfig(address, insecure=True, client_id="client-0001", persist_identity=False),
                         session=TrainingSession.from_artifacts(artifacts), cache=ArtifactCache(tmp_path / "c"),
                         data={"x": digits["x"][:20]})
-    with pytest.raises(DataError, match=r"missing array\(s\) \['labels'\]"):
+    with pytest.raises(DataError, match=r"lacks array\(s\) \['labels'\]"):
         client.join()
     client.close()
     assert db(tmp_path, "SELECT * FROM clients") == []

@@ -38,7 +38,7 @@ def test_a_file_that_is_not_an_npz_is_refused(tmp_path):
 
 
 def test_arrays_of_different_lengths_are_refused():
-    with pytest.raises(DataError, match="same number of rows.*'x': 10, 'labels': 9"):
+    with pytest.raises(DataError, match="same number of rows, got x=10, labels=9"):
         ClientData.from_arrays(arrays(10, labels=np.zeros(9, np.int64)))
 
 
@@ -61,7 +61,7 @@ def test_a_validation_split_must_have_the_same_arrays():
 
 def test_missing_model_inputs_are_named():
     data = ClientData.from_arrays({"x": np.zeros((5, 64), np.float32)})
-    with pytest.raises(DataError, match=r"inputs are \['x', 'labels'\]; missing array\(s\) \['labels'\]"):
+    with pytest.raises(DataError, match=r"lacks array\(s\) \['labels'\]; the model's inputs are \['x', 'labels'\]"):
         data.validate(INPUTS)
 
 
@@ -81,3 +81,45 @@ def test_the_validation_split_is_checked_too():
     data = ClientData.from_arrays(arrays(5), val=arrays(2, x=np.zeros((2, 64), np.float64)))
     with pytest.raises(DataError, match="'val_x' must be float32"):
         data.validate(INPUTS)
+
+
+# ---- class labels within the model's class count (issue 9: labels 10-19 trained with loss 47) ----
+
+def test_a_label_beyond_the_class_count_names_file_array_value_and_range(tmp_path):
+    np.savez(tmp_path / "c.npz", x=np.zeros((10, 64), np.float32), labels=np.arange(10, 20, dtype=np.int64))
+    data = ClientData.load(tmp_path / "c.npz")
+    with pytest.raises(DataError, match=r"c\.npz: array 'labels' holds label 19 \(10 of 10 labels out of range, "
+                                        r"from 10 to 19\); the model has 10 classes, so labels must be in 0\.\.9"):
+        data.validate(INPUTS, num_classes=10)
+
+
+def test_a_negative_label_is_refused():
+    data = ClientData.from_arrays(arrays(5, labels=np.array([0, 1, -1, 2, 3], np.int64)))
+    with pytest.raises(DataError, match=r"'labels' holds label -1 .* labels must be in 0\.\.9"):
+        data.validate(INPUTS, num_classes=10)
+
+
+def test_validation_labels_are_range_checked_too():
+    data = ClientData.from_arrays(arrays(5), val=arrays(2, labels=np.array([3, 12], np.int64)))
+    with pytest.raises(DataError, match=r"'val_labels' holds label 12"):
+        data.validate(INPUTS, num_classes=10)
+
+
+def test_labels_in_range_pass_and_an_unknown_class_count_checks_no_range():
+    data = ClientData.from_arrays(arrays(10, labels=np.arange(10, dtype=np.int64)))
+    data.validate(INPUTS, num_classes=10)
+    ClientData.from_arrays(arrays(3, labels=np.full(3, 99, np.int64))).validate(INPUTS)
+
+
+def test_the_trainer_refuses_out_of_range_labels_before_any_step(tmp_path, mlp_artifacts, digits_train):
+    from fedort.edge_client.module import TrainingModule
+    from fedort.edge_client.session import TrainingSession
+    from fedort.edge_client.trainer import Trainer
+
+    path = tmp_path / "shifted.npz"
+    np.savez(path, x=digits_train["x"][:64], labels=digits_train["labels"][:64] + 10)
+    session = TrainingSession.from_artifacts(mlp_artifacts)
+    before = np.array(session.to_buffer(), copy=True)
+    with pytest.raises(DataError, match=r"shifted\.npz\): array 'labels' holds label 19 .*must be in 0\.\.9"):
+        Trainer(max_epochs=1, batch_size=16, progress=False).fit(TrainingModule(session, lr=0.1), path)
+    np.testing.assert_array_equal(session.to_buffer(), before)  # nothing was trained

@@ -7,7 +7,8 @@ import pytest
 
 from fedort.protos.errors import DataError
 from fedort.edge_client.artifacts import TensorSpec
-from fedort.edge_client.data import ArrayData, IterableData, as_data, load_npz, npz_validation_split
+from fedort.edge_client.client_data import read_npz
+from fedort.edge_client.data import ArrayData, IterableData, as_data, npz_validation_split
 
 NAMES = ("x", "labels")
 SPECS = {"x": TensorSpec("x", "float32", (None, 64)), "labels": TensorSpec("labels", "int64", (None,))}
@@ -43,7 +44,7 @@ def test_shuffled_batches_are_a_seeded_permutation_that_keeps_rows_together():
 
 def test_missing_input_names_what_was_expected():
     with pytest.raises(DataError, match=r"training data lacks array\(s\) \['labels'\]; the model's inputs are "
-                                        r"\['x', 'labels'\], got \['x', 'y'\]"):
+                                        r"\['x', 'labels'\], found \['x', 'y'\]"):
         as_data({"x": arrays()["x"], "y": arrays()["labels"]}, NAMES, SPECS, "training data")
 
 
@@ -110,12 +111,12 @@ def test_npz_with_half_a_validation_split_is_rejected(tmp_path):
 def test_npz_missing_arrays_missing_file_and_garbage(tmp_path):
     np.savez(tmp_path / "c.npz", x=arrays()["x"])
     with pytest.raises(DataError, match=r"lacks array\(s\) \['labels'\]; expected \['x', 'labels'\], found \['x'\]"):
-        load_npz(tmp_path / "c.npz", NAMES)
+        read_npz(tmp_path / "c.npz", NAMES)
     with pytest.raises(DataError, match="data file not found"):
-        load_npz(tmp_path / "nope.npz", NAMES)
+        read_npz(tmp_path / "nope.npz", NAMES)
     (tmp_path / "bad.npz").write_bytes(b"garbage")
     with pytest.raises(DataError, match="not a readable .npz"):
-        load_npz(tmp_path / "bad.npz", NAMES)
+        read_npz(tmp_path / "bad.npz", NAMES)
 
 
 def test_an_iterable_of_batch_tuples_or_dicts_is_used_as_given():

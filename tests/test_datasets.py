@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from fedort.protos.errors import ConfigError, DataError
-from fedort.simulations.datasets import load_digits_split, load_npz, load_npz_folder, save_npz
+from fedort.edge_client.client_data import read_npz
+from fedort.simulations.datasets import load_digits_split, load_npz_folder, save_npz
 
 
 def test_digits_split_has_the_project_data_convention():
@@ -85,7 +86,7 @@ def test_npz_folder_with_a_gap_in_client_numbers(tmp_path):
 def test_npz_file_lacking_an_array_names_it(tmp_path):
     write_folder(tmp_path)
     save_npz(tmp_path / "client-0001.npz", {"x": np.zeros((3, 4), np.float32)})
-    with pytest.raises(DataError, match=r"client-0001.npz lacks array\(s\) labels; expected x, labels"):
+    with pytest.raises(DataError, match=r"client-0001.npz lacks array\(s\) \['labels'\]; expected \['x', 'labels'\]"):
         load_npz_folder(tmp_path)
 
 
@@ -99,14 +100,14 @@ def test_npz_files_must_agree_on_shapes_and_dtypes(tmp_path):
 
 def test_npz_arrays_must_have_equal_row_counts(tmp_path):
     save_npz(tmp_path / "bad.npz", {"x": np.zeros((3, 4), np.float32), "labels": np.zeros(2, np.int64)})
-    with pytest.raises(DataError, match="same number of rows, found x=3, labels=2"):
-        load_npz(tmp_path / "bad.npz")
+    with pytest.raises(DataError, match="same number of rows, got x=3, labels=2"):
+        read_npz(tmp_path / "bad.npz")
 
 
 def test_a_file_that_is_not_npz(tmp_path):
     (tmp_path / "junk.npz").write_bytes(b"not a zip")
     with pytest.raises(DataError, match="not a readable .npz"):
-        load_npz(tmp_path / "junk.npz")
+        read_npz(tmp_path / "junk.npz")
 
 
 def test_npz_folder_accepts_other_input_names_when_asked(tmp_path):

@@ -311,3 +311,17 @@ def test_edge_run_help_explains_the_flags():
     for flag in ("--coordinator", "--data", "--cache-dir", "--name", "--client-id", "--config", "--insecure"):
         assert flag in out.stdout
     assert "130 SIGINT, 143 SIGTERM" in out.stdout and "--debug-modules" not in out.stdout
+
+
+def test_out_of_range_labels_stop_the_device_before_training(procs, tmp_path, artifacts, data):
+    state = tmp_path / "state"
+    port = start_coordinator(procs, artifacts, state, rounds=1, min_clients=1)
+    shifted = tmp_path / "shifted.npz"
+    with np.load(data[0]) as d:
+        np.savez(shifted, x=d["x"], labels=d["labels"] + 10)  # labels 10..19 for a 10-class model
+    edge = start_edge(procs, port, shifted, "shifted")
+    assert finish(edge, 30) == 1
+    err = edge.err_path.read_text()
+    assert "shifted.npz: array 'labels' holds label 19" in err and "labels must be in 0..9" in err, err
+    assert "round 1 fit" not in edge.out_path.read_text()
+    assert query(state, "SELECT * FROM submissions") == []

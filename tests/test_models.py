@@ -20,7 +20,7 @@ def test_builtin_models_pass_the_checker_with_a_pinned_opset(name):
     assert model.ir_version == IR_VERSION <= 10
 
 
-@pytest.mark.parametrize("name", sorted(BUILTIN_MODELS))
+@pytest.mark.parametrize("name", ["cnn", "mlp"])  # the digits models; logreg takes 60 features (below)
 def test_builtin_models_map_64_pixels_to_10_logits_in_plain_onnxruntime(name):
     model = builtin_model(name)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -51,5 +51,14 @@ def test_weights_are_reproducible_from_the_seed(factory):
 
 
 def test_unknown_builtin_is_a_config_error():
-    with pytest.raises(ConfigError, match=r"unknown built-in model 'resnet'; expected one of \['cnn', 'mlp'\]"):
+    with pytest.raises(ConfigError, match=r"unknown built-in model 'resnet'; expected one of \['cnn', 'logreg', 'mlp'\]"):
         builtin_model("resnet")
+
+
+def test_logreg_is_a_60_to_10_linear_model_that_builds_artifacts(tmp_path):
+    from fedort.edge_client.artifacts import build_artifacts
+    from fedort.edge_client.models import builtin_model
+
+    manifest = build_artifacts(builtin_model("logreg"), tmp_path)
+    assert manifest.parameter_count == 60 * 10 + 10 and manifest.num_classes == 10
+    assert [(s.name, s.shape[1:]) for s in manifest.inputs] == [("x", (60,)), ("labels", ())]

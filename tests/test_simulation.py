@@ -138,3 +138,44 @@ def test_simulate_help_names_every_setting():
                  "--artifacts", "--data", "--local-epochs", "--batch-size", "--lr", "--backend", "--ray-address",
                  "--seed", "--out"):
         assert flag in out
+
+
+def test_synthetic_dataset_trains_the_logreg_model_above_the_majority_class(tmp_path):
+    cfg = _small(tmp_path / "run", dataset="synthetic:1,1", clients=10, rounds=8, batch_size=10, lr=0.05)
+    assert cfg.model == "logreg" and cfg.name == "synthetic"
+    result = run_simulation(cfg)
+    test = np.load(result.out / "data" / "test.npz")
+    assert test["x"].shape[1] == 60
+    majority = np.bincount(test["labels"], minlength=10).max() / len(test["labels"])
+    assert result.final["test_accuracy"] > majority + 0.15, (result.final["test_accuracy"], majority)
+
+
+def test_a_digits_model_on_synthetic_data_is_a_config_error():
+    with pytest.raises(ConfigError, match="does not fit dataset"):
+        SimulationConfig(dataset="synthetic:1,1", model="mlp")
+    with pytest.raises(ConfigError, match="synthetic:ALPHA,BETA"):
+        SimulationConfig(dataset="synthetic:1")
+
+
+def test_prox_mu_needs_the_sgd_optimizer():
+    with pytest.raises(ConfigError, match=r"prox_mu 0.1 \(FedProx\) needs optimizer = \"sgd\""):
+        SimulationConfig(prox_mu=0.1)
+    assert SimulationConfig(prox_mu=0.1, optimizer="sgd").prox_mu == 0.1
+
+
+def test_stragglers_are_a_seeded_share_that_trains_only_their_few_steps(tmp_path):
+    import sqlite3
+
+    from fedort.simulations.population import choose_stragglers
+
+    ids = [f"client-{i:04d}" for i in range(4)]
+    stragglers = choose_stragglers(ids, 0.5, seed=0)
+    assert len(stragglers) == 2 and stragglers == choose_stragglers(ids, 0.5, seed=0)
+    assert choose_stragglers(ids, 0.0, seed=0) == frozenset() and choose_stragglers(ids, 1.0, seed=0) == set(ids)
+    result = run_simulation(_small(tmp_path / "run", rounds=1, batch_size=16, straggler_fraction=0.5,
+                                   straggler_steps=2))
+    with sqlite3.connect(result.out / "state" / "state.db") as db:
+        examples = dict(db.execute("SELECT client_id, num_examples FROM submissions WHERE round = 1"))
+    assert set(examples) == set(ids)
+    assert {c for c, n in examples.items() if n == 2 * 16} == stragglers   # two steps of 16 examples
+    assert all(n > 100 for c, n in examples.items() if c not in stragglers)  # a whole epoch of ~359

@@ -8,7 +8,8 @@ import sqlite3
 import numpy as np
 import pytest
 
-from fedort.coordinator.state import StateStore, SubmissionRow, atomic_write, read_vector
+from fedort.coordinator.state import StateStore, SubmissionRow, read_vector
+from fedort.durable import atomic_write
 from fedort.protos.errors import ConfigError
 
 

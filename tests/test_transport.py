@@ -87,7 +87,7 @@ def test_errors_arrive_as_fedort_errors_with_the_status_code(address):
     with Transport.connect(address, insecure=True) as t:
         with pytest.raises(FedortError) as info:
             t.poll("c-never-joined", "m", wait_ms=0)
-        assert info.value.code == grpc.StatusCode.NOT_FOUND and "unknown client" in str(info.value)
+        assert info.value.code == "NOT_FOUND" and "unknown client" in str(info.value)
 
 
 def test_cancel_inflight_interrupts_a_long_poll(address):
@@ -97,4 +97,4 @@ def test_cancel_inflight_interrupts_a_long_poll(address):
         started = time.monotonic()
         with pytest.raises(FedortError) as err:
             t.poll(info.client_id, info.model_id, wait_ms=20_000)
-        assert err.value.code == grpc.StatusCode.CANCELLED and time.monotonic() - started < 3
+        assert err.value.code == "CANCELLED" and time.monotonic() - started < 3

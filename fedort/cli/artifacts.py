@@ -92,7 +92,7 @@ def _show(args: argparse.Namespace) -> int:
 
 def summary(manifest) -> str:
     """A few human-readable lines about a `Manifest`."""
-    from fedort.edge_client.data import describe_spec
+    from fedort.edge_client.client_data import describe_spec
 
     lines = [
         f"model id:       {manifest.model_id}",
@@ -101,6 +101,7 @@ def summary(manifest) -> str:
         f"frozen:         {', '.join(manifest.frozen) or '-'}",
         f"loss:           {manifest.loss}    optimizer: {manifest.optimizer}    opset: {manifest.opset}",
         "inputs:         " + ", ".join(f"{s.name}: {describe_spec(s)}" for s in manifest.inputs),
+        f"classes:        {manifest.num_classes if manifest.num_classes is not None else '-'}",
         f"eval outputs:   {', '.join(manifest.eval_outputs)}",
         f"export keeps:   {', '.join(manifest.inference_outputs)}",
         "files:",

@@ -50,6 +50,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--local-epochs", metavar="E", type=int, help="clients' local epochs per round (default 1)")
     serve.add_argument("--batch-size", metavar="B", type=int, help="clients' batch size; 0 = each client's whole data (default 32)")
     serve.add_argument("--lr", type=float, help="clients' learning rate (default 0.05)")
+    serve.add_argument("--prox-mu", metavar="MU", type=float, help="FedProx: clients add MU/2 * ||w - w_global||^2 "
+                                                                   "to their loss; needs SGD artifacts (default 0: FedAvg)")
     serve.add_argument("--seed", type=int, help="selection and shuffling seed (default 0)")
     serve.add_argument("--eval-data", metavar="FILE.npz", type=Path, help="held-out .npz evaluated on the server after each round")
     serve.add_argument("--fraction-evaluate", metavar="F", type=float, help="share of clients evaluating the final model (default 0)")
@@ -94,8 +96,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 _FLAG_KEYS = ("artifacts", "state_dir", "address", "port_file", "rounds", "min_clients", "min_available_clients",
-              "fraction", "round_timeout_s", "max_round_attempts", "local_epochs", "batch_size", "lr", "seed",
-              "eval_data", "fraction_evaluate", "client_timeout_s", "keep_spool", "strategy",
+              "fraction", "round_timeout_s", "max_round_attempts", "local_epochs", "batch_size", "lr", "prox_mu",
+              "seed", "eval_data", "fraction_evaluate", "client_timeout_s", "keep_spool", "strategy",
               "tls_cert", "tls_key", "tls_client_ca", "insecure", "auth", "max_streams_per_client", "submissions_per_minute")
 
 

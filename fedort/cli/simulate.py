@@ -30,14 +30,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     group.add_argument("--clients-per-round", type=int, metavar="M", help="clients selected each round")
     group.add_argument("--fraction", type=float, metavar="F", help="share of clients selected each round (default 1.0)")
     p.add_argument("--rounds", type=int, help="federated rounds (default 30)")
-    p.add_argument("--partition", help="iid | dirichlet:ALPHA | shards:K (default dirichlet:0.5)")
+    p.add_argument("--partition", help="digits: iid | dirichlet:ALPHA | shards:K (default dirichlet:0.5)")
+    p.add_argument("--dataset", metavar="SPEC", help="digits | synthetic:ALPHA,BETA (FedProx's Synthetic; "
+                                                     "model logreg) (default digits)")
     model = p.add_mutually_exclusive_group()
-    model.add_argument("--model", choices=["mlp", "cnn"], help="built-in model for the digits data (default mlp)")
+    model.add_argument("--model", choices=["mlp", "cnn", "logreg"],
+                       help="built-in model (default mlp for digits, logreg for synthetic)")
     model.add_argument("--artifacts", type=Path, help="your own artifacts folder (fedort artifacts build); needs --data")
     p.add_argument("--data", type=Path, help="your own data: a folder of client-XXXX.npz + test.npz")
     p.add_argument("--local-epochs", type=int, metavar="E", help="local epochs per round (default 1)")
     p.add_argument("--batch-size", type=int, metavar="B", help="local batch size; 0 = whole client data (default 16)")
     p.add_argument("--lr", type=float, help="client learning rate (default 0.01)")
+    p.add_argument("--optimizer", choices=["adamw", "sgd"], help="built-in model's optimizer (default adamw)")
+    p.add_argument("--prox-mu", metavar="MU", type=float,
+                   help="FedProx: clients add MU/2 * ||w - w_global||^2 to their loss; needs --optimizer sgd "
+                        "(default 0: FedAvg)")
     p.add_argument("--backend", choices=BACKENDS, help="where clients run: local processes or Ray (default local)")
     p.add_argument("--ray-address", help="an existing Ray cluster (default: start a local Ray instance)")
     p.add_argument("--workers", type=int, help="worker processes (default: one per core)")
@@ -47,6 +54,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--byzantine-fraction", type=float, metavar="F",
                    help="share of clients that attack with --attack, chosen by --seed (default 0)")
     p.add_argument("--attack", metavar="SPEC", help="sign-flip[:K] | scale:K (default sign-flip, K = 4)")
+    p.add_argument("--straggler-fraction", type=float, metavar="F",
+                   help="share of clients, chosen by --seed, that do partial work each round (default 0)")
+    p.add_argument("--straggler-steps", type=int, metavar="N",
+                   help="local optimizer steps a straggler stops after (default 1)")
     p.add_argument("--out", type=Path, help="run folder (default runs/<timestamp>)")
     p.add_argument("--no-progress", dest="progress", action="store_false", default=None, help="no progress bar")
     p.add_argument("--verbose", action="store_true", help="log every coordinator and client event (default: "
@@ -63,9 +74,10 @@ def _run(args: argparse.Namespace) -> int:
         for name in ("coordinator", "fedort.edge", "edge_client"):
             logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))
 
-    fields = ("clients", "clients_per_round", "fraction", "rounds", "partition", "model", "artifacts", "data",
-              "local_epochs", "batch_size", "lr", "backend", "ray_address", "workers", "seed", "out", "progress",
-              "strategy", "byzantine_fraction", "attack")
+    fields = ("clients", "clients_per_round", "fraction", "rounds", "partition", "dataset", "model", "artifacts", "data",
+              "local_epochs", "batch_size", "lr", "optimizer", "prox_mu", "backend", "ray_address", "workers", "seed",
+              "out", "progress",
+              "strategy", "byzantine_fraction", "attack", "straggler_fraction", "straggler_steps")
     cfg = load_config(args.scenario, {k: getattr(args, k) for k in fields})
     result = run_simulation(cfg)
     print()

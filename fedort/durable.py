@@ -1,0 +1,80 @@
+"""Crash-safe files: the one `atomic_write` (and its fsync helpers) of the coordinator and the device.
+
+    temp file in the target's folder -> write -> fsync -> rename over the target -> fsync the folder
+
+so a crash, a kill or a full disk at any moment leaves either the old file or the complete new one
+under the final name, never a partial one, and the rename itself survives a power cut. The temp
+name is unique per call (`tempfile.mkstemp`), so threads writing the same folder never collide,
+and a failed write removes its temp file.
+
+It lives in the root package because both sides need it and it is not part of the wire contract
+(`fedort.protos`); it imports only the standard library and numpy, so a device can load it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Union
+
+import numpy as np
+
+Data = Union[bytes, bytearray, memoryview, np.ndarray, Iterable[bytes]]
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    """Make renames and new entries in folder `path` durable (a no-op where folders cannot be opened)."""
+    if os.name != "posix":
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_file(path: str | os.PathLike) -> None:
+    """Flush a file someone else wrote (e.g. ONNX Runtime's export) to stable storage."""
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def _chunks(data: Data) -> Iterable[bytes | memoryview]:
+    if isinstance(data, np.ndarray):
+        return (memoryview(np.ascontiguousarray(data)).cast("B"),)
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return (data,)
+    return data
+
+
+def atomic_write(path: str | os.PathLike, data: Data) -> None:
+    """Write `data` (bytes, a numpy array's raw bytes, or an iterable of byte chunks) to `path` atomically.
+
+    Creates the parent folder if needed. If writing fails (or the chunk iterator raises), the old
+    file is untouched, the temp file is removed and the exception propagates.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb", buffering=0) as f:
+            for chunk in _chunks(data):
+                view = memoryview(chunk).cast("B")
+                while view:
+                    view = view[f.write(view):]
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
+    """`obj` as indented, key-sorted JSON, written atomically."""
+    atomic_write(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+
+
+__all__ = ["atomic_write", "atomic_write_json", "fsync_dir", "fsync_file"]
