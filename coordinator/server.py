@@ -13,10 +13,12 @@ missing exports redone) and only then reports SERVING on the standard health ser
 from __future__ import annotations
 
 import asyncio
+import errno
 import ipaddress
 import json
 import logging
 import os
+import socket
 from pathlib import Path
 
 import grpc
@@ -30,6 +32,7 @@ from fedort.coordinator.malformed import add_servicer
 from fedort.coordinator.rounds import RoundEngine, RoundState, RunOutcome
 from fedort.coordinator.servicer import CoordinatorServicer
 from fedort.coordinator.state import StateStore, atomic_write
+from fedort.coordinator.statelock import StateDirLock
 from fedort.edge_client.artifacts import ARTIFACT_FILES, MANIFEST, copy_artifacts, load_manifest, verify_artifacts
 from fedort.protos.errors import ConfigError, UnavailableError
 
@@ -49,6 +52,8 @@ def server_options(config: CoordinatorConfig) -> list[tuple[str, int]]:
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
         ("grpc.http2.max_ping_strikes", 0),
+        # gRPC sets SO_REUSEPORT by default: a second coordinator would bind the same port and split the devices
+        ("grpc.so_reuseport", 0),
     ]
 
 
@@ -99,6 +104,7 @@ class Coordinator:
         self._server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
         self._engine_task: asyncio.Task | None = None
+        self._lock = StateDirLock(config.state_dir)
 
     @property
     def state_dir(self) -> Path:
@@ -112,6 +118,15 @@ class Coordinator:
         cfg.check_transport_security()
         credentials = server_credentials(cfg)
         cfg.state_dir.mkdir(parents=True, exist_ok=True)
+        self._lock.acquire()   # before reading anything: a second coordinator on this dir stops here
+        try:
+            return await self._start(credentials)
+        except BaseException:
+            self._lock.release()
+            raise
+
+    async def _start(self, credentials: grpc.ServerCredentials | None) -> int:
+        cfg = self.config
         # on loopback nobody else can listen or connect from elsewhere, so these are no news there
         warn = log.info if _is_loopback(cfg.host_port[0]) else log.warning
         if cfg.auth == "open":
@@ -155,7 +170,7 @@ class Coordinator:
         if not self.port:
             store.close()
             self._store = None
-            raise ConfigError(f"cannot listen on {cfg.address}{reason or ' (address in use or not local?)'}")
+            raise ConfigError(f"cannot listen on {cfg.address}{bind_failure(host, port)}{reason and f' (gRPC{reason})'}")
         self._server = server
         await server.start()
         self._engine_task = asyncio.create_task(engine.run(), name="fedort-round-engine")
@@ -197,6 +212,7 @@ class Coordinator:
             self._store.close()
             self._store = None
         self._server = None
+        self._lock.release()
         log.info("coordinator stopped")
 
     @property
@@ -209,6 +225,19 @@ class Coordinator:
 
     async def __aexit__(self, *exc) -> None:
         await self.stop()
+
+
+def bind_failure(host: str, port: int) -> str:
+    """Why gRPC could not bind HOST:PORT, asked of the OS directly (gRPC only says it failed)."""
+    try:
+        family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.bind((host.strip("[]"), port))
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            return f": address in use (another process listens on port {port}; stop it or pick another --address)"
+        return f": {e.strerror or e}"
+    return " (address in use or not local?)"
 
 
 def _is_loopback(host: str) -> bool:
