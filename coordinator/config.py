@@ -36,6 +36,8 @@ expected and what arrived.
 | max_streams_per_client | 4 | downloads/uploads one client may have in progress at once (0 disables) |
 | stream_idle_timeout_s | 30 | an upload that sends nothing this long is dropped (frees its slot) |
 | submissions_per_minute | 60 | per-client rate of updates and evaluations, token bucket (0 disables) |
+| joins_per_minute | 10 | per-client rate of Join calls, token bucket (0 disables) |
+| joins_per_minute_per_address | 600 | per-peer-address rate of Join calls, token bucket (0 disables) |
 """
 
 from __future__ import annotations
@@ -93,6 +95,8 @@ class CoordinatorConfig:
     max_streams_per_client: int = 4
     stream_idle_timeout_s: float = 30.0
     submissions_per_minute: float = 60.0
+    joins_per_minute: float = 10.0
+    joins_per_minute_per_address: float = 600.0
     extra: Mapping[str, str] = field(default_factory=dict)  # passed to clients in TrainConfig.extra
 
     def __post_init__(self) -> None:
@@ -175,6 +179,9 @@ class CoordinatorConfig:
              "max_streams_per_client must be an integer >= 0 (0 disables)", self.max_streams_per_client)
         need(_number(self.submissions_per_minute) and self.submissions_per_minute >= 0,
              "submissions_per_minute must be >= 0 (0 disables)", self.submissions_per_minute)
+        for name in ("joins_per_minute", "joins_per_minute_per_address"):
+            need(_number(getattr(self, name)) and getattr(self, name) >= 0, f"{name} must be >= 0 (0 disables)",
+                 getattr(self, name))
 
     def check_transport_security(self) -> None:
         """ConfigError unless the server is told to use TLS or, explicitly, plaintext."""

@@ -22,6 +22,7 @@ import grpc
 
 from fedort.coordinator.malformed import reject_malformed
 from fedort.coordinator.auth import Authenticator, check_identity
+from fedort.coordinator.join_limits import JoinGate, clip
 from fedort.coordinator.limits import RateLimiter, StreamLimiter
 from fedort.coordinator.rounds import RoundEngine
 from fedort.coordinator.upload import UpdateReceiver
@@ -40,6 +41,9 @@ _caller: contextvars.ContextVar[str | None] = contextvars.ContextVar("fedort_cal
 
 async def _abort(context: grpc.aio.ServicerContext, method: str, exc: BaseException) -> None:
     code, message = status_for(exc)
+    message = clip(message, 1024)   # client-chosen strings end up in messages: never echo them unbounded
+    if getattr(exc, "retry_after_s", None) is not None:
+        context.set_trailing_metadata((("retry-after", f"{exc.retry_after_s:.3f}"),))
     if isinstance(exc, FedortError):
         log.debug("%s -> %s: %s", method, code.name, message)
     else:
@@ -87,6 +91,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         self.auth = auth or Authenticator("open", None)
         self.streams = StreamLimiter(engine.config.max_streams_per_client)
         self.submissions = RateLimiter(engine.config.submissions_per_minute)
+        self.joins = JoinGate(engine.config.joins_per_minute, engine.config.joins_per_minute_per_address)
         self.artifacts_dir = artifacts_dir
         self.chunk_bytes = chunk_bytes
         manifest = engine.manifest
@@ -108,6 +113,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     @unary
     async def Join(self, request: pb.JoinRequest, context) -> pb.JoinReply:
+        self.joins.admit(request.device_name, request.capabilities, request.client_id or _caller.get() or "",
+                         context.peer())
         cid = self.engine.join(request.client_id or _caller.get() or "", request.device_name,
                                dict(request.capabilities))
         cfg = self.engine.config
