@@ -40,17 +40,18 @@ import numpy as np
 from fedort.coordinator.config import CoordinatorConfig
 from fedort.coordinator.export import Exporter
 from fedort.coordinator.fedavg import WeightedSum
+from fedort.coordinator.integrity import export_problem, read_verified_vector
 from fedort.coordinator.strategies import SpooledUpdate, parse_strategy
 from fedort.coordinator.metrics import MetricSums, metrics_json
 from fedort.coordinator.registry import ClientRegistry
 from fedort.coordinator.selection import client_seed, sample_size, select_clients
 from fedort.coordinator.status import StatusSnapshot, snapshot
 from fedort.coordinator.state import (
-    COMMITTED, EXPORTED, FAILED, OPEN, StateStore, SubmissionRow, atomic_write, fsync_dir, now_ms, read_vector,
+    COMMITTED, EXPORTED, FAILED, OPEN, StateStore, SubmissionRow, atomic_write, fsync_dir, now_ms,
 )
 from fedort.protos.codec import CODEC_RAW, DTYPES, VectorAssembler
 from fedort.protos.errors import (
-    ConfigError, FedortError, NotFoundError, ProtocolError, ResourceExhaustedError, StaleRoundError,
+    FedortError, NotFoundError, ProtocolError, ResourceExhaustedError, StaleRoundError,
     UnavailableError, VectorError, WrongModelError,
 )
 from fedort.protos.messages import Metric, SubmitResult, Task, TaskKind, TrainConfig, UpdateHeader
@@ -318,7 +319,7 @@ class RoundEngine:
     async def _export(self, round: int) -> None:
         row = next(r for r in self.store.rounds() if r.round == round)
         vector = self._global.vector if self._global and self._global.round == round + 1 else \
-            read_vector(self.store.vector_path(round + 1), self.length)
+            read_verified_vector(self.store.vector_path(round + 1), self.length, row.vector_sha256)
         record = {
             "clients": row.clients, "client_ids": [s.client_id for s in self.store.submissions(round)],
             "examples": row.examples, "metrics": row.metrics, "attempts": row.attempt,
@@ -376,17 +377,17 @@ class RoundEngine:
             row = rows[r]
             if row.state in (COMMITTED, EXPORTED):
                 last = r
-                if row.state == COMMITTED or not (store.model_dir(r) / "model.json").is_file():
+                problem = None if row.state == COMMITTED else export_problem(store.model_dir(r), row.vector_sha256)
+                if problem:
+                    log.warning("round %d: export not intact (%s); exporting it again", r, problem)
+                if row.state == COMMITTED or problem:
                     log.info("round %d: redoing the export interrupted by the last stop", r)
                     await self._export(r)
                 self._drop_spool(r)
         self.round = last + 1
         expected = store.get_meta("initial_vector_sha256") if last == 0 else rows[last].vector_sha256
-        vector = read_vector(store.vector_path(self.round), self.length)
-        sha = hashlib.sha256(memoryview(vector).cast("B")).digest()
-        if sha.hex() != expected:
-            raise ConfigError(f"state dir is corrupt: {store.vector_path(self.round)} hashes to {sha.hex()[:16]}…, "
-                              f"the database recorded {expected[:16]}…")
+        vector = read_verified_vector(store.vector_path(self.round), self.length, expected)
+        sha = bytes.fromhex(expected)
         self._global = GlobalVector(self.round, vector, sha)
         if self.round > self.config.rounds:
             log.info("all %d rounds were already committed", last)
@@ -420,9 +421,7 @@ class RoundEngine:
                     f.unlink(missing_ok=True)   # written, never acknowledged: as if it never arrived
         for r in rows:
             path = self.store.dir / r.spool_path
-            vector = await asyncio.to_thread(read_vector, path, self.length)
-            if hashlib.sha256(memoryview(vector).cast("B")).hexdigest() != r.sha256:
-                raise ConfigError(f"state dir is corrupt: spooled update {path} does not match its recorded sha256")
+            vector = await asyncio.to_thread(read_verified_vector, path, self.length, r.sha256)
             self._fold(r.client_id, r.num_examples, r.metrics, vector)
         if rows:
             log.info("round %d: replayed %d acknowledged updates from the spool", round, len(rows))
@@ -512,7 +511,7 @@ class RoundEngine:
             raise NotFoundError(f"no global vector for round {round} yet; the latest round is {latest}")
         rows = {r.round: r for r in self.store.rounds()}
         expected = self.store.get_meta("initial_vector_sha256") if round == 1 else rows[round - 1].vector_sha256
-        vector = read_vector(self.store.vector_path(round), self.length)
+        vector = read_verified_vector(self.store.vector_path(round), self.length, expected)
         return GlobalVector(round, vector, bytes.fromhex(expected))
 
     def _check_open(self, client_id: str, round: int) -> None:

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fedort.coordinator.integrity import export_problem
 from fedort.coordinator.state import StateStore
 
 
@@ -38,15 +39,26 @@ class StatusSnapshot:
     rounds: tuple[RoundSummary, ...]
     latest_model: str
     message: str = ""
+    latest_problem: str = ""    # why the newest export is not listed (corrupt or missing), if so
 
 
 def latest_model(state_dir: Path) -> str:
-    """Path of the newest exported model.onnx ('' if none yet)."""
+    """Path of the newest exported model.onnx ('' if none yet, or if it does not match its model.json)."""
+    return latest_export(state_dir)[0]
+
+
+def latest_export(state_dir: Path) -> tuple[str, str]:
+    """(path of the newest intact model.onnx or '', why the newest export is not intact or '')."""
     pointer = state_dir / "models" / "latest.json"
     try:
-        return os.fspath(state_dir / "models" / json.loads(pointer.read_text())["model"])
-    except (OSError, ValueError, KeyError):
-        return ""
+        latest = json.loads(pointer.read_text())
+        model = state_dir / "models" / latest["model"]
+    except FileNotFoundError:
+        return "", ""
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return "", f"{pointer} is unreadable ({type(e).__name__})"
+    problem = export_problem(model.parent)
+    return ("", problem) if problem else (os.fspath(model), "")
 
 
 def snapshot(store: StateStore, *, current_round: int | None = None, total_rounds: int | None = None,
@@ -56,6 +68,7 @@ def snapshot(store: StateStore, *, current_round: int | None = None, total_round
     clients = store.clients()
     config = json.loads(store.get_meta("config", "{}") or "{}")
     done = [r.round for r in rows if r.state in ("COMMITTED", "EXPORTED")]
+    latest = latest_export(store.dir)
     run_state = store.get_meta("run_state", "RUNNING")
     if state is None:
         open_rows = [r for r in rows if r.state == "TRAINING"]
@@ -69,8 +82,9 @@ def snapshot(store: StateStore, *, current_round: int | None = None, total_round
         active_clients=active if active is not None else sum(c.active for c in clients),
         rounds=tuple(RoundSummary(r.round, r.state, r.clients, r.examples, r.metrics, r.attempt, r.model_path, r.message)
                      for r in rows),
-        latest_model=latest_model(store.dir),
+        latest_model=latest[0],
         message=store.get_meta("run_message", "") or "",
+        latest_problem=latest[1],
     )
 
 
@@ -90,7 +104,7 @@ def format_status(s: StatusSnapshot) -> str:
         f"round      {min(s.current_round, s.total_rounds) if s.total_rounds else s.current_round} of {s.total_rounds}"
         + (" (all committed)" if s.total_rounds and s.current_round > s.total_rounds else ""),
         f"clients    {s.registered_clients} registered, {s.active_clients} active",
-        f"latest     {s.latest_model or '(no model exported yet)'}",
+        f"latest     {s.latest_model or ('(none intact: ' + s.latest_problem + ')' if s.latest_problem else '(no model exported yet)')}",
         "",
         f"{'round':>5}  {'state':<10} {'try':>3} {'clients':>7} {'examples':>9}  metrics",
     ]

@@ -2,6 +2,8 @@
 
     FedortError
      +-- ConfigError            bad flag, config file or argument        INVALID_ARGUMENT
+     |    +-- CorruptStateError    a state-dir file fails its recorded hash DATA_LOSS
+     +-- StorageError           the coordinator's disk is full           UNAVAILABLE
      +-- DataError              data arrays that do not fit the model    INVALID_ARGUMENT
      +-- VectorError            parameter vector of wrong length/dtype   INVALID_ARGUMENT
      +-- ArtifactError          missing or corrupt training artifacts    FAILED_PRECONDITION
@@ -33,6 +35,18 @@ class FedortError(Exception):
 
 class ConfigError(FedortError):
     code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class CorruptStateError(ConfigError):
+    """A file of the state dir does not match the hash (or length) the database recorded for it."""
+
+    code = grpc.StatusCode.DATA_LOSS
+
+
+class StorageError(FedortError):
+    """The coordinator could not write its state (disk or quota full): retryable once space returns."""
+
+    code = grpc.StatusCode.UNAVAILABLE
 
 
 class DataError(FedortError):
@@ -112,7 +126,7 @@ def from_rpc_error(err: grpc.RpcError) -> FedortError:
 
 
 __all__ = [
-    "FedortError", "ConfigError", "DataError", "VectorError", "ArtifactError", "TrainingError",
+    "FedortError", "ConfigError", "CorruptStateError", "StorageError", "DataError", "VectorError", "ArtifactError", "TrainingError",
     "ProtocolError", "StaleRoundError", "WrongModelError", "NotFoundError", "UnauthenticatedError",
     "PermissionDeniedError", "ResourceExhaustedError", "UnavailableError",
     "status_for", "from_rpc_error",
