@@ -51,6 +51,7 @@ from fedort.edge_client.artifacts import ARTIFACT_FILES, Manifest
 from fedort.edge_client.cache import ArtifactCache, IdentityLock, identity_key
 from fedort.edge_client.client_data import ClientData
 from fedort.edge_client.edge_config import EdgeConfig
+from fedort.edge_client.guards import check_finite
 from fedort.edge_client.heartbeat import Heartbeat
 from fedort.edge_client.retry import StoppedError, call_with_retry
 from fedort.edge_client.session import SessionConfig, TrainingSession
@@ -135,7 +136,9 @@ class EdgeClient:
     @property
     def transport(self) -> Transport:
         if self._transport is None:
-            self._transport = Transport(self.config.channel_config())
+            channel = self.config.channel_config()
+            channel.check_resolves()     # a host that does not resolve at start is a typo: say so, do not retry
+            self._transport = Transport(channel)
         return self._transport
 
     @property
@@ -338,6 +341,7 @@ class EdgeClient:
         vector = self._call(f"DownloadVector round {task.round}", lambda: self.transport.download_vector(
             self.client_id, self.model_id, task.round, expected_length=length,
             expected_sha256=task.vector_sha256 or None))
+        check_finite(vector, task.round)   # before caching: a poisoned vector must not be trained on or kept
         self.cache.put_vector(task.vector_sha256 or vector_digest(vector), vector)
         return vector, False
 

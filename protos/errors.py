@@ -16,6 +16,7 @@
           +-- PermissionDeniedError acting as another identity           PERMISSION_DENIED
           +-- ResourceExhaustedError over a size or rate limit           RESOURCE_EXHAUSTED
           +-- UnavailableError     coordinator not serving (yet/anymore) UNAVAILABLE
+               +-- CertificateError  the peer's TLS certificate failed verification (never retried)
 
 Servers raise these and `status_for` turns them into a status code once, in the servicer's
 error boundary; clients turn a `grpc.RpcError` back into the same class with `from_rpc_error`,
@@ -23,6 +24,8 @@ so both ends speak one vocabulary.
 """
 
 from __future__ import annotations
+
+import re
 
 import grpc
 
@@ -97,6 +100,10 @@ class UnavailableError(ProtocolError):
     code = grpc.StatusCode.UNAVAILABLE
 
 
+class CertificateError(UnavailableError):
+    """TLS certificate verification failed: gRPC says UNAVAILABLE, but waiting cannot heal it."""
+
+
 _BY_CODE: dict[grpc.StatusCode, type[FedortError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: ProtocolError,
     grpc.StatusCode.FAILED_PRECONDITION: StaleRoundError,
@@ -122,12 +129,34 @@ def from_rpc_error(err: grpc.RpcError) -> FedortError:
     cls = _BY_CODE.get(code, FedortError)
     exc = cls(f"{code.name}: {details}")
     exc.code = code
+    retry_after = _retry_after(err, details or "")
+    if retry_after is not None:
+        exc.retry_after_s = retry_after
     return exc
+
+
+_RETRY_IN = re.compile(r"retry in (\d+(?:\.\d+)?) s")
+
+
+def _retry_after(err: grpc.RpcError, details: str) -> float | None:
+    """Seconds the server asked to wait: its `retry-after` trailing metadata, else 'retry in S s' in the message."""
+    try:
+        trailing = err.trailing_metadata() if hasattr(err, "trailing_metadata") else None
+    except Exception:  # noqa: BLE001 - a call object without metadata
+        trailing = None
+    for key, value in trailing or ():
+        if key.lower() == "retry-after":
+            try:
+                return max(0.0, float(value))
+            except (TypeError, ValueError):
+                break
+    match = _RETRY_IN.search(details)
+    return float(match.group(1)) if match else None
 
 
 __all__ = [
     "FedortError", "ConfigError", "CorruptStateError", "StorageError", "DataError", "VectorError", "ArtifactError", "TrainingError",
     "ProtocolError", "StaleRoundError", "WrongModelError", "NotFoundError", "UnauthenticatedError",
-    "PermissionDeniedError", "ResourceExhaustedError", "UnavailableError",
+    "PermissionDeniedError", "ResourceExhaustedError", "UnavailableError", "CertificateError",
     "status_for", "from_rpc_error",
 ]
