@@ -46,6 +46,7 @@ from fedort.coordinator.metrics import MetricSums, metrics_json
 from fedort.coordinator.registry import ClientRegistry
 from fedort.coordinator.selection import client_seed, sample_size, select_clients
 from fedort.coordinator.status import StatusSnapshot, snapshot
+from fedort.coordinator.storage import retry_when_full
 from fedort.coordinator.state import (
     COMMITTED, EXPORTED, FAILED, OPEN, StateStore, SubmissionRow, atomic_write, fsync_dir, now_ms,
 )
@@ -202,12 +203,12 @@ class RoundEngine:
             while self.round <= self.config.rounds:
                 if not resumed:
                     await self._wait_for_clients()
-                    self._open(attempt=1, keep=frozenset())
+                    await retry_when_full(lambda: self._open(attempt=1, keep=frozenset()), f"round {self.round} open")
                 resumed = False
                 if not await self._train():
                     return self._outcome
-                await self._commit()
-                await self._export(self.round - 1)
+                await retry_when_full(self._commit, f"round {self.round} commit")   # disk full: wait, not die
+                await retry_when_full(lambda: self._export(self.round - 1), f"round {self.round - 1} export")
                 if self.round <= self.config.rounds:
                     self._transition(RoundState.WAITING_FOR_CLIENTS, f"round {self.round} is next")
             await self._evaluate_phase()
@@ -220,6 +221,8 @@ class RoundEngine:
             message = f"round {self.round}: {type(e).__name__}: {e}"
             try:
                 self.store.fail_round(self.round, message)
+            except Exception as record_error:  # noqa: BLE001 - e.g. disk full: the run still ends FAILED in memory
+                log.error("could not record the failure in %s: %s", self.store.dir, record_error)
             finally:
                 self.state = RoundState.FAILED
                 self._outcome = RunOutcome(RoundState.FAILED, self.round - 1, message)

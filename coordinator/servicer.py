@@ -25,6 +25,7 @@ from fedort.coordinator.auth import Authenticator, check_identity
 from fedort.coordinator.join_limits import JoinGate, clip
 from fedort.coordinator.limits import RateLimiter, StreamLimiter
 from fedort.coordinator.rounds import RoundEngine
+from fedort.coordinator.storage import storage_error
 from fedort.coordinator.upload import UpdateReceiver
 from fedort.edge_client.artifacts import ARTIFACT_FILES
 from fedort.protos import fedort_v1_pb2 as pb
@@ -40,6 +41,7 @@ _caller: contextvars.ContextVar[str | None] = contextvars.ContextVar("fedort_cal
 
 
 async def _abort(context: grpc.aio.ServicerContext, method: str, exc: BaseException) -> None:
+    exc = storage_error(exc) or exc      # disk full -> UNAVAILABLE "coordinator storage full" (clients retry)
     code, message = status_for(exc)
     message = clip(message, 1024)   # client-chosen strings end up in messages: never echo them unbounded
     if getattr(exc, "retry_after_s", None) is not None:

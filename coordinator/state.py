@@ -27,7 +27,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from fedort.protos.errors import ConfigError, VectorError
+from fedort.coordinator.storage import raise_if_full, storage_error
+from fedort.protos.errors import ConfigError, CorruptStateError, VectorError
 
 DB_NAME = "state.db"
 SCHEMA_VERSION = 1
@@ -147,6 +148,16 @@ class StateStore:
         self.dir = Path(state_dir)
         self.readonly = readonly
         db = self.dir / DB_NAME
+        try:
+            self._open(db, readonly)
+        except sqlite3.DatabaseError as e:
+            if storage_error(e) is not None:
+                raise_if_full(e)
+            raise CorruptStateError(f"{db} is not a usable SQLite database ({e}); it is the coordinator's state: "
+                                    "restore it from a backup or start over with a new --state-dir") from None
+        self._db.row_factory = sqlite3.Row
+
+    def _open(self, db: Path, readonly: bool) -> None:
         if readonly:
             if not db.is_file():
                 raise ConfigError(f"no coordinator state in {self.dir} ({DB_NAME} missing)")
@@ -158,7 +169,7 @@ class StateStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_SCHEMA)
-        self._db.row_factory = sqlite3.Row
+        self._db.execute("SELECT COUNT(*) FROM meta").fetchone()   # reads a page: garbage fails here, not later
 
     def close(self) -> None:
         self._db.close()
@@ -166,13 +177,17 @@ class StateStore:
     def _tx(self, statements: Iterable[tuple[str, tuple]]) -> None:
         """Run statements in one transaction (durable on return: synchronous=FULL)."""
         db = self._db
-        db.execute("BEGIN IMMEDIATE")
         try:
+            db.execute("BEGIN IMMEDIATE")
             for sql, args in statements:
                 db.execute(sql, args)
             db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
+        except BaseException as e:
+            # a failed COMMIT (e.g. disk full) may already have rolled back: a second ROLLBACK would
+            # raise "cannot rollback - no transaction is active" and hide the real cause
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise_if_full(e)
             raise
 
     # ---- paths ----------------------------------------------------------------------------------

@@ -80,7 +80,7 @@ class RunSummary:
 
     client_id: str
     model_id: str
-    outcome: str                   # "done" | "stopped"
+    outcome: str                   # "done" | "failed" (the coordinator ended the run FAILED) | "stopped"
     reports: list[RoundReport] = field(default_factory=list)
     stop_reason: str = ""
 
@@ -439,8 +439,7 @@ class EdgeClient:
                     continue
                 task = self.poll()
                 if task.kind == TaskKind.DONE:
-                    outcome = "done"
-                    log.info("coordinator says the run is done")
+                    outcome = self._final_outcome()
                     break
                 self.handle(task)
         except FedortError as e:
@@ -454,6 +453,19 @@ class EdgeClient:
                 self._leave_quietly(self.client_id, self.stop_reason or "stopped")
             self.close()
         return RunSummary(self.client_id, self.model_id, outcome, list(self.reports), self.stop_reason)
+
+    def _final_outcome(self) -> str:
+        """'failed' when the coordinator's status says the run FAILED, else 'done' (DONE does not say which)."""
+        try:
+            state = self.transport.status().state
+        except FedortError as e:
+            log.warning("coordinator says the run is over; could not ask whether it succeeded: %s", e)
+            return "done"
+        if state == "FAILED":
+            log.error("coordinator says the run is over: it FAILED (its log and `fedort coordinator status` say why)")
+            return "failed"
+        log.info("coordinator says the run is done")
+        return "done"
 
     def stop(self, reason: str = "stopped") -> None:
         """Ask `run()` to end soon: cuts a backoff sleep or a long-poll short (thread- and signal-safe)."""
