@@ -23,12 +23,14 @@ from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
 
 from fedort.coordinator.auth import Authenticator
 from fedort.coordinator.config import CoordinatorConfig
 from fedort.coordinator.devices import DeviceStore
 from fedort.coordinator.export import Exporter
 from fedort.coordinator.malformed import add_servicer
+from fedort.coordinator.monitoring import Monitoring
 from fedort.coordinator.rounds import RoundEngine, RoundState, RunOutcome
 from fedort.coordinator.servicer import CoordinatorServicer
 from fedort.coordinator.state import StateStore, atomic_write
@@ -105,6 +107,8 @@ class Coordinator:
         self._health: health.aio.HealthServicer | None = None
         self._engine_task: asyncio.Task | None = None
         self._lock = StateDirLock(config.state_dir)
+        self.monitoring: Monitoring | None = None
+        self.metrics_port: int | None = None
 
     @property
     def state_dir(self) -> Path:
@@ -152,10 +156,14 @@ class Coordinator:
             raise
 
         server = grpc.aio.server(options=server_options(cfg))
-        add_servicer(CoordinatorServicer(engine, artifacts, cfg.download_chunk_bytes, auth=auth),
-                                                  server)  # garbage -> INVALID_ARGUMENT
+        servicer = CoordinatorServicer(engine, artifacts, cfg.download_chunk_bytes, auth=auth)
+        self.monitoring = servicer.monitor = Monitoring()
+        self.monitoring.attach(engine, cfg.state_dir)
+        add_servicer(servicer, server)  # garbage -> INVALID_ARGUMENT
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        # server reflection: grpcurl-style tools can list and call the services without the .proto
+        reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
         host, port = cfg.host_port
         try:
             if credentials is None:
@@ -172,6 +180,14 @@ class Coordinator:
             self._store = None
             raise ConfigError(f"cannot listen on {cfg.address}{bind_failure(host, port)}{reason and f' (gRPC{reason})'}")
         self._server = server
+        if cfg.metrics_address:
+            try:
+                self.metrics_port = self.monitoring.serve(cfg.metrics_address)
+            except OSError as e:
+                store.close()
+                self._store = None
+                self._server = None
+                raise ConfigError(f"cannot serve metrics on {cfg.metrics_address}: {e.strerror or e}") from None
         await server.start()
         self._engine_task = asyncio.create_task(engine.run(), name="fedort-round-engine")
         self._engine_task.add_done_callback(self._engine_stopped)
@@ -212,6 +228,8 @@ class Coordinator:
             self._store.close()
             self._store = None
         self._server = None
+        if self.monitoring is not None:
+            self.monitoring.stop()
         self._lock.release()
         log.info("coordinator stopped")
 

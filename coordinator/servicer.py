@@ -25,6 +25,7 @@ from fedort.coordinator.auth import Authenticator, check_identity
 from fedort.coordinator.join_limits import JoinGate, clip
 from fedort.coordinator.limits import RateLimiter, StreamLimiter
 from fedort.coordinator.rounds import RoundEngine
+from fedort.coordinator.monitoring import Monitoring
 from fedort.coordinator.storage import storage_error
 from fedort.coordinator.upload import UpdateReceiver
 from fedort.edge_client.artifacts import ARTIFACT_FILES
@@ -40,8 +41,9 @@ log = logging.getLogger(__name__)
 _caller: contextvars.ContextVar[str | None] = contextvars.ContextVar("fedort_caller", default=None)
 
 
-async def _abort(context: grpc.aio.ServicerContext, method: str, exc: BaseException) -> None:
+async def _abort(context: grpc.aio.ServicerContext, method: str, exc: BaseException, monitor: Monitoring) -> None:
     exc = storage_error(exc) or exc      # disk full -> UNAVAILABLE "coordinator storage full" (clients retry)
+    monitor.call_failed(method, exc)
     code, message = status_for(exc)
     message = clip(message, 1024)   # client-chosen strings end up in messages: never echo them unbounded
     if getattr(exc, "retry_after_s", None) is not None:
@@ -64,7 +66,7 @@ def unary(fn: Callable) -> Callable:
         except Exception as e:
             if isinstance(e, grpc.aio.AbortError):
                 raise
-            await _abort(context, fn.__name__, e)
+            await _abort(context, fn.__name__, e, self.monitor)
     return wrapper
 
 
@@ -80,12 +82,14 @@ def streaming(fn: Callable) -> Callable:
         except Exception as e:
             if isinstance(e, grpc.aio.AbortError):
                 raise
-            await _abort(context, fn.__name__, e)
+            await _abort(context, fn.__name__, e, self.monitor)
     return wrapper
 
 
 class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     """Implements fedort.v1.Coordinator over a RoundEngine and the coordinator's artifacts copy."""
+
+    monitor: Monitoring = Monitoring.disabled()    # the Coordinator sets its own (coordinator.monitoring)
 
     def __init__(self, engine: RoundEngine, artifacts_dir: Path, chunk_bytes: int = CHUNK_BYTES,
                  auth: Authenticator | None = None) -> None:
@@ -135,6 +139,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             yield pb.ArtifactPart(header=info)
             with open(self.artifacts_dir / request.name, "rb") as f:
                 while block := f.read(self.chunk_bytes):
+                    self.monitor.bytes_out(len(block))
                     yield pb.ArtifactPart(chunk=block)
 
     @unary
@@ -149,6 +154,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         with self.streams.stream(request.client_id, "download"):
             yield pb.VectorPart(header=meta_to_pb(meta))
             for chunk in iter_chunks(g.vector, self.chunk_bytes):
+                self.monitor.bytes_out(len(chunk))
                 yield pb.VectorPart(chunk=chunk)
 
     async def _read(self, context):
@@ -182,8 +188,9 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         if assembler is None:
             while await self._read(context) is not grpc.aio.EOF:
                 pass
+            self.monitor.update_accepted(duplicate=True)
             return SubmitResult(True, True, header.vector.round, "duplicate: this update was already counted").to_pb()
-        async with self.engine.upload_slot():
+        async with self.engine.upload_slot(), self.monitor.upload_slot():
             t0 = time.perf_counter()
             receiver = UpdateReceiver(assembler, self.engine.spool_temp_path(header))
             try:
@@ -193,11 +200,13 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                         raise ProtocolError("an update stream carries one header, then only chunks; "
                                             "got a second header")
                     receiver.add(part.chunk)
+                    self.monitor.bytes_in(len(part.chunk))
                 vector = await receiver.finish()
                 t1 = time.perf_counter()
                 result = await self.engine.accept_update(header, vector, spooled=receiver.tmp_path)
             finally:
                 receiver.close()
+            self.monitor.update_accepted(duplicate=result.duplicate)
             log.debug("update of %s: %.1f MB received in %.0f ms, stored and folded in %.0f ms", header.client_id,
                       vector.nbytes / 1e6, 1000 * (t1 - t0), 1000 * (time.perf_counter() - t1))
         return result.to_pb()

@@ -25,6 +25,18 @@ T = TypeVar("T")
 FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 RETRY_INTERVAL_S = 5.0
 
+_listeners: list[Callable[[StorageError], None]] = []
+
+
+def add_listener(fn: Callable[[StorageError], None]) -> None:
+    """Call `fn(err)` each time an engine step waits for space (monitoring counts these)."""
+    _listeners.append(fn)
+
+
+def remove_listener(fn: Callable[[StorageError], None]) -> None:
+    if fn in _listeners:
+        _listeners.remove(fn)
+
 
 def storage_error(exc: BaseException | None) -> StorageError | None:
     """The StorageError `exc` (or an exception it was raised from) amounts to; None if it is not a full disk."""
@@ -75,7 +87,9 @@ async def retry_when_full(step: Callable[[], Any | Awaitable[Any]], what: str,
             log.error("%s: coordinator storage full (%s); waiting for space, next attempt in %g s", what,
                       getattr(err, "detail", err), interval_s)
             on_full(err)
+            for listener in list(_listeners):
+                listener(err)
             await asyncio.sleep(interval_s)
 
 
-__all__ = ["FULL_ERRNOS", "raise_if_full", "retry_when_full", "storage_error"]
+__all__ = ["FULL_ERRNOS", "StorageError", "add_listener", "raise_if_full", "remove_listener", "retry_when_full", "storage_error"]

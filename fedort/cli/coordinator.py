@@ -69,12 +69,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="downloads/uploads a client may run at once; 0 disables (default 4)")
     sec.add_argument("--submissions-per-minute", metavar="N", type=float,
                      help="per-client rate of updates and evaluations; 0 disables (default 60)")
+    serve.add_argument("--metrics-address", metavar="HOST:PORT",
+                       help="serve Prometheus metrics at http://HOST:PORT/metrics (default: off)")
     serve.add_argument("--strategy", metavar="SPEC", help="aggregation: fedavg | clip:NORM | median | trimmed-mean:BETA | "
                        "krum:F | multi-krum:F:M (default fedavg)")
     serve.set_defaults(func=serve_command)
 
     status = sub.add_parser("status", help="print rounds, clients and the latest model of a state dir")
     status.add_argument("--state-dir", type=Path, required=True, metavar="DIR", help="the coordinator's state dir")
+    status.add_argument("--json", action="store_true", help="print the status as one JSON object (for scripts)")
+    status.add_argument("--watch", nargs="?", type=float, const=2.0, metavar="SECONDS",
+                        help="print the status again every SECONDS (default 2) until interrupted; with --json, "
+                             "one JSON object per line")
     status.set_defaults(func=status_command)
 
     enroll = sub.add_parser("enroll", help="enroll a device: print its token once (only a hash is stored)")
@@ -96,7 +102,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 _FLAG_KEYS = ("artifacts", "state_dir", "address", "port_file", "rounds", "min_clients", "min_available_clients",
               "fraction", "round_timeout_s", "max_round_attempts", "local_epochs", "batch_size", "lr", "seed",
               "eval_data", "fraction_evaluate", "client_timeout_s", "keep_spool", "strategy",
-              "tls_cert", "tls_key", "tls_client_ca", "insecure", "auth", "max_streams_per_client", "submissions_per_minute")
+              "tls_cert", "tls_key", "tls_client_ca", "insecure", "auth", "max_streams_per_client", "submissions_per_minute",
+              "metrics_address")
 
 
 def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
@@ -178,5 +185,24 @@ def devices_command(args: argparse.Namespace) -> int:
 
 
 def status_command(args: argparse.Namespace) -> int:
-    print(format_status(offline_status(args.state_dir)))
-    return 0
+    import dataclasses
+    import json
+
+    if args.watch is not None and not args.watch > 0:
+        from fedort.protos.errors import ConfigError
+
+        raise ConfigError(f"--watch needs a positive number of seconds, got {args.watch}")
+    clear = args.watch is not None and not args.json and sys.stdout.isatty()
+    while True:
+        snapshot = offline_status(args.state_dir)
+        if args.json:
+            print(json.dumps(dataclasses.asdict(snapshot), sort_keys=True), flush=True)
+        else:
+            print(("\033[H\033[2J" if clear else "") + format_status(snapshot)
+                  + ("" if clear or args.watch is None else "\n"), flush=True)
+        if args.watch is None:
+            return 0
+        try:
+            time.sleep(args.watch)
+        except KeyboardInterrupt:
+            return 0
