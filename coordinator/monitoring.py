@@ -24,11 +24,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
+import threading
+from socketserver import ThreadingMixIn
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from pathlib import Path
 from typing import Any, AsyncIterator
 
 import grpc
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from fedort.coordinator import storage
@@ -114,7 +118,10 @@ class Monitoring:
     def serve(self, address: str) -> int:
         """Serve /metrics on HOST:PORT (port 0 picks one); returns the bound port."""
         host, _, port = address.rpartition(":")
-        server, _thread = start_http_server(int(port), addr=host.strip("[]") or "127.0.0.1", registry=self.registry)
+        host = host.strip("[]") or "127.0.0.1"
+        server_class = _Server6 if ":" in host else _Server
+        server = make_server(host, int(port), make_wsgi_app(self.registry), server_class, handler_class=_QuietHandler)
+        threading.Thread(target=server.serve_forever, name="fedort-metrics", daemon=True).start()
         self._http = server
         bound = server.server_address[1]
         log.info("Prometheus metrics on http://%s:%d/metrics", host, bound)
@@ -126,6 +133,21 @@ class Monitoring:
             self._http.shutdown()
             self._http.server_close()
             self._http = None
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    """/metrics over HTTP, one thread per scrape (prometheus_client's own server differs across its versions)."""
+
+    daemon_threads = True
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:   # scrapes are not news
+        pass
 
 
 class _EngineCollector:

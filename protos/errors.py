@@ -144,8 +144,10 @@ def _retry_after(err: grpc.RpcError, details: str) -> float | None:
         trailing = err.trailing_metadata() if hasattr(err, "trailing_metadata") else None
     except Exception:  # noqa: BLE001 - a call object without metadata
         trailing = None
-    for key, value in trailing or ():
-        if key.lower() == "retry-after":
+    pairs = trailing.items() if hasattr(trailing, "items") else (trailing or ())   # aio Metadata or tuples
+    for pair in pairs:
+        key, value = (pair.key, pair.value) if hasattr(pair, "key") else pair
+        if str(key).lower() == "retry-after":
             try:
                 return max(0.0, float(value))
             except (TypeError, ValueError):

@@ -66,7 +66,7 @@ async def test_joins_beyond_the_per_client_rate_are_resource_exhausted_with_retr
         await join(client, client_id="a")
     assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "exceeded 3 joins per minute; retry in" in err.value.details()
-    retry_after = dict(err.value.trailing_metadata() or ())["retry-after"]
+    retry_after = err.value.trailing_metadata()["retry-after"]
     assert 0 < float(retry_after) <= 20
     assert (await join(client, client_id="b")).client_id == "b"    # another client is not held back
 
