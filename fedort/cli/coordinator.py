@@ -35,7 +35,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub = parser.add_subparsers(dest="coordinator_command", metavar="ACTION", required=True)
 
     serve = sub.add_parser("serve", help="serve a federated run over gRPC from a durable state dir")
-    serve.add_argument("--config", metavar="FILE.toml", type=Path, help="TOML file ([coordinator] table); flags override it")
+    serve.add_argument("--config", metavar="FILE.toml", type=Path,
+                       help="TOML file ([coordinator] table); flags override it. Relative paths in the file resolve "
+                            "against the file's folder (relative paths in flags against the current directory)")
     serve.add_argument("--artifacts", metavar="DIR", type=Path, help="training artifacts folder (fedort artifacts build)")
     serve.add_argument("--state-dir", metavar="DIR", type=Path, help="durable state: SQLite, vectors, spool, exported models")
     serve.add_argument("--address", metavar="HOST:PORT", help="HOST:PORT to listen on; port 0 picks one (default 127.0.0.1:7420)")
@@ -87,6 +89,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     enroll.add_argument("name", metavar="NAME", help="device name; also its client id when it is a valid id")
     enroll.add_argument("--state-dir", type=Path, required=True, metavar="DIR", help="the coordinator's state dir")
     enroll.add_argument("--client-id", metavar="ID", help="client id of the device (default: NAME if valid, else generated)")
+    enroll.add_argument("--out", metavar="FILE", type=Path,
+                        help="write the token to FILE (created with mode 0600, never overwritten) instead of stdout")
     enroll.set_defaults(func=enroll_command)
 
     revoke = sub.add_parser("revoke", help="revoke a device's token (effective on its next call)")
@@ -158,10 +162,24 @@ async def serve(config: CoordinatorConfig) -> int:
 def enroll_command(args: argparse.Namespace) -> int:
     from fedort.coordinator.devices import DeviceStore
 
+    import os
+
+    from fedort.protos.errors import ConfigError
+
+    if args.out is not None and (args.out.exists() or args.out.is_symlink()):
+        raise ConfigError(f"--out {args.out} exists; a token file is never overwritten (remove it or choose another)")
     device, token = DeviceStore(args.state_dir).enroll(args.name, args.client_id)
-    print(token)
-    print(f"enrolled {device.name} as client {device.client_id}; this token is shown only once: give it to the "
-          "device (fedort edge run --token-file FILE, or $FEDORT_TOKEN)", file=sys.stderr)
+    if args.out is None:
+        print(token)
+        where = "this token is shown only once"
+    else:
+        # O_EXCL + 0600 at creation: the token is never readable by others, not even for an instant
+        fd = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token + "\n")
+        where = f"its token is in {args.out} (mode 0600) and nowhere else"
+    print(f"enrolled {device.name} as client {device.client_id}; {where}: give it to the device "
+          "(fedort edge run --token-file FILE, or $FEDORT_TOKEN)", file=sys.stderr)
     return 0
 
 
