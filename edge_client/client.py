@@ -419,8 +419,10 @@ class EdgeClient:
         report = RoundReport(round, kind, n, {k: m.value for k, m in metrics.items()}, seconds, outcome,
                              cached, message)
         self.reports.append(report)
-        log.info("round %d %s: %d examples, %.2f s, %s%s", round, kind, n, seconds, outcome,
-                 f" ({message})" if message and message != outcome else "")
+        # with an on_report callback (the CLI prints each round) the log line would say it a second time
+        (log.debug if self._on_report is not None else log.info)(
+            "round %d %s: %d examples, %.2f s, %s%s", round, kind, n, seconds, outcome,
+            f" ({message})" if message and message != outcome else "")
         if self._on_report is not None:
             self._on_report(report)
         return report

@@ -195,11 +195,11 @@ def run_simulation(cfg: SimulationConfig) -> SimulationResult:
     outcome = server.outcome
     if outcome is not None and getattr(outcome, "state", None) is not None and str(outcome.state.value) == "FAILED":
         raise FedortError(f"the simulated run failed: {getattr(outcome, 'message', outcome)}")
-    return _report(cfg, out, manifest, stats or [], time.monotonic() - started)
+    return _report(cfg, out, manifest, stats or [], time.monotonic() - started, n_clients)
 
 
 def _report(cfg: SimulationConfig, out: Path, manifest: Manifest, stats: list[WorkerStats],
-            seconds: float) -> SimulationResult:
+            seconds: float, n_clients: int) -> SimulationResult:
     from fedort.coordinator.state import StateStore
 
     store = StateStore(out / "state", readonly=True)
@@ -224,15 +224,20 @@ def _report(cfg: SimulationConfig, out: Path, manifest: Manifest, stats: list[Wo
     final_dir = out / "state" / "models" / f"round-{last.round:04d}"
     model = out / "model.onnx"
     shutil.copyfile(final_dir / "model.onnx", model)
+    # with --data, the clients and their split are the folder's, not the --clients/--partition defaults
+    partition = cfg.partition if cfg.data is None else f"as given in {cfg.data}"
     final = {
-        "name": cfg.name, "clients": cfg.clients, "partition": cfg.partition,
+        "name": cfg.name, "clients": n_clients, "partition": partition,
         "model_id": manifest.model_id, "parameters": manifest.parameter_count,
         "test_accuracy": last.accuracy, "test_loss": last.loss, "wall_seconds": round(seconds, 2),
         "model": str(model), "target_accuracy": cfg.target_accuracy,
         "fits": sum(s.fits for s in stats),
     }
     write_metrics(records, out, final)
-    plot(records, out / "metrics.png", f"{cfg.name}: {cfg.clients} clients, {cfg.partition}",
+    plot(records, out / "metrics.png", f"{cfg.name}: {n_clients} clients, {partition}",
          target=cfg.target_accuracy)
-    text = summary_table(records, final, target=cfg.target_accuracy)
+    # the table already shows accuracy, loss, updates and the target row; the CLI prints the model path
+    shown = {k: v for k, v in final.items()
+             if v is not None and k not in ("test_accuracy", "test_loss", "target_accuracy", "fits", "model")}
+    text = summary_table(records, shown, target=cfg.target_accuracy)
     return SimulationResult(out, records, final, model, text)

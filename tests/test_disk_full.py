@@ -129,3 +129,4 @@ async def test_an_edge_client_exits_non_zero_when_the_run_failed(start_coordinat
     assert proc.returncode == 1, (out.decode(), err.decode())
     assert "the coordinator ended the run FAILED" in err.decode()
     assert "done:" not in out.decode()
+    assert (out + err).decode().count("round 1 fit:") == 1        # each round once, not also in the log
