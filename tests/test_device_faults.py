@@ -133,3 +133,48 @@ def test_a_coordinator_host_that_does_not_resolve_fails_at_start(tmp_path, digit
     finally:
         client.close()
     assert time.monotonic() - started < 30     # bounded: not the 60 s retry budget
+
+
+def test_an_unacknowledged_update_is_sent_again_when_the_coordinator_returns_and_counts_once(
+        coordinator_thread, mlp_artifacts, tmp_path, digits):
+    import logging
+    import socket
+    import threading
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = coordinator_config(mlp_artifacts, tmp_path / "state", rounds=1, min_clients=1, address=f"127.0.0.1:{port}")
+    coordinator_thread.start(cfg)
+    restarted = threading.Event()
+
+    def away_before_the_upload(task, global_vector, trained):   # runs after training, before the upload
+        coordinator_thread.stop()
+        return trained
+
+    class RestartOnFirstRetry(logging.Handler):
+        """Brings the coordinator back once the client has seen its upload fail (observable, not timed)."""
+
+        def emit(self, record: logging.LogRecord) -> None:
+            if "SubmitUpdate" in record.getMessage() and not restarted.is_set():
+                restarted.set()
+                threading.Thread(target=coordinator_thread.start, args=(cfg,), daemon=True).start()
+
+    retry_log = logging.getLogger("fedort.edge.retry")
+    handler, level = RestartOnFirstRetry(), retry_log.level
+    retry_log.addHandler(handler)
+    retry_log.setLevel(logging.INFO)
+    try:
+        client = EdgeClient(config(f"127.0.0.1:{port}", tmp_path, "dev", heartbeats=False,
+                                   update_hook=away_before_the_upload), data=part(digits, 0, 2))
+        summary = client.run()
+    finally:
+        retry_log.removeHandler(handler)
+        retry_log.setLevel(level)
+    assert restarted.is_set(), "the upload never failed: the coordinator was not away"
+    assert summary.outcome == "done" and summary.rounds_trained == [1]
+    con = sqlite3.connect(f"file:{tmp_path / 'state' / 'state.db'}?mode=ro", uri=True)
+    try:
+        assert con.execute("SELECT round, client_id FROM submissions").fetchall() == [(1, summary.client_id)]
+    finally:
+        con.close()

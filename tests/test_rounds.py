@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sqlite3
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -35,7 +38,11 @@ def test_selection_is_seeded_and_independent_of_input_order():
 
 
 def test_client_seed_differs_per_round_and_client_and_is_stable():
-    assert client_seed(0, 1, "a") == client_seed(0, 1, "a")
+    # stable: another interpreter, with another string-hash seed, derives the same seed
+    other = subprocess.run([sys.executable, "-c", "from fedort.coordinator.selection import client_seed; "
+                            "print(client_seed(0, 1, 'a'))"], capture_output=True, text=True, timeout=60,
+                           env={**os.environ, "PYTHONHASHSEED": "12345"}, check=True)
+    assert int(other.stdout) == client_seed(0, 1, "a")
     assert len({client_seed(0, 1, "a"), client_seed(0, 2, "a"), client_seed(0, 1, "b"), client_seed(1, 1, "a")}) == 4
 
 
