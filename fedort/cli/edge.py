@@ -36,7 +36,7 @@ def register(subparsers) -> None:
             "Unreachable coordinators are retried with exponential backoff; the client id is kept "
             "in the cache folder, so a restarted client (or coordinator) resumes as the same client."
         ),
-        epilog="exit codes: 0 done, 1 run FAILED or error (message on stderr), 130 SIGINT, 143 SIGTERM",
+        epilog="exit codes: 0 done, 1 error or run FAILED, 130 SIGINT, 143 SIGTERM",
     )
     run.add_argument("--coordinator", metavar="HOST:PORT", help="coordinator address (required unless in --config)")
     run.add_argument("--data", metavar="CLIENT.npz",
