@@ -403,8 +403,11 @@ class RoundEngine:
         if open_row is None or open_row.state not in (OPEN, FAILED):
             return False
         await self._replay(open_row.round)
-        attempt = open_row.attempt if open_row.state == OPEN else 1
-        self.selected = frozenset(open_row.selected) | frozenset(self._reported)
+        if open_row.state == FAILED:   # its selection failed it: select afresh among the clients still here
+            self._open(attempt=1, keep=frozenset(self._reported))
+            return True
+        attempt = open_row.attempt
+        self.selected = frozenset(c for c in open_row.selected if self.registry.is_active(c)) | frozenset(self._reported)
         self.attempt = attempt
         # clients need time to reconnect after a restart: the resumed attempt gets a fresh deadline
         self.deadline_ms = now_ms() + int(self.config.round_timeout_s * 1000)
