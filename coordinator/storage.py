@@ -16,7 +16,7 @@ import logging
 import sqlite3
 from typing import Any, Awaitable, Callable, TypeVar
 
-from fedort.protos.errors import StorageError
+from fedort.protos.errors import ProtocolError, StorageError
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,8 @@ def storage_error(exc: BaseException | None) -> StorageError | None:
             err.detail = f"{exc.strerror} ({exc.filename})" if exc.filename else str(exc)
             return err
         text = str(exc).lower()
-        if isinstance(exc, Exception) and ("no space left on device" in text or "disk quota exceeded" in text):
+        # by text only for errors that do not carry client input (a ProtocolError may quote a client string)
+        if not isinstance(exc, ProtocolError) and ("no space left on device" in text or "disk quota exceeded" in text):
             err = StorageError("coordinator storage full: no space left on device; retry later")   # e.g. ORT's export
             err.detail = str(exc)
             return err

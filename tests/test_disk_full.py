@@ -100,6 +100,7 @@ async def test_an_upload_on_a_full_disk_is_unavailable_and_is_accepted_once_spac
         await client.submit("client-a", model, 1, vector + 1, 10)
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE
     assert err.value.details().startswith("coordinator storage full")
+    assert coord.monitoring.registry.get_sample_value("fedort_storage_errors_total") == 1
     small_disk.free()
     assert (await client.submit("client-a", model, 1, vector + 1, 10)).accepted
     await client.fit_round("client-b", model, delta=3.0, num_examples=10)
