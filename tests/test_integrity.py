@@ -132,3 +132,17 @@ async def test_an_orphan_spool_file_is_removed_on_replay_and_not_counted(start_c
     finally:
         con.close()
     assert coord.engine.status().state == "TRAINING"
+
+
+def test_garbage_in_state_db_is_an_error_naming_the_file(tmp_path):
+    import subprocess
+    import sys
+
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "state.db").write_bytes(b"this is not a database" * 100)
+    done = subprocess.run([sys.executable, "-m", "fedort", "coordinator", "status", "--state-dir", str(state)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert f"{state / 'state.db'} is not a usable SQLite database" in done.stderr
+    assert "Traceback" not in done.stderr
