@@ -165,8 +165,15 @@ class _EngineCollector:
         clients = GaugeMetricFamily("fedort_clients", "Clients by state", labels=["state"])
         if engine is not None:
             registry = engine.registry
+            for attempt in range(3):   # the event loop may change the client table while this thread counts
+                try:
+                    active = registry.active_count()
+                    break
+                except RuntimeError:
+                    active = None
             clients.add_metric(["registered"], len(registry))
-            clients.add_metric(["active"], registry.active_count())
+            if active is not None:
+                clients.add_metric(["active"], active)
             clients.add_metric(["selected"], len(engine.selected))
             current = GaugeMetricFamily("fedort_round", "The round being trained (or next)")
             current.add_metric([], engine.round)
