@@ -15,7 +15,7 @@ import grpc
 import numpy as np
 import pytest
 
-from coordinator_fixtures import mlp_artifacts, start_coordinator, stub_client  # noqa: F401
+from coordinator_fixtures import mlp_artifacts, start_coordinator, stub_client, wait_for_metric  # noqa: F401
 from fedort.coordinator import RoundState
 from fedort.coordinator.devices import DeviceStore
 from fedort.coordinator.state import StateStore
@@ -131,3 +131,21 @@ async def test_an_edge_client_exits_non_zero_when_the_run_failed(start_coordinat
     assert "the coordinator ended the run FAILED" in err.decode()
     assert "done:" not in out.decode()
     assert (out + err).decode().count("round 1 fit:") == 1        # each round once, not also in the log
+
+
+async def test_the_round_engine_waits_for_space_at_commit_and_finishes_when_it_returns(small_disk, start_coordinator,
+                                                                                     stub_client):
+    # three selected, two report: the round closes at its deadline, after the disk was filled
+    coord = await start_coordinator(state_dir=small_disk.path / "state", rounds=1, min_clients=2, round_timeout_s=4)
+    client = stub_client(coord.port)
+    model = (await client.join("client-a")).model_id
+    await client.join("client-b")
+    await client.join("client-c")                       # selected, never reports
+    await client.fit_round("client-a", model, delta=1.0, num_examples=10)
+    await client.fit_round("client-b", model, delta=3.0, num_examples=10)
+    small_disk.fill()
+    await wait_for_metric(coord, "fedort_storage_errors_total", lambda v: v >= 1, timeout=60)  # commit is waiting
+    assert coord.engine.outcome is None                  # ... not failed
+    small_disk.free()
+    outcome = await asyncio.wait_for(coord.wait_done(), 60)
+    assert outcome.state is RoundState.DONE and outcome.rounds_completed == 1
