@@ -17,7 +17,7 @@ repeats is reported. Before every timed call a 512 MB buffer is rewritten so tha
 starts from data left in the (large, 260 MB here) L3 cache. Peak memory is the tracemalloc peak
 of one call beyond its inputs (numpy reports its buffers to tracemalloc).
 
-Flower needs protobuf<7 and fedort protobuf 7, so without flwr installed this script re-runs
+Flower is kept out of fedort's dev venv (its protobuf<7 pin), so without flwr installed this script re-runs
 itself under benchmarks/.work/venv-flwr (created on first use, see flower_venv.py); pass
 --no-flower to skip Flower instead.
 
@@ -61,8 +61,8 @@ def load_weighted_sum() -> type:
     """coordinator/aggregation/weighted_sum.py's WeightedSum, loaded by file path.
 
     Under the Flower venv (protobuf 6, fedort not installed) the packages' __init__ files must not
-    run: `coordinator/__init__` imports the gRPC server and the protobuf-7 stubs. weighted_sum.py
-    needs only numpy, a few sibling modules and protos/errors.py (-> grpc), so they are loaded
+    run: `coordinator/__init__` imports the gRPC server and the stubs. weighted_sum.py
+    needs only numpy, a few sibling modules and protos/errors.py, so they are loaded
     under their real names inside empty stand-in packages (`fedort`, `fedort.protos`, ...).
     """
     if "fedort.protos.errors" not in sys.modules:

@@ -21,8 +21,8 @@ no switch to skip it): that is part of its per-round cost and is reported separa
 Flower side: `flwr.simulation.run_simulation` (flwr 1.42, Ray backend, 1 CPU per client so 2
 actors on 2 cores, like fedort's 2 workers) with 10 `NumPyClient`s whose `fit` returns the
 received ndarray unchanged, the legacy `FedAvg` strategy (fraction_fit 1, fraction_evaluate 0,
-initial parameters given, no server eval). It runs in benchmarks/.work/venv-flwr (flwr needs
-protobuf<7; see flower_venv.py), created/extended with flwr[simulation] on first use.
+initial parameters given, no server eval). It runs in benchmarks/.work/venv-flwr (kept apart from
+fedort's dev venv; see flower_venv.py), created/extended with flwr[simulation] on first use.
 
 Per-round time = median interval between consecutive round starts (fedort: the coordinator's
 TRAINING transitions; Flower: `configure_fit` calls), over the steady rounds (round 1, with

@@ -37,6 +37,9 @@ expected and what arrived.
 | max_streams_per_client | 4 | downloads/uploads one client may have in progress at once (0 disables) |
 | stream_idle_timeout_s | 30 | an upload that sends nothing this long is dropped (frees its slot) |
 | submissions_per_minute | 60 | per-client rate of updates and evaluations, token bucket (0 disables) |
+| metrics_address | none | HOST:PORT serving Prometheus metrics at /metrics (coordinator.monitoring) |
+| joins_per_minute | 10 | per-client rate of Join calls, token bucket (0 disables) |
+| joins_per_minute_per_address | 600 | per-peer-address rate of Join calls, token bucket (0 disables) |
 """
 
 from __future__ import annotations
@@ -95,6 +98,9 @@ class CoordinatorConfig:
     max_streams_per_client: int = 4
     stream_idle_timeout_s: float = 30.0
     submissions_per_minute: float = 60.0
+    joins_per_minute: float = 10.0
+    metrics_address: str | None = None
+    joins_per_minute_per_address: float = 600.0
     extra: Mapping[str, str] = field(default_factory=dict)  # passed to clients in TrainConfig.extra
 
     def __post_init__(self) -> None:
@@ -178,6 +184,13 @@ class CoordinatorConfig:
              "max_streams_per_client must be an integer >= 0 (0 disables)", self.max_streams_per_client)
         need(_number(self.submissions_per_minute) and self.submissions_per_minute >= 0,
              "submissions_per_minute must be >= 0 (0 disables)", self.submissions_per_minute)
+        if self.metrics_address is not None:
+            m_host, m_sep, m_port = str(self.metrics_address).rpartition(":")
+            need(bool(m_sep and m_host) and m_port.isdigit() and int(m_port) <= 65535,
+                 "metrics_address must be HOST:PORT with a port in 0..65535", self.metrics_address)
+        for name in ("joins_per_minute", "joins_per_minute_per_address"):
+            need(_number(getattr(self, name)) and getattr(self, name) >= 0, f"{name} must be >= 0 (0 disables)",
+                 getattr(self, name))
 
     def check_transport_security(self) -> None:
         """ConfigError unless the server is told to use TLS or, explicitly, plaintext."""

@@ -3,22 +3,30 @@
 `fedort coordinator enroll NAME` issues a token `fedort_<client_id>_<secret>` once; the state dir's
 `devices.db` (SQLite, beside `state.db`, so enrollment works before the first `serve`) keeps the
 client id, the device name and HMAC-SHA256(salt, secret) with a random per-state-dir salt. A
-token names its client id, so verifying it is one indexed lookup and one constant-time compare;
-the row is read on every call, so a revocation takes effect on the next call.
+token names its client id, so verifying it is one dictionary lookup and one constant-time compare
+against the device table held in memory. The table is read again whenever `devices.db` (or its
+WAL) changed on disk (size, mtime or inode), so an `enroll` or `revoke` from another process takes
+effect on the next call; when the database cannot be read (a full disk: SQLite then cannot create
+its shared-memory file), tokens are still checked against the last table read.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
+import os
 import re
 import secrets
 import sqlite3
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from fedort.protos.errors import ConfigError, UnauthenticatedError
+
+log = logging.getLogger(__name__)
 
 DB_NAME = "devices.db"
 TOKEN_PREFIX = "fedort_"
@@ -81,6 +89,10 @@ class DeviceStore:
                 con.execute("INSERT OR IGNORE INTO meta VALUES ('salt', ?)", (secrets.token_bytes(32),))
                 row = con.execute("SELECT value FROM meta WHERE key = 'salt'").fetchone()
         self._salt = bytes(row[0])
+        self._table: dict[str, tuple[bytes, int | None]] | None = None   # client id -> (token hash, revoked ms)
+        self._signature: tuple | None = None
+        self._warned: tuple | None = None
+        self._table_lock = threading.Lock()
 
     def _connect(self) -> sqlite3.Connection:
         con = sqlite3.connect(self.path, timeout=10, isolation_level=None)
@@ -141,11 +153,7 @@ class DeviceStore:
     def verify(self, token: str) -> str:
         """The client id a token authenticates; UnauthenticatedError (saying why) for an unknown or revoked one."""
         client_id, secret = parse_token(token)
-        con = self._connect()
-        try:
-            row = con.execute("SELECT token_hash, revoked_ms FROM devices WHERE client_id = ?", (client_id,)).fetchone()
-        finally:
-            con.close()
+        row = self._device_table().get(client_id)
         # compare even when the device is unknown, so timing does not tell enrolled ids apart
         ok = hmac.compare_digest(self._hash(secret), bytes(row[0]) if row else b"\0" * 32)
         if row is None or not ok:
@@ -154,6 +162,41 @@ class DeviceStore:
         if row[1] is not None:
             raise UnauthenticatedError(f"device {client_id} was revoked; enroll it again for a new token")
         return client_id
+
+
+    def _files_signature(self) -> tuple:
+        sig = []
+        for path in (self.path, self.path.with_name(self.path.name + "-wal")):
+            try:
+                st = os.stat(path)
+                sig.append((st.st_ino, st.st_size, st.st_mtime_ns))
+            except FileNotFoundError:
+                sig.append(None)
+        return tuple(sig)
+
+    def _device_table(self) -> dict[str, tuple[bytes, int | None]]:
+        """The device table, re-read only when the database files changed (or kept when they cannot be read)."""
+        with self._table_lock:
+            signature = self._files_signature()
+            if self._table is not None and signature == self._signature:
+                return self._table
+            try:
+                con = self._connect()
+                try:
+                    rows = con.execute("SELECT client_id, token_hash, revoked_ms FROM devices").fetchall()
+                finally:
+                    con.close()
+            except (sqlite3.Error, OSError) as e:
+                if self._table is None:
+                    raise
+                if self._warned != signature:   # once per change on disk, not once per call
+                    self._warned = signature
+                    log.warning("cannot read %s (%s); checking device tokens against the table read before",
+                                self.path, e)
+                return self._table
+            self._table = {r[0]: (bytes(r[1]), r[2]) for r in rows}
+            self._signature = signature
+            return self._table
 
 
 __all__ = ["DB_NAME", "Device", "DeviceStore", "client_id_of", "parse_token"]

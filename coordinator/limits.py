@@ -59,8 +59,10 @@ class RateLimiter:
         if tokens < 1.0:
             wait = (1.0 - tokens) * 60.0 / self.per_minute
             self._buckets[client_id] = (tokens, now)
-            raise ResourceExhaustedError(f"client {client_id} exceeded {self.per_minute:g} {what}s per minute; "
+            err = ResourceExhaustedError(f"client {client_id} exceeded {self.per_minute:g} {what}s per minute; "
                                          f"retry in {wait:.1f} s")
+            err.retry_after_s = wait   # sent as `retry-after` trailing metadata by the servicer
+            raise err
         self._buckets[client_id] = (tokens - 1.0, now)
 
 

@@ -16,6 +16,7 @@ from typing import Any, Callable
 import grpc
 from google.protobuf.message import DecodeError
 
+from fedort.protos import fedort_v1_pb2 as pb
 from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
 from fedort.protos.errors import ProtocolError
 
@@ -45,16 +46,31 @@ def tolerant(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
 
 
 class _Capture:
-    """Collects the handlers the generated `add_CoordinatorServicer_to_server` registers."""
+    """Collects the handlers the generated `add_CoordinatorServicer_to_server` registers.
+
+    Stubs of grpcio-tools >= 1.63 register them with `add_registered_method_handlers`, older ones
+    only through a generic handler, which is asked (public API: `service(details)`) for each
+    method the .proto declares.
+    """
 
     def __init__(self) -> None:
         self.handlers: dict[str, grpc.RpcMethodHandler] = {}
 
-    def add_generic_rpc_handlers(self, handlers) -> None:
-        pass
+    def add_generic_rpc_handlers(self, generic_handlers) -> None:
+        for generic in generic_handlers:
+            for method in pb.DESCRIPTOR.services_by_name["Coordinator"].methods:
+                handler = generic.service(_Details(f"/{SERVICE_NAME}/{method.name}"))
+                if handler is not None:
+                    self.handlers.setdefault(method.name, handler)
 
     def add_registered_method_handlers(self, service: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
         self.handlers.update(handlers)
+
+
+@dataclass(frozen=True)
+class _Details:
+    method: str
+    invocation_metadata: tuple = ()
 
 
 def add_servicer(servicer: pb_grpc.CoordinatorServicer, server: grpc.aio.Server) -> None:
@@ -64,4 +80,5 @@ def add_servicer(servicer: pb_grpc.CoordinatorServicer, server: grpc.aio.Server)
     handlers = {name: h._replace(request_deserializer=tolerant(h.request_deserializer))
                 for name, h in capture.handlers.items()}
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
-    server.add_registered_method_handlers(SERVICE_NAME, handlers)
+    if hasattr(server, "add_registered_method_handlers"):   # grpcio >= 1.63: faster dispatch
+        server.add_registered_method_handlers(SERVICE_NAME, handlers)

@@ -2,12 +2,16 @@
 
 1. Round 1's global vector is written (once) from the checkpoint.
 2. Committed rounds whose export a crash interrupted are exported again; their spools dropped.
+   So are exported rounds whose model.onnx does not match its model.json (`integrity.export_problem`).
 3. The global vector of the next round is checked against the sha256 its commit recorded, and a
    stateful server update gets the state that round starts from.
 4. An open (or failed) round is resumed: its acknowledged updates are folded back in exactly once
    from the spool (each checked against its recorded sha256 and decoded with its recorded codec),
-   spool files without a row (written, never acknowledged) are deleted, and the attempt reopens
-   with a fresh deadline.
+   spool files without a row (written, never acknowledged) are deleted. An open attempt reopens
+   with a fresh deadline, minus selected clients that have left; a FAILED round selects afresh
+   among the clients still here (its old selection is what failed it).
+
+Any file that fails its recorded hash is a `CorruptStateError` naming it (`coordinator.integrity`).
 """
 
 from __future__ import annotations
@@ -22,9 +26,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fedort.coordinator.aggregation import Update
-from fedort.coordinator.state import COMMITTED, EXPORTED, FAILED, OPEN, read_vector
+from fedort.coordinator.integrity import export_problem, read_verified_bytes, read_verified_vector
+from fedort.coordinator.state import COMMITTED, EXPORTED, FAILED, OPEN
 from fedort.durable import atomic_write
-from fedort.protos.errors import ConfigError
 from fedort.protos.round_state import RoundState, RunState
 
 if TYPE_CHECKING:
@@ -50,19 +54,17 @@ async def recover(engine: "RoundEngine") -> bool:
         row = rows[r]
         if row.state in (COMMITTED, EXPORTED):
             last = r
-            if row.state == COMMITTED or not store.layout.model_record(r).is_file():
+            problem = None if row.state == COMMITTED else export_problem(store.layout.model_dir(r), row.vector_sha256)
+            if problem:
+                log.warning("round %d: export not intact (%s); exporting it again", r, problem)
+            if row.state == COMMITTED or problem:
                 log.info("round %d: redoing the export interrupted by the last stop", r)
                 await engine.export(r)
             drop_spool(engine, r)
     engine.round = last + 1
     expected = store.get_meta("initial_vector_sha256") if last == 0 else rows[last].vector_sha256
-    path = store.vector_path(engine.round)
-    vector = read_vector(path, engine.length)
-    sha = sha256_of(vector)
-    if sha.hex() != expected:
-        raise ConfigError(f"state dir is corrupt: {path} hashes to {sha.hex()[:16]}…, "
-                          f"the database recorded {expected[:16]}…")
-    engine.set_global(engine.round, vector, sha)
+    vector = read_verified_vector(store.vector_path(engine.round), engine.length, expected)
+    engine.set_global(engine.round, vector, bytes.fromhex(expected))
     load_server_state(engine, engine.round)
     if engine.round > engine.config.rounds:
         log.info("all %d rounds were already committed", last)
@@ -76,11 +78,15 @@ async def recover(engine: "RoundEngine") -> bool:
         return False
     training = engine.begin_round()
     await replay(engine, open_row.round)
-    attempt = open_row.attempt if open_row.state == OPEN else 1
+    if open_row.state == FAILED:   # its selection failed it: select afresh among the clients still here
+        engine.select(attempt=1)
+        return True
     # clients need time to reconnect after a restart: the resumed attempt gets a fresh deadline
-    engine.open_attempt(attempt, frozenset(open_row.selected) | frozenset(training.reported),
-                        f"resumed attempt {attempt} after a restart with {len(training.reported)} of "
-                        f"{len(set(open_row.selected) | set(training.reported))} updates replayed")
+    still_here = frozenset(c for c in open_row.selected if engine.registry.is_active(c))
+    selected = still_here | frozenset(training.reported)
+    engine.open_attempt(open_row.attempt, selected,
+                        f"resumed attempt {open_row.attempt} after a restart with {len(training.reported)} of "
+                        f"{len(selected)} updates replayed")
     return True
 
 
@@ -96,9 +102,7 @@ async def replay(engine: "RoundEngine", round: int) -> None:
                 f.unlink(missing_ok=True)   # written, never acknowledged: as if it never arrived
     for r in rows:
         path = store.dir / r.spool_path
-        payload = await asyncio.to_thread(np.fromfile, path, dtype=np.uint8)   # as received, in its codec
-        if sha256_of(payload).hex() != r.sha256:
-            raise ConfigError(f"state dir is corrupt: spooled update {path} does not match its recorded sha256")
+        payload = await asyncio.to_thread(read_verified_bytes, path, r.sha256)   # as received, in its codec
         training.aggregator.add(Update(r.client_id, r.num_examples, r.codec, path, payload=payload))
         training.record(r.client_id, r.num_examples, r.metrics)
     if rows:

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
+from fedort.coordinator.join_limits import clip
 from fedort.coordinator.state import ClientRow, StateStore, now_ms
 from fedort.protos.errors import NotFoundError, ProtocolError
 
@@ -45,7 +46,7 @@ class ClientRegistry:
     def join(self, client_id: str, device_name: str, capabilities: Mapping[str, str]) -> str:
         """Register (or re-activate) a client; returns its id (generated when `client_id` is empty)."""
         if client_id and not CLIENT_ID.match(client_id):
-            raise ProtocolError(f"client_id must match {CLIENT_ID.pattern}, got {client_id!r}")
+            raise ProtocolError(f"client_id must match {CLIENT_ID.pattern}, got {clip(client_id)!r}")
         if not client_id:
             client_id = "c-" + secrets.token_hex(6)
             while client_id in self._clients:

@@ -32,11 +32,14 @@ from fedort.coordinator.aggregation import Strategy, parse_strategy
 from fedort.coordinator.config import CoordinatorConfig
 from fedort.coordinator.evaluation import EvaluationPhase
 from fedort.coordinator.export import Exporter
+from fedort.coordinator.integrity import read_verified_vector
+from fedort.coordinator.monitoring import Monitoring
 from fedort.coordinator.recovery import drop_spool, recover, save_server_state, sha256_of
 from fedort.coordinator.registry import ClientRegistry
 from fedort.coordinator.round_deadline import wait_for_close
 from fedort.coordinator.selection import sample_size, select_clients
-from fedort.coordinator.state import StateStore, TransitionRow, now_ms, read_vector
+from fedort.coordinator.state import StateStore, TransitionRow, now_ms
+from fedort.coordinator.storage import retry_when_full
 from fedort.durable import atomic_write
 from fedort.coordinator.task_dispatch import TaskDispatch
 from fedort.coordinator.training_round import GlobalVector, TrainingRound
@@ -75,8 +78,9 @@ class RoundEngine(TaskDispatch):
     """Runs rounds 1..config.rounds over the clients in `registry`, durably in `store`."""
 
     def __init__(self, config: CoordinatorConfig, store: StateStore, exporter: Exporter,
-                 strategy: Strategy | None = None) -> None:
+                 strategy: Strategy | None = None, monitor: Monitoring | None = None) -> None:
         self.config = config
+        self.monitor = monitor or Monitoring.disabled()   # fed by the uploads and the servicer
         self.store = store
         self.exporter = exporter
         self.manifest = exporter.manifest
@@ -174,12 +178,13 @@ class RoundEngine(TaskDispatch):
                 if not resumed:
                     await self._wait_for_clients()
                     self.begin_round()
-                    self._select(attempt=1)
+                    # disk full: wait for space, not die (each step below is idempotent)
+                    await retry_when_full(lambda: self.select(attempt=1), f"round {self.round} open")
                 resumed = False
                 if not await self._train():
                     return self._outcome
                 await self._commit()
-                await self.export(self.round - 1)
+                await retry_when_full(lambda: self.export(self.round - 1), f"round {self.round - 1} export")
                 if self.round <= self.config.rounds:
                     self.transition(RoundState.WAITING_FOR_CLIENTS, f"round {self.round} is next")
             await self.evaluation.run()
@@ -195,6 +200,8 @@ class RoundEngine(TaskDispatch):
                                                          time.time(), message))
             try:
                 self.store.fail_round(self.round, message)
+            except Exception as record_error:  # noqa: BLE001 - e.g. disk full: the run still ends FAILED in memory
+                log.error("could not record the failure in %s: %s", self.store.dir, record_error)
             finally:
                 self.state = RoundState.FAILED
                 self._outcome = RunOutcome(RoundState.FAILED, self.round - 1, message)
@@ -216,7 +223,7 @@ class RoundEngine(TaskDispatch):
         self.training = TrainingRound(self.round, self.strategy.new_round(self.global_vector.vector))
         return self.training
 
-    def _select(self, attempt: int) -> None:
+    def select(self, attempt: int) -> None:
         """Select clients besides those that already reported, then open the attempt."""
         cfg, r = self.config, self.training
         available = set(self.registry.available())
@@ -257,7 +264,7 @@ class RoundEngine(TaskDispatch):
                 return False
             log.warning("round %d: only %d of %d required updates by the deadline; retrying", self.round, n,
                         cfg.min_clients)
-            self._select(r.attempt + 1)
+            self.select(r.attempt + 1)
 
     async def _commit(self) -> None:
         """Aggregate, write the next global vector (and server state) durably, then mark the round committed."""
@@ -269,10 +276,14 @@ class RoundEngine(TaskDispatch):
                      result.updates, 1000 * (time.perf_counter() - t0))
         vector = result.vector
         sha = sha256_of(vector)
-        await asyncio.to_thread(atomic_write, self.store.vector_path(self.round + 1), vector)
-        await asyncio.to_thread(save_server_state, self, self.round + 1)
         metrics = r.metrics.means()
-        self.store.commit_round(self.round, sha.hex(), len(r.reported), r.examples, metrics)
+
+        async def persist() -> None:   # computed once above (a stateful server update must not step twice)
+            await asyncio.to_thread(atomic_write, self.store.vector_path(self.round + 1), vector)
+            await asyncio.to_thread(save_server_state, self, self.round + 1)
+            self.store.commit_round(self.round, sha.hex(), len(r.reported), r.examples, metrics)
+
+        await retry_when_full(persist, f"round {self.round} commit")   # disk full: wait for space, not die
         log.info("round %d: committed %d updates over %d examples; metrics %s", self.round, len(r.reported),
                  r.examples, {k: round(v, 5) for k, v in metrics.items()})
         drop_spool(self, self.round)
@@ -286,7 +297,8 @@ class RoundEngine(TaskDispatch):
         """Write round `round`'s inference model and record (redone on restart if a crash interrupted it)."""
         row = next(r for r in self.store.rounds() if r.round == round)
         g = self.global_vector
-        vector = g.vector if g and g.round == round + 1 else read_vector(self.store.vector_path(round + 1), self.length)
+        vector = g.vector if g and g.round == round + 1 else \
+            read_verified_vector(self.store.vector_path(round + 1), self.length, row.vector_sha256)
         record = {
             "clients": row.clients, "client_ids": [s.client_id for s in self.store.submissions(round)],
             "examples": row.examples, "metrics": row.metrics, "attempts": row.attempt,

@@ -13,14 +13,17 @@ missing exports redone) and only then reports SERVING on the standard health ser
 from __future__ import annotations
 
 import asyncio
+import errno
 import ipaddress
 import json
 import logging
 import os
+import socket
 from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
 
 from fedort.coordinator.aggregation import Strategy
 from fedort.coordinator.auth import Authenticator
@@ -28,11 +31,13 @@ from fedort.coordinator.config import CoordinatorConfig
 from fedort.coordinator.devices import DeviceStore
 from fedort.coordinator.export import Exporter
 from fedort.coordinator.malformed import add_servicer
+from fedort.coordinator.monitoring import Monitoring
 from fedort.coordinator.round_engine import RoundEngine, RunOutcome
 from fedort.protos.round_state import RoundState
 from fedort.coordinator.servicer import CoordinatorServicer
 from fedort.coordinator.state import StateStore
 from fedort.coordinator.state_layout import StateLayout
+from fedort.coordinator.statelock import StateDirLock
 from fedort.durable import atomic_write
 from fedort.edge_client.artifacts import ARTIFACT_FILES, MANIFEST, copy_artifacts, load_manifest, verify_artifacts
 from fedort.protos.errors import ConfigError, UnavailableError
@@ -53,6 +58,8 @@ def server_options(config: CoordinatorConfig) -> list[tuple[str, int]]:
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
         ("grpc.http2.max_ping_strikes", 0),
+        # gRPC sets SO_REUSEPORT by default: a second coordinator would bind the same port and split the devices
+        ("grpc.so_reuseport", 0),
     ]
 
 
@@ -107,6 +114,9 @@ class Coordinator:
         self._server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
         self._engine_task: asyncio.Task | None = None
+        self._lock = StateDirLock(config.state_dir)
+        self.monitoring: Monitoring | None = None
+        self.metrics_port: int | None = None
 
     @property
     def state_dir(self) -> Path:
@@ -120,6 +130,17 @@ class Coordinator:
         cfg.check_transport_security()
         credentials = server_credentials(cfg)
         cfg.state_dir.mkdir(parents=True, exist_ok=True)
+        self._lock.acquire()   # before reading anything: a second coordinator on this dir stops here
+        try:
+            return await self._start(credentials)
+        except BaseException:
+            if self.monitoring is not None:
+                self.monitoring.stop()
+            self._lock.release()
+            raise
+
+    async def _start(self, credentials: grpc.ServerCredentials | None) -> int:
+        cfg = self.config
         # on loopback nobody else can listen or connect from elsewhere, so these are no news there
         warn = log.info if _is_loopback(cfg.host_port[0]) else log.warning
         if cfg.auth == "open":
@@ -138,8 +159,10 @@ class Coordinator:
         store = StateStore(cfg.state_dir)
         self._store = store
         store.claim(exporter.manifest.model_id, json.dumps(cfg.to_json_dict(), sort_keys=True))
-        engine = RoundEngine(cfg, store, exporter, strategy=self.strategy)
+        self.monitoring = Monitoring()
+        engine = RoundEngine(cfg, store, exporter, strategy=self.strategy, monitor=self.monitoring)
         self.engine = engine
+        self.monitoring.attach(engine, cfg.state_dir)
         try:
             await engine.recover()   # replay the open round, redo missing exports: before any client is served
         except BaseException:
@@ -149,9 +172,11 @@ class Coordinator:
 
         server = grpc.aio.server(options=server_options(cfg))
         add_servicer(CoordinatorServicer(engine, artifacts, cfg.download_chunk_bytes, auth=auth),
-                                                  server)  # garbage -> INVALID_ARGUMENT
+                     server)  # garbage -> INVALID_ARGUMENT
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        # server reflection: grpcurl-style tools can list and call the services without the .proto
+        reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
         host, port = cfg.host_port
         try:
             if credentials is None:
@@ -166,8 +191,16 @@ class Coordinator:
         if not self.port:
             store.close()
             self._store = None
-            raise ConfigError(f"cannot listen on {cfg.address}{reason or ' (address in use or not local?)'}")
+            raise ConfigError(f"cannot listen on {cfg.address}{bind_failure(host, port)}{reason and f' (gRPC{reason})'}")
         self._server = server
+        if cfg.metrics_address:
+            try:
+                self.metrics_port = self.monitoring.serve(cfg.metrics_address)
+            except OSError as e:
+                store.close()
+                self._store = None
+                self._server = None
+                raise ConfigError(f"cannot serve metrics on {cfg.metrics_address}: {e.strerror or e}") from None
         await server.start()
         self._engine_task = asyncio.create_task(engine.run(), name="fedort-round-engine")
         self._engine_task.add_done_callback(self._engine_stopped)
@@ -208,6 +241,9 @@ class Coordinator:
             self._store.close()
             self._store = None
         self._server = None
+        if self.monitoring is not None:
+            self.monitoring.stop()
+        self._lock.release()
         log.info("coordinator stopped")
 
     @property
@@ -220,6 +256,19 @@ class Coordinator:
 
     async def __aexit__(self, *exc) -> None:
         await self.stop()
+
+
+def bind_failure(host: str, port: int) -> str:
+    """Why gRPC could not bind HOST:PORT, asked of the OS directly (gRPC only says it failed)."""
+    try:
+        family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.bind((host.strip("[]"), port))
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            return f": address in use (another process listens on port {port}; stop it or pick another --address)"
+        return f": {e.strerror or e}"
+    return " (address in use or not local?)"
 
 
 def _is_loopback(host: str) -> bool:

@@ -9,7 +9,10 @@ every `protos.errors` exception an RPC raises becomes `context.abort(code, messa
 `status_for`; anything unplanned becomes INTERNAL (and is logged with its traceback). The same
 boundary authenticates each call (`coordinator.auth`) before the handler runs and checks that
 the client id a request names is the caller's own; streams and submissions are bounded per
-client (`coordinator.limits`).
+client (`coordinator.limits`), joins per client and per peer address (`coordinator.join_limits`).
+A full disk becomes UNAVAILABLE "coordinator storage full" (`coordinator.storage`), a message is
+cut to 1024 characters (it may quote client strings), a wait the caller must keep travels as
+`retry-after` trailing metadata, and every failure is counted (`coordinator.monitoring`).
 """
 
 from __future__ import annotations
@@ -25,8 +28,11 @@ import grpc
 
 from fedort.coordinator.malformed import reject_malformed
 from fedort.coordinator.auth import Authenticator, check_identity
+from fedort.coordinator.join_limits import JoinGate, clip
 from fedort.coordinator.limits import RateLimiter, StreamLimiter
+from fedort.coordinator.monitoring import Monitoring
 from fedort.coordinator.round_engine import RoundEngine
+from fedort.coordinator.storage import storage_error
 from fedort.edge_client.artifacts import ARTIFACT_FILES
 from fedort.protos import fedort_v1_pb2 as pb
 from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
@@ -41,8 +47,13 @@ log = logging.getLogger(__name__)
 _caller: contextvars.ContextVar[str | None] = contextvars.ContextVar("fedort_caller", default=None)
 
 
-async def _abort(context: grpc.aio.ServicerContext, method: str, exc: BaseException) -> None:
+async def _abort(context: grpc.aio.ServicerContext, method: str, exc: BaseException, monitor: Monitoring) -> None:
+    exc = storage_error(exc) or exc      # disk full -> UNAVAILABLE "coordinator storage full" (clients retry)
+    monitor.call_failed(method, exc)
     code, message = status_for(exc)
+    message = clip(message, 1024)   # client-chosen strings end up in messages: never echo them unbounded
+    if getattr(exc, "retry_after_s", None) is not None:
+        context.set_trailing_metadata((("retry-after", f"{exc.retry_after_s:.3f}"),))
     if isinstance(exc, FedortError):
         log.debug("%s -> %s: %s", method, code.name, message)
     else:
@@ -61,7 +72,7 @@ def unary(fn: Callable) -> Callable:
         except Exception as e:
             if isinstance(e, grpc.aio.AbortError):
                 raise
-            await _abort(context, fn.__name__, e)
+            await _abort(context, fn.__name__, e, self.monitor)
     return wrapper
 
 
@@ -77,7 +88,7 @@ def streaming(fn: Callable) -> Callable:
         except Exception as e:
             if isinstance(e, grpc.aio.AbortError):
                 raise
-            await _abort(context, fn.__name__, e)
+            await _abort(context, fn.__name__, e, self.monitor)
     return wrapper
 
 
@@ -87,9 +98,11 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     def __init__(self, engine: RoundEngine, artifacts_dir: Path, chunk_bytes: int = CHUNK_BYTES,
                  auth: Authenticator | None = None) -> None:
         self.engine = engine
+        self.monitor: Monitoring = engine.monitor    # RPC errors, bytes out; the engine's uploads feed the rest
         self.auth = auth or Authenticator("open", None)
         self.streams = StreamLimiter(engine.config.max_streams_per_client)
         self.submissions = RateLimiter(engine.config.submissions_per_minute)
+        self.joins = JoinGate(engine.config.joins_per_minute, engine.config.joins_per_minute_per_address)
         self.artifacts_dir = artifacts_dir
         self.chunk_bytes = chunk_bytes
         manifest = engine.manifest
@@ -111,6 +124,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     @unary
     async def Join(self, request: pb.JoinRequest, context) -> pb.JoinReply:
+        self.joins.admit(request.device_name, request.capabilities, request.client_id or _caller.get() or "",
+                         context.peer())
         cid = self.engine.join(request.client_id or _caller.get() or "", request.device_name,
                                dict(request.capabilities))
         cfg = self.engine.config
@@ -129,6 +144,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             yield pb.ArtifactPart(header=info)
             with open(self.artifacts_dir / request.name, "rb") as f:
                 while block := f.read(self.chunk_bytes):
+                    self.monitor.bytes_out(len(block))
                     yield pb.ArtifactPart(chunk=block)
 
     @unary
@@ -143,6 +159,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         with self.streams.stream(request.client_id, "download"):
             yield pb.VectorPart(header=meta_to_pb(meta))
             for chunk in iter_chunks(g.vector, self.chunk_bytes):
+                self.monitor.bytes_out(len(chunk))
                 yield pb.VectorPart(chunk=chunk)
 
     async def _read(self, context):

@@ -19,7 +19,8 @@ from typing import Any, Iterable
 import numpy as np
 
 from fedort.coordinator.state_layout import DB_NAME, StateLayout
-from fedort.protos.errors import ConfigError, VectorError
+from fedort.coordinator.storage import raise_if_full, storage_error
+from fedort.protos.errors import ConfigError, CorruptStateError, VectorError
 from fedort.protos.round_state import RoundRowState, RunState
 
 SCHEMA_VERSION = 1
@@ -125,6 +126,16 @@ class StateStore:
         self.readonly = readonly
         self._transitions: list[TransitionRow] = []
         db = self.layout.db
+        try:
+            self._open(db, readonly)
+        except sqlite3.DatabaseError as e:
+            if storage_error(e) is not None:
+                raise_if_full(e)
+            raise CorruptStateError(f"{db} is not a usable SQLite database ({e}); it is the coordinator's state: "
+                                    "restore it from a backup or start over with a new --state-dir") from None
+        self._db.row_factory = sqlite3.Row
+
+    def _open(self, db: Path, readonly: bool) -> None:
         if readonly:
             if not db.is_file():
                 raise ConfigError(f"no coordinator state in {self.dir} ({DB_NAME} missing)")
@@ -139,7 +150,7 @@ class StateStore:
             columns = {r[1] for r in self._db.execute("PRAGMA table_info(submissions)")}
             if "codec" not in columns:   # a state dir from before codecs were recorded: all its updates are raw
                 self._db.execute("ALTER TABLE submissions ADD COLUMN codec TEXT NOT NULL DEFAULT 'raw'")
-        self._db.row_factory = sqlite3.Row
+        self._db.execute("SELECT COUNT(*) FROM meta").fetchone()   # reads a page: garbage fails here, not later
 
     def close(self) -> None:
         if self._transitions and not self.readonly:
@@ -149,17 +160,21 @@ class StateStore:
     def _tx(self, statements: Iterable[tuple[str, tuple]]) -> None:
         """Run statements in one transaction (durable on return: synchronous=FULL), with pending transitions."""
         db = self._db
-        db.execute("BEGIN IMMEDIATE")
         try:
+            db.execute("BEGIN IMMEDIATE")
             for sql, args in statements:
                 db.execute(sql, args)
             for t in self._transitions:
                 db.execute("INSERT INTO transitions (round, from_state, to_state, at_unix_s, why) VALUES (?, ?, ?, ?, ?)",
                            (t.round, t.from_state, t.to_state, t.at_unix_s, t.why))
-            self._transitions = []
             db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
+            self._transitions = []   # kept for the next transaction if this one failed (e.g. disk full)
+        except BaseException as e:
+            # a failed COMMIT (e.g. disk full) may already have rolled back: a second ROLLBACK would
+            # raise "cannot rollback - no transaction is active" and hide the real cause
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise_if_full(e)
             raise
 
     # ---- paths ----------------------------------------------------------------------------------

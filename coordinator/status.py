@@ -11,6 +11,7 @@ import json
 import os
 from pathlib import Path
 
+from fedort.coordinator.integrity import export_problem
 from fedort.coordinator.state import StateStore, TransitionRow
 from fedort.coordinator.state_layout import StateLayout
 from fedort.protos.messages import RoundSummary, Status
@@ -18,12 +19,21 @@ from fedort.protos.round_state import RoundRowState, RoundState, RunState
 
 
 def latest_model(state_dir: Path) -> str:
-    """Path of the newest exported model.onnx ('' if none yet)."""
+    """Path of the newest exported model.onnx ('' if none yet, or if it does not match its model.json)."""
+    return latest_export(state_dir)[0]
+
+
+def latest_export(state_dir: Path) -> tuple[str, str]:
+    """(path of the newest intact model.onnx or '', why the newest export is not intact or '')."""
     layout = StateLayout(state_dir)
     try:
-        return os.fspath(layout.models / json.loads(layout.latest_json.read_text())["model"])
-    except (OSError, ValueError, KeyError):
-        return ""
+        model = layout.models / json.loads(layout.latest_json.read_text())["model"]
+    except FileNotFoundError:
+        return "", ""
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return "", f"{layout.latest_json} is unreadable ({type(e).__name__})"
+    problem = export_problem(model.parent)
+    return ("", problem) if problem else (os.fspath(model), "")
 
 
 def snapshot(store: StateStore, *, current_round: int | None = None, total_rounds: int | None = None,
@@ -33,6 +43,7 @@ def snapshot(store: StateStore, *, current_round: int | None = None, total_round
     clients = store.clients()
     config = json.loads(store.get_meta("config", "{}") or "{}")
     done = [r.round for r in rows if RoundRowState(r.state).committed]
+    latest = latest_export(store.dir)
     run_state = RunState(store.get_meta("run_state", RunState.RUNNING.value))
     if state is None:
         open_rows = [r for r in rows if RoundRowState(r.state) is RoundRowState.OPEN]
@@ -47,8 +58,9 @@ def snapshot(store: StateStore, *, current_round: int | None = None, total_round
         active_clients=active if active is not None else sum(c.active for c in clients),
         rounds=tuple(RoundSummary(r.round, RoundRowState(r.state), r.clients, r.examples, r.metrics, r.attempt, r.model_path, r.message)
                      for r in rows),
-        latest_model=latest_model(store.dir),
+        latest_model=latest[0],
         message=store.get_meta("run_message", "") or "",
+        latest_problem=latest[1],
     )
 
 
@@ -68,7 +80,7 @@ def format_status(s: Status) -> str:
         f"round      {min(s.current_round, s.total_rounds) if s.total_rounds else s.current_round} of {s.total_rounds}"
         + (" (all committed)" if s.total_rounds and s.current_round > s.total_rounds else ""),
         f"clients    {s.registered_clients} registered, {s.active_clients} active",
-        f"latest     {s.latest_model or '(no model exported yet)'}",
+        f"latest     {s.latest_model or ('(none intact: ' + s.latest_problem + ')' if s.latest_problem else '(no model exported yet)')}",
         "",
         f"{'round':>5}  {'state':<10} {'try':>3} {'clients':>7} {'examples':>9}  metrics",
     ]

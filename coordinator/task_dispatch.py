@@ -12,7 +12,7 @@ from typing import AsyncIterator, Mapping
 
 from fedort.coordinator.admission import check_model
 from fedort.coordinator.selection import client_seed
-from fedort.coordinator.state import read_vector
+from fedort.coordinator.integrity import read_verified_vector
 from fedort.coordinator.training_round import GlobalVector
 from fedort.coordinator.status import snapshot
 from fedort.protos.errors import NotFoundError
@@ -77,7 +77,7 @@ class TaskDispatch:
             raise NotFoundError(f"no global vector for round {round} yet; the latest round is {latest}")
         rows = {r.round: r for r in self.store.rounds()}
         expected = self.store.get_meta("initial_vector_sha256") if round == 1 else rows[round - 1].vector_sha256
-        vector = read_vector(self.store.vector_path(round), self.length)
+        vector = read_verified_vector(self.store.vector_path(round), self.length, expected)
         return GlobalVector(round, vector, bytes.fromhex(expected))
 
     async def submit_update(self, header: UpdateHeader, chunks: AsyncIterator[bytes]) -> SubmitResult:

@@ -7,7 +7,9 @@ An update counts (and is acknowledged) once its spool file and its row are durab
 into the round's aggregator then runs in one worker thread (streaming combiners are not
 thread-safe) and the round cannot close before every fold finished. At most
 MAX_CONCURRENT_UPLOADS updates are assembled in memory at once and FOLD_QUEUE acknowledged ones
-wait to be folded, so memory stays O(P) under many concurrent uploads.
+wait to be folded, so memory stays O(P) under many concurrent uploads. The engine's monitor
+counts the bytes received, the slots in use and each update accepted or found a duplicate (a
+refusal is counted where the RPC fails, in the servicer's error boundary).
 """
 
 from __future__ import annotations
@@ -66,8 +68,9 @@ class Uploads:
         if assembler is None:
             async for _ in chunks:
                 pass
+            e.monitor.update_accepted(duplicate=True)
             return SubmitResult(True, True, h.vector.round, "duplicate: this update was already counted")
-        async with self._slots:
+        async with self._slots, e.monitor.upload_slot():
             t0 = time.perf_counter()
             self._temp_counter += 1
             receiver = UpdateReceiver(assembler, e.store.layout.spool_temp(h.vector.round, h.client_id,
@@ -75,11 +78,13 @@ class Uploads:
             try:
                 async for chunk in chunks:
                     receiver.add(chunk)
+                    e.monitor.bytes_in(len(chunk))
                 vector = await receiver.finish()
                 t1 = time.perf_counter()
                 result = await self._accept(h, vector, receiver.tmp_path)
             finally:
                 receiver.close()
+            e.monitor.update_accepted(duplicate=result.duplicate)
             log.debug("update of %s: %.1f MB received in %.0f ms, stored and folded in %.0f ms", h.client_id,
                       vector.nbytes / 1e6, 1000 * (t1 - t0), 1000 * (time.perf_counter() - t1))
         return result

@@ -99,8 +99,11 @@ class ArtifactCache:
         def hashed() -> Iterable[bytes]:
             nonlocal received
             for c in chunks:
-                h.update(c)
                 received += len(c)
+                if size is not None and received > size:   # stop at the announced size, not at the disk's end
+                    raise ArtifactError(f"artifact {sha256_hex[:12]}… was announced as {size} bytes, but the "
+                                        f"stream sent more ({received} bytes so far); download stopped")
+                h.update(c)
                 yield c
             if size is not None and received != size:
                 raise ArtifactError(f"artifact {sha256_hex[:12]}… should be {size} bytes, received {received}")

@@ -47,9 +47,11 @@ from fedort.edge_client.artifacts import Manifest
 from fedort.edge_client.cache import ArtifactCache, IdentityLock
 from fedort.edge_client.client_data import ClientData
 from fedort.edge_client.edge_config import EdgeConfig
+from fedort.edge_client.guards import check_finite
 from fedort.edge_client.heartbeat import Heartbeat
 from fedort.edge_client.joining import Joining
 from fedort.edge_client.retry import StoppedError, call_with_retry
+from fedort.edge_client.run_end import final_outcome
 from fedort.edge_client.session import TrainingSession
 from fedort.edge_client.transport import JoinInfo, SubmitResult, Transport, update_header
 
@@ -76,7 +78,7 @@ class RunSummary:
 
     client_id: str
     model_id: str
-    outcome: str                   # "done" | "stopped"
+    outcome: str                   # "done" | "failed" (the coordinator ended the run FAILED) | "stopped"
     reports: list[RoundReport] = field(default_factory=list)
     stop_reason: str = ""
 
@@ -132,7 +134,9 @@ class EdgeClient(Joining):
     @property
     def transport(self) -> Transport:
         if self._transport is None:
-            self._transport = Transport(self.config.channel_config())
+            channel = self.config.channel_config()
+            channel.check_resolves()     # a host that does not resolve at start is a typo: say so, do not retry
+            self._transport = Transport(channel)
         return self._transport
 
     @property
@@ -219,6 +223,7 @@ class EdgeClient(Joining):
         vector = self._call(f"DownloadVector round {task.round}", lambda: self.transport.download_vector(
             self.client_id, self.model_id, task.round, expected_length=length,
             expected_sha256=task.vector_sha256 or None))
+        check_finite(vector, task.round)   # before caching: a poisoned vector must not be trained on or kept
         self.cache.put_vector(task.vector_sha256 or vector_digest(vector), vector)
         return vector, False
 
@@ -297,8 +302,10 @@ class EdgeClient(Joining):
         report = RoundReport(round, kind, n, {k: m.value for k, m in metrics.items()}, seconds, outcome,
                              cached, message)
         self.reports.append(report)
-        log.info("round %d %s: %d examples, %.2f s, %s%s", round, kind, n, seconds, outcome,
-                 f" ({message})" if message and message != outcome else "")
+        # with an on_report callback (the CLI prints each round) the log line would say it a second time
+        (log.debug if self._on_report is not None else log.info)(
+            "round %d %s: %d examples, %.2f s, %s%s", round, kind, n, seconds, outcome,
+            f" ({message})" if message and message != outcome else "")
         if self._on_report is not None:
             self._on_report(report)
         return report
@@ -317,8 +324,7 @@ class EdgeClient(Joining):
                     continue
                 task = self.poll()
                 if task.kind == TaskKind.DONE:
-                    outcome = "done"
-                    log.info("coordinator says the run is done")
+                    outcome = final_outcome(self.transport)   # DONE also ends a FAILED run: ask which
                     break
                 self.handle(task)
         except FedortError as e:

@@ -77,6 +77,7 @@ class EdgeConfig:
             token_id = _token_client_id(self.credential)
             if token_id:
                 object.__setattr__(self, "client_id", token_id)
+        self.channel_config()   # a malformed --coordinator (e.g. an http:// prefix) fails here, at start
 
     def channel_config(self) -> ChannelConfig:
         return ChannelConfig(self.coordinator, insecure=self.insecure, ca_file=self.ca_file, cert_file=self.cert_file,

@@ -2,7 +2,9 @@
 
 Only failures that waiting can fix are retried: the coordinator is unreachable or restarting
 (UNAVAILABLE, connection loss), a call ran out of time (DEADLINE_EXCEEDED) or was aborted
-(ABORTED). Everything else — UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT, a wrong
+(ABORTED), or a rate limit said when to come back (RESOURCE_EXHAUSTED with `retry-after`, or
+"retry in S s" in its message: the next attempt waits at least that long). A TLS certificate
+that fails verification (`CertificateError`) is not retried. Everything else — UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT, a wrong
 model, a size limit — is raised at once, because the next attempt would fail the same way.
 
 The delay before attempt n+1 is uniform in [0, min(max_delay, initial * multiplier**n)] ("full
@@ -22,7 +24,7 @@ from typing import Callable, Iterator, TypeVar
 
 import grpc
 
-from fedort.protos.errors import FedortError, UnavailableError
+from fedort.protos.errors import CertificateError, FedortError, UnavailableError
 
 log = logging.getLogger("fedort.edge.retry")
 
@@ -80,7 +82,11 @@ class Backoff:
 
 
 def is_retryable(exc: BaseException) -> bool:
-    """True for failures a later attempt may not meet (the coordinator down, a call timed out)."""
+    """True for failures a later attempt may not meet (the coordinator down, a call timed out, a rate limit)."""
+    if isinstance(exc, CertificateError):
+        return False
+    if retry_after(exc) is not None and getattr(exc, "code", None) == "RESOURCE_EXHAUSTED":
+        return True
     if isinstance(exc, grpc.RpcError):
         return exc.code() in RETRYABLE_CODES if hasattr(exc, "code") else True
     if isinstance(exc, FedortError):
@@ -117,6 +123,9 @@ def call_with_retry(
                 raise
             attempt += 1
             delay = next(delays)
+            asked = retry_after(exc)
+            if asked is not None:   # the server said when: wait that long, plus a little jitter
+                delay = max(delay, asked * (1.0 + 0.1 * (rng or random).random()))
             elapsed = clock() - started
             out_of_attempts = backoff.max_attempts is not None and attempt >= backoff.max_attempts
             out_of_time = backoff.give_up_after_s is not None and elapsed + delay > backoff.give_up_after_s
@@ -134,9 +143,15 @@ def call_with_retry(
                 time.sleep(delay)
 
 
+def retry_after(exc: BaseException) -> float | None:
+    """Seconds the server asked us to wait before the next attempt (None: it did not say)."""
+    value = getattr(exc, "retry_after_s", None)
+    return float(value) if isinstance(value, (int, float)) else None
+
+
 def _short(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
 
 
-__all__ = ["Backoff", "RETRYABLE_CODES", "StoppedError", "call_with_retry", "is_retryable"]
+__all__ = ["Backoff", "RETRYABLE_CODES", "StoppedError", "call_with_retry", "is_retryable", "retry_after"]

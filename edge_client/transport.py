@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 from dataclasses import dataclass
 from typing import Callable, Iterator, Mapping
@@ -28,7 +29,7 @@ import numpy as np
 from fedort.protos import fedort_v1_pb2 as pb
 from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
 from fedort.protos.codec import CHUNK_BYTES, VectorAssembler, describe, iter_chunks
-from fedort.protos.errors import ConfigError, FedortError, ProtocolError
+from fedort.protos.errors import CertificateError, ConfigError, FedortError, ProtocolError
 from fedort.protos.messages import Metric, Status, SubmitResult, Task, UpdateHeader, meta_from_pb, metrics_to_pb
 from fedort.protos.round_state import RoundState
 from fedort.protos.status_codes import from_rpc_error
@@ -62,9 +63,12 @@ class ChannelConfig:
     max_message_bytes: int = 8 << 20     # > the largest chunk the codec allows (4 MiB - 64 KiB)
 
     def __post_init__(self) -> None:
+        if "://" in self.address or self.address.lower().startswith(("http:", "https:", "grpc:", "dns:")):
+            raise ConfigError(f"coordinator address must be HOST:PORT without a scheme, got {self.address!r} "
+                              "(drop the 'http://' or 'grpc://' prefix; TLS is chosen by --insecure/--ca-file)")
         host, sep, port = self.address.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise ConfigError(f"coordinator address must be HOST:PORT, got {self.address!r}")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+            raise ConfigError(f"coordinator address must be HOST:PORT with a port in 1..65535, got {self.address!r}")
         if (self.cert_file is None) != (self.key_file is None):
             raise ConfigError("a client certificate needs both cert_file and key_file (--cert and --key)")
         if self.insecure and (self.ca_file or self.cert_file):
@@ -75,6 +79,15 @@ class ChannelConfig:
                 raise ConfigError(f"{name} not found: {path}")
         if any(c in self.token for c in "\r\n"):
             raise ConfigError("token must be one line")
+
+    def check_resolves(self) -> None:
+        """ConfigError at once when the coordinator's host name does not resolve (a typo never heals by retrying)."""
+        host, _, port = self.address.rpartition(":")
+        try:
+            socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)
+        except socket.gaierror as e:
+            raise ConfigError(f"cannot resolve the coordinator host {host!r} of --coordinator {self.address!r}: "
+                              f"{e.strerror or e}") from None
 
     def credentials(self) -> grpc.ChannelCredentials:
         """TLS credentials from the PEM files (read now, so a bad path fails at connect, not mid-run)."""
@@ -194,6 +207,12 @@ class Transport:
         details = (e.details() if hasattr(e, "details") else "") or ""
         low = details.lower()
         if exc.code == "UNAVAILABLE" and not self.config.insecure:
+            if "certificate_verify_failed" in low or "certificate verify failed" in low:
+                cert = CertificateError(
+                    f"{exc.args[0]} [the coordinator's TLS certificate failed verification, which retrying cannot "
+                    "fix: check that --ca-file is the CA that signed it and that it names the address you dial]")
+                cert.code = exc.code
+                return cert
             if any(w in low for w in ("ssl", "tls", "handshake", "certificate")):
                 hint = ("TLS handshake with the coordinator failed: check that --ca-file is the CA that signed its "
                         "certificate and that the certificate names the address you dial (or, for a plaintext "

@@ -1,7 +1,9 @@
-"""The one exception tree of fedort, and the one place it meets gRPC status codes.
+"""The one exception tree of fedort; each class names its gRPC status code.
 
     FedortError
      +-- ConfigError            bad flag, config file or argument        INVALID_ARGUMENT
+     |    +-- CorruptStateError    a state-dir file fails its recorded hash DATA_LOSS
+     +-- StorageError           the coordinator's disk is full           UNAVAILABLE
      +-- DataError              data arrays that do not fit the model    INVALID_ARGUMENT
      +-- VectorError            parameter vector of wrong length/dtype   INVALID_ARGUMENT
      +-- ArtifactError          missing or corrupt training artifacts    FAILED_PRECONDITION
@@ -14,6 +16,7 @@
           +-- PermissionDeniedError acting as another identity           PERMISSION_DENIED
           +-- ResourceExhaustedError over a size or rate limit           RESOURCE_EXHAUSTED
           +-- UnavailableError     coordinator not serving (yet/anymore) UNAVAILABLE
+               +-- CertificateError  the peer's TLS certificate failed verification (never retried)
 
 Each class names its gRPC status code as a plain string (`code`, e.g. "INVALID_ARGUMENT"), so
 this module imports without grpc (a device-side `DataError` needs no wire library). The one
@@ -33,6 +36,18 @@ class FedortError(Exception):
 
 class ConfigError(FedortError):
     code = "INVALID_ARGUMENT"
+
+
+class CorruptStateError(ConfigError):
+    """A file of the state dir does not match the hash (or length) the database recorded for it."""
+
+    code = "DATA_LOSS"
+
+
+class StorageError(FedortError):
+    """The coordinator could not write its state (disk or quota full): retryable once space returns."""
+
+    code = "UNAVAILABLE"
 
 
 class DataError(FedortError):
@@ -83,8 +98,13 @@ class UnavailableError(ProtocolError):
     code = "UNAVAILABLE"
 
 
+class CertificateError(UnavailableError):
+    """TLS certificate verification failed: gRPC says UNAVAILABLE, but waiting cannot heal it."""
+
+
 __all__ = [
-    "FedortError", "ConfigError", "DataError", "VectorError", "ArtifactError", "TrainingError",
+    "FedortError", "ConfigError", "CorruptStateError", "StorageError", "DataError", "VectorError", "ArtifactError",
+    "TrainingError",
     "ProtocolError", "StaleRoundError", "WrongModelError", "NotFoundError", "UnauthenticatedError",
-    "PermissionDeniedError", "ResourceExhaustedError", "UnavailableError",
+    "PermissionDeniedError", "ResourceExhaustedError", "UnavailableError", "CertificateError",
 ]

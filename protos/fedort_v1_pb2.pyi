@@ -2,8 +2,7 @@ from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable, Mapping as _Mapping
-from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -119,7 +118,7 @@ class TrainConfig(_message.Message):
     seed: int
     extra: _containers.ScalarMap[str, str]
     prox_mu: float
-    def __init__(self, local_epochs: _Optional[int] = ..., batch_size: _Optional[int] = ..., learning_rate: _Optional[float] = ..., reset_optimizer: _Optional[bool] = ..., seed: _Optional[int] = ..., extra: _Optional[_Mapping[str, str]] = ..., prox_mu: _Optional[float] = ...) -> None: ...
+    def __init__(self, local_epochs: _Optional[int] = ..., batch_size: _Optional[int] = ..., learning_rate: _Optional[float] = ..., reset_optimizer: bool = ..., seed: _Optional[int] = ..., extra: _Optional[_Mapping[str, str]] = ..., prox_mu: _Optional[float] = ...) -> None: ...
 
 class PollRequest(_message.Message):
     __slots__ = ("client_id", "model_id", "wait_ms")
@@ -175,7 +174,7 @@ class Metric(_message.Message):
     SYNC_DIST_FIELD_NUMBER: _ClassVar[int]
     value: float
     sync_dist: bool
-    def __init__(self, value: _Optional[float] = ..., sync_dist: _Optional[bool] = ...) -> None: ...
+    def __init__(self, value: _Optional[float] = ..., sync_dist: bool = ...) -> None: ...
 
 class UpdateHeader(_message.Message):
     __slots__ = ("client_id", "vector", "num_examples", "metrics")
@@ -214,7 +213,7 @@ class SubmitReply(_message.Message):
     duplicate: bool
     round: int
     message: str
-    def __init__(self, accepted: _Optional[bool] = ..., duplicate: _Optional[bool] = ..., round: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+    def __init__(self, accepted: bool = ..., duplicate: bool = ..., round: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
 class EvaluationResult(_message.Message):
     __slots__ = ("client_id", "model_id", "round", "num_examples", "metrics")

@@ -2,12 +2,20 @@
 
 Run from anywhere; writes `fedort_v1_pb2.py`, `fedort_v1_pb2.pyi` and `fedort_v1_pb2_grpc.py`
 beside the .proto (or into `--out`, which the staleness test uses to compare).
+
+The stubs are generated with grpcio-tools GRPCIO_TOOLS exactly (protoc 25.x: protobuf 4.25
+gencode). Such stubs carry no runtime-version check and import with every protobuf from 4.25 to
+7.x and every grpcio from 1.62 on, so fedort can share an environment with packages that pin an
+older protobuf. grpcio-tools 1.62 itself needs protobuf < 5, so it does not go into fedort's own
+environment: when the installed grpcio-tools is not that version, the generator runs it in a
+throwaway environment made by `uv` (`pip install uv`) from the package registry.
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -15,12 +23,36 @@ from pathlib import Path
 PROTO = "fedort_v1.proto"
 HERE = Path(__file__).resolve().parent
 OUTPUTS = ("fedort_v1_pb2.py", "fedort_v1_pb2.pyi", "fedort_v1_pb2_grpc.py")
+GRPCIO_TOOLS = "1.62.3"
+
+
+def _installed_tools_version() -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version("grpcio-tools")
+    except Exception:  # noqa: BLE001 - not installed
+        return None
+
+
+def _protoc(args: list[str]) -> int:
+    """protoc of grpcio-tools GRPCIO_TOOLS: in this process if installed, else through `uv run --with`."""
+    if _installed_tools_version() == GRPCIO_TOOLS:
+        from grpc_tools import protoc
+
+        return protoc.main(args)
+    uv = shutil.which("uv") or shutil.which("uv", path=str(Path(sys.executable).parent))
+    if uv is None:
+        raise SystemExit(f"the stubs are generated with grpcio-tools=={GRPCIO_TOOLS} (installed: "
+                         f"{_installed_tools_version() or 'none'}); install `uv` (pip install uv) so the generator "
+                         "can run it in a throwaway environment")
+    cmd = [uv, "run", "--isolated", "--no-project", "--quiet", "--python", sys.executable,
+           "--with", f"grpcio-tools=={GRPCIO_TOOLS}", "--", "python", "-m", "grpc_tools.protoc", *args[1:]]
+    return subprocess.run(cmd).returncode
 
 
 def generate(out_dir: Path) -> list[Path]:
-    """Run protoc (from grpcio-tools) and place the stubs in `out_dir/`."""
-    from grpc_tools import protoc
-
+    """Run protoc (from grpcio-tools GRPCIO_TOOLS) and place the stubs in `out_dir/`."""
     with tempfile.TemporaryDirectory() as tmp:
         # The .proto sits at `fedort/protos/` in the include tree so the generated stubs import
         # each other as `fedort.protos.*`, the name they are installed under.
@@ -31,7 +63,7 @@ def generate(out_dir: Path) -> list[Path]:
             "protoc", f"-I{src}", f"--python_out={tmp}", f"--pyi_out={tmp}", f"--grpc_python_out={tmp}",
             str(Path("fedort") / "protos" / PROTO),
         ]
-        if protoc.main(args) != 0:
+        if _protoc(args) != 0:
             raise SystemExit("protoc failed")
         out_dir.mkdir(parents=True, exist_ok=True)
         written = []

@@ -162,6 +162,7 @@ class Status:
     rounds: tuple[RoundSummary, ...]
     latest_model: str
     message: str = ""            # (not on the wire: why a run failed, from the database)
+    latest_problem: str = ""     # (not on the wire: why the newest export is not listed, if it is corrupt or missing)
 
     def to_pb(self) -> pb.StatusReply:
         return pb.StatusReply(model_id=self.model_id, current_round=self.current_round, total_rounds=self.total_rounds,

@@ -3,10 +3,13 @@
 `protos.errors` names each class's status code as a string so it imports without grpc; this
 module is the only translation. The coordinator's servicer answers a failed RPC with
 `status_for(exc)`; the edge transport turns a `grpc.RpcError` back into the fedort class for
-its code with `from_rpc_error` (the class's `code` attribute then holds the code's name).
+its code with `from_rpc_error` (the class's `code` attribute then holds the code's name, and
+`retry_after_s` the wait a server asked for in its `retry-after` trailer or message).
 """
 
 from __future__ import annotations
+
+import re
 
 import grpc
 
@@ -46,7 +49,31 @@ def from_rpc_error(err: grpc.RpcError) -> FedortError:
     cls = _BY_CODE.get(code, FedortError)
     exc = cls(f"{code.name}: {details}")
     exc.code = code.name
+    retry_after = _retry_after(err, details or "")
+    if retry_after is not None:
+        exc.retry_after_s = retry_after
     return exc
+
+
+_RETRY_IN = re.compile(r"retry in (\d+(?:\.\d+)?) s")
+
+
+def _retry_after(err: grpc.RpcError, details: str) -> float | None:
+    """Seconds the server asked to wait: its `retry-after` trailing metadata, else 'retry in S s' in the message."""
+    try:
+        trailing = err.trailing_metadata() if hasattr(err, "trailing_metadata") else None
+    except Exception:  # noqa: BLE001 - a call object without metadata
+        trailing = None
+    pairs = trailing.items() if hasattr(trailing, "items") else (trailing or ())   # aio Metadata or tuples
+    for pair in pairs:
+        key, value = (pair.key, pair.value) if hasattr(pair, "key") else pair
+        if str(key).lower() == "retry-after":
+            try:
+                return max(0.0, float(value))
+            except (TypeError, ValueError):
+                break
+    match = _RETRY_IN.search(details)
+    return float(match.group(1)) if match else None
 
 
 __all__ = ["grpc_code", "status_for", "from_rpc_error"]

@@ -140,7 +140,7 @@ def run_simulation(cfg: SimulationConfig) -> SimulationResult:
     outcome = server.outcome
     if outcome is not None and outcome.state is RoundState.FAILED:
         raise FedortError(f"the simulated run failed: {getattr(outcome, 'message', outcome)}")
-    return _report(cfg, out, manifest, stats or [], time.monotonic() - started)
+    return _report(cfg, out, manifest, stats or [], time.monotonic() - started, n_clients)
 
 
 def _data_name(cfg: SimulationConfig) -> str:
@@ -150,7 +150,7 @@ def _data_name(cfg: SimulationConfig) -> str:
 
 
 def _report(cfg: SimulationConfig, out: Path, manifest: Manifest, stats: list[WorkerStats],
-            seconds: float) -> SimulationResult:
+            seconds: float, n_clients: int) -> SimulationResult:
     from fedort.coordinator.state import StateStore
 
     layout = StateLayout(out / "state")
@@ -175,15 +175,20 @@ def _report(cfg: SimulationConfig, out: Path, manifest: Manifest, stats: list[Wo
     last = records[-1]
     model = out / "model.onnx"
     shutil.copyfile(layout.model_file(last.round), model)
+    # with --data, the clients and their split are the folder's, not the --clients/--partition defaults
+    partition = _data_name(cfg) if cfg.data is None else f"as given in {cfg.data}"
     final = {
-        "name": cfg.name, "clients": cfg.clients, "partition": _data_name(cfg),
+        "name": cfg.name, "clients": n_clients, "partition": partition,
         "model_id": manifest.model_id, "parameters": manifest.parameter_count,
         "test_accuracy": last.accuracy, "test_loss": last.loss, "wall_seconds": round(seconds, 2),
         "model": str(model), "target_accuracy": cfg.target_accuracy,
         "fits": sum(s.fits for s in stats),
     }
     write_metrics(records, out, final)
-    plot(records, out / "metrics.png", f"{cfg.name}: {cfg.clients} clients, {_data_name(cfg)}",
+    plot(records, out / "metrics.png", f"{cfg.name}: {n_clients} clients, {partition}",
          target=cfg.target_accuracy)
-    text = summary_table(records, final, target=cfg.target_accuracy)
+    # the table already shows accuracy, loss, updates and the target row; the CLI prints the model path
+    shown = {k: v for k, v in final.items()
+             if v is not None and k not in ("test_accuracy", "test_loss", "target_accuracy", "fits", "model")}
+    text = summary_table(records, shown, target=cfg.target_accuracy)
     return SimulationResult(out, records, final, model, text)

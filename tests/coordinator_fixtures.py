@@ -165,3 +165,15 @@ class StubClient:
         update = (vector + np.float32(delta)).astype(np.float32)
         reply = await self.submit(client_id, model_id, task.round, update, num_examples, metrics)
         return task, vector, reply
+
+
+async def wait_for_metric(coordinator: Coordinator, name: str, ok, labels: dict[str, str] | None = None,
+                          timeout: float = 60.0) -> float:
+    """Until the coordinator's own metric `name` satisfies `ok(value)`: observable state, not a sleep."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        value = coordinator.monitoring.registry.get_sample_value(name, labels or {})
+        if value is not None and ok(value):
+            return value
+        assert asyncio.get_running_loop().time() < deadline, f"{name}{labels or ''} stayed at {value}"
+        await asyncio.sleep(0.01)

@@ -35,7 +35,7 @@ import pytest
 
 from chaos_support import METHODS, open_access, raw_call, state_snapshot
 from coordinator_fixtures import (  # noqa: F401
-    P_MLP, chunks_of, mlp_artifacts, start_coordinator, stub_client, update_header,
+    P_MLP, chunks_of, mlp_artifacts, start_coordinator, stub_client, update_header, wait_for_metric,
 )
 from fedort.protos import fedort_v1_pb2 as pb
 from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
@@ -106,8 +106,10 @@ async def test_upload_cut_off_mid_stream_leaves_nothing(open_round):
     before = state_snapshot(coord)
     call = client.stub.SubmitUpdate(timeout=10)
     await call.write(pb.UpdatePart(header=update_header("client-a", model, 1, vector, 10)))
-    await call.write(pb.UpdatePart(chunk=chunks_of(vector, CHUNK)[0]))
-    await asyncio.sleep(0.2)       # the server has the header and a chunk in hand
+    first = chunks_of(vector, CHUNK)[0]
+    await call.write(pb.UpdatePart(chunk=first))
+    # the server has the header and a chunk in hand: the chunk's bytes are counted as received
+    await wait_for_metric(coord, "fedort_bytes_total", lambda v: v >= len(first), {"direction": "in"})
     call.cancel()
     with pytest.raises(asyncio.CancelledError):
         await call

@@ -23,7 +23,7 @@ import pytest
 
 from chaos_support import CoordinatorProcess, open_access, vector_files
 from coordinator_fixtures import (  # noqa: F401
-    P_MLP, StubClient, chunks_of, mlp_artifacts, start_coordinator, update_header,
+    P_MLP, StubClient, chunks_of, mlp_artifacts, start_coordinator, update_header, wait_for_metric,
 )
 from fedort.edge_client.heartbeat import Heartbeat
 from fedort.edge_client.transport import ChannelConfig, Transport
@@ -376,7 +376,7 @@ async def test_stalled_uploads_do_not_block_other_clients(start_coordinator):
             await call.write(pb.UpdatePart(header=update_header(cid, model, 1, vector, 10)))
             await call.write(pb.UpdatePart(chunk=chunks_of(vector, CHUNK)[0]))
             stalled.append((peer, call))
-        await asyncio.sleep(0.2)
+        await wait_for_metric(coord, "fedort_upload_slots_in_use", lambda v: v == 4)   # the stalled hold every slot
         reply = await asyncio.wait_for(honest.submit(cids[5], model, 1, vector, 10, chunks=chunks_of(vector, CHUNK)), 4)
         assert reply.accepted
     finally:

@@ -101,3 +101,15 @@ def test_the_installed_fedort_script_builds(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert load_manifest(tmp_path).parameter_count == 9610
+
+
+def test_build_refuses_an_existing_non_empty_out_unless_forced(tmp_path, capsys):
+    out = tmp_path / "art"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    assert main(["artifacts", "build", "--builtin", "mlp", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "exists and is not empty" in err and "pass --force" in err
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]          # nothing was written
+    assert main(["artifacts", "build", "--builtin", "mlp", "--out", str(out), "--force"]) == 0
+    assert load_manifest(out).parameter_count == 9610

@@ -84,3 +84,22 @@ def test_serve_over_mutual_tls_with_an_enrolled_edge_client_end_to_end(tmp_path,
         if serve.poll() is None:
             serve.kill()
         serve.communicate(timeout=10)
+
+
+def test_enroll_out_writes_the_token_to_a_file_only_its_owner_can_read(tmp_path):
+    import os
+    import stat
+
+    state, token_file = str(tmp_path / "state"), tmp_path / "client.token"
+    old = os.umask(0o022)   # the usual umask: a plain redirect would make the file world-readable
+    try:
+        out = fedort("coordinator", "enroll", "dev-1", "--state-dir", state, "--out", str(token_file))
+    finally:
+        os.umask(old)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "" and "client.token (mode 0600)" in out.stderr
+    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+    assert DeviceStore(state).verify(token_file.read_text().strip()) == "dev-1"
+    again = fedort("coordinator", "enroll", "dev-2", "--state-dir", state, "--out", str(token_file))
+    assert again.returncode == 1 and "never overwritten" in again.stderr
+    assert [d.client_id for d in DeviceStore(state).devices()] == ["dev-1"]     # refused before enrolling

@@ -5,6 +5,7 @@ is counted twice, committed vectors never change."""
 from __future__ import annotations
 
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -173,17 +174,48 @@ def test_sigkill_after_an_acknowledged_update_resumes_without_loss_or_double_cou
         assert (state / "models" / f"round-{r:04d}" / "model.json").is_file()
 
 
+def landing(state_dir: Path) -> str:
+    """Where a kill landed in round 2's close, read from what it left on disk."""
+    con = sqlite3.connect(f"file:{state_dir / 'state.db'}?mode=ro", uri=True)
+    try:
+        (row_state,) = con.execute("SELECT state FROM rounds WHERE round = 2").fetchone()
+        (updates,) = con.execute("SELECT COUNT(*) FROM submissions WHERE round = 2").fetchone()
+    finally:
+        con.close()
+    assert updates == len(CLIENTS), f"every update of round 2 was acknowledged before the kill, found {updates}"
+    model_json = (state_dir / "models" / "round-0002" / "model.json").is_file()
+    if row_state == "TRAINING":
+        return "open"            # acknowledged, not yet committed: the restart replays the spool
+    if row_state == "COMMITTED":
+        return "committed"       # committed, export not recorded: the restart redoes it
+    assert row_state == "EXPORTED" and model_json, (row_state, model_json)
+    return "exported"
+
+
 @pytest.mark.parametrize("delay", [0.0, 0.015, 0.3])
-def test_sigkill_while_a_round_closes_resumes_into_the_next_round(servers, uninterrupted, tmp_path, delay):
+def test_sigkill_while_a_round_closes_resumes_into_the_next_round(servers, uninterrupted, tmp_path, delay,
+                                                                 record_property):
     state = tmp_path / "crashed-closing"
     server = servers(state)
     model = join_all(server)
     for r in (1, 2):
         for cid in CLIENTS:
             fit(server, cid, model, r)
-    time.sleep(delay)
+    time.sleep(delay)          # only varies where the kill lands; `landing` then says where it did
     server.kill()              # before, during or after aggregating / committing / exporting round 2
+    landed = landing(state)
+    record_property("kill_landed", landed)
+    log = tmp_path / "coordinator.log"
+    log_before = log.read_text() if log.exists() else ""
     server = servers(state)
+    restart_log = log.read_text()[len(log_before):]
+    if landed == "open":
+        assert "round 2: replayed 3 acknowledged updates" in restart_log, restart_log[-2000:]
+    elif landed == "committed":
+        assert "round 2: redoing the export" in restart_log, restart_log[-2000:]
+    else:
+        assert "round 2: redoing the export" not in restart_log and "round 2: replayed" not in restart_log, \
+            restart_log[-2000:]
     for cid in CLIENTS:
         fit(server, cid, model, 3)
     finish(server, model)

@@ -100,15 +100,21 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.05):
 
 
 def query(state: Path, sql: str, *args) -> list[tuple]:
-    if not (state / "state.db").exists():
-        return []
+    """Rows of `sql` on the state dir's database; a missing database or an SQL error fails the test."""
+    assert (state / "state.db").is_file(), f"no {state / 'state.db'}"
     con = sqlite3.connect(f"file:{state / 'state.db'}?mode=ro", uri=True, timeout=5)
     try:
         return con.execute(sql, args).fetchall()
-    except sqlite3.OperationalError:
-        return []
     finally:
         con.close()
+
+
+def query_when_ready(state: Path, sql: str, *args) -> list[tuple]:
+    """`query` for polling while the coordinator starts: [] until its database and tables exist."""
+    try:
+        return query(state, sql, *args)
+    except (AssertionError, sqlite3.OperationalError):
+        return []
 
 
 def start_coordinator(procs: Procs, artifacts: Path, state: Path, port: int = 0, name: str = "coordinator",
@@ -244,8 +250,11 @@ def test_clients_reconnect_when_the_coordinator_is_killed_and_restarted(procs, t
     flags = dict(rounds=3, min_clients=3, local_epochs=40, round_timeout=40)
     start_coordinator(procs, artifacts, state, port, **flags)
     edges = [start_edge(procs, port, data[i], f"dev{i}") for i in range(3)]
-    wait_for(lambda: query(state, "SELECT 1 FROM rounds WHERE round = 2"), 40, "round 2 to open")
-    time.sleep(0.2)  # the clients are training round 2 now; their uploads will meet a dead coordinator
+    wait_for(lambda: query_when_ready(state, "SELECT 1 FROM rounds WHERE round = 2"), 40, "round 2 to open")
+    # every client has cached round 2's global vector, so it trains round 2 now (40 local epochs):
+    # its upload will meet a dead coordinator
+    wait_for(lambda: all(len(list((procs.folder / f"cache-dev{i}" / "vectors").glob("*.f32"))) >= 2 for i in range(3)),
+             40, "every client to fetch round 2's vector")
     first = procs.procs[0]
     first.send_signal(signal.SIGKILL)
     first.wait(10)
@@ -294,7 +303,7 @@ def test_a_signal_during_local_training_stops_at_once(procs, tmp_path, artifacts
     state = tmp_path / "state"
     port = start_coordinator(procs, artifacts, state, rounds=1, min_clients=1, local_epochs=2000)  # minutes of work
     edge = start_edge(procs, port, data[0], "dev0")
-    wait_for(lambda: query(state, "SELECT 1 FROM rounds WHERE round = 1"), 30, "round 1 to open")
+    wait_for(lambda: query_when_ready(state, "SELECT 1 FROM rounds WHERE round = 1"), 30, "round 1 to open")
     time.sleep(1.0)
     started = time.monotonic()
     edge.send_signal(signal.SIGTERM)

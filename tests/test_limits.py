@@ -49,7 +49,10 @@ async def download(client, cid: str, model: str) -> np.ndarray:
 
 
 async def test_a_client_over_its_stream_limit_is_refused_while_others_are_served(start_coordinator, stub_client):
-    coordinator = await start_coordinator(rounds=1, max_streams_per_client=1)
+    # Under load the steps below can take longer than the fixture's 20 s round deadline or the 30 s
+    # idle timeout of the held upload; neither is what this test is about, so both are out of reach.
+    coordinator = await start_coordinator(rounds=1, max_streams_per_client=1, round_timeout_s=600,
+                                          stream_idle_timeout_s=600)
     client = stub_client(coordinator.port)
     model, task = await both_training(client)
     vector = await download(client, "client-a", model)
@@ -57,16 +60,17 @@ async def test_a_client_over_its_stream_limit_is_refused_while_others_are_served
 
     held = client.stub.SubmitUpdate(timeout=RPC_TIMEOUT)          # an upload a holds open: header, no chunks yet
     await held.write(pb.UpdatePart(header=update_header("client-a", model, 1, update, 10)))
-    deadline = time.monotonic() + 10
-    while True:                                                   # until the server has taken the header
-        try:
-            await download(client, "client-a", model)
-        except grpc.aio.AioRpcError as e:
-            assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, e.details()
-            assert "already has 1 streams open (limit 1 per client)" in e.details()
-            break
-        assert time.monotonic() < deadline, "the held upload never counted against client-a's streams"
-        await asyncio.sleep(0.05)
+    # Wait until the server holds the upload (it then counts in the upload-slot gauge), without
+    # opening any stream of client-a meanwhile: such a stream would race the upload for the slot.
+    deadline = time.monotonic() + 120
+    while coordinator.monitoring.registry.get_sample_value("fedort_upload_slots_in_use") != 1:
+        assert held.done() is False, "the held upload ended early"
+        assert time.monotonic() < deadline, "the server never took the held upload's header"
+        await asyncio.sleep(0.02)
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await download(client, "client-a", model)
+    assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, e.value.details()
+    assert "already has 1 streams open (limit 1 per client)" in e.value.details()
 
     assert np.array_equal(await download(client, "client-b", model), vector)   # another client is served
     assert await healthy(client.channel)

@@ -58,9 +58,12 @@ def test_training_step_returns_the_loss_of_a_real_train_step(module, batch):
     module.session.lazy_reset_grad()
 
 
-def test_log_outside_a_trainer_loop_does_nothing(module):
-    module.log("anything", 1.0)
+def test_log_outside_a_trainer_loop_does_nothing(module, batch):
+    module.log("anything", 1.0)                 # no loop is running: neither raises nor is kept ...
     module.log_dict({"a": 1.0, "b": 2.0})
+    metrics = Trainer(batch_size=32, shuffle=False, max_epochs=1).fit(module, {"x": batch[0], "labels": batch[1]}).metrics
+    assert not {"anything", "a", "b"} & set(metrics)   # ... nor leaks into the next loop's metrics
+    assert "train_loss" in metrics
 
 
 def test_evaluate_computes_loss_and_accuracy_of_a_batch(module, batch):

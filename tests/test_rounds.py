@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sqlite3
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -35,7 +38,11 @@ def test_selection_is_seeded_and_independent_of_input_order():
 
 
 def test_client_seed_differs_per_round_and_client_and_is_stable():
-    assert client_seed(0, 1, "a") == client_seed(0, 1, "a")
+    # stable: another interpreter, with another string-hash seed, derives the same seed
+    other = subprocess.run([sys.executable, "-c", "from fedort.coordinator.selection import client_seed; "
+                            "print(client_seed(0, 1, 'a'))"], capture_output=True, text=True, timeout=60,
+                           env={**os.environ, "PYTHONHASHSEED": "12345"}, check=True)
+    assert int(other.stdout) == client_seed(0, 1, "a")
     assert len({client_seed(0, 1, "a"), client_seed(0, 2, "a"), client_seed(0, 1, "b"), client_seed(1, 1, "a")}) == 4
 
 
@@ -189,3 +196,27 @@ async def test_restarting_a_failed_run_retries_the_round_keeping_acknowledged_up
     _, start = await client.download_vector("client-b", model, 1)
     _, final = await client.download_vector("client-b", model, 2)
     np.testing.assert_allclose(final, start + 2.0, atol=1e-6)
+
+
+async def test_a_resumed_failed_round_selects_afresh_when_its_selected_client_left(start_coordinator, stub_client):
+    coord = await start_coordinator(rounds=1, min_clients=1, fraction=0.5, round_timeout_s=1, max_round_attempts=1)
+    client = stub_client(coord.port)
+    model = (await client.join("client-a")).model_id
+    await client.join("client-b")
+    assert (await client.poll("client-a", model, wait_ms=0)).kind in (pb.Task.WAIT, pb.Task.FIT)
+    for _ in range(3000):                                  # until the round opens with one of the two
+        if coord.engine.selected:
+            break
+        await asyncio.sleep(0.01)
+    (chosen,) = coord.engine.selected
+    other = "client-b" if chosen == "client-a" else "client-a"
+    await client.stub.Leave(pb.LeaveRequest(client_id=chosen, reason="gone"), timeout=10)
+    outcome = await asyncio.wait_for(coord.wait_done(), 30)   # nobody reports: the round (and run) fail
+    assert outcome.state is RoundState.FAILED
+    await coord.stop(grace=0)
+
+    coord = await start_coordinator(rounds=1, min_clients=1, fraction=0.5, round_timeout_s=600, max_round_attempts=1)
+    client = stub_client(coord.port)
+    task = await client.poll(other, model, wait_ms=5000)       # not a 600 s wait for the departed client
+    assert task.kind == pb.Task.FIT and task.round == 1
+    assert coord.engine.selected == frozenset({other})

@@ -216,3 +216,19 @@ async def test_stop_answers_held_long_polls_instead_of_waiting_for_them(start_co
     await coord.stop(grace=10)
     assert loop.time() - t0 < 2.0
     assert (await held).kind == pb.Task.WAIT
+
+
+async def test_an_unplanned_error_is_internal_naming_it_and_the_server_keeps_serving(start_coordinator, stub_client,
+                                                                                   caplog):
+    coord = await start_coordinator()
+    client = stub_client(coord.port)
+    model = (await client.join("client-a")).model_id
+    (coord.state_dir / "artifacts" / ARTIFACT_FILES[0]).unlink()   # pulled from under the running server
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        async for _ in client.stub.DownloadArtifact(
+                pb.ArtifactRequest(client_id="client-a", model_id=model, name=ARTIFACT_FILES[0]), timeout=10):
+            pass
+    assert err.value.code() == grpc.StatusCode.INTERNAL
+    assert err.value.details().startswith("internal error: FileNotFoundError")
+    assert "DownloadArtifact failed unexpectedly" in caplog.text          # logged with its traceback
+    assert (await client.poll("client-a", model, wait_ms=0)).kind in (pb.Task.WAIT, pb.Task.FIT)

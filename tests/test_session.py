@@ -11,7 +11,7 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
-from fedort.protos.errors import ArtifactError, ConfigError, DataError, VectorError
+from fedort.protos.errors import ArtifactError, ConfigError, DataError, TrainingError, VectorError
 from fedort.edge_client.artifacts import CHECKPOINT, EVAL_MODEL, OPTIMIZER_MODEL, TRAINING_MODEL, build_artifacts
 from fedort.edge_client.models import mlp
 from fedort.edge_client.module import LinearWarmupDecay
@@ -354,3 +354,23 @@ def test_reset_optimizer_state_equals_a_fresh_session(mlp_artifacts, digits_trai
             step(s, x[i * 32:(i + 1) * 32], y[i * 32:(i + 1) * 32])
     np.testing.assert_array_equal(used.to_buffer(), fresh.to_buffer())
     assert not np.array_equal(stale.to_buffer(), fresh.to_buffer())  # the moments did matter
+
+
+# ---- every failure inside ONNX Runtime surfaces as TrainingError, naming the action -------------
+
+def test_an_ort_failure_in_train_step_is_a_training_error(session, batch):
+    x, labels = batch
+    with pytest.raises(TrainingError, match="train_step failed in ONNX Runtime"):
+        session.train_step(x[:, :10].copy(), labels, check=False)      # wrong width, unchecked: ORT refuses
+
+
+def test_an_ort_failure_in_export_is_a_training_error_naming_the_outputs(session, tmp_path):
+    with pytest.raises(TrainingError, match=r"export to .*model.onnx with outputs \['no_such_output'\] failed"):
+        session.export_model_for_inference(tmp_path / "model.onnx", ["no_such_output"])
+    assert not list(tmp_path.glob("*.onnx*"))                              # no temp file left behind
+
+
+def test_an_ort_failure_in_save_checkpoint_is_a_training_error(session, tmp_path):
+    (tmp_path / "taken").mkdir()                                           # a folder where the file should go
+    with pytest.raises(TrainingError, match="save_checkpoint to .*taken failed in ONNX Runtime"):
+        session.save_checkpoint(tmp_path / "taken")

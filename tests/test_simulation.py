@@ -102,10 +102,17 @@ def test_users_own_artifacts_and_data_folder(tmp_path):
                     "--out", str(data)], check=True, capture_output=True, timeout=120)
     subprocess.run([sys.executable, "-m", "fedort", "artifacts", "build", "--builtin", "cnn", "--out",
                     str(tmp_path / "art")], check=True, capture_output=True, timeout=120)
-    result = run_simulation(SimulationConfig(artifacts=tmp_path / "art", data=data, clients=3, rounds=2,
+    # no --clients: the folder's 3 clients are used, and the summary says so (not the default 10)
+    result = run_simulation(SimulationConfig(artifacts=tmp_path / "art", data=data, rounds=2,
                                              progress=False, out=tmp_path / "run"))
     assert [r.clients for r in result.records] == [3, 3]
     assert result.final["parameters"] != 9610  # the CNN, not the built-in MLP
+    lines = result.summary.splitlines()
+    assert any(line.split() == ["clients", "3"] for line in lines), result.summary
+    assert any(line.startswith("partition") and f"as given in {data}" in line for line in lines), result.summary
+    assert "None" not in result.summary and "target accuracy" not in result.summary
+    labels = [line.split("  ")[0] for line in lines]
+    assert len(labels) == len(set(labels)) and "test accuracy" not in labels   # each fact once
 
 
 def test_artifacts_without_data_is_a_config_error():

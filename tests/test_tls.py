@@ -18,7 +18,7 @@ from coordinator_fixtures import mlp_artifacts, start_coordinator  # noqa: F401
 from fedort.edge_client.client import EdgeClient, EdgeConfig
 from fedort.edge_client.retry import Backoff
 from fedort.edge_client.transport import ChannelConfig, Transport
-from fedort.protos.errors import ConfigError, UnavailableError
+from fedort.protos.errors import CertificateError, ConfigError, UnavailableError
 from tls_fixtures import pki  # noqa: F401
 
 FAST = Backoff(initial_s=0.05, max_delay_s=0.2, give_up_after_s=5.0)
@@ -62,7 +62,8 @@ async def test_a_client_trusting_another_ca_fails_with_unavailable_and_says_why(
         with pytest.raises(UnavailableError) as e:
             await asyncio.to_thread(t.join, "dev")
     message = str(e.value)
-    assert message.startswith("UNAVAILABLE") and "TLS handshake" in message and "--ca-file" in message
+    assert isinstance(e.value, CertificateError)      # an UnavailableError that is never retried
+    assert message.startswith("UNAVAILABLE") and "failed verification" in message and "--ca-file" in message
 
 
 async def test_a_plaintext_client_cannot_talk_to_a_tls_coordinator(pki, start_coordinator):  # noqa: F811

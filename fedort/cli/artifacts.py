@@ -43,7 +43,10 @@ def register(subparsers) -> None:
     source.add_argument("--builtin", choices=sorted(BUILTIN_MODELS),
                         help="a built-in model for the digits data (x: float32[batch, 64] -> logits[batch, 10])")
     source.add_argument("--model", metavar="FILE.onnx", help="your own ONNX model")
-    build.add_argument("--out", required=True, metavar="DIR", help="output folder (created if missing)")
+    build.add_argument("--out", required=True, metavar="DIR", help="output folder (created if missing; an existing "
+                       "non-empty one is refused unless --force)")
+    build.add_argument("--force", "--overwrite", action="store_true", dest="force",
+                       help="replace the artifacts in an existing non-empty --out")
     build.add_argument("--loss", default="cross-entropy", choices=sorted(LOSSES),
                        help="loss appended to the model's first output (default: cross-entropy)")
     build.add_argument("--optimizer", default="adamw", choices=sorted(OPTIMIZERS),
@@ -70,6 +73,12 @@ def _build(args: argparse.Namespace) -> int:
     from fedort.edge_client.artifacts import build_artifacts
     from fedort.edge_client.models import builtin_model
 
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()) and not args.force:
+        raise ConfigError(f"--out {out} exists and is not empty ({len(list(out.iterdir()))} entries); pass --force to "
+                          "replace the artifacts there, or choose a new folder")
     if args.builtin:
         model = builtin_model(args.builtin, seed=args.seed)
     else:

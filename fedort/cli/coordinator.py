@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import enum
 import logging
 import signal
 import sys
 import time
 from pathlib import Path
+from typing import Mapping
 
 from fedort.coordinator.config import CoordinatorConfig
 from fedort.protos.round_state import RoundState
@@ -35,7 +37,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub = parser.add_subparsers(dest="coordinator_command", metavar="ACTION", required=True)
 
     serve = sub.add_parser("serve", help="serve a federated run over gRPC from a durable state dir")
-    serve.add_argument("--config", metavar="FILE.toml", type=Path, help="TOML file ([coordinator] table); flags override it")
+    serve.add_argument("--config", metavar="FILE.toml", type=Path,
+                       help="TOML file ([coordinator] table); flags override it. Relative paths in the file resolve "
+                            "against the file's folder (relative paths in flags against the current directory)")
     serve.add_argument("--artifacts", metavar="DIR", type=Path, help="training artifacts folder (fedort artifacts build)")
     serve.add_argument("--state-dir", metavar="DIR", type=Path, help="durable state: SQLite, vectors, spool, exported models")
     serve.add_argument("--address", metavar="HOST:PORT", help="HOST:PORT to listen on; port 0 picks one (default 127.0.0.1:7420)")
@@ -71,18 +75,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="downloads/uploads a client may run at once; 0 disables (default 4)")
     sec.add_argument("--submissions-per-minute", metavar="N", type=float,
                      help="per-client rate of updates and evaluations; 0 disables (default 60)")
+    serve.add_argument("--metrics-address", metavar="HOST:PORT",
+                       help="serve Prometheus metrics at http://HOST:PORT/metrics (default: off)")
     serve.add_argument("--strategy", metavar="SPEC", help="aggregation: fedavg | clip:NORM | median | trimmed-mean:BETA | "
                        "krum:F | multi-krum:F:M (default fedavg)")
     serve.set_defaults(func=serve_command)
 
     status = sub.add_parser("status", help="print rounds, clients and the latest model of a state dir")
     status.add_argument("--state-dir", type=Path, required=True, metavar="DIR", help="the coordinator's state dir")
+    status.add_argument("--json", action="store_true", help="print the status as one JSON object (for scripts)")
+    status.add_argument("--watch", nargs="?", type=float, const=2.0, metavar="SECONDS",
+                        help="print the status again every SECONDS (default 2) until interrupted; with --json, "
+                             "one JSON object per line")
     status.set_defaults(func=status_command)
 
     enroll = sub.add_parser("enroll", help="enroll a device: print its token once (only a hash is stored)")
     enroll.add_argument("name", metavar="NAME", help="device name; also its client id when it is a valid id")
     enroll.add_argument("--state-dir", type=Path, required=True, metavar="DIR", help="the coordinator's state dir")
     enroll.add_argument("--client-id", metavar="ID", help="client id of the device (default: NAME if valid, else generated)")
+    enroll.add_argument("--out", metavar="FILE", type=Path,
+                        help="write the token to FILE (created with mode 0600, never overwritten) instead of stdout")
     enroll.set_defaults(func=enroll_command)
 
     revoke = sub.add_parser("revoke", help="revoke a device's token (effective on its next call)")
@@ -98,7 +110,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 _FLAG_KEYS = ("artifacts", "state_dir", "address", "port_file", "rounds", "min_clients", "min_available_clients",
               "fraction", "round_timeout_s", "max_round_attempts", "local_epochs", "batch_size", "lr", "prox_mu",
               "seed", "eval_data", "fraction_evaluate", "client_timeout_s", "keep_spool", "strategy",
-              "tls_cert", "tls_key", "tls_client_ca", "insecure", "auth", "max_streams_per_client", "submissions_per_minute")
+              "tls_cert", "tls_key", "tls_client_ca", "insecure", "auth", "max_streams_per_client", "submissions_per_minute",
+              "metrics_address")
 
 
 def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
@@ -153,10 +166,24 @@ async def serve(config: CoordinatorConfig) -> int:
 def enroll_command(args: argparse.Namespace) -> int:
     from fedort.coordinator.devices import DeviceStore
 
+    import os
+
+    from fedort.protos.errors import ConfigError
+
+    if args.out is not None and (args.out.exists() or args.out.is_symlink()):
+        raise ConfigError(f"--out {args.out} exists; a token file is never overwritten (remove it or choose another)")
     device, token = DeviceStore(args.state_dir).enroll(args.name, args.client_id)
-    print(token)
-    print(f"enrolled {device.name} as client {device.client_id}; this token is shown only once: give it to the "
-          "device (fedort edge run --token-file FILE, or $FEDORT_TOKEN)", file=sys.stderr)
+    if args.out is None:
+        print(token)
+        where = "this token is shown only once"
+    else:
+        # O_EXCL + 0600 at creation: the token is never readable by others, not even for an instant
+        fd = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token + "\n")
+        where = f"its token is in {args.out} (mode 0600) and nowhere else"
+    print(f"enrolled {device.name} as client {device.client_id}; {where}: give it to the device "
+          "(fedort edge run --token-file FILE, or $FEDORT_TOKEN)", file=sys.stderr)
     return 0
 
 
@@ -179,6 +206,34 @@ def devices_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _json_value(value: object) -> object:
+    """Status fields JSON lacks a type for: state enums by their wire name, mappings as objects."""
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
 def status_command(args: argparse.Namespace) -> int:
-    print(format_status(offline_status(args.state_dir)))
-    return 0
+    import dataclasses
+    import json
+
+    if args.watch is not None and not args.watch > 0:
+        from fedort.protos.errors import ConfigError
+
+        raise ConfigError(f"--watch needs a positive number of seconds, got {args.watch}")
+    clear = args.watch is not None and not args.json and sys.stdout.isatty()
+    while True:
+        snapshot = offline_status(args.state_dir)
+        if args.json:
+            print(json.dumps(dataclasses.asdict(snapshot), sort_keys=True, default=_json_value), flush=True)
+        else:
+            print(("\033[H\033[2J" if clear else "") + format_status(snapshot)
+                  + ("" if clear or args.watch is None else "\n"), flush=True)
+        if args.watch is None:
+            return 0
+        try:
+            time.sleep(args.watch)
+        except KeyboardInterrupt:
+            return 0

@@ -1,6 +1,7 @@
 """`fedort edge run`: run this device as an edge client of a coordinator until the run is done.
 
-Exit codes: 0 when the coordinator says the run is done; 1 on an error retrying cannot fix
+Exit codes: 0 when the coordinator says the run is done; 1 when it ended the run FAILED, or on an
+error retrying cannot fix
 (bad data, wrong model, rejected credential, coordinator unreachable for longer than
 --give-up-after; the message says which); 130 after SIGINT and 143 after SIGTERM — the client
 finishes or abandons the current step, tells the coordinator it leaves, and exits. A second
@@ -35,7 +36,7 @@ def register(subparsers) -> None:
             "Unreachable coordinators are retried with exponential backoff; the client id is kept "
             "in the cache folder, so a restarted client (or coordinator) resumes as the same client."
         ),
-        epilog="exit codes: 0 done, 1 error (message on stderr), 130 SIGINT, 143 SIGTERM",
+        epilog="exit codes: 0 done, 1 error or run FAILED, 130 SIGINT, 143 SIGTERM",
     )
     run.add_argument("--coordinator", metavar="HOST:PORT", help="coordinator address (required unless in --config)")
     run.add_argument("--data", metavar="CLIENT.npz",
@@ -129,5 +130,10 @@ def _run(args: argparse.Namespace) -> int:
     if received:
         print(f"stopped by {signal.Signals(received[0]).name}", file=sys.stderr, flush=True)
         return _SIGNAL_EXIT.get(received[0], 1)
+    if summary.outcome == "failed":
+        print(f"fedort: error: the coordinator ended the run FAILED ({len(summary.rounds_trained)} round(s) trained "
+              f"here as {summary.client_id}); its log and `fedort coordinator status` say why", file=sys.stderr,
+              flush=True)
+        return 1
     print(f"done: {len(summary.rounds_trained)} round(s) trained as {summary.client_id}", flush=True)
     return 0
