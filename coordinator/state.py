@@ -9,6 +9,7 @@ round) is ignored or rewritten on recovery.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 import time
@@ -20,8 +21,10 @@ import numpy as np
 
 from fedort.coordinator.state_layout import DB_NAME, StateLayout
 from fedort.coordinator.storage import raise_if_full, storage_error
-from fedort.protos.errors import ConfigError, CorruptStateError, VectorError
+from fedort.protos.errors import ConfigError, CorruptStateError, StorageError, VectorError
 from fedort.protos.round_state import RoundRowState, RunState
+
+log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 
@@ -153,9 +156,14 @@ class StateStore:
         self._db.execute("SELECT COUNT(*) FROM meta").fetchone()   # reads a page: garbage fails here, not later
 
     def close(self) -> None:
-        if self._transitions and not self.readonly:
-            self._tx(())
-        self._db.close()
+        try:
+            if self._transitions and not self.readonly:
+                self._tx(())
+        except StorageError as e:   # the last transitions only: closing must not fail on a full disk
+            log.warning("%s: the last %d round transitions were not recorded: %s", self.layout.db,
+                        len(self._transitions), e)
+        finally:
+            self._db.close()
 
     def _tx(self, statements: Iterable[tuple[str, tuple]]) -> None:
         """Run statements in one transaction (durable on return: synchronous=FULL), with pending transitions."""

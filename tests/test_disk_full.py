@@ -84,7 +84,7 @@ async def test_device_tokens_are_checked_from_memory_while_the_disk_is_full(smal
     small_disk.fill()
     with Transport.connect(address, insecure=True, token=tokens[0], rpc_timeout_s=10) as t:
         _, state_name = await asyncio.to_thread(t.heartbeat, "dev-a")
-    assert state_name == "TRAINING"
+    assert state_name is RoundState.TRAINING
 
 
 async def test_an_upload_on_a_full_disk_is_unavailable_and_is_accepted_once_space_returns(small_disk, start_coordinator,

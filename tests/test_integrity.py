@@ -131,7 +131,7 @@ async def test_an_orphan_spool_file_is_removed_on_replay_and_not_counted(start_c
         assert [r[0] for r in con.execute("SELECT client_id FROM submissions")] == ["client-a"]
     finally:
         con.close()
-    assert coord.engine.status().state == "TRAINING"
+    assert coord.engine.status().state is RoundState.TRAINING
 
 
 def test_garbage_in_state_db_is_an_error_naming_the_file(tmp_path):
