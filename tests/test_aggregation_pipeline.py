@@ -16,7 +16,7 @@ from fedort.coordinator.aggregation import (
 )
 from fedort.coordinator.aggregation.weighted_sum import WeightedMean
 from fedort.coordinator.state_layout import StateLayout
-from fedort.coordinator.status import round_timeline
+from fedort.coordinator.status import offline_status, round_timeline
 from coordinator_fixtures import make_config, mlp_artifacts, start_coordinator, stub_client  # noqa: F401
 from fedort.protos.errors import VectorError
 
@@ -181,3 +181,30 @@ async def test_every_round_transition_is_recorded_with_its_time(start_coordinato
         (2, "EXPORTING", "DONE")]
     times = [t.at_unix_s for t in timeline]
     assert times == sorted(times)
+
+
+class _BrokenFold(WeightedMean):
+    """A plug-in combiner whose fold fails (a bug in user code), in the fold worker thread."""
+
+    def fold(self, blocks, weight: float) -> None:
+        raise RuntimeError("broken combiner: cannot fold")
+
+
+async def test_an_exception_in_the_fold_thread_ends_the_run_failed_naming_it(tmp_path, mlp_artifacts, stub_client):
+    state_dir = tmp_path / "state"
+    coord = Coordinator(make_config(mlp_artifacts, state_dir, min_clients=2, rounds=2),
+                        strategy=Strategy("broken", _BrokenFold()))
+    try:
+        await coord.start()
+        client = stub_client(coord.port)
+        model = (await client.join("client-a")).model_id
+        await client.join("client-b")
+        await client.fit_round("client-a", model, 1.0, 3)      # acknowledged once durable; the fold fails after
+        await client.fit_round("client-b", model, 1.0, 3)
+        outcome = await asyncio.wait_for(coord.wait_done(), 30)
+    finally:
+        await asyncio.wait_for(coord.stop(grace=0), 20)
+    assert outcome.state is RoundState.FAILED and outcome.rounds_completed == 0
+    assert "RuntimeError: broken combiner: cannot fold" in outcome.message
+    status = offline_status(state_dir)                          # recorded, not only in memory
+    assert status.state is RoundState.FAILED and "broken combiner" in status.message
