@@ -61,7 +61,28 @@ def snapshot(store: StateStore, *, current_round: int | None = None, total_round
         latest_model=latest[0],
         message=store.get_meta("run_message", "") or "",
         latest_problem=latest[1],
+        storage_free_bytes=free_bytes(store.dir),
     )
+
+
+def free_bytes(state_dir: Path) -> int | None:
+    """Bytes an unprivileged writer may still use on the state dir's filesystem (None if it cannot be asked)."""
+    try:
+        st = os.statvfs(state_dir)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def storage_line(s: Status) -> str:
+    """The status line about the state dir's free space; 'FULL' says what the coordinator does meanwhile."""
+    free = s.storage_free_bytes
+    if free is None:
+        return "storage    (free space unknown)"
+    if s.storage_full:
+        return (f"storage    FULL: {free} bytes free on the state dir's filesystem; the coordinator waits for space "
+                "and answers clients UNAVAILABLE 'coordinator storage full' until some is freed")
+    return f"storage    {free / (1 << 30):.1f} GiB free"
 
 
 def offline_status(state_dir: str | os.PathLike) -> Status:
@@ -81,6 +102,7 @@ def format_status(s: Status) -> str:
         + (" (all committed)" if s.total_rounds and s.current_round > s.total_rounds else ""),
         f"clients    {s.registered_clients} registered, {s.active_clients} active",
         f"latest     {s.latest_model or ('(none intact: ' + s.latest_problem + ')' if s.latest_problem else '(no model exported yet)')}",
+        storage_line(s),
         "",
         f"{'round':>5}  {'state':<10} {'try':>3} {'clients':>7} {'examples':>9}  metrics",
     ]

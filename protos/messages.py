@@ -14,6 +14,9 @@ from fedort.protos import fedort_v1_pb2 as pb
 from fedort.protos.codec import VectorMeta
 from fedort.protos.round_state import RoundRowState, RoundState
 
+#: Under this many free bytes the state dir's filesystem counts as full (`Status.storage_full`).
+STORAGE_FULL_BYTES = 1 << 20
+
 
 class TaskKind(enum.IntEnum):
     WAIT = pb.Task.WAIT
@@ -163,6 +166,12 @@ class Status:
     latest_model: str
     message: str = ""            # (not on the wire: why a run failed, from the database)
     latest_problem: str = ""     # (not on the wire: why the newest export is not listed, if it is corrupt or missing)
+    storage_free_bytes: int | None = None   # (not on the wire: free bytes on the state dir's filesystem)
+
+    @property
+    def storage_full(self) -> bool:
+        """The state dir's filesystem has (almost) no space left: the coordinator is waiting for some."""
+        return self.storage_free_bytes is not None and self.storage_free_bytes < STORAGE_FULL_BYTES
 
     def to_pb(self) -> pb.StatusReply:
         return pb.StatusReply(model_id=self.model_id, current_round=self.current_round, total_rounds=self.total_rounds,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import os
 import subprocess
 import sys
@@ -149,3 +150,20 @@ async def test_the_round_engine_waits_for_space_at_commit_and_finishes_when_it_r
     small_disk.free()
     outcome = await asyncio.wait_for(coord.wait_done(), 60)
     assert outcome.state is RoundState.DONE and outcome.rounds_completed == 1
+
+
+async def test_status_shows_the_storage_full_condition(small_disk, start_coordinator):
+    coord = await start_coordinator(state_dir=small_disk.path / "state", rounds=1)
+
+    def status(*flags: str) -> str:
+        done = subprocess.run(fedort("coordinator", "status", "--state-dir", str(coord.state_dir), *flags),
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert "storage    FULL" not in status()
+    small_disk.fill()
+    assert "storage    FULL: 0 bytes free" in status()
+    assert json.loads(status("--json"))["storage_full"] is True
+    small_disk.free()
+    assert json.loads(status("--json"))["storage_full"] is False

@@ -227,7 +227,8 @@ def status_command(args: argparse.Namespace) -> int:
     while True:
         snapshot = offline_status(args.state_dir)
         if args.json:
-            print(json.dumps(dataclasses.asdict(snapshot), sort_keys=True, default=_json_value), flush=True)
+            record = {**dataclasses.asdict(snapshot), "storage_full": snapshot.storage_full}
+            print(json.dumps(record, sort_keys=True, default=_json_value), flush=True)
         else:
             print(("\033[H\033[2J" if clear else "") + format_status(snapshot)
                   + ("" if clear or args.watch is None else "\n"), flush=True)
