@@ -12,7 +12,8 @@ reported (and at least min_clients did), or at its deadline if at least min_clie
 otherwise it is retried among available clients that have not reported, with a new deadline, up
 to max_round_attempts, and then the run FAILS with a message saying why: a round never hangs.
 
-Every transition is logged and recorded (with its time) in the state database. The rest lives
+A full disk at a round's open, commit or export is waited out (`storage.retry_when_full`), not
+fatal. Every transition is logged and recorded (with its time) in the state database. The rest lives
 beside this module: upload admission (`admission`), the upload path into the spool and the
 aggregator (`uploads`), the aggregation pipeline (`aggregation`), restart replay (`recovery`),
 the evaluation phase (`evaluation`), when a round closes (`round_deadline`) and the client-facing
