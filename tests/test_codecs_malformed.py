@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import zstandard
 
+from fedort.protos.codec import VectorAssembler, describe
 from fedort.protos.codecs import VectorDecoder, describe_payload, get_codec, iter_payload_chunks, parse_codec
 from fedort.protos.errors import ProtocolError, ResourceExhaustedError, VectorError
 
@@ -170,8 +171,24 @@ def test_stream_header_checks(vector):
         VectorDecoder(dataclasses.replace(meta, codec="lz4"))
     with pytest.raises(VectorError, match="base_sha256 must be empty or 32 bytes"):
         VectorDecoder(dataclasses.replace(meta, base_sha256=b"xx"))
+    delta = dataclasses.replace(meta, base_sha256=b"\1" * 32)
+    with pytest.raises(VectorError, match="delta against vector 0101010101010101…, but this round's global vector "
+                                          "is 0202020202020202…"):
+        VectorDecoder(delta, base_sha256=b"\2" * 32)
+    assert VectorDecoder(delta, base_sha256=b"\1" * 32).delta
+    with pytest.raises(VectorError, match="int8 payload for 10000 values must be 10160 bytes, header says 10161"):
+        VectorDecoder(dataclasses.replace(meta, payload_bytes=10161))
     dec = VectorDecoder(meta, max_chunk_bytes=64)
     with pytest.raises(ProtocolError, match="empty chunk"):
         dec.feed(b"")
     with pytest.raises(ResourceExhaustedError, match="chunk of 65 bytes exceeds the limit of 64"):
         dec.feed(payload[:65])
+
+
+def test_the_raw_assembler_refuses_deltas_and_wrong_payload_sizes(vector):
+    meta = describe(vector, "m", 1)
+    with pytest.raises(VectorError, match="takes whole vectors; the header announces a delta"):
+        VectorAssembler(dataclasses.replace(meta, base_sha256=b"\1" * 32))
+    with pytest.raises(VectorError, match="a raw vector of 10000 values is 40000 bytes, header says payload_bytes=8"):
+        VectorAssembler(dataclasses.replace(meta, payload_bytes=8))
+    assert VectorAssembler(dataclasses.replace(meta, payload_bytes=40000)).meta.payload_bytes == 40000

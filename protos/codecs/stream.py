@@ -47,13 +47,19 @@ class VectorDecoder:
         for piece in dec.finish():            # raises VectorError: truncated payload, digest mismatch
             piece.add_to(acc, weight)
 
-    `meta.delta` (base_sha256 set) says the pieces are vector - base; the caller adds base.
+    `meta.delta` (base_sha256 set) says the pieces are d = vector - base; the caller adds base.
+    Pass `base_sha256=` (the round's global digest) to refuse a delta against any other vector.
+    A FedAvg fold of raw updates x_i and delta updates d_i against the global g (weights w_i):
+
+        mean = (sum_raw w_i x_i + sum_delta w_i d_i + g * sum_delta w_i) / sum_all w_i
+
+    so the global is added once at the end, never once per client.
     Raises VectorError (INVALID_ARGUMENT) for anything malformed, ResourceExhaustedError for a
     length over `max_length` or a chunk over `max_chunk_bytes`, ProtocolError for an empty chunk.
     """
 
     def __init__(self, meta: VectorMeta, *, expected_length: int | None = None, max_length: int | None = None,
-                 max_chunk_bytes: int = MAX_CHUNK_BYTES) -> None:
+                 max_chunk_bytes: int = MAX_CHUNK_BYTES, base_sha256: bytes | None = None) -> None:
         if meta.dtype not in DTYPES:
             raise VectorError(f"vector dtype must be one of {sorted(DTYPES)}, got {meta.dtype!r}")
         if expected_length is not None and meta.length != expected_length:
@@ -64,6 +70,9 @@ class VectorDecoder:
             raise VectorError(f"header sha256 must be 32 bytes, got {len(meta.sha256)}")
         if meta.base_sha256 and len(meta.base_sha256) != 32:
             raise VectorError(f"header base_sha256 must be empty or 32 bytes, got {len(meta.base_sha256)}")
+        if meta.base_sha256 and base_sha256 is not None and meta.base_sha256 != base_sha256:
+            raise VectorError(f"update is a delta against vector {meta.base_sha256.hex()[:16]}…, but this round's "
+                              f"global vector is {base_sha256.hex()[:16]}…")
         self.meta = meta
         self.codec = get_codec(meta.codec or "raw")
         self._decoder = self.codec.decoder(meta.length, meta.payload_bytes or self.codec.payload_size(meta.length))
