@@ -369,7 +369,7 @@ class EdgeClient:
         if self.config.update_hook is not None:  # research/testing hook (e.g. a simulated Byzantine client)
             result = replace(result, vector=np.ascontiguousarray(
                 self.config.update_hook(task, vector, result.vector), dtype=np.float32))
-        update = self._encoder.encode(vector, task.vector_sha256, result.vector)
+        update = self._encoder.encode(vector, task.vector_sha256, result.vector, seed=task.config.seed)
         self._pending = _Pending(task.round, update, result.num_examples, dict(result.metrics),
                                  time.monotonic() - started, cached)
         return self._submit_pending()

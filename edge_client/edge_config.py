@@ -45,7 +45,7 @@ class EdgeConfig:
     | leave_on_stop | true | send Leave when stopped before DONE |
     | intra_op_threads | 0 | ORT threads per training step (0: ORT's default, one per core) |
     | update_hook | none | research/testing only: callable(task, global, trained) -> vector uploaded instead |
-    | codec | "raw" | update codec (`fp16`, `bf16`, `int8`, `topk:0.01`, `zstd+int8`, ...; see protos/codecs); used when the coordinator allows it, else raw |
+    | codec | "raw" | update codec: `fp16`, `bf16`, `int8`, `topk:0.01`, `zstd+int8`, ... (protos/codecs), if allowed |
     """
 
     coordinator: str

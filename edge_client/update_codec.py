@@ -17,6 +17,8 @@ the coordinator counted the upload (accepted or duplicate); an upload the round 
 `UpdateEncoder` per client object, so per simulated virtual client), and for a device that
 persists its identity also durably in its cache folder, `residuals/<key>.f32`, keyed by the
 identity (coordinator, device name, data file) and the model id (an atomic write per upload).
+In memory a residual costs 4P bytes per client object that trained with top-k — mind it when
+simulating many virtual clients of a large model.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from fedort.protos.codecs import CodecSpec, allows, get_codec, parse_codec
 from fedort.protos.errors import VectorError
 
 log = logging.getLogger("fedort.edge.codec")
+_ROUNDING_STREAM = 0x1C0DEC   # keeps the rounding stream apart from the shuffling stream of the same seed
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,8 @@ class EncodedUpdate:
                chunk_size: int) -> tuple[UpdateHeader, np.ndarray | bytes]:
         """The update stream's header and body (what `Transport.submit_update` sends)."""
         if self.vector is not None:
-            return update_header(client_id, model_id, round, self.vector, num_examples, metrics, chunk_size), self.vector
+            header = update_header(client_id, model_id, round, self.vector, num_examples, metrics, chunk_size)
+            return header, self.vector
         return encoded_update_header(client_id, model_id, round, self.payload, codec=self.codec, length=self.length,
                                      base_sha256=self.base_sha256, num_examples=num_examples, metrics=metrics,
                                      chunk_size=chunk_size), self.payload
@@ -132,8 +136,12 @@ class UpdateEncoder:
     def error_feedback(self) -> bool:
         return self.spec.name == "topk"
 
-    def encode(self, global_vector: np.ndarray, global_sha256: bytes, trained: np.ndarray) -> EncodedUpdate:
-        """The update to upload for `trained`, which was trained from `global_vector` (digest `global_sha256`)."""
+    def encode(self, global_vector: np.ndarray, global_sha256: bytes, trained: np.ndarray,
+               seed: int | None = None) -> EncodedUpdate:
+        """The update to upload for `trained`, which was trained from `global_vector` (digest `global_sha256`).
+
+        `seed` (the task's per-client, per-round seed) makes stochastic rounding reproducible;
+        without one the encoder's own generator is used."""
         if not self.spec.lossy:
             return EncodedUpdate("raw", vector=trained, length=len(trained))
         global_sha256 = global_sha256 or vector_digest(global_vector)
@@ -143,7 +151,8 @@ class UpdateEncoder:
             if residual is not None:
                 delta += residual
         try:
-            payload = self.codec.encode(delta, self.rng)
+            rng = np.random.default_rng([int(seed), _ROUNDING_STREAM]) if seed is not None else self.rng
+            payload = self.codec.encode(delta, rng)
         except VectorError as e:  # e.g. an fp16 overflow: this round goes raw, the next tries again
             log.warning("cannot encode this update with %s (%s); uploading raw float32", self.spec.canonical, e)
             return EncodedUpdate("raw", vector=trained, length=len(trained))

@@ -106,3 +106,9 @@ def test_a_device_configured_for_int8_uploads_raw_to_a_coordinator_without_codec
         assert not isinstance(s, BaseException), s
         assert s.outcome == "done" and [(r.outcome, r.codec) for r in s.reports] == [("accepted", "raw")]
         assert s.reports[0].bytes_up == 4 * clients[0].manifest.parameter_count
+
+
+def test_the_task_seed_makes_stochastic_rounding_reproducible():
+    (g, trained), = rounds_of_training(1)
+    a, b, c = (UpdateEncoder(parse_codec("int8")).encode(g, b"", trained, seed=s) for s in (11, 11, 12))
+    assert a.payload == b.payload != c.payload

@@ -85,8 +85,11 @@ def test_header_payload_size_must_match_the_codec_layout():
         get_codec("topk:0.01").decoder(P, 808)
 
 
+TOO_LARGE = r"scale 9\.99\d*e\+37; scales must be finite, >= 0 and <= 2\.679e\+36"
+
+
 @pytest.mark.parametrize("scale,match", [(np.nan, "scale nan"), (np.inf, "scale inf"), (-1.0, "scale -1.0"),
-                                         (1e38, r"scale 9\.99\d*e\+37; scales must be finite, >= 0 and <= 2\.679e\+36")])
+                                         (1e38, TOO_LARGE)])
 def test_int8_bad_scale(scale, match, vector):
     payload = bytearray(get_codec("int8").encode(vector))
     payload[260:264] = np.float32(scale).tobytes()   # block 1's scale
