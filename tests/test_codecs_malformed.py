@@ -137,6 +137,13 @@ def test_zstd_frame_must_declare_the_inner_payload_size(vector):
         decode("zstd+int8", frame)
 
 
+def test_a_zstd_header_without_payload_size(vector):
+    payload = get_codec("zstd+int8").encode(vector)
+    meta = describe_payload(payload, model_id="m", round=1, length=P, codec="zstd+int8")
+    with pytest.raises(VectorError, match="zstd\\+int8 payloads vary in size: the header must give payload_bytes"):
+        VectorDecoder(dataclasses.replace(meta, payload_bytes=0))
+
+
 def test_not_a_zstd_frame():
     with pytest.raises(VectorError, match="does not start with a zstd frame header"):
         decode("zstd+raw", b"definitely not zstd at all")

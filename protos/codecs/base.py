@@ -141,6 +141,8 @@ class Codec:
         """A streaming decoder for a payload of `payload_bytes` (default: the exact size the layout implies)."""
         expected = self.payload_size(length)
         if payload_bytes is None:
+            if expected is None:
+                raise VectorError(f"{self.spec} payloads vary in size: the header must give payload_bytes")
             payload_bytes = expected
         elif expected is not None and payload_bytes != expected:
             raise VectorError(f"{self.spec} payload for {length} values must be {expected} bytes, "
