@@ -112,3 +112,14 @@ def test_the_task_seed_makes_stochastic_rounding_reproducible():
     (g, trained), = rounds_of_training(1)
     a, b, c = (UpdateEncoder(parse_codec("int8")).encode(g, b"", trained, seed=s) for s in (11, 11, 12))
     assert a.payload == b.payload != c.payload
+
+
+def test_fedort_edge_run_refuses_an_unknown_codec_before_connecting(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "fedort", "edge", "run", "--coordinator", "127.0.0.1:1",
+                           "--data", str(tmp_path / "x.npz"), "--insecure", "--codec", "gzip"],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 1
+    assert "bad codec setting: unknown codec 'gzip'" in done.stderr
