@@ -88,6 +88,7 @@ def main() -> int:
     ap.add_argument("--codecs", default="raw,fp16,int8,topk:0.01,zstd+topk:0.01")
     ap.add_argument("--rounds", type=int, default=45)
     ap.add_argument("--seeds", type=int, default=2)
+    ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=HERE / ".work" / "codec_accuracy")
     args = ap.parse_args()
     from fedort.edge_client.artifacts import build_artifacts
@@ -98,7 +99,7 @@ def main() -> int:
         build_artifacts(mlp(), Path(tmp))
         rows = []
         for codec in args.codecs.split(","):
-            for seed in range(args.seeds):
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
                 t0 = time.perf_counter()
                 rs = run(codec, args.rounds, seed, Path(tmp))
                 rows += rs
