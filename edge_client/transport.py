@@ -28,6 +28,7 @@ import numpy as np
 from fedort.protos import fedort_v1_pb2 as pb
 from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
 from fedort.protos.codec import CHUNK_BYTES, VectorAssembler, describe, iter_chunks
+from fedort.protos.codecs import describe_payload, iter_payload_chunks
 from fedort.protos.errors import ConfigError, FedortError, ProtocolError
 from fedort.protos.messages import Metric, Status, SubmitResult, Task, UpdateHeader, meta_from_pb, metrics_to_pb
 from fedort.protos.round_state import RoundState
@@ -126,6 +127,7 @@ class JoinInfo:
     artifacts: tuple[ArtifactRef, ...]
     heartbeat_interval_ms: int
     max_chunk_bytes: int
+    upload_codecs: tuple[str, ...] = ()   # codec specs the run accepts for updates (empty: raw only)
 
 
 class Transport:
@@ -232,6 +234,7 @@ class Transport:
             client_id=r.client_id, model_id=r.model_id, manifest_json=r.manifest_json,
             artifacts=tuple(ArtifactRef(a.name, bytes(a.sha256).hex(), a.size) for a in r.artifacts),
             heartbeat_interval_ms=r.heartbeat_interval_ms, max_chunk_bytes=r.max_chunk_bytes,
+            upload_codecs=tuple(r.upload_codecs),
         )
 
     def iter_artifact(self, client_id: str, model_id: str, name: str) -> Iterator[ArtifactRef | bytes]:
@@ -284,13 +287,15 @@ class Transport:
             raise ProtocolError(f"vector stream of round {round} was empty")
         return asm.finish()
 
-    def submit_update(self, header: UpdateHeader, vector: np.ndarray) -> SubmitResult:
-        """Stream the header then the vector's chunks; returns once the coordinator answered."""
+    def submit_update(self, header: UpdateHeader, vector: np.ndarray | bytes) -> SubmitResult:
+        """Stream the header then the chunks of the vector (raw) or of a codec payload (bytes);
+        returns once the coordinator answered."""
         chunk = header.vector.chunk_size or CHUNK_BYTES
+        chunks = iter_payload_chunks if isinstance(vector, (bytes, bytearray)) else iter_chunks
 
         def parts() -> Iterator[pb.UpdatePart]:
             yield pb.UpdatePart(header=header.to_pb())
-            for c in iter_chunks(vector, chunk):
+            for c in chunks(vector, chunk):
                 yield pb.UpdatePart(chunk=c)
 
         return SubmitResult.from_pb(self._unary(self._stub.SubmitUpdate, parts(), self.config.stream_timeout_s))
@@ -328,7 +333,16 @@ def update_header(client_id: str, model_id: str, round: int, vector: np.ndarray,
     return UpdateHeader(client_id, meta, int(num_examples), dict(metrics))
 
 
+def encoded_update_header(client_id: str, model_id: str, round: int, payload: bytes, *, codec: str, length: int,
+                          base_sha256: bytes, num_examples: int, metrics: Mapping[str, Metric],
+                          chunk_size: int) -> UpdateHeader:
+    """The header of an update stream carrying a codec payload (sha256 over the payload)."""
+    meta = describe_payload(payload, model_id=model_id, round=round, length=length, codec=codec,
+                            base_sha256=base_sha256, chunk_size=chunk_size)
+    return UpdateHeader(client_id, meta, int(num_examples), dict(metrics))
+
+
 __all__ = [
     "ArtifactRef", "ChannelConfig", "JoinInfo", "MAX_POLL_WAIT_MS", "Status", "SubmitResult", "Transport",
-    "update_header",
+    "encoded_update_header", "update_header",
 ]

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class VectorHeader(_message.Message):
-    __slots__ = ("model_id", "round", "length", "dtype", "codec", "sha256", "chunk_size")
+    __slots__ = ("model_id", "round", "length", "dtype", "codec", "sha256", "chunk_size", "base_sha256", "payload_bytes")
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     LENGTH_FIELD_NUMBER: _ClassVar[int]
@@ -16,6 +16,8 @@ class VectorHeader(_message.Message):
     CODEC_FIELD_NUMBER: _ClassVar[int]
     SHA256_FIELD_NUMBER: _ClassVar[int]
     CHUNK_SIZE_FIELD_NUMBER: _ClassVar[int]
+    BASE_SHA256_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_BYTES_FIELD_NUMBER: _ClassVar[int]
     model_id: str
     round: int
     length: int
@@ -23,7 +25,9 @@ class VectorHeader(_message.Message):
     codec: str
     sha256: bytes
     chunk_size: int
-    def __init__(self, model_id: _Optional[str] = ..., round: _Optional[int] = ..., length: _Optional[int] = ..., dtype: _Optional[str] = ..., codec: _Optional[str] = ..., sha256: _Optional[bytes] = ..., chunk_size: _Optional[int] = ...) -> None: ...
+    base_sha256: bytes
+    payload_bytes: int
+    def __init__(self, model_id: _Optional[str] = ..., round: _Optional[int] = ..., length: _Optional[int] = ..., dtype: _Optional[str] = ..., codec: _Optional[str] = ..., sha256: _Optional[bytes] = ..., chunk_size: _Optional[int] = ..., base_sha256: _Optional[bytes] = ..., payload_bytes: _Optional[int] = ...) -> None: ...
 
 class VectorPart(_message.Message):
     __slots__ = ("header", "chunk")
@@ -63,20 +67,22 @@ class JoinRequest(_message.Message):
     def __init__(self, device_name: _Optional[str] = ..., credential: _Optional[str] = ..., capabilities: _Optional[_Mapping[str, str]] = ..., client_id: _Optional[str] = ...) -> None: ...
 
 class JoinReply(_message.Message):
-    __slots__ = ("client_id", "model_id", "manifest_json", "artifacts", "heartbeat_interval_ms", "max_chunk_bytes")
+    __slots__ = ("client_id", "model_id", "manifest_json", "artifacts", "heartbeat_interval_ms", "max_chunk_bytes", "upload_codecs")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     MANIFEST_JSON_FIELD_NUMBER: _ClassVar[int]
     ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_CHUNK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    UPLOAD_CODECS_FIELD_NUMBER: _ClassVar[int]
     client_id: str
     model_id: str
     manifest_json: str
     artifacts: _containers.RepeatedCompositeFieldContainer[ArtifactInfo]
     heartbeat_interval_ms: int
     max_chunk_bytes: int
-    def __init__(self, client_id: _Optional[str] = ..., model_id: _Optional[str] = ..., manifest_json: _Optional[str] = ..., artifacts: _Optional[_Iterable[_Union[ArtifactInfo, _Mapping]]] = ..., heartbeat_interval_ms: _Optional[int] = ..., max_chunk_bytes: _Optional[int] = ...) -> None: ...
+    upload_codecs: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, client_id: _Optional[str] = ..., model_id: _Optional[str] = ..., manifest_json: _Optional[str] = ..., artifacts: _Optional[_Iterable[_Union[ArtifactInfo, _Mapping]]] = ..., heartbeat_interval_ms: _Optional[int] = ..., max_chunk_bytes: _Optional[int] = ..., upload_codecs: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ArtifactRequest(_message.Message):
     __slots__ = ("client_id", "model_id", "name")

@@ -86,7 +86,7 @@ class _Ledger:
             return
         s.fits += 1
         s.train_seconds += report.seconds
-        s.bytes_up[report.round] = s.bytes_up.get(report.round, 0) + self.vector_bytes
+        s.bytes_up[report.round] = s.bytes_up.get(report.round, 0) + (report.bytes_up or self.vector_bytes)
         if not report.vector_cached:
             s.bytes_down[report.round] = s.bytes_down.get(report.round, 0) + self.vector_bytes
 
