@@ -287,8 +287,11 @@ class RoundEngine(TaskDispatch):
         row = next(r for r in self.store.rounds() if r.round == round)
         g = self.global_vector
         vector = g.vector if g and g.round == round + 1 else read_vector(self.store.vector_path(round + 1), self.length)
+        submissions = self.store.submissions(round)
         record = {
-            "clients": row.clients, "client_ids": [s.client_id for s in self.store.submissions(round)],
+            "clients": row.clients, "client_ids": [s.client_id for s in submissions],
+            "codecs": sorted({s.codec for s in submissions}),
+            "bytes_up": self.uploads.bytes_received.pop(round, None),   # payload bytes (None after a restart)
             "examples": row.examples, "metrics": row.metrics, "attempts": row.attempt,
             "vector_sha256": row.vector_sha256, "vector": self.store.vector_path(round + 1).name,
             "training_config": self.config.training_json(),

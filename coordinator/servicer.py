@@ -23,6 +23,7 @@ from typing import AsyncIterator, Callable
 
 import grpc
 
+from fedort.coordinator.admission import allowed_codecs
 from fedort.coordinator.malformed import reject_malformed
 from fedort.coordinator.auth import Authenticator, check_identity
 from fedort.coordinator.limits import RateLimiter, StreamLimiter
@@ -116,7 +117,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         cfg = self.engine.config
         return pb.JoinReply(client_id=cid, model_id=self.engine.model_id, manifest_json=self._manifest_json,
                             artifacts=list(self._artifacts.values()), heartbeat_interval_ms=cfg.heartbeat_interval_ms,
-                            max_chunk_bytes=cfg.max_chunk_bytes)
+                            max_chunk_bytes=cfg.max_chunk_bytes, upload_codecs=allowed_codecs(cfg))
 
     @streaming
     async def DownloadArtifact(self, request: pb.ArtifactRequest, context) -> AsyncIterator[pb.ArtifactPart]:

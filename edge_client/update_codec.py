@@ -53,6 +53,7 @@ class EncodedUpdate:
     length: int = 0
     corrected: np.ndarray | None = None   # error feedback: delta + previous residual (None without feedback)
     residual: np.ndarray | None = None    # error feedback: what stays unsent if this upload counts
+    trained_from: bytes = b""             # sha256 of the global vector the update was trained from
 
     @property
     def nbytes(self) -> int:
@@ -63,7 +64,8 @@ class EncodedUpdate:
                chunk_size: int) -> tuple[UpdateHeader, np.ndarray | bytes]:
         """The update stream's header and body (what `Transport.submit_update` sends)."""
         if self.vector is not None:
-            header = update_header(client_id, model_id, round, self.vector, num_examples, metrics, chunk_size)
+            header = update_header(client_id, model_id, round, self.vector, num_examples, metrics, chunk_size,
+                                   self.trained_from)
             return header, self.vector
         return encoded_update_header(client_id, model_id, round, self.payload, codec=self.codec, length=self.length,
                                      base_sha256=self.base_sha256, num_examples=num_examples, metrics=metrics,
@@ -142,9 +144,9 @@ class UpdateEncoder:
 
         `seed` (the task's per-client, per-round seed) makes stochastic rounding reproducible;
         without one the encoder's own generator is used."""
-        if not self.spec.lossy:
-            return EncodedUpdate("raw", vector=trained, length=len(trained))
         global_sha256 = global_sha256 or vector_digest(global_vector)
+        if not self.spec.lossy:
+            return EncodedUpdate("raw", vector=trained, length=len(trained), trained_from=global_sha256)
         delta = np.subtract(trained, global_vector, dtype=np.float32)
         if self.error_feedback:
             residual = self.store.load(self.key, len(delta))
@@ -155,13 +157,14 @@ class UpdateEncoder:
             payload = self.codec.encode(delta, rng)
         except VectorError as e:  # e.g. an fp16 overflow: this round goes raw, the next tries again
             log.warning("cannot encode this update with %s (%s); uploading raw float32", self.spec.canonical, e)
-            return EncodedUpdate("raw", vector=trained, length=len(trained))
-        enc = EncodedUpdate(self.spec.canonical, payload=payload, base_sha256=global_sha256, length=len(delta))
+            return EncodedUpdate("raw", vector=trained, length=len(trained), trained_from=global_sha256)
+        enc = EncodedUpdate(self.spec.canonical, payload=payload, base_sha256=global_sha256, length=len(delta),
+                            trained_from=global_sha256)
         if not self.error_feedback:
             return enc
         residual = delta - self.codec.decode(payload, len(delta))
         return EncodedUpdate(enc.codec, payload=payload, base_sha256=global_sha256, length=len(delta),
-                             corrected=delta, residual=residual)
+                             corrected=delta, residual=residual, trained_from=global_sha256)
 
     def settle(self, update: EncodedUpdate, counted: bool) -> None:
         """Keep the residual once the coordinator answered: r' if the upload counted, else all of c."""

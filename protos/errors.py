@@ -6,6 +6,7 @@
      +-- VectorError            parameter vector of wrong length/dtype   INVALID_ARGUMENT
      +-- ArtifactError          missing or corrupt training artifacts    FAILED_PRECONDITION
      +-- TrainingError          ONNX Runtime refused a step              INTERNAL
+     +-- StorageError           the coordinator's disk is full (ENOSPC)  UNAVAILABLE (retryable)
      +-- ProtocolError          a peer broke the wire contract           INVALID_ARGUMENT
           +-- StaleRoundError      update/task for a round not open      FAILED_PRECONDITION
           +-- WrongModelError      model id differs from the run's       FAILED_PRECONDITION
@@ -51,6 +52,12 @@ class TrainingError(FedortError):
     code = "INTERNAL"
 
 
+class StorageError(FedortError):
+    """The coordinator could not write its state (disk full): nothing changed, the device may retry later."""
+
+    code = "UNAVAILABLE"
+
+
 class ProtocolError(FedortError):
     code = "INVALID_ARGUMENT"
 
@@ -84,7 +91,7 @@ class UnavailableError(ProtocolError):
 
 
 __all__ = [
-    "FedortError", "ConfigError", "DataError", "VectorError", "ArtifactError", "TrainingError",
+    "FedortError", "ConfigError", "DataError", "VectorError", "ArtifactError", "TrainingError", "StorageError",
     "ProtocolError", "StaleRoundError", "WrongModelError", "NotFoundError", "UnauthenticatedError",
     "PermissionDeniedError", "ResourceExhaustedError", "UnavailableError",
 ]

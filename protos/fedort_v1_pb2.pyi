@@ -184,7 +184,7 @@ class Metric(_message.Message):
     def __init__(self, value: _Optional[float] = ..., sync_dist: _Optional[bool] = ...) -> None: ...
 
 class UpdateHeader(_message.Message):
-    __slots__ = ("client_id", "vector", "num_examples", "metrics")
+    __slots__ = ("client_id", "vector", "num_examples", "metrics", "trained_from_sha256")
     class MetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -196,11 +196,13 @@ class UpdateHeader(_message.Message):
     VECTOR_FIELD_NUMBER: _ClassVar[int]
     NUM_EXAMPLES_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
+    TRAINED_FROM_SHA256_FIELD_NUMBER: _ClassVar[int]
     client_id: str
     vector: VectorHeader
     num_examples: int
     metrics: _containers.MessageMap[str, Metric]
-    def __init__(self, client_id: _Optional[str] = ..., vector: _Optional[_Union[VectorHeader, _Mapping]] = ..., num_examples: _Optional[int] = ..., metrics: _Optional[_Mapping[str, Metric]] = ...) -> None: ...
+    trained_from_sha256: bytes
+    def __init__(self, client_id: _Optional[str] = ..., vector: _Optional[_Union[VectorHeader, _Mapping]] = ..., num_examples: _Optional[int] = ..., metrics: _Optional[_Mapping[str, Metric]] = ..., trained_from_sha256: _Optional[bytes] = ...) -> None: ...
 
 class UpdatePart(_message.Message):
     __slots__ = ("header", "chunk")

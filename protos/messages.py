@@ -119,14 +119,17 @@ class UpdateHeader:
     vector: VectorMeta
     num_examples: int
     metrics: Mapping[str, Metric] = field(default_factory=dict)
+    trained_from_sha256: bytes = b""   # the global vector the update was trained from (admission checks it)
 
     def to_pb(self) -> pb.UpdateHeader:
         return pb.UpdateHeader(client_id=self.client_id, vector=meta_to_pb(self.vector),
-                               num_examples=self.num_examples, metrics=metrics_to_pb(self.metrics))
+                               num_examples=self.num_examples, metrics=metrics_to_pb(self.metrics),
+                               trained_from_sha256=self.trained_from_sha256)
 
     @classmethod
     def from_pb(cls, m: pb.UpdateHeader) -> "UpdateHeader":
-        return cls(m.client_id, meta_from_pb(m.vector), m.num_examples, metrics_from_pb(m.metrics))
+        return cls(m.client_id, meta_from_pb(m.vector), m.num_examples, metrics_from_pb(m.metrics),
+                   bytes(m.trained_from_sha256))
 
 
 @dataclass(frozen=True)

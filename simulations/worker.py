@@ -44,6 +44,7 @@ class WorkerPlan:
     module_factory: Callable | None = None      # EdgeConfig.module_factory of every client (a top-level function)
     stragglers: frozenset[str] = frozenset()    # clients that stop after `straggler_steps` optimizer steps
     straggler_steps: int = 1
+    codec: str = "raw"                          # EdgeConfig.codec of every client
 
 
 @dataclass
@@ -105,6 +106,7 @@ def join_clients(plan: WorkerPlan, transport: Transport, cache: ArtifactCache, a
             update_hook=parse_attack(plan.attack) if vc.client_id in plan.attackers else None,
             module_factory=plan.module_factory,
             max_local_steps=plan.straggler_steps if vc.client_id in plan.stragglers else None,
+            codec=plan.codec,
         )
         client = EdgeClient(config, transport=transport, session=session, data=arrays.for_client(vc),
                             cache=cache, on_report=ledger)

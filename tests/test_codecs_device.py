@@ -98,8 +98,8 @@ def test_edge_config_refuses_a_bad_codec_and_reads_it_from_toml(tmp_path):
     assert EdgeConfig.load(toml, codec="int8").codec == "int8"
 
 
-def test_a_device_configured_for_int8_uploads_raw_to_a_coordinator_without_codecs(server, tmp_path, digits):
-    address = server.start_with(rounds=1)
+def test_a_device_configured_for_int8_uploads_raw_to_a_coordinator_that_allows_only_raw(server, tmp_path, digits):
+    address = server.start_with(rounds=1, codecs=("raw",))
     clients = [EdgeClient(config(address, tmp_path, f"dev{i}", codec="int8"), data=part(digits, i, 2, 200))
                for i in range(2)]
     for s in run_in_threads(clients):
@@ -123,3 +123,16 @@ def test_fedort_edge_run_refuses_an_unknown_codec_before_connecting(tmp_path):
                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert done.returncode == 1
     assert "bad codec setting: unknown codec 'gzip'" in done.stderr
+
+
+@pytest.mark.parametrize("codec", ["fp16", "int8", "zstd+int8", "topk:0.05"])
+def test_devices_train_a_round_through_the_coordinator_with_each_codec(server, tmp_path, digits, codec):
+    address = server.start_with(rounds=2)
+    clients = [EdgeClient(config(address, tmp_path, f"dev{i}", codec=codec), data=part(digits, i, 2, 200))
+               for i in range(2)]
+    for s in run_in_threads(clients):
+        assert not isinstance(s, BaseException), s
+        assert s.outcome == "done" and [(r.outcome, r.codec) for r in s.reports] == [("accepted", codec)] * 2
+        assert s.reports[0].bytes_up == get_codec(codec).payload_size(clients[0].manifest.parameter_count) or \
+            codec.startswith("zstd+")
+
