@@ -30,6 +30,7 @@ from fedort.coordinator.aggregation.decode import family
 from fedort.coordinator.config import CoordinatorConfig
 from fedort.coordinator.training_round import GlobalVector, TrainingRound
 from fedort.protos.codec import DTYPES
+from fedort.protos.codecs import parse_codec
 from fedort.protos.errors import (ProtocolError, ResourceExhaustedError, StaleRoundError, UnavailableError,
                                   VectorError, WrongModelError)
 from fedort.protos.messages import UpdateHeader
@@ -70,9 +71,19 @@ def check_not_pending(open_round: TrainingRound, client_id: str) -> None:
 
 
 def allowed_codecs(config: CoordinatorConfig) -> list[str]:
-    """The codec specs this run accepts (JoinReply.upload_codecs): the configured list, else every registered family."""
-    listed = list(config.codecs) or codecs()
+    """The codec specs this run accepts (JoinReply.upload_codecs): the configured list, else every registered
+    family; entries with a parameter in canonical spelling (`int8:256` -> `int8`, as devices send it)."""
+    listed = [_canonical(c) for c in config.codecs] or codecs()
     return listed if "raw" in listed else ["raw", *listed]
+
+
+def _canonical(spec: str) -> str:
+    if ":" not in spec:
+        return spec
+    try:
+        return parse_codec(spec).canonical
+    except VectorError:
+        return spec      # another codec's grammar (a plug-in decoder): compared as written
 
 
 def codec_allowed(allowed: Iterable[str], codec: str) -> bool:

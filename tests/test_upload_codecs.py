@@ -173,3 +173,14 @@ async def test_a_restart_replays_coded_updates_from_the_spool(start_coordinator,
     _, final = await client.download_vector("client-b", model, 2)
     expected = (_expected("topk:0.01", g, pa) + _expected("int8", g, pb_)) / 2
     np.testing.assert_allclose(final, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_the_allowed_list_is_canonical_and_a_family_admits_every_parameter(tmp_path):
+    from fedort.coordinator.admission import allowed_codecs, codec_allowed
+    from fedort.coordinator.config import CoordinatorConfig
+
+    allowed = allowed_codecs(CoordinatorConfig(artifacts=tmp_path, state_dir=tmp_path / "s",
+                                               codecs="int8:256,topk:0.010,zstd+topk"))
+    assert allowed == ["raw", "int8", "topk:0.01", "zstd+topk"]
+    assert [codec_allowed(allowed, c) for c in ("raw", "int8", "topk:0.01", "topk:0.02", "zstd+topk:0.5", "fp16")] \
+        == [True, True, True, False, True, False]
