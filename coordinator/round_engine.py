@@ -30,6 +30,7 @@ import numpy as np
 
 from fedort.coordinator.aggregation import Strategy, parse_strategy
 from fedort.coordinator.config import CoordinatorConfig
+from fedort.coordinator.download_delta import DownloadDeltas
 from fedort.coordinator.evaluation import EvaluationPhase
 from fedort.coordinator.export import Exporter
 from fedort.coordinator.recovery import drop_spool, recover, save_server_state, sha256_of
@@ -91,6 +92,7 @@ class RoundEngine(TaskDispatch):
         self.global_vector: GlobalVector | None = None
         self.evaluation = EvaluationPhase(self)
         self.uploads = Uploads(self)
+        self.download_deltas = DownloadDeltas(self)
         self._changed = asyncio.Event()
         self._finished = asyncio.Event()
         self._outcome: RunOutcome | None = None

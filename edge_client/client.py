@@ -71,6 +71,7 @@ class RoundReport:
     message: str = ""
     codec: str = ""                # fit: the update codec used
     bytes_up: int = 0              # fit: vector bytes uploaded (the encoded payload)
+    bytes_down: int = 0            # global vector bytes downloaded for this task (0: it was cached)
 
 
 @dataclass
@@ -127,6 +128,7 @@ class EdgeClient(Joining):
         self._join: JoinInfo | None = None
         self._pending: _Pending | None = None
         self._encoder: UpdateEncoder | None = None
+        self._bytes_down = 0
         self._identity_lock: IdentityLock | None = None
         self.reports: list[RoundReport] = []
         self.phase = "idle"        # idle | joining | polling | downloading | training | evaluating | uploading
@@ -220,9 +222,10 @@ class EdgeClient(Joining):
             if cached is not None:
                 return cached, True
         self.phase = "downloading"
-        vector = self._call(f"DownloadVector round {task.round}", lambda: self.transport.download_vector(
+        base = self.cache.latest_vector()    # the coordinator may send the delta against it
+        vector, self._bytes_down = self._call(f"DownloadVector round {task.round}", lambda: self.transport.download_global(
             self.client_id, self.model_id, task.round, expected_length=length,
-            expected_sha256=task.vector_sha256 or None))
+            expected_sha256=task.vector_sha256 or None, base=base if base and len(base[1]) == length else None))
         self.cache.put_vector(task.vector_sha256 or vector_digest(vector), vector)
         return vector, False
 
@@ -302,7 +305,7 @@ class EdgeClient(Joining):
                 reply: tuple[str, str], cached: bool, codec: str = "", bytes_up: int = 0) -> RoundReport:
         outcome, message = reply
         report = RoundReport(round, kind, n, {k: m.value for k, m in metrics.items()}, seconds, outcome,
-                             cached, message, codec, bytes_up)
+                             cached, message, codec, bytes_up, 0 if cached else self._bytes_down)
         self.reports.append(report)
         log.info("round %d %s: %d examples, %.2f s, %s%s", round, kind, n, seconds, outcome,
                  f" ({message})" if message and message != outcome else "")

@@ -28,7 +28,9 @@ import numpy as np
 from fedort.protos import fedort_v1_pb2 as pb
 from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
 from fedort.protos.codec import CHUNK_BYTES, VectorAssembler, describe, iter_chunks
+from fedort.edge_client.download_delta import DeltaDownload
 from fedort.protos.codecs import describe_payload, iter_payload_chunks
+from fedort.protos.codecs.xor_delta import DOWNLOAD_DELTA
 from fedort.protos.errors import ConfigError, FedortError, ProtocolError
 from fedort.protos.messages import Metric, Status, SubmitResult, Task, UpdateHeader, meta_from_pb, metrics_to_pb
 from fedort.protos.round_state import RoundState
@@ -265,14 +267,29 @@ class Transport:
     def download_vector(self, client_id: str, model_id: str, round: int, *,
                         expected_length: int | None = None, expected_sha256: bytes | None = None) -> np.ndarray:
         """The global vector of `round`, checked against its header (and what the Task announced)."""
-        req = pb.VectorRequest(client_id=client_id, model_id=model_id, round=round)
+        return self.download_global(client_id, model_id, round, expected_length=expected_length,
+                                    expected_sha256=expected_sha256)[0]
+
+    def download_global(self, client_id: str, model_id: str, round: int, *, expected_length: int | None = None,
+                        expected_sha256: bytes | None = None,
+                        base: tuple[bytes, np.ndarray] | None = None) -> tuple[np.ndarray, int]:
+        """(vector, bytes received): like `download_vector`; with `base` (a cached (digest, vector)) the
+        coordinator may send the lossless `xor+zstd` delta against it, rebuilt and checked here."""
+        req = pb.VectorRequest(client_id=client_id, model_id=model_id, round=round,
+                               cached_sha256=base[0] if base is not None else b"")
         asm: VectorAssembler | None = None
+        delta: DeltaDownload | None = None
         for part in self._stream(self._stub.DownloadVector, req, self.config.stream_timeout_s):
             kind = part.WhichOneof("part")
-            if asm is None:
+            if delta is not None and kind == "chunk":
+                delta.add(part.chunk)
+            elif asm is None and delta is None:
                 if kind != "header":
                     raise ProtocolError(f"vector stream of round {round} must start with a header, got {kind}")
                 meta = meta_from_pb(part.header)
+                if meta.codec == DOWNLOAD_DELTA:
+                    delta = DeltaDownload(meta, base, expected_length, expected_sha256)
+                    continue
                 if expected_sha256 and meta.sha256 != expected_sha256:
                     raise ProtocolError(
                         f"round {round} vector header sha256 {meta.sha256.hex()[:16]}… differs from the "
@@ -283,9 +300,11 @@ class Transport:
                 asm.add(part.chunk)
             else:
                 raise ProtocolError(f"vector stream of round {round} carries a second header")
+        if delta is not None:
+            return delta.finish(), delta.received
         if asm is None:
             raise ProtocolError(f"vector stream of round {round} was empty")
-        return asm.finish()
+        return asm.finish(), asm.received_bytes
 
     def submit_update(self, header: UpdateHeader, vector: np.ndarray | bytes) -> SubmitResult:
         """Stream the header then the chunks of the vector (raw) or of a codec payload (bytes);

@@ -89,7 +89,7 @@ class _Ledger:
         s.train_seconds += report.seconds
         s.bytes_up[report.round] = s.bytes_up.get(report.round, 0) + (report.bytes_up or self.vector_bytes)
         if not report.vector_cached:
-            s.bytes_down[report.round] = s.bytes_down.get(report.round, 0) + self.vector_bytes
+            s.bytes_down[report.round] = s.bytes_down.get(report.round, 0) + (report.bytes_down or self.vector_bytes)
 
 
 def join_clients(plan: WorkerPlan, transport: Transport, cache: ArtifactCache, arrays: ClientArrays,
