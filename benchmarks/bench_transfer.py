@@ -107,9 +107,10 @@ def download(stub, cid: str, model: str, round: int) -> np.ndarray:
     return asm.finish()
 
 
-def upload(stub, cid: str, model: str, round: int, vector: np.ndarray, sha: bytes, chunk: int) -> pb.SubmitReply:
+def upload(stub, cid: str, model: str, round: int, vector: np.ndarray, sha: bytes, chunk: int,
+           trained_from: bytes) -> pb.SubmitReply:
     meta = describe(vector, model, round, chunk_size=chunk, sha256=sha)
-    header = pb.UpdateHeader(client_id=cid, vector=meta_to_pb(meta), num_examples=1)
+    header = pb.UpdateHeader(client_id=cid, vector=meta_to_pb(meta), num_examples=1, trained_from_sha256=trained_from)
 
     def parts():
         yield pb.UpdatePart(header=header)
@@ -256,7 +257,7 @@ def run_rounds(port: int, raw_port: int, args, nbytes: int) -> dict:
             sha = hashlib.sha256(memoryview(vector).cast("B")).digest()
             for name in order:
                 with Measure() as m:
-                    reply = upload(stubs[name], cid, model, r, vector, sha, kib * 1024)
+                    reply = upload(stubs[name], cid, model, r, vector, sha, kib * 1024, task.vector_sha256)
                 assert reply.accepted, reply
                 rows.setdefault((name, "upload", kib * 1024), []).append(m)
                 line.append(f"{name} up {nbytes / 1e6 / m.seconds:5.0f} MB/s")

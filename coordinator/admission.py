@@ -3,20 +3,48 @@
 Checked in protocol order, each failure a `protos.errors` exception the servicer maps to a
 status code: the model id (FAILED_PRECONDITION), the round is open and is the one named
 (FAILED_PRECONDITION), the client was selected, not already counted (a duplicate is drained and
-acknowledged) nor being stored (UNAVAILABLE, retry); then the vector header: dtype and codec (a
-codec is accepted iff the aggregation pipeline has a decoder for it), the model's length
-(INVALID_ARGUMENT), num_examples in range, and the size limit (RESOURCE_EXHAUSTED).
+acknowledged) nor being stored (UNAVAILABLE, retry); then the vector header: dtype, the model's
+length (INVALID_ARGUMENT) and the size limit (RESOURCE_EXHAUSTED); the codec: registered with
+the aggregation pipeline and allowed by the run (INVALID_ARGUMENT), `payload_bytes` possible for
+the codec's layout (INVALID_ARGUMENT); which global vector the update was trained from
+(`trained_from_sha256`, and for a delta codec `base_sha256`, which must agree): this round's, or
+the work is stale (FAILED_PRECONDITION); num_examples in range.
+
+Binding an update to the round's global vector (issue 13, replay into the next round): a device's
+round-r bytes re-sent with only the round field changed name round r's global vector, so they
+are refused as stale, and the device's genuine round r+1 update still counts. A header naming no
+global vector at all (a device from before this field) is refused with INVALID_ARGUMENT telling
+to upgrade it: accepting it would reopen exactly that replay. The header is not signed: this
+stops replays of recorded streams, not a device that lies about what it trained from.
 """
 
 from __future__ import annotations
 
-from fedort.coordinator.aggregation import codecs
+from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
+
+from fedort.coordinator.aggregation import Decoder, codecs, decoder_for
+from fedort.coordinator.aggregation.decode import family
 from fedort.coordinator.config import CoordinatorConfig
-from fedort.coordinator.training_round import TrainingRound
-from fedort.protos.codec import VectorAssembler, check_vector_header
-from fedort.protos.errors import ProtocolError, StaleRoundError, UnavailableError, WrongModelError
+from fedort.coordinator.training_round import GlobalVector, TrainingRound
+from fedort.protos.codec import DTYPES
+from fedort.protos.codecs import parse_codec
+from fedort.protos.errors import (ProtocolError, ResourceExhaustedError, StaleRoundError, UnavailableError,
+                                  VectorError, WrongModelError)
 from fedort.protos.messages import UpdateHeader
 from fedort.protos.round_state import RoundState
+
+
+@dataclass(frozen=True)
+class AdmittedUpdate:
+    """An admitted header and what receiving it needs: its decoder, payload size and (for a delta) the base."""
+
+    header: UpdateHeader
+    decoder: Decoder
+    payload_bytes: int
+    base: np.ndarray | None     # the round's global vector when the payload is a delta from it
 
 
 def check_model(model_id: str, expected: str) -> None:
@@ -42,17 +70,74 @@ def check_not_pending(open_round: TrainingRound, client_id: str) -> None:
         raise UnavailableError(f"an update of client {client_id} for round {open_round.round} is being stored; retry")
 
 
+def allowed_codecs(config: CoordinatorConfig) -> list[str]:
+    """The codec specs this run accepts (JoinReply.upload_codecs): the configured list, else every registered
+    family; entries with a parameter in canonical spelling (`int8:256` -> `int8`, as devices send it)."""
+    listed = [_canonical(c) for c in config.codecs] or codecs()
+    return listed if "raw" in listed else ["raw", *listed]
+
+
+def _canonical(spec: str) -> str:
+    if ":" not in spec:
+        return spec
+    try:
+        return parse_codec(spec).canonical
+    except VectorError:
+        return spec      # another codec's grammar (a plug-in decoder): compared as written
+
+
+def codec_allowed(allowed: Iterable[str], codec: str) -> bool:
+    """An entry with a parameter admits exactly that spec; a family name admits all of its parameters."""
+    return codec == "raw" or any(entry == codec or (":" not in entry and entry == family(codec)) for entry in allowed)
+
+
+def check_trained_from(h: UpdateHeader, decoder: Decoder, g: GlobalVector) -> None:
+    """The update was trained from (and, for a delta, is relative to) this round's global vector."""
+    meta, want = h.vector, g.sha256
+    for name, value in (("trained_from_sha256", h.trained_from_sha256), ("base_sha256", meta.base_sha256)):
+        if value and len(value) != 32:
+            raise VectorError(f"header {name} must be empty or 32 bytes, got {len(value)}")
+    if decoder.delta and not meta.base_sha256:
+        raise VectorError(f"codec {meta.codec} encodes the difference from the round's global vector; "
+                          f"the header's base_sha256 must name it ({want.hex()[:16]}…), it is empty")
+    if not decoder.delta and meta.base_sha256:
+        raise VectorError(f"codec {meta.codec or 'raw'} carries the update itself; base_sha256 must be empty")
+    if meta.base_sha256 and h.trained_from_sha256 and meta.base_sha256 != h.trained_from_sha256:
+        raise VectorError("header base_sha256 and trained_from_sha256 name different vectors")
+    trained_from = h.trained_from_sha256 or meta.base_sha256
+    if not trained_from:
+        raise ProtocolError(f"update header does not name the global vector it was trained from "
+                            f"(trained_from_sha256); this coordinator refuses such updates so that an older update "
+                            f"cannot be replayed into round {g.round}: upgrade the device's fedort to one that sends it")
+    if trained_from != want:
+        raise StaleRoundError(f"update was trained from global vector {trained_from.hex()[:16]}…, but round "
+                              f"{g.round} trains from {want.hex()[:16]}…: stale work, poll for the current task")
+
+
 def admit_update(h: UpdateHeader, *, model_id: str, length: int, config: CoordinatorConfig, state: RoundState,
-                 current: int, open_round: TrainingRound | None) -> VectorAssembler | None:
-    """The assembler to receive the update into, or None for a duplicate (drain the stream and acknowledge)."""
+                 current: int, open_round: TrainingRound | None, global_vector: GlobalVector) -> AdmittedUpdate | None:
+    """What to receive the update with, or None for a duplicate (drain the stream and acknowledge)."""
     check_model(h.vector.model_id, model_id)
     check_open(state, current, open_round, h.client_id, h.vector.round)
     if h.client_id in open_round.reported:
         return None
     check_not_pending(open_round, h.client_id)
     meta = h.vector
-    check_vector_header(meta, codecs=codecs(), expected_length=length)
+    if meta.dtype not in DTYPES:
+        raise VectorError(f"vector dtype must be one of {sorted(DTYPES)}, got {meta.dtype!r}")
+    if meta.length != length:
+        raise VectorError(f"vector must have {length} elements for this model, header says {meta.length}")
+    if meta.length > config.max_vector_length:
+        raise ResourceExhaustedError(f"vector of {meta.length} elements exceeds the limit of {config.max_vector_length}")
+    if len(meta.sha256) != 32:
+        raise VectorError(f"header sha256 must be 32 bytes, got {len(meta.sha256)}")
+    codec = meta.codec or "raw"
+    decoder = decoder_for(codec)
+    allowed = allowed_codecs(config)
+    if not codec_allowed(allowed, codec):
+        raise VectorError(f"update codec {codec!r} is not allowed in this run; allowed: {allowed}")
+    payload_bytes = decoder.payload_bytes(length, meta.payload_bytes)
+    check_trained_from(h, decoder, global_vector)
     if not 1 <= h.num_examples <= config.max_examples:
         raise ProtocolError(f"num_examples must be in 1..{config.max_examples}, got {h.num_examples}")
-    return VectorAssembler(meta, expected_length=length, max_length=config.max_vector_length,
-                           max_chunk_bytes=config.max_chunk_bytes, codecs=codecs())
+    return AdmittedUpdate(h, decoder, payload_bytes, global_vector.vector if decoder.delta else None)

@@ -36,6 +36,12 @@ expected and what arrived.
 | auth | token | `token`: every RPC but health needs an enrolled device's token; `open`: none (simulations) |
 | max_streams_per_client | 4 | downloads/uploads one client may have in progress at once (0 disables) |
 | stream_idle_timeout_s | 30 | an upload that sends nothing this long is dropped (frees its slot) |
+| codecs | all registered | update codecs devices may use (`raw`, `fp16`, `bf16`, `int8`, `topk`, `zstd+int8`, `topk:0.01`, ...; a family name admits every parameter; raw is always allowed); announced at Join |
+| max_concurrent_uploads | 16 | uploads received at once (each holds a few chunks in memory, never the vector) |
+| uploads_per_client | 1 | of which one client may hold at most this many (more are refused UNAVAILABLE) |
+| upload_slot_wait_s | 30 | an upload waits this long for a slot, then is refused UNAVAILABLE (the device retries) |
+| upload_min_rate_bytes_s | 65536 | a whole upload must arrive within upload_grace_s + payload bytes / this rate |
+| upload_grace_s | 10 | the fixed part of that deadline |
 | submissions_per_minute | 60 | per-client rate of updates and evaluations, token bucket (0 disables) |
 | metrics_address | none | HOST:PORT serving Prometheus metrics at /metrics (coordinator.monitoring) |
 | joins_per_minute | 10 | per-client rate of Join calls, token bucket (0 disables) |
@@ -51,7 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from fedort.coordinator.aggregation import parse_strategy
+from fedort.coordinator.aggregation import codecs, parse_strategy
 from fedort.protos.codec import CHUNK_BYTES, MAX_CHUNK_BYTES
 from fedort.edge_client.tomlfile import read_table
 from fedort.protos.errors import ConfigError
@@ -101,6 +107,12 @@ class CoordinatorConfig:
     joins_per_minute: float = 10.0
     metrics_address: str | None = None
     joins_per_minute_per_address: float = 600.0
+    codecs: tuple[str, ...] = ()
+    max_concurrent_uploads: int = 16
+    uploads_per_client: int = 1
+    upload_slot_wait_s: float = 30.0
+    upload_min_rate_bytes_s: float = 65536.0
+    upload_grace_s: float = 10.0
     extra: Mapping[str, str] = field(default_factory=dict)  # passed to clients in TrainConfig.extra
 
     def __post_init__(self) -> None:
@@ -108,6 +120,10 @@ class CoordinatorConfig:
             value = getattr(self, name)
             if value is not None and not isinstance(value, Path):
                 object.__setattr__(self, name, Path(value))
+        if isinstance(self.codecs, str):
+            object.__setattr__(self, "codecs", tuple(c.strip() for c in self.codecs.split(",") if c.strip()))
+        elif not isinstance(self.codecs, tuple):
+            object.__setattr__(self, "codecs", tuple(self.codecs))
         if self.min_available_clients is None:
             object.__setattr__(self, "min_available_clients", self.min_clients)
         self.validate()
@@ -191,6 +207,17 @@ class CoordinatorConfig:
         for name in ("joins_per_minute", "joins_per_minute_per_address"):
             need(_number(getattr(self, name)) and getattr(self, name) >= 0, f"{name} must be >= 0 (0 disables)",
                  getattr(self, name))
+        for name in ("max_concurrent_uploads", "uploads_per_client"):
+            value = getattr(self, name)
+            need(isinstance(value, int) and not isinstance(value, bool) and value >= 1, f"{name} must be an integer >= 1",
+                 value)
+        for name in ("upload_slot_wait_s", "upload_min_rate_bytes_s", "upload_grace_s"):
+            need(_number(getattr(self, name)) and getattr(self, name) > 0, f"{name} must be > 0", getattr(self, name))
+        for spec in self.codecs:
+            family = spec.partition(":")[0]
+            need(isinstance(spec, str) and family in codecs(),
+                 f"codecs: each entry must be a registered codec family ({', '.join(codecs())}) with an optional "
+                 f":PARAMETER", spec)
 
     def check_transport_security(self) -> None:
         """ConfigError unless the server is told to use TLS or, explicitly, plaintext."""
@@ -215,13 +242,14 @@ class CoordinatorConfig:
         out = {}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            out[f.name] = str(v) if isinstance(v, Path) else (dict(v) if isinstance(v, Mapping) else v)
+            out[f.name] = str(v) if isinstance(v, Path) else (dict(v) if isinstance(v, Mapping) else
+                                                            list(v) if isinstance(v, tuple) else v)
         return out
 
     def training_json(self) -> dict[str, Any]:
         """The part of the config that shapes the model (recorded with each export)."""
         keys = ("rounds", "min_clients", "fraction", "local_epochs", "batch_size", "lr", "reset_optimizer", "seed",
-                "round_timeout_s", "strategy", "prox_mu")
+                "round_timeout_s", "strategy", "prox_mu", "codecs")
         return {k: getattr(self, k) for k in keys}
 
     def __str__(self) -> str:

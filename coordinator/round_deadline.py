@@ -23,6 +23,7 @@ async def wait_for_close(engine: "RoundEngine") -> None:
     while not r.complete(min_clients) and (remaining := r.deadline_ms - now_ms()) > 0:
         await engine.wait_change(remaining / 1000)
     r.closing = True                   # no new update is accepted from here on ...
+    engine.uploads.round_closed(r.round)   # (uploads still receiving for it are cut short, freeing their slots)
     while engine.uploads.busy:         # ... but those being stored or folded are counted
         await engine.wait_change(1.0)
     if engine.uploads.fold_error is not None:

@@ -31,6 +31,7 @@ import numpy as np
 
 from fedort.coordinator.aggregation import Strategy, parse_strategy
 from fedort.coordinator.config import CoordinatorConfig
+from fedort.coordinator.download_delta import DownloadDeltas
 from fedort.coordinator.evaluation import EvaluationPhase
 from fedort.coordinator.export import Exporter
 from fedort.coordinator.integrity import read_verified_vector
@@ -96,6 +97,7 @@ class RoundEngine(TaskDispatch):
         self.global_vector: GlobalVector | None = None
         self.evaluation = EvaluationPhase(self)
         self.uploads = Uploads(self)
+        self.download_deltas = DownloadDeltas(self)
         self._changed = asyncio.Event()
         self._finished = asyncio.Event()
         self._outcome: RunOutcome | None = None
@@ -300,8 +302,11 @@ class RoundEngine(TaskDispatch):
         g = self.global_vector
         vector = g.vector if g and g.round == round + 1 else \
             read_verified_vector(self.store.vector_path(round + 1), self.length, row.vector_sha256)
+        submissions = self.store.submissions(round)
         record = {
-            "clients": row.clients, "client_ids": [s.client_id for s in self.store.submissions(round)],
+            "clients": row.clients, "client_ids": [s.client_id for s in submissions],
+            "codecs": sorted({s.codec for s in submissions}),
+            "bytes_up": self.uploads.bytes_received.pop(round, None),   # payload bytes (None after a restart)
             "examples": row.examples, "metrics": row.metrics, "attempts": row.attempt,
             "vector_sha256": row.vector_sha256, "vector": self.store.vector_path(round + 1).name,
             "training_config": self.config.training_json(),

@@ -45,10 +45,12 @@ from fedort.protos.errors import ConfigError, UnavailableError
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "fedort.v1.Coordinator"
+UPLOAD_WINDOW_BYTES = 256 << 10
 
 
 def server_options(config: CoordinatorConfig) -> list[tuple[str, int]]:
-    """Message limits sized for the chunk limit (with room for headers), keepalive that allows client pings."""
+    """Message limits sized for the chunk limit (with room for headers), keepalive that allows client pings,
+    a bounded per-stream receive window."""
     limit = 2 * max(config.max_chunk_bytes, config.download_chunk_bytes) + (1 << 20)
     return [
         ("grpc.max_receive_message_length", limit),
@@ -60,6 +62,12 @@ def server_options(config: CoordinatorConfig) -> list[tuple[str, int]]:
         ("grpc.http2.max_ping_strikes", 0),
         # gRPC sets SO_REUSEPORT by default: a second coordinator would bind the same port and split the devices
         ("grpc.so_reuseport", 0),
+        # A fixed per-stream receive window instead of BDP probing, which grew each upload's window
+        # to ~the whole update while the event loop drained 50 streams (issue 13: 1.2 GB peak RSS for
+        # 50 concurrent 20 MB uploads). Memory is then O(concurrent uploads x (window + chunk)):
+        # benchmarks/bench_upload_memory.py. 256 KiB still allows ~2.5 MB/s per stream at 100 ms RTT.
+        ("grpc.http2.bdp_probe", 0),
+        ("grpc.http2.lookahead_bytes", UPLOAD_WINDOW_BYTES),
     ]
 
 

@@ -20,12 +20,14 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import hashlib
 import logging
 from pathlib import Path
 from typing import AsyncIterator, Callable
 
 import grpc
 
+from fedort.coordinator.admission import allowed_codecs
 from fedort.coordinator.malformed import reject_malformed
 from fedort.coordinator.auth import Authenticator, check_identity
 from fedort.coordinator.join_limits import JoinGate, clip
@@ -37,6 +39,8 @@ from fedort.edge_client.artifacts import ARTIFACT_FILES
 from fedort.protos import fedort_v1_pb2 as pb
 from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
 from fedort.protos.codec import CHUNK_BYTES, VectorMeta, iter_chunks
+from fedort.protos.codecs.stream import iter_payload_chunks
+from fedort.protos.codecs.xor_delta import DOWNLOAD_DELTA
 from fedort.protos.errors import FedortError, NotFoundError, ProtocolError, ResourceExhaustedError
 from fedort.protos.messages import UpdateHeader, meta_to_pb, metrics_from_pb
 from fedort.protos.status_codes import status_for
@@ -131,7 +135,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         cfg = self.engine.config
         return pb.JoinReply(client_id=cid, model_id=self.engine.model_id, manifest_json=self._manifest_json,
                             artifacts=list(self._artifacts.values()), heartbeat_interval_ms=cfg.heartbeat_interval_ms,
-                            max_chunk_bytes=cfg.max_chunk_bytes)
+                            max_chunk_bytes=cfg.max_chunk_bytes, upload_codecs=allowed_codecs(cfg))
 
     @streaming
     async def DownloadArtifact(self, request: pb.ArtifactRequest, context) -> AsyncIterator[pb.ArtifactPart]:
@@ -155,10 +159,19 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     @streaming
     async def DownloadVector(self, request: pb.VectorRequest, context) -> AsyncIterator[pb.VectorPart]:
         g = self.engine.vector_for(request.client_id, request.model_id, request.round)
-        meta = VectorMeta(self.engine.model_id, g.round, int(g.vector.shape[0]), g.sha256, chunk_size=self.chunk_bytes)
+        n = int(g.vector.shape[0])
+        delta = await self.engine.download_deltas.payload(g, bytes(request.cached_sha256))
+        if delta is None:
+            meta = VectorMeta(self.engine.model_id, g.round, n, g.sha256, chunk_size=self.chunk_bytes)
+            chunks = iter_chunks(g.vector, self.chunk_bytes)
+        else:   # lossless delta against the vector the device has (coordinator/download_delta.py)
+            meta = VectorMeta(self.engine.model_id, g.round, n, hashlib.sha256(delta).digest(), codec=DOWNLOAD_DELTA,
+                              chunk_size=self.chunk_bytes, base_sha256=bytes(request.cached_sha256),
+                              payload_bytes=len(delta))
+            chunks = iter_payload_chunks(delta, self.chunk_bytes)
         with self.streams.stream(request.client_id, "download"):
             yield pb.VectorPart(header=meta_to_pb(meta))
-            for chunk in iter_chunks(g.vector, self.chunk_bytes):
+            for chunk in chunks:
                 self.monitor.bytes_out(len(chunk))
                 yield pb.VectorPart(chunk=chunk)
 

@@ -1,73 +1,132 @@
-"""The upload stream: one update's chunks checked, hashed and spooled to disk as they arrive.
+"""The upload stream: one update's chunks checked, hashed, validated and spooled to disk as they arrive.
 
-Each received chunk goes into the preallocated vector and the running sha256
-(protos.codec.VectorAssembler) and is appended to a temporary spool file; every SYNC_EVERY bytes
-an fdatasync is started in a helper thread, so the disk works while the next chunks arrive and
-the final fsync has little left to flush. `finish()` checks the digest and finiteness and makes
-the file durable; the round engine renames it into place once it accepts the update.
+Each received chunk is counted against the payload size admission fixed, fed to the running
+sha256 and to the codec's streaming decoder (a malformed payload fails on the chunk that breaks
+it; every decoded value, plus the global vector for a delta codec, must be finite), and appended
+to a temporary spool file. Nothing is kept in memory: a receiver holds one chunk and its decoded
+pieces at a time, so memory is O(concurrent uploads × chunk), never O(P) per upload. The spool
+file holds the payload exactly as received (its codec's bytes): the fold decodes it again after
+the update is durable and acknowledged, and restart replay decodes it with its recorded codec.
 
-Measured on the 2-vCPU dev VM (benchmarks/bench_transfer.py): doing the copy, hash and write
-inline on the event loop is faster than handing every chunk to worker threads, whose hand-offs
-and GIL traffic cost more than they overlap when client and server share two cores.
+Every SYNC_EVERY bytes an fdatasync is started in a helper thread, so the disk works while the
+next chunks arrive and the final fsync has little left to flush. `finish()` checks completeness
+and the digest and makes the file durable; the round engine renames it into place once it
+accepts the update. A write that fails for lack of space (ENOSPC, EDQUOT) raises StorageError
+(UNAVAILABLE "coordinator storage full"): the temp file is removed by `close()`, nothing changed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
+import logging
+import hashlib
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
-from fedort.protos.codec import VectorAssembler
-from fedort.protos.errors import VectorError
+from fedort.coordinator.admission import AdmittedUpdate
+from fedort.coordinator.storage import storage_error
+from fedort.coordinator.aggregation.decode import DensePiece, check_reconstructed
+from fedort.protos.errors import ProtocolError, ResourceExhaustedError, StorageError, VectorError
+
+log = logging.getLogger(__name__)
 
 SYNC_EVERY = 32 << 20     # start an fdatasync of the spool file every this many bytes
 
 
+def spool_error(e: OSError, what: str) -> BaseException:
+    """A StorageError (UNAVAILABLE, the device retries later) for a full disk, else the OSError itself."""
+    full = storage_error(e)
+    if full is None:
+        return e
+    log.warning("coordinator storage full: cannot %s (%s)", what, e)
+    return full
+
+
 class UpdateReceiver:
-    """Receive one update into memory and into `tmp_path`; nothing is visible until the engine renames it.
+    """Receive one admitted update into `tmp_path`; nothing is visible until the engine renames it.
 
     Always `close()` it: that stops the helper thread and removes the temp file unless it was renamed.
     """
 
-    def __init__(self, assembler: VectorAssembler, tmp_path: Path) -> None:
-        self.assembler = assembler
+    def __init__(self, admitted: AdmittedUpdate, tmp_path: Path, max_chunk_bytes: int) -> None:
+        self.admitted = admitted
         self.tmp_path = tmp_path
-        tmp_path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        meta = admitted.header.vector
+        self._what = f"{meta.codec or 'raw'} update of {admitted.header.client_id}"
+        self._length = meta.length
+        self._stream = admitted.decoder.stream(meta.length, admitted.payload_bytes) if admitted.decoder.streams else None
+        self._max_chunk = max_chunk_bytes
+        self._hash = hashlib.sha256()
+        self.received = 0
+        self._fd = -1
         self._syncer: ThreadPoolExecutor | None = None
         self._sync: Future | None = None
         self._unsynced = 0
+        try:
+            tmp_path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        except OSError as e:
+            raise spool_error(e, "create a spool file") from e
 
     def add(self, chunk: bytes) -> None:
-        """Check, hash, copy and spool one chunk (raises for an oversized chunk or too many bytes)."""
-        self.assembler.add(chunk)
+        """Check, hash, validate and spool one chunk (raises for a bad chunk, too many bytes, a malformed payload)."""
+        n = len(chunk)
+        if n == 0:
+            raise ProtocolError("empty chunk in vector stream")
+        if n > self._max_chunk:
+            raise ResourceExhaustedError(f"chunk of {n} bytes exceeds the limit of {self._max_chunk}")
+        if self.received + n > self.admitted.payload_bytes:
+            raise VectorError(f"{self._what} carries more than the {self.admitted.payload_bytes} bytes its header "
+                              f"declares")
+        self._hash.update(chunk)
+        if self._stream is not None:
+            self._check(self._stream.feed(chunk))
+        self.received += n
         view = memoryview(chunk)
-        while view:
-            view = view[os.write(self._fd, view):]
-        self._unsynced += len(chunk)
+        try:
+            while view:
+                view = view[os.write(self._fd, view):]
+        except OSError as e:
+            raise spool_error(e, "spool the update") from e
+        self._unsynced += n
         if self._unsynced >= SYNC_EVERY and (self._sync is None or self._sync.done()):
             if self._syncer is None:
                 self._syncer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedort-spool-sync")
             self._sync = self._syncer.submit(os.fdatasync, self._fd)
             self._unsynced = 0
 
-    def _seal(self, vector: np.ndarray) -> bool:
-        if self._sync is not None:
-            self._sync.result()
-        os.fsync(self._fd)
-        # the float64 sum of finite float32 values cannot overflow: a finite sum <=> all values finite
-        return math.isfinite(float(np.add.reduce(vector, dtype=np.float64)))
+    def _check(self, pieces) -> None:
+        for piece in pieces:
+            check_reconstructed(piece, self.admitted.base, self._what)
 
-    async def finish(self) -> np.ndarray:
-        """The vector, once all bytes arrived, the digest matches, every value is finite and the file is on disk."""
-        vector = self.assembler.finish()
-        if not await asyncio.to_thread(self._seal, vector):
-            raise VectorError("update contains non-finite values (NaN or Inf); nothing was stored")
-        return vector
+    def _seal(self) -> None:
+        try:
+            if self._sync is not None:
+                self._sync.result()
+            os.fsync(self._fd)
+        except OSError as e:
+            raise spool_error(e, "make the spooled update durable") from e
+        if self._stream is None:    # a decoder that cannot stream: validate the complete payload once
+            payload = np.fromfile(self.tmp_path, dtype=np.uint8)
+            values = self.admitted.decoder.decode(payload, self._length)
+            self._check([DensePiece(0, np.asarray(values, dtype=np.float32))])
+
+    async def finish(self) -> None:
+        """Return once all bytes arrived, the digest matches, the payload decodes to finite values and is on disk."""
+        want = self.admitted.payload_bytes
+        if self.received != want:
+            raise VectorError(f"{self._what} ended after {self.received} of {want} bytes (the size its header declares)")
+        if self._stream is not None:
+            self._check(self._stream.finish())
+        digest = self._hash.digest()
+        expected = self.admitted.header.vector.sha256
+        if digest != expected:
+            raise VectorError(f"vector sha256 mismatch: header says {expected.hex()[:16]}…, "
+                              f"received bytes hash to {digest.hex()[:16]}…")
+        await asyncio.to_thread(self._seal)
 
     def close(self) -> None:
         """Release the helper thread and the file descriptor; remove the temp file if it was not renamed."""

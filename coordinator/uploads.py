@@ -1,15 +1,21 @@
-"""Accepting an update: admission, the upload stream into the spool, durability, then the aggregator.
+"""Accepting an update: admission, a slot, the upload stream into the spool, durability, then the aggregator.
 
-    header, chunks ──admit──▶ UpdateReceiver (spool temp file, sha256) ──▶ rename + fsync, SQLite row
-                                                                      ──▶ acknowledged ──▶ aggregator.add
+    header, chunks ──admit──▶ slot ──▶ UpdateReceiver (spool temp file, sha256, streaming decode check)
+                   ──▶ rename + fsync, SQLite row ──▶ acknowledged ──▶ fold: decode the spool file into the aggregator
 
 An update counts (and is acknowledged) once its spool file and its row are durable; the fold
 into the round's aggregator then runs in one worker thread (streaming combiners are not
-thread-safe) and the round cannot close before every fold finished. At most
-MAX_CONCURRENT_UPLOADS updates are assembled in memory at once and FOLD_QUEUE acknowledged ones
-wait to be folded, so memory stays O(P) under many concurrent uploads. The engine's monitor
-counts the bytes received, the slots in use and each update accepted or found a duplicate (a
-refusal is counted where the RPC fails, in the servicer's error boundary).
+thread-safe), decoding the spooled payload (memory-mapped) with its codec, and the round cannot
+close before every fold finished. Memory: a receiving upload holds one chunk at a time, and
+FOLD_QUEUE acknowledged updates wait to be folded (as spool files, not in memory), so the
+coordinator stays O(P + concurrent uploads × chunk).
+
+Bounded in time as well (issue 13, starvation): an upload holds one of the run's upload slots
+(`upload_slots`) at most until its deadline, upload_grace_s + payload_bytes /
+upload_min_rate_bytes_s (RESOURCE_EXHAUSTED, the device may retry), and never past the close of
+the round it targets (FAILED_PRECONDITION).
+The engine's monitor counts the bytes received, the slots in use and each update accepted or
+found a duplicate (a refusal is counted where the RPC fails, in the servicer's error boundary).
 """
 
 from __future__ import annotations
@@ -22,14 +28,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, AsyncIterator
 
-import numpy as np
-
 from fedort.coordinator.admission import admit_update, check_not_pending, check_open
 from fedort.coordinator.aggregation import Update
 from fedort.coordinator.metrics import metrics_json
 from fedort.coordinator.state import SubmissionRow, now_ms
+from fedort.coordinator.upload_slots import UploadSlots
+from fedort.coordinator.upload_stream import UpdateReceiver, spool_error
 from fedort.durable import fsync_dir
-from fedort.coordinator.upload_stream import UpdateReceiver
+from fedort.protos.errors import ResourceExhaustedError, StaleRoundError
 from fedort.protos.messages import SubmitResult, UpdateHeader
 
 if TYPE_CHECKING:
@@ -37,8 +43,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MAX_CONCURRENT_UPLOADS = 4     # updates assembled in memory at once ...
-FOLD_QUEUE = 2                 # ... plus acknowledged updates waiting to be folded: memory stays O(P)
+FOLD_QUEUE = 2                 # acknowledged updates waiting to be folded
 
 
 class Uploads:
@@ -46,12 +51,14 @@ class Uploads:
 
     def __init__(self, engine: "RoundEngine") -> None:
         self.engine = engine
-        self._slots = asyncio.Semaphore(MAX_CONCURRENT_UPLOADS)
+        cfg = engine.config
+        self.slots = UploadSlots(cfg.max_concurrent_uploads, cfg.uploads_per_client)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedort-fold")
         self._fold_slots = asyncio.Semaphore(FOLD_QUEUE)
         self._folds: set[asyncio.Future] = set()
         self.fold_error: BaseException | None = None
         self._temp_counter = 0
+        self.bytes_received: dict[int, int] = {}   # round -> payload bytes of accepted updates
 
     @property
     def busy(self) -> bool:
@@ -59,37 +66,68 @@ class Uploads:
         r = self.engine.training
         return bool(self._folds) or (r is not None and bool(r.pending))
 
+    def round_closed(self, round: int) -> None:
+        """The round stopped taking updates: cut short every upload still receiving (or queued) for it."""
+        n = self.slots.abort_round(round, StaleRoundError(
+            f"round {round} closed while this update was being received; it was not counted"))
+        if n:
+            log.info("round %d: closed with %d upload(s) still receiving; they were dropped", round, n)
+
     async def submit(self, h: UpdateHeader, chunks: AsyncIterator[bytes]) -> SubmitResult:
         """Admit, receive, store and count one update; acknowledged only when this returns."""
-        e = self.engine
+        e, cfg = self.engine, self.engine.config
         e.touch(h.client_id)
-        assembler = admit_update(h, model_id=e.model_id, length=e.length, config=e.config, state=e.state,
-                                 current=e.round, open_round=e.training)
-        if assembler is None:
+        admitted = admit_update(h, model_id=e.model_id, length=e.length, config=cfg, state=e.state,
+                                current=e.round, open_round=e.training, global_vector=e.global_vector)
+        if admitted is None:
             async for _ in chunks:
                 pass
             e.monitor.update_accepted(duplicate=True)
             return SubmitResult(True, True, h.vector.round, "duplicate: this update was already counted")
-        async with self._slots, e.monitor.upload_slot():
-            t0 = time.perf_counter()
-            self._temp_counter += 1
-            receiver = UpdateReceiver(assembler, e.store.layout.spool_temp(h.vector.round, h.client_id,
-                                                                           self._temp_counter))
-            try:
-                async for chunk in chunks:
-                    receiver.add(chunk)
-                    e.monitor.bytes_in(len(chunk))
-                vector = await receiver.finish()
-                t1 = time.perf_counter()
-                result = await self._accept(h, vector, receiver.tmp_path)
-            finally:
-                receiver.close()
-            e.monitor.update_accepted(duplicate=result.duplicate)
-            log.debug("update of %s: %.1f MB received in %.0f ms, stored and folded in %.0f ms", h.client_id,
-                      vector.nbytes / 1e6, 1000 * (t1 - t0), 1000 * (time.perf_counter() - t1))
+        slot = await self.slots.acquire(h.client_id, h.vector.round, cfg.upload_slot_wait_s)
+        deadline = cfg.upload_grace_s + admitted.payload_bytes / cfg.upload_min_rate_bytes_s
+        t0 = time.perf_counter()
+        self._temp_counter += 1
+        tmp = e.store.layout.spool_temp(h.vector.round, h.client_id, self._temp_counter)
+        receiver = UpdateReceiver(admitted, tmp, cfg.max_chunk_bytes)
+
+        async def receive() -> None:
+            async for chunk in chunks:
+                receiver.add(chunk)
+                e.monitor.bytes_in(len(chunk))
+            await receiver.finish()
+
+        # The receive loop runs as its own task so that the round's close (slots.abort_round) and the
+        # whole-upload deadline can cut it short without cancelling this handler (Python 3.10 has no
+        # Task.uncancel).
+        recv = asyncio.ensure_future(receive())
+        slot.task = recv
+        try:
+            async with e.monitor.upload_slot():
+                done, _ = await asyncio.wait({recv}, timeout=deadline)
+            if not done:
+                recv.cancel()
+                raise ResourceExhaustedError(
+                    f"upload too slow: {receiver.received} of {admitted.payload_bytes} bytes in {deadline:.0f} s; an "
+                    f"update must arrive at >= {cfg.upload_min_rate_bytes_s:g} bytes/s (upload_min_rate_bytes_s, after "
+                    f"upload_grace_s {cfg.upload_grace_s:g} s); it was dropped, send it again")
+            if recv.cancelled() and slot.abort is not None:
+                raise slot.abort
+            recv.result()
+            self.slots.release(slot)
+            t1 = time.perf_counter()
+            result = await self._accept(h, tmp, admitted.payload_bytes)
+        finally:
+            if not recv.done():
+                recv.cancel()
+            self.slots.release(slot)
+            receiver.close()
+        e.monitor.update_accepted(duplicate=result.duplicate)
+        log.debug("update of %s: %.1f MB received in %.0f ms, stored in %.0f ms", h.client_id,
+                  admitted.payload_bytes / 1e6, 1000 * (t1 - t0), 1000 * (time.perf_counter() - t1))
         return result
 
-    async def _accept(self, h: UpdateHeader, vector: np.ndarray, spooled: Path) -> SubmitResult:
+    async def _accept(self, h: UpdateHeader, spooled: Path, nbytes: int) -> SubmitResult:
         """Make a received update durable and count it (the round may have closed while the chunks streamed)."""
         e = self.engine
         client, round = h.client_id, h.vector.round
@@ -102,25 +140,29 @@ class Uploads:
         try:
             t0 = time.perf_counter()
             path = e.store.spool_path(round, client)
-            await asyncio.to_thread(_place, spooled, path)
+            try:
+                await asyncio.to_thread(_place, spooled, path)
+            except OSError as err:
+                raise spool_error(err, "place the spooled update") from err
             t1 = time.perf_counter()
             metrics = metrics_json(h.metrics)
             e.store.add_submission(SubmissionRow(round, client, h.num_examples, metrics, h.vector.sha256.hex(),
-                                                 e.store.layout.relative(path), now_ms(), h.vector.codec))
+                                                 e.store.layout.relative(path), now_ms(), h.vector.codec or "raw"))
             log.debug("round %d: update of %s spooled in %.0f ms, row committed in %.0f ms", round, client,
                       1000 * (t1 - t0), 1000 * (time.perf_counter() - t1))
             # Durable from here on, so it counts: the reply need not wait for the fold.
             await self._fold_slots.acquire()
             r.record(client, h.num_examples, metrics)
-            update = Update(client, h.num_examples, h.vector.codec, path, payload=vector)
+            self.bytes_received[round] = self.bytes_received.get(round, 0) + nbytes
+            update = Update(client, h.num_examples, h.vector.codec or "raw", path)
             fold = asyncio.wrap_future(self._pool.submit(r.aggregator.add, update))
             self._folds.add(fold)
             fold.add_done_callback(self._fold_done)
         finally:
             r.pending.discard(client)
             e.notify()
-        log.info("round %d: accepted update of %s (%d examples; %d of %d selected reported)", round, client,
-                 h.num_examples, len(r.reported), len(r.selected))
+        log.info("round %d: accepted %s update of %s (%d examples, %d bytes; %d of %d selected reported)", round,
+                 h.vector.codec or "raw", client, h.num_examples, nbytes, len(r.reported), len(r.selected))
         return SubmitResult(True, False, round, "accepted")
 
     def _fold_done(self, fold: asyncio.Future) -> None:

@@ -179,6 +179,11 @@ class ArtifactCache:
             self._memo = (sha256, vector)
         return vector
 
+    def latest_vector(self) -> tuple[bytes, np.ndarray] | None:
+        """The (digest, vector) this cache object stored or read last (what a download delta can build on)."""
+        with self._lock:
+            return self._memo
+
     def put_vector(self, sha256: bytes, vector: np.ndarray) -> None:
         """Keep `vector` (already verified against `sha256`) for later rounds and clients.
 

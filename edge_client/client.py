@@ -53,7 +53,8 @@ from fedort.edge_client.joining import Joining
 from fedort.edge_client.retry import StoppedError, call_with_retry
 from fedort.edge_client.run_end import final_outcome
 from fedort.edge_client.session import TrainingSession
-from fedort.edge_client.transport import JoinInfo, SubmitResult, Transport, update_header
+from fedort.edge_client.transport import JoinInfo, SubmitResult, Transport
+from fedort.edge_client.update_codec import EncodedUpdate, UpdateEncoder
 
 log = logging.getLogger("fedort.edge")
 
@@ -70,6 +71,9 @@ class RoundReport:
     outcome: str                   # "accepted" | "duplicate" | "stale" | "rejected"
     vector_cached: bool = False
     message: str = ""
+    codec: str = ""                # fit: the update codec used
+    bytes_up: int = 0              # fit: vector bytes uploaded (the encoded payload)
+    bytes_down: int = 0            # global vector bytes downloaded for this task (0: it was cached)
 
 
 @dataclass
@@ -92,7 +96,7 @@ class _Pending:
     """A trained update not yet acknowledged by the coordinator."""
 
     round: int
-    vector: np.ndarray
+    update: EncodedUpdate
     num_examples: int
     metrics: dict[str, Metric]
     seconds: float
@@ -125,6 +129,8 @@ class EdgeClient(Joining):
         self.manifest: Manifest | None = None
         self._join: JoinInfo | None = None
         self._pending: _Pending | None = None
+        self._encoder: UpdateEncoder | None = None
+        self._bytes_down = 0
         self._identity_lock: IdentityLock | None = None
         self.reports: list[RoundReport] = []
         self.phase = "idle"        # idle | joining | polling | downloading | training | evaluating | uploading
@@ -220,9 +226,10 @@ class EdgeClient(Joining):
             if cached is not None:
                 return cached, True
         self.phase = "downloading"
-        vector = self._call(f"DownloadVector round {task.round}", lambda: self.transport.download_vector(
+        base = self.cache.latest_vector()    # the coordinator may send the delta against it
+        vector, self._bytes_down = self._call(f"DownloadVector round {task.round}", lambda: self.transport.download_global(
             self.client_id, self.model_id, task.round, expected_length=length,
-            expected_sha256=task.vector_sha256 or None))
+            expected_sha256=task.vector_sha256 or None, base=base if base and len(base[1]) == length else None))
         check_finite(vector, task.round)   # before caching: a poisoned vector must not be trained on or kept
         self.cache.put_vector(task.vector_sha256 or vector_digest(vector), vector)
         return vector, False
@@ -249,22 +256,25 @@ class EdgeClient(Joining):
         if self.config.update_hook is not None:  # research/testing hook (e.g. a simulated Byzantine client)
             result = replace(result, vector=np.ascontiguousarray(
                 self.config.update_hook(task, vector, result.vector), dtype=np.float32))
-        self._pending = _Pending(task.round, result.vector, result.num_examples, dict(result.metrics),
+        update = self._encoder.encode(vector, task.vector_sha256, result.vector, seed=task.config.seed)
+        self._pending = _Pending(task.round, update, result.num_examples, dict(result.metrics),
                                  time.monotonic() - started, cached)
         return self._submit_pending()
 
     def _submit_pending(self) -> RoundReport:
         p = self._pending
         chunk = min(CHUNK_BYTES, self._join.max_chunk_bytes or CHUNK_BYTES)
-        header = update_header(self.client_id, self.model_id, p.round, p.vector, p.num_examples, p.metrics, chunk)
+        u = p.update
+        header, body = u.stream(self.client_id, self.model_id, p.round, p.num_examples, p.metrics, chunk)
         self.phase = "uploading"
         try:
-            reply = self._submit(f"SubmitUpdate round {p.round}",
-                                 lambda: self.transport.submit_update(header, p.vector))
+            reply = self._submit(f"SubmitUpdate round {p.round}", lambda: self.transport.submit_update(header, body))
         finally:
             self.phase = "idle"
         self._pending = None  # acknowledged (accepted or duplicate), or the round is gone (stale)
-        return self._report(p.round, "fit", p.num_examples, p.metrics, p.seconds, reply, p.vector_cached)
+        self._encoder.settle(u, counted=reply[0] in ("accepted", "duplicate"))
+        return self._report(p.round, "fit", p.num_examples, p.metrics, p.seconds, reply, p.vector_cached,
+                            codec=u.codec, bytes_up=u.nbytes)
 
     def _submit(self, what: str, fn: Callable[[], SubmitResult]) -> tuple[str, str]:
         """Submit; returns (outcome, message). FAILED_PRECONDITION (round closed, not selected) is 'stale'."""
@@ -297,10 +307,10 @@ class EdgeClient(Joining):
                             time.monotonic() - started, reply, cached)
 
     def _report(self, round: int, kind: str, n: int, metrics: Mapping[str, Metric], seconds: float,
-                reply: tuple[str, str], cached: bool) -> RoundReport:
+                reply: tuple[str, str], cached: bool, codec: str = "", bytes_up: int = 0) -> RoundReport:
         outcome, message = reply
         report = RoundReport(round, kind, n, {k: m.value for k, m in metrics.items()}, seconds, outcome,
-                             cached, message)
+                             cached, message, codec, bytes_up, 0 if cached else self._bytes_down)
         self.reports.append(report)
         # with an on_report callback (the CLI prints each round) the log line would say it a second time
         (log.debug if self._on_report is not None else log.info)(

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from fedort.edge_client.tomlfile import read_table
-from fedort.protos.errors import ConfigError
+from fedort.protos.codecs import parse_codec
+from fedort.protos.errors import ConfigError, VectorError
 from fedort.edge_client.local_round import ModuleFactory, UpdateHook
 from fedort.edge_client.retry import Backoff
 from fedort.edge_client.transport import ChannelConfig
@@ -45,6 +46,7 @@ class EdgeConfig:
     | intra_op_threads | 0 | ORT threads per training step (0: ORT's default, one per core) |
     | update_hook | none | research/testing only: callable(task, global, trained) -> vector uploaded instead |
     | max_local_steps | none | at most this many optimizer steps per round (partial work of a slow device) |
+    | codec | "raw" | update codec: `fp16`, `bf16`, `int8`, `topk:0.01`, `zstd+int8`, ... (protos/codecs), if allowed |
     """
 
     coordinator: str
@@ -68,10 +70,15 @@ class EdgeConfig:
     intra_op_threads: int = 0
     update_hook: UpdateHook | None = None
     max_local_steps: int | None = None
+    codec: str = "raw"
 
     def __post_init__(self) -> None:
         if self.max_local_steps is not None and (not isinstance(self.max_local_steps, int) or self.max_local_steps < 1):
             raise ConfigError(f"max_local_steps must be a positive integer or None, got {self.max_local_steps!r}")
+        try:
+            parse_codec(self.codec)
+        except VectorError as e:
+            raise ConfigError(f"bad codec setting: {e}") from None
         # a device token names its client id: join as that id unless told otherwise
         if self.credential and not self.client_id:
             token_id = _token_client_id(self.credential)

@@ -29,6 +29,9 @@ import numpy as np
 from fedort.protos import fedort_v1_pb2 as pb
 from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
 from fedort.protos.codec import CHUNK_BYTES, VectorAssembler, describe, iter_chunks
+from fedort.edge_client.download_delta import DeltaDownload
+from fedort.protos.codecs import describe_payload, iter_payload_chunks
+from fedort.protos.codecs.xor_delta import DOWNLOAD_DELTA
 from fedort.protos.errors import CertificateError, ConfigError, FedortError, ProtocolError
 from fedort.protos.messages import Metric, Status, SubmitResult, Task, UpdateHeader, meta_from_pb, metrics_to_pb
 from fedort.protos.round_state import RoundState
@@ -139,6 +142,7 @@ class JoinInfo:
     artifacts: tuple[ArtifactRef, ...]
     heartbeat_interval_ms: int
     max_chunk_bytes: int
+    upload_codecs: tuple[str, ...] = ()   # codec specs the run accepts for updates (empty: raw only)
 
 
 class Transport:
@@ -251,6 +255,7 @@ class Transport:
             client_id=r.client_id, model_id=r.model_id, manifest_json=r.manifest_json,
             artifacts=tuple(ArtifactRef(a.name, bytes(a.sha256).hex(), a.size) for a in r.artifacts),
             heartbeat_interval_ms=r.heartbeat_interval_ms, max_chunk_bytes=r.max_chunk_bytes,
+            upload_codecs=tuple(r.upload_codecs),
         )
 
     def iter_artifact(self, client_id: str, model_id: str, name: str) -> Iterator[ArtifactRef | bytes]:
@@ -281,14 +286,29 @@ class Transport:
     def download_vector(self, client_id: str, model_id: str, round: int, *,
                         expected_length: int | None = None, expected_sha256: bytes | None = None) -> np.ndarray:
         """The global vector of `round`, checked against its header (and what the Task announced)."""
-        req = pb.VectorRequest(client_id=client_id, model_id=model_id, round=round)
+        return self.download_global(client_id, model_id, round, expected_length=expected_length,
+                                    expected_sha256=expected_sha256)[0]
+
+    def download_global(self, client_id: str, model_id: str, round: int, *, expected_length: int | None = None,
+                        expected_sha256: bytes | None = None,
+                        base: tuple[bytes, np.ndarray] | None = None) -> tuple[np.ndarray, int]:
+        """(vector, bytes received): like `download_vector`; with `base` (a cached (digest, vector)) the
+        coordinator may send the lossless `xor+zstd` delta against it, rebuilt and checked here."""
+        req = pb.VectorRequest(client_id=client_id, model_id=model_id, round=round,
+                               cached_sha256=base[0] if base is not None else b"")
         asm: VectorAssembler | None = None
+        delta: DeltaDownload | None = None
         for part in self._stream(self._stub.DownloadVector, req, self.config.stream_timeout_s):
             kind = part.WhichOneof("part")
-            if asm is None:
+            if delta is not None and kind == "chunk":
+                delta.add(part.chunk)
+            elif asm is None and delta is None:
                 if kind != "header":
                     raise ProtocolError(f"vector stream of round {round} must start with a header, got {kind}")
                 meta = meta_from_pb(part.header)
+                if meta.codec == DOWNLOAD_DELTA:
+                    delta = DeltaDownload(meta, base, expected_length, expected_sha256)
+                    continue
                 if expected_sha256 and meta.sha256 != expected_sha256:
                     raise ProtocolError(
                         f"round {round} vector header sha256 {meta.sha256.hex()[:16]}… differs from the "
@@ -299,17 +319,21 @@ class Transport:
                 asm.add(part.chunk)
             else:
                 raise ProtocolError(f"vector stream of round {round} carries a second header")
+        if delta is not None:
+            return delta.finish(), delta.received
         if asm is None:
             raise ProtocolError(f"vector stream of round {round} was empty")
-        return asm.finish()
+        return asm.finish(), asm.received_bytes
 
-    def submit_update(self, header: UpdateHeader, vector: np.ndarray) -> SubmitResult:
-        """Stream the header then the vector's chunks; returns once the coordinator answered."""
+    def submit_update(self, header: UpdateHeader, vector: np.ndarray | bytes) -> SubmitResult:
+        """Stream the header then the chunks of the vector (raw) or of a codec payload (bytes);
+        returns once the coordinator answered."""
         chunk = header.vector.chunk_size or CHUNK_BYTES
+        chunks = iter_payload_chunks if isinstance(vector, (bytes, bytearray)) else iter_chunks
 
         def parts() -> Iterator[pb.UpdatePart]:
             yield pb.UpdatePart(header=header.to_pb())
-            for c in iter_chunks(vector, chunk):
+            for c in chunks(vector, chunk):
                 yield pb.UpdatePart(chunk=c)
 
         return SubmitResult.from_pb(self._unary(self._stub.SubmitUpdate, parts(), self.config.stream_timeout_s))
@@ -341,13 +365,23 @@ def _cancelled() -> FedortError:
 
 
 def update_header(client_id: str, model_id: str, round: int, vector: np.ndarray, num_examples: int,
-                  metrics: Mapping[str, Metric], chunk_size: int) -> UpdateHeader:
-    """The header of an update stream for `vector` (computes its sha256 once)."""
+                  metrics: Mapping[str, Metric], chunk_size: int, trained_from_sha256: bytes = b"") -> UpdateHeader:
+    """The header of an update stream for `vector` (computes its sha256 once), trained from the global
+    vector with digest `trained_from_sha256` (the coordinator refuses an update that names none)."""
     meta = describe(vector, model_id, round, chunk_size=chunk_size)
-    return UpdateHeader(client_id, meta, int(num_examples), dict(metrics))
+    return UpdateHeader(client_id, meta, int(num_examples), dict(metrics), bytes(trained_from_sha256))
+
+
+def encoded_update_header(client_id: str, model_id: str, round: int, payload: bytes, *, codec: str, length: int,
+                          base_sha256: bytes, num_examples: int, metrics: Mapping[str, Metric],
+                          chunk_size: int) -> UpdateHeader:
+    """The header of an update stream carrying a codec payload (sha256 over the payload)."""
+    meta = describe_payload(payload, model_id=model_id, round=round, length=length, codec=codec,
+                            base_sha256=base_sha256, chunk_size=chunk_size)
+    return UpdateHeader(client_id, meta, int(num_examples), dict(metrics), bytes(base_sha256))
 
 
 __all__ = [
     "ArtifactRef", "ChannelConfig", "JoinInfo", "MAX_POLL_WAIT_MS", "Status", "SubmitResult", "Transport",
-    "update_header",
+    "encoded_update_header", "update_header",
 ]

@@ -1,5 +1,9 @@
 """The vector stream codec both ends use: a header, then ~1 MiB chunks, checked by sha256.
 
+The header's sha256 always covers the bytes that travel (the encoded payload: for `raw`, the
+vector's own bytes). This module handles `raw` whole vectors; `protos.codecs` adds the other
+codecs (`codecs.VectorDecoder` is the codec-aware counterpart of `VectorAssembler`).
+
 `encode_vector` yields the header and chunks of a flat numpy vector without copying more than
 one chunk at a time; `VectorAssembler` rebuilds a vector from a header and its chunks into one
 preallocated array, checking size, dtype and sha256 as it goes. Neither side ever holds more than
@@ -33,10 +37,17 @@ class VectorMeta:
     dtype: str = "float32"
     codec: str = CODEC_RAW
     chunk_size: int = CHUNK_BYTES
+    base_sha256: bytes = b""   # non-empty: the payload encodes vector - base (the vector with this digest)
+    payload_bytes: int = 0     # bytes of the encoded payload; 0 means length * itemsize (raw)
 
     @property
     def nbytes(self) -> int:
         return self.length * DTYPES[self.dtype].itemsize if self.dtype in DTYPES else 0
+
+    @property
+    def delta(self) -> bool:
+        """Whether the payload is the difference from the vector named by `base_sha256`."""
+        return bool(self.base_sha256)
 
 
 def vector_digest(vector: np.ndarray) -> bytes:
@@ -92,6 +103,11 @@ class VectorAssembler:
     def __init__(self, meta: VectorMeta, *, expected_length: int | None = None, max_length: int | None = None,
                  max_chunk_bytes: int = MAX_CHUNK_BYTES, codecs: Iterable[str] = (CODEC_RAW,)) -> None:
         check_vector_header(meta, codecs=codecs, expected_length=expected_length, max_length=max_length)
+        if meta.base_sha256:
+            raise VectorError("this receiver takes whole vectors; the header announces a delta (base_sha256 set)")
+        if meta.payload_bytes and meta.payload_bytes != meta.nbytes:
+            raise VectorError(f"a raw vector of {meta.length} values is {meta.nbytes} bytes, "
+                              f"header says payload_bytes={meta.payload_bytes}")
         if len(meta.sha256) != 32:
             raise VectorError(f"header sha256 must be 32 bytes, got {len(meta.sha256)}")
         self.meta = meta

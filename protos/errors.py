@@ -8,6 +8,7 @@
      +-- VectorError            parameter vector of wrong length/dtype   INVALID_ARGUMENT
      +-- ArtifactError          missing or corrupt training artifacts    FAILED_PRECONDITION
      +-- TrainingError          ONNX Runtime refused a step              INTERNAL
+     +-- StorageError           the coordinator's disk is full (ENOSPC)  UNAVAILABLE (retryable)
      +-- ProtocolError          a peer broke the wire contract           INVALID_ARGUMENT
           +-- StaleRoundError      update/task for a round not open      FAILED_PRECONDITION
           +-- WrongModelError      model id differs from the run's       FAILED_PRECONDITION

@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Map
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class VectorHeader(_message.Message):
-    __slots__ = ("model_id", "round", "length", "dtype", "codec", "sha256", "chunk_size")
+    __slots__ = ("model_id", "round", "length", "dtype", "codec", "sha256", "chunk_size", "base_sha256", "payload_bytes")
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     LENGTH_FIELD_NUMBER: _ClassVar[int]
@@ -15,6 +15,8 @@ class VectorHeader(_message.Message):
     CODEC_FIELD_NUMBER: _ClassVar[int]
     SHA256_FIELD_NUMBER: _ClassVar[int]
     CHUNK_SIZE_FIELD_NUMBER: _ClassVar[int]
+    BASE_SHA256_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_BYTES_FIELD_NUMBER: _ClassVar[int]
     model_id: str
     round: int
     length: int
@@ -22,7 +24,9 @@ class VectorHeader(_message.Message):
     codec: str
     sha256: bytes
     chunk_size: int
-    def __init__(self, model_id: _Optional[str] = ..., round: _Optional[int] = ..., length: _Optional[int] = ..., dtype: _Optional[str] = ..., codec: _Optional[str] = ..., sha256: _Optional[bytes] = ..., chunk_size: _Optional[int] = ...) -> None: ...
+    base_sha256: bytes
+    payload_bytes: int
+    def __init__(self, model_id: _Optional[str] = ..., round: _Optional[int] = ..., length: _Optional[int] = ..., dtype: _Optional[str] = ..., codec: _Optional[str] = ..., sha256: _Optional[bytes] = ..., chunk_size: _Optional[int] = ..., base_sha256: _Optional[bytes] = ..., payload_bytes: _Optional[int] = ...) -> None: ...
 
 class VectorPart(_message.Message):
     __slots__ = ("header", "chunk")
@@ -62,20 +66,22 @@ class JoinRequest(_message.Message):
     def __init__(self, device_name: _Optional[str] = ..., credential: _Optional[str] = ..., capabilities: _Optional[_Mapping[str, str]] = ..., client_id: _Optional[str] = ...) -> None: ...
 
 class JoinReply(_message.Message):
-    __slots__ = ("client_id", "model_id", "manifest_json", "artifacts", "heartbeat_interval_ms", "max_chunk_bytes")
+    __slots__ = ("client_id", "model_id", "manifest_json", "artifacts", "heartbeat_interval_ms", "max_chunk_bytes", "upload_codecs")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     MANIFEST_JSON_FIELD_NUMBER: _ClassVar[int]
     ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_CHUNK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    UPLOAD_CODECS_FIELD_NUMBER: _ClassVar[int]
     client_id: str
     model_id: str
     manifest_json: str
     artifacts: _containers.RepeatedCompositeFieldContainer[ArtifactInfo]
     heartbeat_interval_ms: int
     max_chunk_bytes: int
-    def __init__(self, client_id: _Optional[str] = ..., model_id: _Optional[str] = ..., manifest_json: _Optional[str] = ..., artifacts: _Optional[_Iterable[_Union[ArtifactInfo, _Mapping]]] = ..., heartbeat_interval_ms: _Optional[int] = ..., max_chunk_bytes: _Optional[int] = ...) -> None: ...
+    upload_codecs: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, client_id: _Optional[str] = ..., model_id: _Optional[str] = ..., manifest_json: _Optional[str] = ..., artifacts: _Optional[_Iterable[_Union[ArtifactInfo, _Mapping]]] = ..., heartbeat_interval_ms: _Optional[int] = ..., max_chunk_bytes: _Optional[int] = ..., upload_codecs: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ArtifactRequest(_message.Message):
     __slots__ = ("client_id", "model_id", "name")
@@ -159,14 +165,16 @@ class Task(_message.Message):
     def __init__(self, kind: _Optional[_Union[Task.Kind, str]] = ..., round: _Optional[int] = ..., deadline_unix_ms: _Optional[int] = ..., config: _Optional[_Union[TrainConfig, _Mapping]] = ..., retry_after_ms: _Optional[int] = ..., vector_sha256: _Optional[bytes] = ..., vector_length: _Optional[int] = ...) -> None: ...
 
 class VectorRequest(_message.Message):
-    __slots__ = ("client_id", "model_id", "round")
+    __slots__ = ("client_id", "model_id", "round", "cached_sha256")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
+    CACHED_SHA256_FIELD_NUMBER: _ClassVar[int]
     client_id: str
     model_id: str
     round: int
-    def __init__(self, client_id: _Optional[str] = ..., model_id: _Optional[str] = ..., round: _Optional[int] = ...) -> None: ...
+    cached_sha256: bytes
+    def __init__(self, client_id: _Optional[str] = ..., model_id: _Optional[str] = ..., round: _Optional[int] = ..., cached_sha256: _Optional[bytes] = ...) -> None: ...
 
 class Metric(_message.Message):
     __slots__ = ("value", "sync_dist")
@@ -177,7 +185,7 @@ class Metric(_message.Message):
     def __init__(self, value: _Optional[float] = ..., sync_dist: bool = ...) -> None: ...
 
 class UpdateHeader(_message.Message):
-    __slots__ = ("client_id", "vector", "num_examples", "metrics")
+    __slots__ = ("client_id", "vector", "num_examples", "metrics", "trained_from_sha256")
     class MetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -189,11 +197,13 @@ class UpdateHeader(_message.Message):
     VECTOR_FIELD_NUMBER: _ClassVar[int]
     NUM_EXAMPLES_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
+    TRAINED_FROM_SHA256_FIELD_NUMBER: _ClassVar[int]
     client_id: str
     vector: VectorHeader
     num_examples: int
     metrics: _containers.MessageMap[str, Metric]
-    def __init__(self, client_id: _Optional[str] = ..., vector: _Optional[_Union[VectorHeader, _Mapping]] = ..., num_examples: _Optional[int] = ..., metrics: _Optional[_Mapping[str, Metric]] = ...) -> None: ...
+    trained_from_sha256: bytes
+    def __init__(self, client_id: _Optional[str] = ..., vector: _Optional[_Union[VectorHeader, _Mapping]] = ..., num_examples: _Optional[int] = ..., metrics: _Optional[_Mapping[str, Metric]] = ..., trained_from_sha256: _Optional[bytes] = ...) -> None: ...
 
 class UpdatePart(_message.Message):
     __slots__ = ("header", "chunk")

@@ -87,11 +87,13 @@ def metrics_from_pb(metrics: Mapping[str, pb.Metric]) -> dict[str, Metric]:
 
 def meta_to_pb(meta: VectorMeta) -> pb.VectorHeader:
     return pb.VectorHeader(model_id=meta.model_id, round=meta.round, length=meta.length, dtype=meta.dtype,
-                           codec=meta.codec, sha256=meta.sha256, chunk_size=meta.chunk_size)
+                           codec=meta.codec, sha256=meta.sha256, chunk_size=meta.chunk_size,
+                           base_sha256=meta.base_sha256, payload_bytes=meta.payload_bytes)
 
 
 def meta_from_pb(m: pb.VectorHeader) -> VectorMeta:
-    return VectorMeta(m.model_id, m.round, m.length, bytes(m.sha256), m.dtype, m.codec, m.chunk_size)
+    return VectorMeta(m.model_id, m.round, m.length, bytes(m.sha256), m.dtype, m.codec, m.chunk_size,
+                      bytes(m.base_sha256), m.payload_bytes)
 
 
 @dataclass(frozen=True)
@@ -120,14 +122,17 @@ class UpdateHeader:
     vector: VectorMeta
     num_examples: int
     metrics: Mapping[str, Metric] = field(default_factory=dict)
+    trained_from_sha256: bytes = b""   # the global vector the update was trained from (admission checks it)
 
     def to_pb(self) -> pb.UpdateHeader:
         return pb.UpdateHeader(client_id=self.client_id, vector=meta_to_pb(self.vector),
-                               num_examples=self.num_examples, metrics=metrics_to_pb(self.metrics))
+                               num_examples=self.num_examples, metrics=metrics_to_pb(self.metrics),
+                               trained_from_sha256=self.trained_from_sha256)
 
     @classmethod
     def from_pb(cls, m: pb.UpdateHeader) -> "UpdateHeader":
-        return cls(m.client_id, meta_from_pb(m.vector), m.num_examples, metrics_from_pb(m.metrics))
+        return cls(m.client_id, meta_from_pb(m.vector), m.num_examples, metrics_from_pb(m.metrics),
+                   bytes(m.trained_from_sha256))
 
 
 @dataclass(frozen=True)

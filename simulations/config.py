@@ -50,6 +50,7 @@ class SimulationConfig:
     attack: str = "sign-flip"                 # what they do (simulations.attacks)
     straggler_fraction: float = 0.0           # share of clients (seeded choice) doing partial work
     straggler_steps: int = 1                  # ... at most this many local optimizer steps per round
+    codec: str = "raw"                        # update codec of every virtual client (protos/codecs); the coordinator allows it
     progress: bool = True
     out: Path = field(default_factory=lambda: Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
 
@@ -100,7 +101,7 @@ class SimulationConfig:
             problems.append(f"straggler_steps must be an integer >= 1, got {self.straggler_steps!r}")
         if not (isinstance(self.byzantine_fraction, (int, float)) and 0 <= self.byzantine_fraction < 1):
             problems.append(f"byzantine_fraction must be in [0, 1), got {self.byzantine_fraction!r}")
-        for check, value in ((_check_strategy, self.strategy), (_check_attack, self.attack)):
+        for check, value in ((_check_strategy, self.strategy), (_check_attack, self.attack), (_check_codec, self.codec)):
             try:
                 check(value)
             except ConfigError as e:
@@ -132,6 +133,16 @@ def _check_strategy(spec: str) -> None:
     from fedort.coordinator.aggregation import parse_strategy
 
     parse_strategy(spec)
+
+
+def _check_codec(spec: str) -> None:
+    from fedort.protos.codecs import parse_codec
+    from fedort.protos.errors import VectorError
+
+    try:
+        parse_codec(spec)
+    except VectorError as e:
+        raise ConfigError(f"codec: {e}") from None
 
 
 def _check_attack(spec: str) -> None:

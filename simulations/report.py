@@ -31,6 +31,7 @@ class RoundRecord:
     bytes_down: int
     seconds: float
     metrics: dict[str, float] = field(default_factory=dict)  # e.g. aggregated train_loss
+    codec: str = ""           # the update codec(s) the round's accepted updates used ("+"-joined)
 
 
 _FIXED = [f.name for f in fields(RoundRecord) if f.name != "metrics"]

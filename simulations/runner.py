@@ -78,6 +78,7 @@ def coordinator_config(cfg: SimulationConfig, artifacts: Path, state_dir: Path, 
         lr=cfg.lr, reset_optimizer=cfg.reset_optimizer, prox_mu=cfg.prox_mu, seed=cfg.seed, eval_data=eval_data,
         client_timeout_s=0,                # virtual clients are polled once a round, not heartbeating
         strategy=cfg.strategy,
+        codecs=("raw",) if cfg.codec == "raw" else ("raw", cfg.codec),   # the run allows what its clients use
         # local, loopback-only run of our own virtual clients: plaintext, no device tokens, no rate limit
         insecure=True, auth="open", submissions_per_minute=0,
     )
@@ -112,7 +113,7 @@ def run_simulation(cfg: SimulationConfig) -> SimulationResult:
         log.info("stragglers (at most %d local steps): %s", cfg.straggler_steps, sorted(stragglers))
     plans = [WorkerPlan(address, out / "cache" / f"worker-{i}", population.source, share,
                         attack=cfg.attack if attackers else "", attackers=attackers,
-                        stragglers=stragglers, straggler_steps=cfg.straggler_steps)
+                        stragglers=stragglers, straggler_steps=cfg.straggler_steps, codec=cfg.codec)
              for i, share in enumerate(population.split(workers))]
     backend = make_backend(cfg.backend, ray_address=cfg.ray_address, num_cpus=workers)
     progress = RoundProgress(StateLayout(out / "state"), cfg.rounds, enabled=cfg.progress)
@@ -169,6 +170,7 @@ def _report(cfg: SimulationConfig, out: Path, manifest: Manifest, stats: list[Wo
             bytes_up=sum(s.bytes_up.get(n, 0) for s in stats), bytes_down=sum(s.bytes_down.get(n, 0) for s in stats),
             seconds=((row.closed_ms or row.opened_ms) - row.opened_ms) / 1000,
             metrics={k: float(v) for k, v in (row.metrics or {}).items() if isinstance(v, (int, float))},
+            codec="+".join(record.get("codecs") or []),
         ))
     if not records:
         raise FedortError("the simulation committed no round; see the log above")
@@ -182,7 +184,7 @@ def _report(cfg: SimulationConfig, out: Path, manifest: Manifest, stats: list[Wo
         "model_id": manifest.model_id, "parameters": manifest.parameter_count,
         "test_accuracy": last.accuracy, "test_loss": last.loss, "wall_seconds": round(seconds, 2),
         "model": str(model), "target_accuracy": cfg.target_accuracy,
-        "fits": sum(s.fits for s in stats),
+        "fits": sum(s.fits for s in stats), "codec": cfg.codec,
     }
     write_metrics(records, out, final)
     plot(records, out / "metrics.png", f"{cfg.name}: {n_clients} clients, {partition}",

@@ -44,6 +44,7 @@ class WorkerPlan:
     module_factory: Callable | None = None      # EdgeConfig.module_factory of every client (a top-level function)
     stragglers: frozenset[str] = frozenset()    # clients that stop after `straggler_steps` optimizer steps
     straggler_steps: int = 1
+    codec: str = "raw"                          # EdgeConfig.codec of every client
 
 
 @dataclass
@@ -86,9 +87,9 @@ class _Ledger:
             return
         s.fits += 1
         s.train_seconds += report.seconds
-        s.bytes_up[report.round] = s.bytes_up.get(report.round, 0) + self.vector_bytes
+        s.bytes_up[report.round] = s.bytes_up.get(report.round, 0) + (report.bytes_up or self.vector_bytes)
         if not report.vector_cached:
-            s.bytes_down[report.round] = s.bytes_down.get(report.round, 0) + self.vector_bytes
+            s.bytes_down[report.round] = s.bytes_down.get(report.round, 0) + (report.bytes_down or self.vector_bytes)
 
 
 def join_clients(plan: WorkerPlan, transport: Transport, cache: ArtifactCache, arrays: ClientArrays,
@@ -105,6 +106,7 @@ def join_clients(plan: WorkerPlan, transport: Transport, cache: ArtifactCache, a
             update_hook=parse_attack(plan.attack) if vc.client_id in plan.attackers else None,
             module_factory=plan.module_factory,
             max_local_steps=plan.straggler_steps if vc.client_id in plan.stragglers else None,
+            codec=plan.codec,
         )
         client = EdgeClient(config, transport=transport, session=session, data=arrays.for_client(vc),
                             cache=cache, on_report=ledger)

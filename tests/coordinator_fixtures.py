@@ -79,13 +79,22 @@ def digest(vector: np.ndarray) -> bytes:
     return hashlib.sha256(np.ascontiguousarray(vector, dtype="<f4").tobytes()).digest()
 
 
+#: (model id, round) -> sha256 of the global vector a stub client last saw announced for it (poll, download):
+#: what `update_header` names as trained_from_sha256 unless told otherwise.
+GLOBALS_SEEN: dict[tuple[str, int], bytes] = {}
+
+
 def update_header(client_id: str, model_id: str, round: int, vector: np.ndarray, num_examples: int,
-                  metrics: dict[str, tuple[float, bool]] | None = None, **vector_fields) -> pb.UpdateHeader:
+                  metrics: dict[str, tuple[float, bool]] | None = None, *, trained_from: bytes | None = None,
+                  **vector_fields) -> pb.UpdateHeader:
     fields = dict(model_id=model_id, round=round, length=vector.shape[0], dtype="float32", codec="raw",
                   sha256=digest(vector), chunk_size=CHUNK_BYTES)
     fields.update(vector_fields)
+    if trained_from is None:
+        trained_from = GLOBALS_SEEN.get((model_id, round), b"")
     return pb.UpdateHeader(client_id=client_id, vector=pb.VectorHeader(**fields), num_examples=num_examples,
-                           metrics={k: pb.Metric(value=v, sync_dist=s) for k, (v, s) in (metrics or {}).items()})
+                           metrics={k: pb.Metric(value=v, sync_dist=s) for k, (v, s) in (metrics or {}).items()},
+                           trained_from_sha256=trained_from)
 
 
 def chunks_of(vector: np.ndarray, size: int = CHUNK_BYTES) -> list[bytes]:
@@ -109,8 +118,11 @@ class StubClient:
         return await self.stub.Join(pb.JoinRequest(client_id=client_id, device_name=device_name), timeout=RPC_TIMEOUT)
 
     async def poll(self, client_id: str, model_id: str, wait_ms: int = 5000) -> pb.Task:
-        return await self.stub.PollTask(pb.PollRequest(client_id=client_id, model_id=model_id, wait_ms=wait_ms),
+        task = await self.stub.PollTask(pb.PollRequest(client_id=client_id, model_id=model_id, wait_ms=wait_ms),
                                         timeout=RPC_TIMEOUT + wait_ms / 1000)
+        if task.kind == pb.Task.FIT:
+            GLOBALS_SEEN[(model_id, task.round)] = task.vector_sha256
+        return task
 
     async def download_vector(self, client_id: str, model_id: str, round: int) -> tuple[pb.VectorHeader, np.ndarray]:
         header, parts = None, []
@@ -122,6 +134,7 @@ class StubClient:
                 parts.append(part.chunk)
         vector = np.frombuffer(b"".join(parts), dtype="<f4")
         assert hashlib.sha256(vector.tobytes()).digest() == header.sha256
+        GLOBALS_SEEN[(model_id, round)] = header.sha256
         return header, vector
 
     async def submit_parts(self, parts: Iterable[pb.UpdatePart]) -> pb.SubmitReply:

@@ -114,7 +114,8 @@ class CrashClient(threading.Thread):
                                              timeout=5))
             vector = np.frombuffer(b"".join(p.chunk for p in parts[1:]), dtype="<f4")
             update = local_update(self.cid, task.round, vector)
-            header = update_header(self.cid, model, task.round, update, CRASH_EXAMPLES[self.cid])
+            header = update_header(self.cid, model, task.round, update, CRASH_EXAMPLES[self.cid],
+                                   trained_from=task.vector_sha256)
             self.pending = (task.round, [pb.UpdatePart(header=header)]
                             + [pb.UpdatePart(chunk=c) for c in chunks_of(update, 8192)])
             self.step(stub, model)
@@ -249,7 +250,8 @@ async def chaos_client(port: int, cid: str, doomed: dict[int, str], rejoin_at_on
                     vector = np.frombuffer(b"".join(p.chunk for p in parts[1:]), dtype="<f4")
                     update = local_update(cid, r, vector)
                     call = client.stub.SubmitUpdate(timeout=5)
-                    await call.write(pb.UpdatePart(header=update_header(cid, model, r, update, 10)))
+                    await call.write(pb.UpdatePart(header=update_header(cid, model, r, update, 10,
+                                                                        trained_from=task.vector_sha256)))
                     await call.write(pb.UpdatePart(chunk=chunks_of(update, CHUNK)[0]))
                     await asyncio.sleep(0.05)
             await client.close()                              # the device is gone: connection reset

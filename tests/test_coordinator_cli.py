@@ -93,7 +93,8 @@ def test_serve_runs_a_round_then_sigterm_stops_gracefully_and_status_prints_it(p
             task = stub.PollTask(pb.PollRequest(client_id=cid, model_id=model, wait_ms=5000), timeout=10)
             parts = list(stub.DownloadVector(pb.VectorRequest(client_id=cid, model_id=model, round=1), timeout=10))
             vector = np.frombuffer(b"".join(p.chunk for p in parts[1:]), dtype="<f4")
-            update = [pb.UpdatePart(header=update_header(cid, model, task.round, vector, 10))]
+            update = [pb.UpdatePart(header=update_header(cid, model, task.round, vector, 10,
+                                                         trained_from=task.vector_sha256))]
             assert stub.SubmitUpdate(iter(update + [pb.UpdatePart(chunk=c) for c in chunks_of(vector)]),
                                      timeout=10).accepted
         deadline = time.monotonic() + 10

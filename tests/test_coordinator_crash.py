@@ -85,11 +85,11 @@ def fit(server: Server, cid: str, model: str, round: int) -> pb.SubmitReply:
     assert (task.kind, task.round) == (pb.Task.FIT, round), task
     parts = list(server.stub.DownloadVector(pb.VectorRequest(client_id=cid, model_id=model, round=round), timeout=10))
     vector = np.frombuffer(b"".join(p.chunk for p in parts[1:]), dtype="<f4")
-    return submit(server, cid, model, round, local_update(cid, round, vector))
+    return submit(server, cid, model, round, local_update(cid, round, vector), task.vector_sha256)
 
 
-def submit(server: Server, cid: str, model: str, round: int, update: np.ndarray) -> pb.SubmitReply:
-    header = update_header(cid, model, round, update, EXAMPLES[cid])
+def submit(server: Server, cid: str, model: str, round: int, update: np.ndarray, trained_from: bytes) -> pb.SubmitReply:
+    header = update_header(cid, model, round, update, EXAMPLES[cid], trained_from=trained_from)
     parts = [pb.UpdatePart(header=header)] + [pb.UpdatePart(chunk=c) for c in chunks_of(update)]
     return server.stub.SubmitUpdate(iter(parts), timeout=20)
 
@@ -160,7 +160,8 @@ def test_sigkill_after_an_acknowledged_update_resumes_without_loss_or_double_cou
     assert task.kind == pb.Task.WAIT
     parts = list(server.stub.DownloadVector(pb.VectorRequest(client_id=CLIENTS[0], model_id=model, round=2), timeout=10))
     again = submit(server, CLIENTS[0], model, 2,
-                   local_update(CLIENTS[0], 2, np.frombuffer(b"".join(p.chunk for p in parts[1:]), dtype="<f4")))
+                   local_update(CLIENTS[0], 2, np.frombuffer(b"".join(p.chunk for p in parts[1:]), dtype="<f4")),
+                   parts[0].header.sha256)
     assert again.accepted and again.duplicate
     for cid in CLIENTS[1:]:
         fit(server, cid, model, 2)

@@ -234,7 +234,7 @@ vector = client.session.to_buffer().copy()
 meta = describe(vector, client.model_id, task.round, chunk_size=4096)
 
 def parts():
-    yield pb.UpdatePart(header=UpdateHeader(client.client_id, meta, 100, {}).to_pb())
+    yield pb.UpdatePart(header=UpdateHeader(client.client_id, meta, 100, {}, task.vector_sha256).to_pb())
     chunks = iter_chunks(vector, 4096)
     for _ in range(3):
         yield pb.UpdatePart(chunk=next(chunks))

@@ -2,7 +2,7 @@
 
     durable update (client id, num_examples, codec, payload in memory or the spool file)
         │
-        ▼  decode         decode.py + one file per codec (decode_raw.py)      bytes -> float32 values v
+        ▼  decode         decode.py; decode_codecs.py (raw, fp16, int8, topk…)  bytes -> float32 values v (+ g for deltas)
         ▼  transforms     transform.py; clipping.py (clip:NORM)               v -> T_k(…T_1(v; g)…)
         ▼  combiner       combiner.py; streaming: weighted_sum.py (FedAvg),  all updates -> c
         │                 spool: median.py, trimmed_mean.py, krum.py (spool.py reads the files)
@@ -19,7 +19,7 @@ imported below); DP noise is a `transform.Transform`; a secure sum is a streamin
 `combiner.Combiner`; FedAdam & co. are a `server_update.ServerUpdate` with `state`/`load_state`.
 """
 
-from fedort.coordinator.aggregation import decode_raw  # noqa: F401  (registers the `raw` codec)
+from fedort.coordinator.aggregation import decode_codecs  # noqa: F401  (registers raw, fp16, bf16, int8, topk, zstd+)
 from fedort.coordinator.aggregation.aggregator import RoundAggregator, RoundResult
 from fedort.coordinator.aggregation.combiner import Combiner
 from fedort.coordinator.aggregation.decode import Decoder, codecs, decoder_for, register_decoder

@@ -4,26 +4,36 @@
     agg.add(update)                             # each durable update, in one worker thread
     result = agg.result()                       # at round close: RoundResult(vector, combined, ...)
 
-`add` runs decode -> transforms -> combiner.fold for a streaming combiner (without transforms the
-decoder streams block by block straight into the fold), or only notes the spool file for a spool
-combiner, which reads every file at `result`. `result` applies the server update.
+`add` runs the decode stage, then transforms -> combiner.fold for a streaming combiner:
+
+    delta codec, combiner.folds_deltas, no transforms:  fold_delta(pieces of dᵢ)   (g added once at combine)
+    otherwise:                                           fold(blocks of xᵢ = g + dᵢ, or of xᵢ itself)
+    with transforms:                                     xᵢ decoded whole (one P-sized array at a time)
+
+A spool combiner reads every update at `result` from the spool, as dense float32 files: a raw
+update's spool file is that already; any other codec is decoded once, in `add`, into a decoded
+spool file beside it (`<spool file>.f32`, derived data: not fsynced, rebuilt by restart replay).
+`result` applies the server update.
 """
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fedort.coordinator.aggregation.decode import decoder_for
+from fedort.coordinator.aggregation.decode import Decoder, decoder_for, reconstructed_blocks, values
 from fedort.coordinator.aggregation.spool import SpooledUpdate
 from fedort.coordinator.aggregation.update import Update, as_blocks
 from fedort.protos.errors import VectorError
 
 if TYPE_CHECKING:
     from fedort.coordinator.aggregation.strategies import Strategy
+
+DECODED_SUFFIX = ".f32"
 
 
 @dataclass(frozen=True)
@@ -51,19 +61,33 @@ class RoundAggregator:
     def add(self, update: Update) -> None:
         """Fold one durable update in (call from one thread at a time: streaming combiners are not thread-safe)."""
         combiner = self.strategy.combiner
+        decoder = decoder_for(update.codec)
+        payload = update.encoded()
+        path = update.path
         if combiner.streaming:
-            decoder = decoder_for(update.codec)
-            payload = update.encoded()
+            g, w = self.global_vector, update.num_examples
             if self.strategy.transforms:
-                values = decoder.decode(payload, self.length)
+                x = values(decoder, payload, g)
                 for t in self.strategy.transforms:
-                    values = t.apply(values, self.global_vector, update)
-                combiner.fold(as_blocks(values), update.num_examples)
+                    x = t.apply(x, g, update)
+                combiner.fold(as_blocks(x), w)
+            elif decoder.delta and combiner.folds_deltas:
+                combiner.fold_delta(decoder.pieces(payload, self.length), w)
             else:
-                combiner.fold(decoder.blocks(payload, self.length), update.num_examples)
+                combiner.fold(reconstructed_blocks(decoder, payload, g), w)
+        elif not decoder.dense_float32:
+            path = self._decoded_spool(decoder, payload, update.path)
         with self._lock:
-            self._spooled.append(SpooledUpdate(update.client_id, update.path, update.num_examples))
+            self._spooled.append(SpooledUpdate(update.client_id, path, update.num_examples))
             self._examples += update.num_examples
+
+    def _decoded_spool(self, decoder: Decoder, payload: np.ndarray, path: Path) -> Path:
+        """Write the update's own float32 values beside its spool file, block by block (O(block) memory)."""
+        out = path.with_name(path.name + DECODED_SUFFIX)
+        with open(out, "wb") as f:
+            for _, block in reconstructed_blocks(decoder, payload, self.global_vector):
+                f.write(np.ascontiguousarray(block, dtype="<f4").tobytes())
+        return out
 
     def result(self) -> RoundResult:
         """The next global vector: combine (spool files sorted by client id), then the server update."""

@@ -20,11 +20,13 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from fedort.coordinator.aggregation.spool import SpooledUpdate
+from fedort.protos.codecs import Piece
 
 
 class Combiner:
     name = "combiner"
     streaming = True
+    folds_deltas = False   # streaming: `fold_delta` takes a delta codec's pieces (the global added once at combine)
 
     def reset(self, length: int) -> None:
         """Forget the previous round (streaming combiners: zero the running state)."""
@@ -32,6 +34,10 @@ class Combiner:
     def fold(self, blocks: Iterable[tuple[int, np.ndarray]], weight: float) -> None:
         """Streaming: add one update, given as its (start, float32 block) pairs in order, with `weight`."""
         raise NotImplementedError(f"combiner {self.name} reads the spool at round close; it folds nothing")
+
+    def fold_delta(self, pieces: Iterable[Piece], weight: float) -> None:
+        """Streaming, `folds_deltas`: add one update given as decoded pieces of d = x − g, with `weight`."""
+        raise NotImplementedError(f"combiner {self.name} folds whole updates only")
 
     def combine(self, spooled: Sequence[SpooledUpdate], global_vector: np.ndarray) -> np.ndarray:
         """The round's combined float32 vector (spool combiners read `spooled`; streaming ones ignore it)."""

@@ -1,6 +1,11 @@
 """Combiner: streaming FedAvg, the example-weighted mean folded in one update at a time (the default).
 
-    c = Σᵢ nᵢ·vᵢ / Σᵢ nᵢ        (Σ accumulated in float64, the mean rounded once to float32)
+    c = Σᵢ nᵢ·xᵢ / Σᵢ nᵢ        (Σ accumulated in float64, the mean rounded once to float32)
+
+An update sent as a delta dᵢ = xᵢ − g (lossy codecs) is folded as its decoded pieces, sparse ones
+in O(k), and the global vector is added once at the end, not once per client:
+
+    c = (Σ_whole nᵢ·xᵢ + Σ_delta nᵢ·dᵢ + g·Σ_delta nᵢ) / Σᵢ nᵢ
 
 Memory is O(P) whatever the number of clients: nothing keeps the individual updates. FedAvg is
 linear, so two partial sums over disjoint clients merge into the sum over all of them; that is
@@ -17,6 +22,7 @@ import numpy as np
 from fedort.coordinator.aggregation.combiner import Combiner
 from fedort.coordinator.aggregation.spool import SpooledUpdate
 from fedort.coordinator.aggregation.update import BLOCK as _BLOCK, as_blocks
+from fedort.protos.codecs import Piece
 from fedort.protos.errors import VectorError
 
 
@@ -29,6 +35,7 @@ class WeightedSum:
     total: np.ndarray = field(init=False)
     weight: float = field(default=0.0, init=False)
     count: int = field(default=0, init=False)
+    delta_weight: float = field(default=0.0, init=False)   # Σ wᵢ of the updates folded as deltas from g
 
     def __post_init__(self) -> None:
         self.total = np.zeros(self.length, dtype=self.dtype)
@@ -65,10 +72,23 @@ class WeightedSum:
         self.weight += float(weight)
         self.count += 1
 
+    def add_delta_pieces(self, pieces: Iterable[Piece], weight: float) -> None:
+        """Fold `weight * d` for a delta d = x − g given as decoded pieces; `mean(g)` adds g·Σ wᵢ once.
+
+        Sparse pieces cost O(k): no dense copy of d exists. Each piece is checked to stay in range.
+        """
+        if not weight > 0:
+            raise VectorError(f"update weight must be > 0, got {weight}")
+        for piece in pieces:
+            piece.add_to(self.total, weight)
+        self.weight += float(weight)
+        self.delta_weight += float(weight)
+        self.count += 1
+
     def reset(self) -> None:
         """Back to the empty sum, reusing the accumulator's pages."""
         self.total.fill(0)
-        self.weight, self.count = 0.0, 0
+        self.weight, self.count, self.delta_weight = 0.0, 0, 0.0
 
     def merge(self, other: "WeightedSum") -> None:
         """Add another partial sum (over a disjoint set of clients) into this one."""
@@ -77,13 +97,24 @@ class WeightedSum:
         self.total += other.total
         self.weight += other.weight
         self.count += other.count
+        self.delta_weight += other.delta_weight
 
-    def mean(self) -> np.ndarray:
-        """The weighted average Σ wᵢ·vᵢ / Σ wᵢ as float32."""
+    def mean(self, base: np.ndarray | None = None) -> np.ndarray:
+        """The weighted average (Σ wᵢ·vᵢ + base·Σ_delta wᵢ) / Σ wᵢ as float32 (`base`: the global g)."""
         if self.count == 0:
             raise VectorError("no updates were folded in; the weighted mean is undefined")
         out = np.empty(self.length, dtype=np.float32)  # divide straight into float32: no float64 temporary
-        np.divide(self.total, self.dtype.type(self.weight), out=out, casting="same_kind")
+        if not self.delta_weight:
+            np.divide(self.total, self.dtype.type(self.weight), out=out, casting="same_kind")
+            return out
+        if base is None:
+            raise VectorError("deltas were folded in: the mean needs the global vector they are relative to")
+        scratch = np.empty(min(self.length, _BLOCK), dtype=self.dtype)
+        for start in range(0, self.length, _BLOCK):   # block-wise: no P-sized float64 temporary
+            part = scratch[:min(_BLOCK, self.length - start)]
+            np.multiply(base[start:start + _BLOCK], self.dtype.type(self.delta_weight), out=part)
+            part += self.total[start:start + _BLOCK]
+            np.divide(part, self.dtype.type(self.weight), out=out[start:start + _BLOCK], casting="same_kind")
         return out
 
 
@@ -92,6 +123,7 @@ class WeightedMean(Combiner):
 
     name = "fedavg"
     streaming = True
+    folds_deltas = True
 
     def __init__(self) -> None:
         self._sum: WeightedSum | None = None
@@ -106,5 +138,9 @@ class WeightedMean(Combiner):
     def fold(self, blocks: Iterable[tuple[int, np.ndarray]], weight: float) -> None:
         self._sum.add_blocks(blocks, weight)
 
+    def fold_delta(self, pieces: Iterable[Piece], weight: float) -> None:
+        """Fold a delta from the global vector as the codec's pieces (the global is added once, in combine)."""
+        self._sum.add_delta_pieces(pieces, weight)
+
     def combine(self, spooled: Sequence[SpooledUpdate], global_vector: np.ndarray) -> np.ndarray:
-        return self._sum.mean()
+        return self._sum.mean(global_vector)

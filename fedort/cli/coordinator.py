@@ -79,6 +79,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="serve Prometheus metrics at http://HOST:PORT/metrics (default: off)")
     serve.add_argument("--strategy", metavar="SPEC", help="aggregation: fedavg | clip:NORM | median | trimmed-mean:BETA | "
                        "krum:F | multi-krum:F:M (default fedavg)")
+    serve.add_argument("--codec", dest="codecs", metavar="SPEC[,SPEC...]",
+                       help="update codecs devices may use, e.g. raw,int8,topk (a family admits every parameter; raw "
+                            "is always allowed; default: every registered codec); announced at Join")
     serve.set_defaults(func=serve_command)
 
     status = sub.add_parser("status", help="print rounds, clients and the latest model of a state dir")
@@ -111,7 +114,7 @@ _FLAG_KEYS = ("artifacts", "state_dir", "address", "port_file", "rounds", "min_c
               "fraction", "round_timeout_s", "max_round_attempts", "local_epochs", "batch_size", "lr", "prox_mu",
               "seed", "eval_data", "fraction_evaluate", "client_timeout_s", "keep_spool", "strategy",
               "tls_cert", "tls_key", "tls_client_ca", "insecure", "auth", "max_streams_per_client", "submissions_per_minute",
-              "metrics_address")
+              "metrics_address", "codecs")
 
 
 def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:

@@ -63,6 +63,9 @@ def register(subparsers) -> None:
     run.add_argument("--poll-wait-ms", type=int, metavar="MS", help="long-poll hold time (default 20000)")
     run.add_argument("--give-up-after", type=float, metavar="SECONDS",
                      help="stop retrying an unreachable coordinator after this long (default 300)")
+    run.add_argument("--codec", metavar="SPEC",
+                     help="update codec: raw (default), fp16, bf16, int8[:B], topk:F, or zstd+ any of them; used "
+                          "when the coordinator allows it, else raw (see protos/codecs)")
     run.add_argument("--debug-modules", metavar="FILE", help=argparse.SUPPRESS)
     run.set_defaults(func=_run)
     edge.set_defaults(func=lambda args: (edge.print_help(), 2)[1])
@@ -88,7 +91,7 @@ def _run(args: argparse.Namespace) -> int:
     overrides = {"coordinator": args.coordinator, "data": args.data, "cache_dir": args.cache_dir,
                  "name": args.name, "client_id": args.client_id, "insecure": args.insecure,
                  "ca_file": args.ca_file, "cert_file": args.cert, "key_file": args.key,
-                 "credential": _token(args), "poll_wait_ms": args.poll_wait_ms}
+                 "credential": _token(args), "poll_wait_ms": args.poll_wait_ms, "codec": args.codec}
     if args.give_up_after is not None:
         overrides["backoff"] = Backoff(give_up_after_s=args.give_up_after)
     config = EdgeConfig.load(args.config, **overrides)

@@ -58,6 +58,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="share of clients, chosen by --seed, that do partial work each round (default 0)")
     p.add_argument("--straggler-steps", type=int, metavar="N",
                    help="local optimizer steps a straggler stops after (default 1)")
+    p.add_argument("--codec", metavar="SPEC", help="update codec of the virtual clients: raw (default), fp16, bf16, "
+                   "int8[:B], topk:F (error feedback), zstd+ any of them; the coordinator allows it")
     p.add_argument("--out", type=Path, help="run folder (default runs/<timestamp>)")
     p.add_argument("--no-progress", dest="progress", action="store_false", default=None, help="no progress bar")
     p.add_argument("--verbose", action="store_true", help="log every coordinator and client event (default: "
@@ -77,7 +79,7 @@ def _run(args: argparse.Namespace) -> int:
     fields = ("clients", "clients_per_round", "fraction", "rounds", "partition", "dataset", "model", "artifacts", "data",
               "local_epochs", "batch_size", "lr", "optimizer", "prox_mu", "backend", "ray_address", "workers", "seed",
               "out", "progress",
-              "strategy", "byzantine_fraction", "attack", "straggler_fraction", "straggler_steps")
+              "strategy", "byzantine_fraction", "attack", "straggler_fraction", "straggler_steps", "codec")
     cfg = load_config(args.scenario, {k: getattr(args, k) for k in fields})
     result = run_simulation(cfg)
     print()

@@ -1,0 +1,180 @@
+"""How a device encodes its trained update for upload: codec choice, delta, error feedback.
+
+Codec choice (once per Join): the configured codec (`[edge] codec`, `--codec`, EdgeConfig.codec)
+if the coordinator's JoinReply lists it in `upload_codecs` (`protos.codecs.allows`), else `raw`
+with a warning — so a device configured for int8 still works with a coordinator that only takes
+raw updates (every coordinator before codecs).
+
+What is encoded: `raw` sends the trained vector itself (the unchanged path). Every lossy codec
+encodes the delta d = trained - global from the global vector the client trained from, and the
+header's `base_sha256` names that global vector; the coordinator adds it back.
+
+Error feedback (top-k only): the device keeps the residual r it did not send and adds it to the
+next delta: c = (trained - global) + r, payload = topk(c), r' = c - decode(payload). So the sum of
+everything sent plus the final residual equals the sum of the true deltas. r' replaces r only once
+the coordinator counted the upload (accepted or duplicate); an upload the round no longer takes
+(stale, rejected) sent nothing that counted, so r' = c. Where r lives: in memory (one
+`UpdateEncoder` per client object, so per simulated virtual client), and for a device that
+persists its identity also durably in its cache folder, `residuals/<key>.f32`, keyed by the
+identity (coordinator, device name, data file) and the model id (an atomic write per upload).
+In memory a residual costs 4P bytes per client object that trained with top-k — mind it when
+simulating many virtual clients of a large model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from fedort.edge_client.cache import atomic_write
+from fedort.edge_client.transport import encoded_update_header, update_header
+from fedort.protos.messages import Metric, UpdateHeader
+from fedort.protos.codec import vector_digest
+from fedort.protos.codecs import CodecSpec, allows, get_codec, parse_codec
+from fedort.protos.errors import VectorError
+
+log = logging.getLogger("fedort.edge.codec")
+_ROUNDING_STREAM = 0x1C0DEC   # keeps the rounding stream apart from the shuffling stream of the same seed
+
+
+@dataclass(frozen=True)
+class EncodedUpdate:
+    """An update ready to stream: the raw vector, or a codec payload of the delta from `base_sha256`."""
+
+    codec: str                       # canonical spec
+    vector: np.ndarray | None = None  # raw: the trained vector
+    payload: bytes = b""             # other codecs: the encoded delta
+    base_sha256: bytes = b""
+    length: int = 0
+    corrected: np.ndarray | None = None   # error feedback: delta + previous residual (None without feedback)
+    residual: np.ndarray | None = None    # error feedback: what stays unsent if this upload counts
+    trained_from: bytes = b""             # sha256 of the global vector the update was trained from
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of vector data this update puts on the wire."""
+        return self.vector.nbytes if self.vector is not None else len(self.payload)
+
+    def stream(self, client_id: str, model_id: str, round: int, num_examples: int, metrics: Mapping[str, Metric],
+               chunk_size: int) -> tuple[UpdateHeader, np.ndarray | bytes]:
+        """The update stream's header and body (what `Transport.submit_update` sends)."""
+        if self.vector is not None:
+            header = update_header(client_id, model_id, round, self.vector, num_examples, metrics, chunk_size,
+                                   self.trained_from)
+            return header, self.vector
+        return encoded_update_header(client_id, model_id, round, self.payload, codec=self.codec, length=self.length,
+                                     base_sha256=self.base_sha256, num_examples=num_examples, metrics=metrics,
+                                     chunk_size=chunk_size), self.payload
+
+
+class ResidualStore:
+    """Error-feedback residuals by key, in memory and, when `folder` is given, durably on disk."""
+
+    def __init__(self, folder: str | Path | None = None) -> None:
+        self.folder = Path(folder) if folder is not None else None
+        self._memory: dict[str, np.ndarray] = {}
+
+    def _path(self, key: str) -> Path:
+        return self.folder / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.f32"
+
+    def load(self, key: str, length: int) -> np.ndarray | None:
+        if key in self._memory:
+            r = self._memory[key]
+            return r if len(r) == length else None
+        if self.folder is None:
+            return None
+        try:
+            data = self._path(key).read_bytes()
+        except OSError:
+            return None
+        if len(data) != 4 * length:
+            return None
+        r = np.frombuffer(data, dtype="<f4").copy()
+        self._memory[key] = r
+        return r
+
+    def save(self, key: str, residual: np.ndarray) -> None:
+        residual = np.ascontiguousarray(residual, dtype="<f4")
+        self._memory[key] = residual
+        if self.folder is not None:
+            atomic_write(self._path(key), [memoryview(residual).cast("B")])
+
+
+def choose_codec(configured: str, allowed: Sequence[str]) -> CodecSpec:
+    """The configured codec if the run allows it, else raw (logged)."""
+    spec = parse_codec(configured or "raw")
+    if allows(allowed, spec):
+        return spec
+    log.warning("codec %s is not among the coordinator's upload codecs %s; uploading raw float32",
+                spec.canonical, list(allowed) or ["raw"])
+    return parse_codec("raw")
+
+
+def encoder_for(configured: str, allowed: Sequence[str], *, key: str, folder: str | Path | None = None,
+                previous: "UpdateEncoder | None" = None) -> "UpdateEncoder":
+    """The encoder after a Join: codec by `choose_codec`; residuals durable under `folder` if given
+    (else in memory), carried over from `previous` (an earlier Join of the same client object)."""
+    store = previous.store if previous is not None else ResidualStore(folder)
+    return UpdateEncoder(choose_codec(configured, allowed), store=store, key=key)
+
+
+class UpdateEncoder:
+    """Encodes one client's updates with one codec; owns that client's error-feedback residual."""
+
+    def __init__(self, spec: CodecSpec, *, store: ResidualStore | None = None, key: str = "",
+                 rng: np.random.Generator | None = None) -> None:
+        self.spec = spec
+        self.codec = get_codec(spec)
+        self.store = store if store is not None else ResidualStore()
+        self.key = key
+        self.rng = rng if rng is not None else np.random.default_rng()
+
+    @property
+    def error_feedback(self) -> bool:
+        return self.spec.name == "topk"
+
+    def encode(self, global_vector: np.ndarray, global_sha256: bytes, trained: np.ndarray,
+               seed: int | None = None) -> EncodedUpdate:
+        """The update to upload for `trained`, which was trained from `global_vector` (digest `global_sha256`).
+
+        `seed` (the task's per-client, per-round seed) makes stochastic rounding reproducible;
+        without one the encoder's own generator is used."""
+        global_sha256 = global_sha256 or vector_digest(global_vector)
+        if not self.spec.lossy:
+            return EncodedUpdate("raw", vector=trained, length=len(trained), trained_from=global_sha256)
+        delta = np.subtract(trained, global_vector, dtype=np.float32)
+        if self.error_feedback:
+            residual = self.store.load(self.key, len(delta))
+            if residual is not None:
+                delta += residual
+        try:
+            rng = np.random.default_rng([int(seed), _ROUNDING_STREAM]) if seed is not None else self.rng
+            payload = self.codec.encode(delta, rng)
+        except VectorError as e:  # e.g. an fp16 overflow: this round goes raw, the next tries again
+            log.warning("cannot encode this update with %s (%s); uploading raw float32", self.spec.canonical, e)
+            return EncodedUpdate("raw", vector=trained, length=len(trained), trained_from=global_sha256)
+        enc = EncodedUpdate(self.spec.canonical, payload=payload, base_sha256=global_sha256, length=len(delta),
+                            trained_from=global_sha256)
+        if not self.error_feedback:
+            return enc
+        residual = delta - self.codec.decode(payload, len(delta))
+        return EncodedUpdate(enc.codec, payload=payload, base_sha256=global_sha256, length=len(delta),
+                             corrected=delta, residual=residual, trained_from=global_sha256)
+
+    def settle(self, update: EncodedUpdate, counted: bool) -> None:
+        """Keep the residual once the coordinator answered: r' if the upload counted, else all of c."""
+        if update.corrected is None:
+            return
+        self.store.save(self.key, update.residual if counted else update.corrected)
+
+    def residual(self, length: int) -> np.ndarray | None:
+        """The residual the next update adds (None before the first counted top-k upload)."""
+        return self.store.load(self.key, length)
+
+
+__all__ = ["EncodedUpdate", "ResidualStore", "UpdateEncoder", "choose_codec", "encoder_for"]
