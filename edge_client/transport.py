@@ -131,8 +131,10 @@ class JoinInfo:
 class Transport:
     """Typed calls to the coordinator over one grpc channel (see the module docstring)."""
 
-    def __init__(self, config: ChannelConfig, channel: grpc.Channel | None = None) -> None:
+    def __init__(self, config: ChannelConfig, channel: grpc.Channel | None = None, *,
+                 cancellable: bool = True) -> None:
         self.config = config
+        self.cancellable = cancellable
         self._channel = channel or config.open_channel()
         self._metadata = config.metadata()
         self._stub = pb_grpc.CoordinatorStub(self._channel)
@@ -173,7 +175,12 @@ class Transport:
             self._inflight.discard(call)
 
     def _unary(self, method: Callable, request, timeout: float):
-        """Run a unary (or stream-unary) call as a cancellable future and wait for it."""
+        """Run a unary (or stream-unary) call as a cancellable future and wait for it (blocking if not cancellable)."""
+        if not self.cancellable:
+            try:
+                return method(request, timeout=timeout, metadata=self._metadata)
+            except grpc.RpcError as e:
+                raise self._error(e) from None
         try:
             future = method.future(request, timeout=timeout, metadata=self._metadata)
         except grpc.RpcError as e:
@@ -258,6 +265,16 @@ class Transport:
         req = pb.PollRequest(client_id=client_id, model_id=model_id, wait_ms=wait_ms)
         r = self._unary(self._stub.PollTask, req, wait_ms / 1000 + self.config.rpc_timeout_s)
         return Task.from_pb(r)
+
+    def poll_tasks(self, client_ids: list[str], model_id: str, wait_ms: int) -> tuple[int, RoundState, dict[str, Task]]:
+        """One PollTasks call: (round, state, {client id: task} for the clients that have work; the rest WAIT).
+
+        A coordinator older than PollTasks answers UNIMPLEMENTED (a FedortError with that code).
+        """
+        wait_ms = max(0, min(int(wait_ms), MAX_POLL_WAIT_MS))
+        req = pb.PollTasksRequest(client_ids=list(client_ids), model_id=model_id, wait_ms=wait_ms)
+        r = self._unary(self._stub.PollTasks, req, wait_ms / 1000 + self.config.rpc_timeout_s)
+        return r.round, RoundState.from_wire(r.state), {t.client_id: Task.from_pb(t.task) for t in r.tasks}
 
     def download_vector(self, client_id: str, model_id: str, round: int, *,
                         expected_length: int | None = None, expected_sha256: bytes | None = None) -> np.ndarray:
