@@ -77,7 +77,7 @@ def coordinator_config(cfg: SimulationConfig, artifacts: Path, state_dir: Path, 
         round_timeout_s=cfg.round_timeout_s, local_epochs=cfg.local_epochs, batch_size=cfg.batch_size,
         lr=cfg.lr, reset_optimizer=cfg.reset_optimizer, prox_mu=cfg.prox_mu, seed=cfg.seed, eval_data=eval_data,
         client_timeout_s=0,                # virtual clients are polled once a round, not heartbeating
-        strategy=cfg.strategy,
+        strategy=cfg.strategy, export_every=cfg.export_every,
         # local, loopback-only run of our own virtual clients: plaintext, no device tokens, no rate limit
         insecure=True, auth="open", submissions_per_minute=0,
     )
@@ -96,6 +96,7 @@ def run_simulation(cfg: SimulationConfig) -> SimulationResult:
     test_path = save_npz(out / "data" / "test.npz", population.test)
     n_clients = len(population.clients)
     (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, sort_keys=True))
+    _place_state(cfg, out)
     ccfg = coordinator_config(cfg, artifacts, out / "state", test_path, n_clients)
     log.info("simulation %s: %d clients, %d per round, %d rounds, %s, %s backend", cfg.name, n_clients,
              min(cfg.per_round, n_clients), cfg.rounds, _data_name(cfg), cfg.backend)
@@ -141,6 +142,21 @@ def run_simulation(cfg: SimulationConfig) -> SimulationResult:
     if outcome is not None and outcome.state is RoundState.FAILED:
         raise FedortError(f"the simulated run failed: {getattr(outcome, 'message', outcome)}")
     return _report(cfg, out, manifest, stats or [], time.monotonic() - started)
+
+
+def _place_state(cfg: SimulationConfig, out: Path) -> None:
+    """With `state_dir` set, keep the coordinator state there and link OUT/state to it.
+
+    Meant for tmpfs (/dev/shm): fsyncs become free, but the state, and so a resume after a crash,
+    lives only until the machine restarts; OUT keeps the report and model either way.
+    """
+    if cfg.state_dir is None:
+        return
+    target = Path(cfg.state_dir).resolve()
+    if (target / "state.db").exists():
+        raise ConfigError(f"state_dir {target} already holds a coordinator state; choose an empty one")
+    target.mkdir(parents=True, exist_ok=True)
+    (out / "state").symlink_to(target, target_is_directory=True)
 
 
 def _data_name(cfg: SimulationConfig) -> str:
