@@ -49,7 +49,7 @@ class WeightedSum:
             raise VectorError(f"update weight must be > 0, got {weight}")
         w = self.dtype.type(weight)
         total, scratch = self.total, self._scratch
-        multiply, add = np.multiply, np.add
+        copyto, multiply, add = np.copyto, np.multiply, np.add
         covered = 0
         for start, values in blocks:
             for offset in range(0, len(values), _BLOCK):     # (re)block to the cache-sized scratch
@@ -57,7 +57,13 @@ class WeightedSum:
                 n = len(part)
                 acc = total[start + offset:start + offset + n]
                 tmp = scratch if n == len(scratch) else scratch[:n]
-                multiply(part, w, out=tmp)
+                # cast first, then multiply same-typed: a float32 x float64 multiply runs numpy's
+                # buffered mixed-type loop; cast + multiply + add give the same bits, faster
+                if part.dtype == tmp.dtype:
+                    multiply(part, w, out=tmp)
+                else:
+                    copyto(tmp, part, casting="same_kind")
+                    multiply(tmp, w, out=tmp)
                 add(acc, tmp, out=acc)  # not `acc += tmp` on a slice: that also runs __setitem__
             covered += len(values)
         if covered != self.length:
@@ -82,8 +88,17 @@ class WeightedSum:
         """The weighted average Σ wᵢ·vᵢ / Σ wᵢ as float32."""
         if self.count == 0:
             raise VectorError("no updates were folded in; the weighted mean is undefined")
-        out = np.empty(self.length, dtype=np.float32)  # divide straight into float32: no float64 temporary
-        np.divide(self.total, self.dtype.type(self.weight), out=out, casting="same_kind")
+        out = np.empty(self.length, dtype=np.float32)  # no full-length float64 temporary
+        w = self.dtype.type(self.weight)
+        if self.dtype == out.dtype:
+            np.divide(self.total, w, out=out)
+            return out
+        tmp = self._scratch
+        for start in range(0, self.length, len(tmp)):   # divide in the accumulator's dtype, round per block
+            acc = self.total[start:start + len(tmp)]
+            t = tmp[:len(acc)]
+            np.divide(acc, w, out=t)
+            np.copyto(out[start:start + len(acc)], t, casting="same_kind")
         return out
 
 
