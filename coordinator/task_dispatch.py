@@ -80,11 +80,23 @@ class TaskDispatch:
         for cid in ids:
             self.touch(cid)
         until = time.monotonic() + min(max(wait_ms, 0), MAX_POLL_MS) / 1000
-        while True:
-            tasks = {cid: t for cid in ids if (t := self._task_now(cid)) is not None and t.kind != TaskKind.WAIT}
+        while True:   # woken by every upload: look only at listed clients that can have work now
+            can = self._may_have_work()
+            tasks = {cid: t for cid in (ids if can is None else [c for c in ids if c in can])
+                     if (t := self._task_now(cid)) is not None and t.kind != TaskKind.WAIT}
             if tasks or self._stopping or time.monotonic() >= until:
                 return self.round, self.state, tasks
             await self.wait_change(until - time.monotonic())
+
+    def _may_have_work(self) -> frozenset[str] | set[str] | None:
+        """The clients `_task_now` may give a task other than WAIT (None: any client, the run is over)."""
+        if self.state.final:
+            return None
+        if self.state is RoundState.TRAINING and self.training is not None:
+            return self.training.selected
+        if self.state is RoundState.EVALUATING:
+            return self.evaluation.selected
+        return frozenset()
 
     def vector_for(self, client_id: str, model_id: str, round: int) -> GlobalVector:
         """The global vector round `round` trains from (NOT_FOUND for a round not open yet)."""
