@@ -90,6 +90,16 @@ def run_simulation(cfg: SimulationConfig) -> SimulationResult:
         raise ConfigError(f"{out} already holds a run; choose another --out (or delete it)")
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
+    backend = make_backend(cfg.backend, ray_address=cfg.ray_address, num_cpus=max(1, min(cfg.worker_count, cfg.clients)))
+    if hasattr(backend, "prepare"):   # local processes start importing while artifacts and data are made
+        backend.prepare(max(1, min(cfg.worker_count, cfg.clients)))
+    try:
+        return _run(cfg, out, backend, started)
+    finally:
+        backend.stop()
+
+
+def _run(cfg: SimulationConfig, out: Path, backend, started: float) -> SimulationResult:
     artifacts, manifest = _prepare_artifacts(cfg, out)
     (out / "data").mkdir(exist_ok=True)
     population = _population(cfg, out / "data")
@@ -115,7 +125,6 @@ def run_simulation(cfg: SimulationConfig) -> SimulationResult:
                         attack=cfg.attack if attackers else "", attackers=attackers,
                         stragglers=stragglers, straggler_steps=cfg.straggler_steps)
              for i, share in enumerate(population.split(workers))]
-    backend = make_backend(cfg.backend, ray_address=cfg.ray_address, num_cpus=workers)
     progress = RoundProgress(StateLayout(out / "state"), cfg.rounds, enabled=cfg.progress)
     stats: list[WorkerStats] | None = None
     try:
