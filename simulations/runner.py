@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,6 +130,8 @@ def _run(cfg: SimulationConfig, out: Path, backend, started: float) -> Simulatio
     stats: list[WorkerStats] | None = None
     try:
         backend.start(plans)
+        # the plot's imports (~1-2 s) while the rounds run: the main thread only watches progress
+        threading.Thread(target=_import_plotting, name="fedort-import-plot", daemon=True).start()
         while True:
             progress.update()
             stats = backend.results()
@@ -151,6 +154,14 @@ def _run(cfg: SimulationConfig, out: Path, backend, started: float) -> Simulatio
     if outcome is not None and outcome.state is RoundState.FAILED:
         raise FedortError(f"the simulated run failed: {getattr(outcome, 'message', outcome)}")
     return _report(cfg, out, manifest, stats or [], time.monotonic() - started)
+
+
+def _import_plotting() -> None:
+    try:
+        import matplotlib.backends.backend_agg  # noqa: F401
+        import matplotlib.figure  # noqa: F401
+    except ImportError:   # reported by plot() itself
+        pass
 
 
 def _place_state(cfg: SimulationConfig, out: Path) -> None:
