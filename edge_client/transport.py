@@ -28,12 +28,15 @@ import numpy as np
 from fedort.protos import fedort_v1_pb2 as pb
 from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
 from fedort.protos.codec import CHUNK_BYTES, VectorAssembler, describe, iter_chunks
-from fedort.protos.errors import ConfigError, FedortError, ProtocolError
+from fedort.protos.errors import ConfigError, FedortError, ProtocolError, UnavailableError
 from fedort.protos.messages import Metric, Status, SubmitResult, Task, UpdateHeader, meta_from_pb, metrics_to_pb
 from fedort.protos.round_state import RoundState
 from fedort.protos.status_codes import from_rpc_error
 
 log = logging.getLogger("fedort.edge.transport")
+
+#: grpc's details for a call this side cancelled (any other CANCELLED came from the coordinator).
+_LOCAL_CANCEL = "Locally cancelled by application!"
 
 #: Longest hold the coordinator grants a long-poll (protocol semantics 3).
 MAX_POLL_WAIT_MS = 30_000
@@ -199,6 +202,10 @@ class Transport:
         """`from_rpc_error`, with a hint when a TLS handshake is the likely reason the coordinator is unreachable."""
         exc = from_rpc_error(e)
         details = (e.details() if hasattr(e, "details") else "") or ""
+        if exc.code == "CANCELLED" and details != _LOCAL_CANCEL:
+            # the coordinator cancelled the call (it is stopping or restarting), not us: retryable
+            return UnavailableError(f"UNAVAILABLE: the coordinator cancelled the call ({details}); "
+                                    "it is probably restarting")
         low = details.lower()
         if exc.code == "UNAVAILABLE" and not self.config.insecure:
             if any(w in low for w in ("ssl", "tls", "handshake", "certificate")):
