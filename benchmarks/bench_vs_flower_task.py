@@ -194,7 +194,7 @@ def flower_python() -> Path:
     import flower_venv
 
     py = flower_venv.ensure(extra=("flwr[simulation]",), probe="import flwr, ray, threadpoolctl")
-    probe = "import onnxruntime.training, fedort.edge_client.session"
+    probe = "import fedort.edge_client.session"   # (onnxruntime.training itself imports torch)
     if subprocess.run([str(py), "-c", probe], capture_output=True).returncode != 0:
         print("installing onnxruntime-training-cpu and fedort (--no-deps) into Flower's venv", file=sys.stderr)
         subprocess.run([str(py), "-m", "pip", "install", "--quiet", "onnxruntime-training-cpu==1.19.2", "onnx<1.18"],
