@@ -15,8 +15,10 @@ subclass whose `training_step` returns 0 without calling ORT, and whose `session
 view of the shared session that turns `optimizer_step` / `lazy_reset_grad` into no-ops (the
 Trainer calls those through `module.session`), so a FIT is `from_buffer` + one empty batch +
 `to_buffer`. Each client holds one example; `reset_optimizer=False` (no ORT checkpoint reload);
-no server-side eval data (`WorkerPlan.module_factory`, one digits row per client). The coordinator still exports round-N/model.onnx every round (it has
-no switch to skip it): that is part of its per-round cost and is reported separately.
+no server-side eval data (`WorkerPlan.module_factory`, one digits row per client). Everything else is
+what `fedort simulate` runs by default: the coordinator exports round-N/model.onnx every round
+(export_every = 1, in the background), state on disk with every update fsynced before it is
+acknowledged; the workers hold one PollTasks long-poll each and upload while the next client trains.
 
 Flower side: `flwr.simulation.run_simulation` (flwr 1.42, Ray backend, 1 CPU per client so 2
 actors on 2 cores, like fedort's 2 workers) with 10 `NumPyClient`s whose `fit` returns the

@@ -6,7 +6,9 @@ runs `--reps` rounds. Each round the client downloads the global vector (Downloa
 chunks into one preallocated array, sha256 checked as it goes) and uploads an update
 (SubmitUpdate: header + chunks); the upload is acknowledged only once the coordinator has
 checked it, written it to its spool with fsync and committed a SQLite row, so that cost is in
-the figure. MB/s = vector bytes / wall time of the RPC (10^6 bytes per MB).
+the figure. MB/s = vector bytes / wall time of the RPC (10^6 bytes per MB). The coordinator runs
+with `export_every = 0`: it exports its background inference model after the last round only, so
+that no 100 MB model export competes with the next round's download.
 
 Side by side, interleaved per round, the same client talks to a raw gRPC floor: a server with the
 same service and message sizes that drains uploads and replays one buffer, with no checks,
@@ -202,7 +204,9 @@ def main(argv: list[str] | None = None) -> int:
             "serve", "--artifacts", str(arts), "--state-dir", str(tmp / "state"), "--address", "127.0.0.1:0",
             "--port-file", str(tmp / "port"), "--rounds", str(rounds), "--min-clients", "1", "--round-timeout", "600",
             "--client-timeout", "0", "--config", str(tmp / "bench.toml"), "--insecure", "--auth", "open"]
-        (tmp / "bench.toml").write_text(f"download_chunk_bytes = {args.download_chunk_kib * 1024}\n")
+        # export_every = 0: the inference model of a 100 MB vector is written once, after the last round,
+        # instead of in the background during the next round's download (export is not transfer)
+        (tmp / "bench.toml").write_text(f"download_chunk_bytes = {args.download_chunk_kib * 1024}\nexport_every = 0\n")
         raw_cmd = [sys.executable, __file__, "--raw-server", str(tmp / "raw-port"), "--mb", str(args.mb),
                    "--download-chunk-kib", str(args.download_chunk_kib)]
         server, port = start(cmd, tmp / "port", tmp / "coordinator.log")

@@ -28,6 +28,7 @@ expected and what arrived.
 | download_chunk_bytes | 1 MiB | chunk size of vector and artifact downloads |
 | max_vector_length | 2**28 | largest accepted vector (elements) |
 | keep_spool | false | keep spooled updates after a round commits |
+| export_every | 1 | write the inference model every N rounds (and after the last); 0 = after the last round only. Other rounds record only model.json (server eval). A simulation option: deployments serve `latest`, which then lags |
 | strategy | fedavg | aggregation: fedavg, clip:NORM, median, trimmed-mean:BETA, krum:F, multi-krum:F:M (coordinator.aggregation) |
 | port_file | none | file that receives the bound port once serving |
 | tls_cert / tls_key | none | PEM server certificate (chain) and private key: serve TLS |
@@ -94,6 +95,7 @@ class CoordinatorConfig:
     download_chunk_bytes: int = CHUNK_BYTES
     max_vector_length: int = 1 << 28
     keep_spool: bool = False
+    export_every: int = 1
     strategy: str = "fedavg"
     port_file: Path | None = None
     tls_cert: Path | None = None
@@ -169,6 +171,8 @@ class CoordinatorConfig:
                      "heartbeat_interval_ms", "max_chunk_bytes", "max_vector_length", "download_chunk_bytes"):
             value = getattr(self, name)
             need(isinstance(value, int) and not isinstance(value, bool) and value >= 1, f"{name} must be an integer >= 1", value)
+        need(isinstance(self.export_every, int) and not isinstance(self.export_every, bool) and self.export_every >= 0,
+             "export_every must be an integer >= 0 (0: export after the last round only)", self.export_every)
         need(isinstance(self.batch_size, int) and not isinstance(self.batch_size, bool) and self.batch_size >= 0,
              "batch_size must be an integer >= 0 (0: each client's whole data set, i.e. FedSGD)", self.batch_size)
         need(isinstance(self.min_available_clients, int) and self.min_available_clients >= self.min_clients,
@@ -245,6 +249,11 @@ class CoordinatorConfig:
             out[f.name] = str(v) if isinstance(v, Path) else (dict(v) if isinstance(v, Mapping) else
                                                             list(v) if isinstance(v, tuple) else v)
         return out
+
+    def exports_model(self, round: int) -> bool:
+        """Whether round `round`'s commit writes an inference model (`export_every`; the last round always does)."""
+        n = self.export_every
+        return round >= self.rounds or (n > 0 and round % n == 0)
 
     def training_json(self) -> dict[str, Any]:
         """The part of the config that shapes the model (recorded with each export)."""

@@ -81,21 +81,29 @@ class Exporter:
                 correct += int((np.argmax(out["logits"], axis=1) == batch[-1]).sum())
         return EvalResult(loss_sum / n, correct / n if has_logits else None, n)
 
-    def export(self, round: int, vector: np.ndarray, record: dict[str, Any]) -> Path:
-        """Write round `round`'s model.onnx + model.json and point `latest` at it; returns model.onnx."""
+    def export(self, round: int, vector: np.ndarray, record: dict[str, Any], model: bool = True) -> Path:
+        """Write round `round`'s model.onnx + model.json and point `latest` at it; returns model.onnx.
+
+        With `model=False` (a round `export_every` skips) only model.json is written, with the
+        server evaluation and `"model": null`; `latest` stays; returns model.json.
+        """
         start = time.perf_counter()
         out_dir = self._models / round_name(round)
-        self._session.from_buffer(vector)
-        model = self._session.export_model_for_inference(out_dir / MODEL_FILE)
-        fsync_file(model)
-        fsync_dir(out_dir)
+        onnx = None
+        if model:
+            self._session.from_buffer(vector)
+            onnx = self._session.export_model_for_inference(out_dir / MODEL_FILE)
+            fsync_file(onnx)
+            fsync_dir(out_dir)
+        else:
+            out_dir.mkdir(parents=True, exist_ok=True)
         evaluation = self.evaluate(vector)
         full = {
             **record,
             "round": round,
             "model_id": self.manifest.model_id,
-            "model": MODEL_FILE,
-            "model_sha256": sha256_file(model),
+            "model": MODEL_FILE if onnx else None,
+            "model_sha256": sha256_file(onnx) if onnx else None,
             "inference_outputs": list(self.manifest.inference_outputs),
             "exported_unix_ms": int(time.time() * 1000),
             "server_eval": None if evaluation is None else {
@@ -104,13 +112,15 @@ class Exporter:
             },
         }
         atomic_write_json(out_dir / RECORD_FILE, full)
+        if onnx is None:
+            return out_dir / RECORD_FILE
         if round >= self.latest_round():
             self.point_latest(round)
-        log.info("round %d: exported %s in %.0f ms%s", round, model, 1000 * (time.perf_counter() - start),
+        log.info("round %d: exported %s in %.0f ms%s", round, onnx, 1000 * (time.perf_counter() - start),
                  "" if evaluation is None else
                  f" (server eval: loss {evaluation.loss:.4f}"
                  + ("" if evaluation.accuracy is None else f", accuracy {evaluation.accuracy:.4f}") + ")")
-        return model
+        return onnx
 
     def latest_round(self) -> int:
         try:

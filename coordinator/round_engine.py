@@ -13,7 +13,11 @@ otherwise it is retried among available clients that have not reported, with a n
 to max_round_attempts, and then the run FAILS with a message saying why: a round never hangs.
 
 A full disk at a round's open, commit or export is waited out (`storage.retry_when_full`), not
-fatal. Every transition is logged and recorded (with its time) in the state database. The rest lives
+fatal. A committed round's export (inference model, server eval, model.json) runs in the background,
+overlapped with the next round, one export at a time; a crash before it finished redoes it on
+restart (the round row stays COMMITTED until then), and the run ends only after the last one.
+The committed round's spool is deleted by the same background job. Every transition is logged
+and recorded (with its time) in the state database. The rest lives
 beside this module: upload admission (`admission`), the upload path into the spool and the
 aggregator (`uploads`), the aggregation pipeline (`aggregation`), restart replay (`recovery`),
 the evaluation phase (`evaluation`), when a round closes (`round_deadline`) and the client-facing
@@ -104,6 +108,7 @@ class RoundEngine(TaskDispatch):
         self._released: set[str] = set()   # clients told DONE
         self._recovered = self._resumed = False
         self._stopping = False
+        self._export_task: asyncio.Future | None = None   # the newest background export (each awaits its predecessor)
 
     # ---- state machine ------------------------------------------------------------------------
 
@@ -187,9 +192,10 @@ class RoundEngine(TaskDispatch):
                 if not await self._train():
                     return self._outcome
                 await self._commit()
-                await retry_when_full(lambda: self.export(self.round - 1), f"round {self.round - 1} export")
+                self.start_export(self.round - 1)
                 if self.round <= self.config.rounds:
                     self.transition(RoundState.WAITING_FOR_CLIENTS, f"round {self.round} is next")
+            await self.exports_done()
             await self.evaluation.run()
             self.store.set_meta(run_state=RunState.DONE.value)
             self.finish(RoundState.DONE, f"{self.config.rounds} rounds completed")
@@ -289,15 +295,39 @@ class RoundEngine(TaskDispatch):
         await retry_when_full(persist, f"round {self.round} commit")   # disk full: wait for space, not die
         log.info("round %d: committed %d updates over %d examples; metrics %s", self.round, len(r.reported),
                  r.examples, {k: round(v, 5) for k, v in metrics.items()})
-        drop_spool(self, self.round)
         self.store.layout.server_state(self.round).unlink(missing_ok=True)   # superseded by round + 1's
         self.transition(RoundState.EXPORTING, f"global vector of round {self.round + 1} is {sha.hex()[:12]}")
         self.round += 1
         self.set_global(self.round, vector, sha)
         self.training = None
 
+    def start_export(self, round: int) -> None:
+        """Export round `round` in the background, after the previous export (raises a failed previous one)."""
+        previous = self._export_task
+        if previous is not None and previous.done():
+            previous.result()   # an export failed: end the run visibly now
+            previous = None
+        vector, record = self._export_inputs(round)   # now: the global vector moves on with the next round
+
+        async def after_previous() -> None:
+            if previous is not None:
+                await previous
+            await retry_when_full(lambda: self._write_export(round, vector, record), f"round {round} export")
+            await asyncio.to_thread(drop_spool, self, round)   # 10 x 20 MB unlinks: not on the event loop
+
+        self._export_task = asyncio.ensure_future(after_previous())
+
+    async def exports_done(self) -> None:
+        """Wait for the background exports (raising the error of a failed one)."""
+        task, self._export_task = self._export_task, None
+        if task is not None:
+            await task
+
     async def export(self, round: int) -> None:
         """Write round `round`'s inference model and record (redone on restart if a crash interrupted it)."""
+        await self._write_export(round, *self._export_inputs(round))
+
+    def _export_inputs(self, round: int) -> tuple[np.ndarray, dict]:
         row = next(r for r in self.store.rounds() if r.round == round)
         g = self.global_vector
         vector = g.vector if g and g.round == round + 1 else \
@@ -311,7 +341,10 @@ class RoundEngine(TaskDispatch):
             "vector_sha256": row.vector_sha256, "vector": self.store.vector_path(round + 1).name,
             "training_config": self.config.training_json(),
         }
-        path = await asyncio.to_thread(self.exporter.export, round, vector, record)
+        return vector, record
+
+    async def _write_export(self, round: int, vector: np.ndarray, record: dict) -> None:
+        path = await asyncio.to_thread(self.exporter.export, round, vector, record, self.config.exports_model(round))
         self.store.mark_exported(round, self.store.layout.relative(path))
 
     def release_polls(self) -> None:
@@ -320,4 +353,6 @@ class RoundEngine(TaskDispatch):
         self.notify()
 
     def close(self) -> None:
+        if self._export_task is not None:
+            self._export_task.cancel()   # an unfinished export is redone on restart
         self.uploads.close()

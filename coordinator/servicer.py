@@ -156,6 +156,15 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         task = await self.engine.poll(request.client_id, request.model_id, request.wait_ms)
         return task.to_pb()
 
+    @unary
+    async def PollTasks(self, request: pb.PollTasksRequest, context) -> pb.PollTasksReply:
+        for cid in request.client_ids:
+            check_identity(_caller.get(), cid)
+        round, state, tasks = await self.engine.poll_many(list(request.client_ids), request.model_id,
+                                                          request.wait_ms)
+        return pb.PollTasksReply(round=round, state=state.name, tasks=[
+            pb.ClientTask(client_id=cid, task=t.to_pb()) for cid, t in tasks.items()])
+
     @streaming
     async def DownloadVector(self, request: pb.VectorRequest, context) -> AsyncIterator[pb.VectorPart]:
         g = self.engine.vector_for(request.client_id, request.model_id, request.round)

@@ -15,13 +15,14 @@ from fedort.coordinator.selection import client_seed
 from fedort.coordinator.integrity import read_verified_vector
 from fedort.coordinator.training_round import GlobalVector
 from fedort.coordinator.status import snapshot
-from fedort.protos.errors import NotFoundError
+from fedort.protos.errors import NotFoundError, ProtocolError
 from fedort.protos.messages import Metric, Status, SubmitResult, Task, TaskKind, TrainConfig, UpdateHeader
 from fedort.protos.round_state import RoundState
 
 log = logging.getLogger("fedort.coordinator.round_engine")
 
 MAX_POLL_MS = 30_000
+MAX_POLL_IDS = 10_000   # client ids per PollTasks call
 
 
 class TaskDispatch:
@@ -64,6 +65,38 @@ class TaskDispatch:
                 self.registry.touch(client_id)
                 return Task(TaskKind.WAIT, self.round, retry_after_ms=1000 if wait <= 0 or self._stopping else 0)
             await self.wait_change(remaining)
+
+    async def poll_many(self, client_ids: list[str], model_id: str,
+                        wait_ms: int) -> tuple[int, RoundState, dict[str, Task]]:
+        """PollTask for many clients in one call: (round, state, the clients whose task is not WAIT).
+
+        Held up to min(wait_ms, 30 s) while none of them has work; the clients omitted WAIT. One
+        call instead of one per client is what lets a simulation worker host many idle clients.
+        """
+        if len(client_ids) > MAX_POLL_IDS:
+            raise ProtocolError(f"PollTasks names {len(client_ids)} clients; at most {MAX_POLL_IDS} per call")
+        self.check_model(model_id)
+        ids = list(dict.fromkeys(client_ids))
+        for cid in ids:
+            self.touch(cid)
+        until = time.monotonic() + min(max(wait_ms, 0), MAX_POLL_MS) / 1000
+        while True:   # woken by every upload: look only at listed clients that can have work now
+            can = self._may_have_work()
+            tasks = {cid: t for cid in (ids if can is None else [c for c in ids if c in can])
+                     if (t := self._task_now(cid)) is not None and t.kind != TaskKind.WAIT}
+            if tasks or self._stopping or time.monotonic() >= until:
+                return self.round, self.state, tasks
+            await self.wait_change(until - time.monotonic())
+
+    def _may_have_work(self) -> frozenset[str] | set[str] | None:
+        """The clients `_task_now` may give a task other than WAIT (None: any client, the run is over)."""
+        if self.state.final:
+            return None
+        if self.state is RoundState.TRAINING and self.training is not None:
+            return self.training.selected
+        if self.state is RoundState.EVALUATING:
+            return self.evaluation.selected
+        return frozenset()
 
     def vector_for(self, client_id: str, model_id: str, round: int) -> GlobalVector:
         """The global vector round `round` trains from (NOT_FOUND for a round not open yet)."""

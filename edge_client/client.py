@@ -241,8 +241,16 @@ class EdgeClient(Joining):
         return Heartbeat(self.transport, self.client_id, interval)
 
     def _fit(self, task: Task) -> RoundReport:
-        if self._pending is not None and self._pending.round == task.round:
-            return self._submit_pending()  # trained already; the upload was not acknowledged
+        if self._pending is None or self._pending.round != task.round:
+            self.train(task)
+        return self._submit_pending()  # (trained already if the last upload was not acknowledged)
+
+    def train(self, task: Task) -> None:
+        """A FIT task's local work without its upload (fetch the vector, train); `upload()` sends it.
+
+        Split so that a host of many clients can upload one client's update while the next trains.
+        """
+        self._require_joined()
         self._pending = None
         started = time.monotonic()
         with self._heartbeat():
@@ -259,6 +267,11 @@ class EdgeClient(Joining):
         update = self._encoder.encode(vector, task.vector_sha256, result.vector, seed=task.config.seed)
         self._pending = _Pending(task.round, update, result.num_examples, dict(result.metrics),
                                  time.monotonic() - started, cached)
+
+    def upload(self) -> RoundReport:
+        """Send the update `train()` produced and report the coordinator's answer."""
+        if self._pending is None:
+            raise ConfigError("upload() needs an update: train(task) first")
         return self._submit_pending()
 
     def _submit_pending(self) -> RoundReport:

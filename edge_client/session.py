@@ -357,13 +357,18 @@ class TrainingSession:
 
         Federated rounds usually start each round's local training from fresh optimizer state
         (the moments belong to the previous global model). ORT keeps them inside the
-        checkpoint state, so we save a checkpoint without them and reload from it.
+        checkpoint state, so we reload a checkpoint without them (saved once per session, in its
+        temporary folder) and put every current parameter back (`from_buffer` of all of them).
         """
         self._require_optimizer("reset_optimizer_state")
         lr = self.learning_rate
-        with tempfile.TemporaryDirectory(prefix="fedort-reset-") as tmp:
-            ckpt = Path(tmp) / "checkpoint"
-            self.save_checkpoint(ckpt, include_optimizer_state=False)
-            self._load(ckpt)
+        if self._tmp is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="fedort-session-")
+        fresh = Path(self._tmp.name) / "no-optimizer-state.ckpt"
+        if not fresh.is_file():
+            self.save_checkpoint(fresh, include_optimizer_state=False)
+        params = np.array(self.to_buffer(trainable_only=False), dtype=np.float32, copy=True)
+        self._load(fresh)
+        self.from_buffer(params, trainable_only=False)
         if self._schedule is None:
             self.learning_rate = lr

@@ -32,12 +32,15 @@ from fedort.protos.codec import CHUNK_BYTES, VectorAssembler, describe, iter_chu
 from fedort.edge_client.download_delta import DeltaDownload
 from fedort.protos.codecs import describe_payload, iter_payload_chunks
 from fedort.protos.codecs.xor_delta import DOWNLOAD_DELTA
-from fedort.protos.errors import CertificateError, ConfigError, FedortError, ProtocolError
+from fedort.protos.errors import CertificateError, ConfigError, FedortError, ProtocolError, UnavailableError
 from fedort.protos.messages import Metric, Status, SubmitResult, Task, UpdateHeader, meta_from_pb, metrics_to_pb
 from fedort.protos.round_state import RoundState
 from fedort.protos.status_codes import from_rpc_error
 
 log = logging.getLogger("fedort.edge.transport")
+
+#: grpc's details for a call this side cancelled (any other CANCELLED came from the coordinator).
+_LOCAL_CANCEL = "Locally cancelled by application!"
 
 #: Longest hold the coordinator grants a long-poll (protocol semantics 3).
 MAX_POLL_WAIT_MS = 30_000
@@ -148,8 +151,10 @@ class JoinInfo:
 class Transport:
     """Typed calls to the coordinator over one grpc channel (see the module docstring)."""
 
-    def __init__(self, config: ChannelConfig, channel: grpc.Channel | None = None) -> None:
+    def __init__(self, config: ChannelConfig, channel: grpc.Channel | None = None, *,
+                 cancellable: bool = True) -> None:
         self.config = config
+        self.cancellable = cancellable
         self._channel = channel or config.open_channel()
         self._metadata = config.metadata()
         self._stub = pb_grpc.CoordinatorStub(self._channel)
@@ -190,7 +195,12 @@ class Transport:
             self._inflight.discard(call)
 
     def _unary(self, method: Callable, request, timeout: float):
-        """Run a unary (or stream-unary) call as a cancellable future and wait for it."""
+        """Run a unary (or stream-unary) call as a cancellable future and wait for it (blocking if not cancellable)."""
+        if not self.cancellable:
+            try:
+                return method(request, timeout=timeout, metadata=self._metadata)
+            except grpc.RpcError as e:
+                raise self._error(e) from None
         try:
             future = method.future(request, timeout=timeout, metadata=self._metadata)
         except grpc.RpcError as e:
@@ -209,6 +219,10 @@ class Transport:
         """`from_rpc_error`, with a hint when a TLS handshake is the likely reason the coordinator is unreachable."""
         exc = from_rpc_error(e)
         details = (e.details() if hasattr(e, "details") else "") or ""
+        if exc.code == "CANCELLED" and details != _LOCAL_CANCEL:
+            # the coordinator cancelled the call (it is stopping or restarting), not us: retryable
+            return UnavailableError(f"UNAVAILABLE: the coordinator cancelled the call ({details}); "
+                                    "it is probably restarting")
         low = details.lower()
         if exc.code == "UNAVAILABLE" and not self.config.insecure:
             if "certificate_verify_failed" in low or "certificate verify failed" in low:
@@ -282,6 +296,16 @@ class Transport:
         req = pb.PollRequest(client_id=client_id, model_id=model_id, wait_ms=wait_ms)
         r = self._unary(self._stub.PollTask, req, wait_ms / 1000 + self.config.rpc_timeout_s)
         return Task.from_pb(r)
+
+    def poll_tasks(self, client_ids: list[str], model_id: str, wait_ms: int) -> tuple[int, RoundState, dict[str, Task]]:
+        """One PollTasks call: (round, state, {client id: task} for the clients that have work; the rest WAIT).
+
+        A coordinator older than PollTasks answers UNIMPLEMENTED (a FedortError with that code).
+        """
+        wait_ms = max(0, min(int(wait_ms), MAX_POLL_WAIT_MS))
+        req = pb.PollTasksRequest(client_ids=list(client_ids), model_id=model_id, wait_ms=wait_ms)
+        r = self._unary(self._stub.PollTasks, req, wait_ms / 1000 + self.config.rpc_timeout_s)
+        return r.round, RoundState.from_wire(r.state), {t.client_id: Task.from_pb(t.task) for t in r.tasks}
 
     def download_vector(self, client_id: str, model_id: str, round: int, *,
                         expected_length: int | None = None, expected_sha256: bytes | None = None) -> np.ndarray:

@@ -136,6 +136,34 @@ class PollRequest(_message.Message):
     wait_ms: int
     def __init__(self, client_id: _Optional[str] = ..., model_id: _Optional[str] = ..., wait_ms: _Optional[int] = ...) -> None: ...
 
+class PollTasksRequest(_message.Message):
+    __slots__ = ("client_ids", "model_id", "wait_ms")
+    CLIENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    client_ids: _containers.RepeatedScalarFieldContainer[str]
+    model_id: str
+    wait_ms: int
+    def __init__(self, client_ids: _Optional[_Iterable[str]] = ..., model_id: _Optional[str] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+
+class ClientTask(_message.Message):
+    __slots__ = ("client_id", "task")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    task: Task
+    def __init__(self, client_id: _Optional[str] = ..., task: _Optional[_Union[Task, _Mapping]] = ...) -> None: ...
+
+class PollTasksReply(_message.Message):
+    __slots__ = ("round", "state", "tasks")
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    round: int
+    state: str
+    tasks: _containers.RepeatedCompositeFieldContainer[ClientTask]
+    def __init__(self, round: _Optional[int] = ..., state: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[ClientTask, _Mapping]]] = ...) -> None: ...
+
 class Task(_message.Message):
     __slots__ = ("kind", "round", "deadline_unix_ms", "config", "retry_after_ms", "vector_sha256", "vector_length")
     class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):

@@ -29,6 +29,11 @@ class CoordinatorStub(object):
                 request_serializer=fedort_dot_protos_dot_fedort__v1__pb2.PollRequest.SerializeToString,
                 response_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.Task.FromString,
                 )
+        self.PollTasks = channel.unary_unary(
+                '/fedort.v1.Coordinator/PollTasks',
+                request_serializer=fedort_dot_protos_dot_fedort__v1__pb2.PollTasksRequest.SerializeToString,
+                response_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.PollTasksReply.FromString,
+                )
         self.DownloadVector = channel.unary_stream(
                 '/fedort.v1.Coordinator/DownloadVector',
                 request_serializer=fedort_dot_protos_dot_fedort__v1__pb2.VectorRequest.SerializeToString,
@@ -80,6 +85,16 @@ class CoordinatorServicer(object):
 
     def PollTask(self, request, context):
         """Long-poll: blocks up to wait_ms for work, then says FIT, EVALUATE, WAIT or DONE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PollTasks(self, request, context):
+        """Long-poll for many clients at once (a simulation worker hosting virtual clients, a gateway):
+        blocks up to wait_ms until one of them has work, then answers only the clients that have a
+        task other than WAIT. Added in protocol 1.1; a 1.0 coordinator answers UNIMPLEMENTED and the
+        caller falls back to one PollTask per client.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -141,6 +156,11 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.PollTask,
                     request_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.PollRequest.FromString,
                     response_serializer=fedort_dot_protos_dot_fedort__v1__pb2.Task.SerializeToString,
+            ),
+            'PollTasks': grpc.unary_unary_rpc_method_handler(
+                    servicer.PollTasks,
+                    request_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.PollTasksRequest.FromString,
+                    response_serializer=fedort_dot_protos_dot_fedort__v1__pb2.PollTasksReply.SerializeToString,
             ),
             'DownloadVector': grpc.unary_stream_rpc_method_handler(
                     servicer.DownloadVector,
@@ -230,6 +250,23 @@ class Coordinator(object):
         return grpc.experimental.unary_unary(request, target, '/fedort.v1.Coordinator/PollTask',
             fedort_dot_protos_dot_fedort__v1__pb2.PollRequest.SerializeToString,
             fedort_dot_protos_dot_fedort__v1__pb2.Task.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def PollTasks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/fedort.v1.Coordinator/PollTasks',
+            fedort_dot_protos_dot_fedort__v1__pb2.PollTasksRequest.SerializeToString,
+            fedort_dot_protos_dot_fedort__v1__pb2.PollTasksReply.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 

@@ -28,6 +28,12 @@ class WorkerFailed(FedortError):
     """A simulation worker process ended with an error."""
 
 
+def _warm() -> None:
+    """Import what a worker needs (ORT, gRPC, the client stack) before it has a plan."""
+    import fedort.edge_client.session  # noqa: F401
+    import fedort.edge_client.trainer  # noqa: F401
+
+
 class LocalBackend:
     """One spawned process per worker plan (spawn: no forked gRPC or ORT state)."""
 
@@ -35,9 +41,19 @@ class LocalBackend:
         self._pool: cf.ProcessPoolExecutor | None = None
         self._futures: list[cf.Future] = []
 
-    def start(self, plans: Sequence[WorkerPlan]) -> None:
+    def prepare(self, workers: int) -> None:
+        """Spawn the worker processes now, so their imports (~1-2 s) overlap the run's preparation."""
         ctx = multiprocessing.get_context("spawn")
-        self._pool = cf.ProcessPoolExecutor(max_workers=len(plans), mp_context=ctx)
+        self._pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+        self._futures = [self._pool.submit(_warm) for _ in range(workers)]
+
+    def start(self, plans: Sequence[WorkerPlan]) -> None:
+        if self._pool is not None and self._pool._max_workers != len(plans):
+            self._pool.shutdown(wait=False)   # prepared for another count (e.g. a data folder with fewer clients)
+            self._pool = None
+        if self._pool is None:
+            ctx = multiprocessing.get_context("spawn")
+            self._pool = cf.ProcessPoolExecutor(max_workers=len(plans), mp_context=ctx)
         self._futures = [self._pool.submit(run_worker, p) for p in plans]
 
     def results(self) -> list[WorkerStats] | None:

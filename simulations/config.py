@@ -51,6 +51,8 @@ class SimulationConfig:
     straggler_fraction: float = 0.0           # share of clients (seeded choice) doing partial work
     straggler_steps: int = 1                  # ... at most this many local optimizer steps per round
     codec: str = "raw"                        # update codec of every virtual client (protos/codecs); the coordinator allows it
+    export_every: int = 1                     # inference model every N rounds and after the last (0: last only)
+    state_dir: Path | None = None             # coordinator state elsewhere (e.g. tmpfs: /dev/shm/...); default OUT/state
     progress: bool = True
     out: Path = field(default_factory=lambda: Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
 
@@ -93,6 +95,8 @@ class SimulationConfig:
             problems.append(f"backend must be one of {BACKENDS}, got {self.backend!r}")
         if (self.artifacts is None) != (self.data is None):
             problems.append("--artifacts and --data go together (your own model needs your own data)")
+        if not (isinstance(self.export_every, int) and not isinstance(self.export_every, bool) and self.export_every >= 0):
+            problems.append(f"export_every must be an integer >= 0 (0: the final model only), got {self.export_every!r}")
         if self.workers < 0:
             problems.append(f"workers must be >= 0, got {self.workers}")
         if not (isinstance(self.straggler_fraction, (int, float)) and 0 <= self.straggler_fraction <= 1):
@@ -152,7 +156,7 @@ def _check_attack(spec: str) -> None:
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(SimulationConfig)}
-_PATHS = {"artifacts", "data", "out"}
+_PATHS = {"artifacts", "data", "out", "state_dir"}
 
 
 def load_config(scenario: str | os.PathLike | None = None, overrides: Mapping[str, Any] | None = None) -> SimulationConfig:

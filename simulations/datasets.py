@@ -12,6 +12,7 @@ file is read by the one client-data reader, `edge_client.client_data.read_npz`.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,37 @@ def load_digits_split(test_fraction: float = 0.2, seed: int = 0) -> tuple[Arrays
     """
     if not 0.0 < test_fraction < 1.0:
         raise ConfigError(f"test fraction must be in (0, 1), got {test_fraction}")
+    cache = _split_cache(test_fraction, seed)
+    try:
+        with np.load(cache) as z:
+            return ({"x": z["train_x"], "labels": z["train_labels"]}, {"x": z["test_x"], "labels": z["test_labels"]})
+    except (OSError, KeyError, ValueError):
+        pass
+    train, test = _digits_split(test_fraction, seed)
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as f:
+            np.savez(f, train_x=train["x"], train_labels=train["labels"], test_x=test["x"], test_labels=test["labels"])
+        os.replace(tmp, cache)
+    except OSError:
+        pass   # no writable cache: the next run computes the split again
+    return train, test
+
+
+def _split_cache(test_fraction: float, seed: int) -> Path:
+    """Where the split is cached: importing scikit-learn costs 1-4 s per run, the split is fixed by its inputs."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        sk = version("scikit-learn")
+    except PackageNotFoundError:
+        sk = "none"
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fedort"
+    return root / f"digits-split-{test_fraction!r}-{seed}-sklearn{sk}.npz"
+
+
+def _digits_split(test_fraction: float, seed: int) -> tuple[Arrays, Arrays]:
     from sklearn.datasets import load_digits  # optional extra `sim`; imported only here
     from sklearn.model_selection import train_test_split
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,7 +78,7 @@ def coordinator_config(cfg: SimulationConfig, artifacts: Path, state_dir: Path, 
         round_timeout_s=cfg.round_timeout_s, local_epochs=cfg.local_epochs, batch_size=cfg.batch_size,
         lr=cfg.lr, reset_optimizer=cfg.reset_optimizer, prox_mu=cfg.prox_mu, seed=cfg.seed, eval_data=eval_data,
         client_timeout_s=0,                # virtual clients are polled once a round, not heartbeating
-        strategy=cfg.strategy,
+        strategy=cfg.strategy, export_every=cfg.export_every,
         codecs=("raw",) if cfg.codec == "raw" else ("raw", cfg.codec),   # the run allows what its clients use
         # local, loopback-only run of our own virtual clients: plaintext, no device tokens, no rate limit
         insecure=True, auth="open", submissions_per_minute=0,
@@ -91,12 +92,23 @@ def run_simulation(cfg: SimulationConfig) -> SimulationResult:
         raise ConfigError(f"{out} already holds a run; choose another --out (or delete it)")
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
+    backend = make_backend(cfg.backend, ray_address=cfg.ray_address, num_cpus=max(1, min(cfg.worker_count, cfg.clients)))
+    if hasattr(backend, "prepare"):   # local processes start importing while artifacts and data are made
+        backend.prepare(max(1, min(cfg.worker_count, cfg.clients)))
+    try:
+        return _run(cfg, out, backend, started)
+    finally:
+        backend.stop()
+
+
+def _run(cfg: SimulationConfig, out: Path, backend, started: float) -> SimulationResult:
     artifacts, manifest = _prepare_artifacts(cfg, out)
     (out / "data").mkdir(exist_ok=True)
     population = _population(cfg, out / "data")
     test_path = save_npz(out / "data" / "test.npz", population.test)
     n_clients = len(population.clients)
     (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, sort_keys=True))
+    _place_state(cfg, out)
     ccfg = coordinator_config(cfg, artifacts, out / "state", test_path, n_clients)
     log.info("simulation %s: %d clients, %d per round, %d rounds, %s, %s backend", cfg.name, n_clients,
              min(cfg.per_round, n_clients), cfg.rounds, _data_name(cfg), cfg.backend)
@@ -115,11 +127,12 @@ def run_simulation(cfg: SimulationConfig) -> SimulationResult:
                         attack=cfg.attack if attackers else "", attackers=attackers,
                         stragglers=stragglers, straggler_steps=cfg.straggler_steps, codec=cfg.codec)
              for i, share in enumerate(population.split(workers))]
-    backend = make_backend(cfg.backend, ray_address=cfg.ray_address, num_cpus=workers)
     progress = RoundProgress(StateLayout(out / "state"), cfg.rounds, enabled=cfg.progress)
     stats: list[WorkerStats] | None = None
     try:
         backend.start(plans)
+        # the plot's imports (~1-2 s) while the rounds run: the main thread only watches progress
+        threading.Thread(target=_import_plotting, name="fedort-import-plot", daemon=True).start()
         while True:
             progress.update()
             stats = backend.results()
@@ -142,6 +155,29 @@ def run_simulation(cfg: SimulationConfig) -> SimulationResult:
     if outcome is not None and outcome.state is RoundState.FAILED:
         raise FedortError(f"the simulated run failed: {getattr(outcome, 'message', outcome)}")
     return _report(cfg, out, manifest, stats or [], time.monotonic() - started, n_clients)
+
+
+def _import_plotting() -> None:
+    try:
+        import matplotlib.backends.backend_agg  # noqa: F401
+        import matplotlib.figure  # noqa: F401
+    except ImportError:   # reported by plot() itself
+        pass
+
+
+def _place_state(cfg: SimulationConfig, out: Path) -> None:
+    """With `state_dir` set, keep the coordinator state there and link OUT/state to it.
+
+    Meant for tmpfs (/dev/shm): fsyncs become free, but the state, and so a resume after a crash,
+    lives only until the machine restarts; OUT keeps the report and model either way.
+    """
+    if cfg.state_dir is None:
+        return
+    target = Path(cfg.state_dir).resolve()
+    if (target / "state.db").exists():
+        raise ConfigError(f"state_dir {target} already holds a coordinator state; choose an empty one")
+    target.mkdir(parents=True, exist_ok=True)
+    (out / "state").symlink_to(target, target_is_directory=True)
 
 
 def _data_name(cfg: SimulationConfig) -> str:

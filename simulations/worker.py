@@ -2,24 +2,30 @@
 
 Each virtual client is a real `EdgeClient` (same join / poll / download / train / upload code as
 a device), sharing the worker's gRPC channel, artifact cache and ORT training session, so an
-idle client costs only its id and data indices. The worker watches the coordinator's round
-with a Heartbeat and polls each of its clients once per round (and again every `repoll_s`, to
-catch a round the coordinator retried with a new selection) instead of holding one long-poll
-per client.
+idle client costs only its id and data indices. The worker holds ONE long-poll for all its
+clients (PollTasks), which answers as soon as some of them have work and names only those, so
+900 unselected clients cost nothing per round. The clients' work is pipelined: training is
+serial (one shared session) while up to `uploads_in_flight` finished updates stream to the
+coordinator in threads. Against a coordinator older than PollTasks the worker falls back to
+watching the round with a Heartbeat and polling each client once per round (and again every
+`repoll_s`, to catch a round the coordinator retried with a new selection).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from fedort.edge_client.cache import ArtifactCache
 from fedort.edge_client.client import EdgeClient, EdgeConfig, RoundReport
-from fedort.edge_client.retry import Backoff
+from fedort.edge_client.retry import Backoff, call_with_retry
 from fedort.edge_client.transport import ChannelConfig, Transport
+from fedort.protos.errors import FedortError
 from fedort.protos.messages import TaskKind
 from fedort.simulations.attacks import parse_attack
 from fedort.simulations.population import ClientArrays, DataSource, VirtualClient
@@ -45,6 +51,8 @@ class WorkerPlan:
     stragglers: frozenset[str] = frozenset()    # clients that stop after `straggler_steps` optimizer steps
     straggler_steps: int = 1
     codec: str = "raw"                          # EdgeConfig.codec of every client
+    uploads_in_flight: int = 2                  # finished updates streaming while the next client trains
+    poll_wait_ms: int = 10_000                  # how long one PollTasks may be held by the coordinator
 
 
 @dataclass
@@ -62,7 +70,7 @@ class WorkerStats:
 def run_worker(plan: WorkerPlan) -> WorkerStats:
     """Join every client of the plan, then serve their tasks until the coordinator is done."""
     stats = WorkerStats()
-    transport = Transport(ChannelConfig(plan.address, insecure=True))
+    transport = Transport(ChannelConfig(plan.address, insecure=True), cancellable=False)
     cache = ArtifactCache(plan.cache_dir)
     arrays = ClientArrays(plan.source)
     try:
@@ -79,8 +87,13 @@ class _Ledger:
     def __init__(self, stats: WorkerStats) -> None:
         self.stats = stats
         self.vector_bytes = 0
+        self._lock = threading.Lock()   # reports arrive from the upload threads too
 
     def __call__(self, report: RoundReport) -> None:
+        with self._lock:
+            self._count(report)
+
+    def _count(self, report: RoundReport) -> None:
         s = self.stats
         if report.kind != "fit":
             s.evaluations += 1
@@ -121,8 +134,55 @@ def serve_clients(plan: WorkerPlan, transport: Transport, clients: list[EdgeClie
     """Serve the joined clients' tasks until the coordinator is DONE or FAILED (or `plan.timeout_s` passes)."""
     if not clients:
         return
-    beacon = clients[0].client_id
     deadline = time.monotonic() + plan.timeout_s
+    done: set[str] = set()
+    backoff = Backoff(give_up_after_s=plan.timeout_s)
+    with ThreadPoolExecutor(max(1, plan.uploads_in_flight), thread_name_prefix="fedort-upload") as uploads:
+        while time.monotonic() < deadline:
+            ids = [c.client_id for c in clients if c.client_id not in done]
+            try:
+                _, state, tasks = call_with_retry(
+                    lambda: transport.poll_tasks(ids, clients[0].model_id, plan.poll_wait_ms), backoff,
+                    what="PollTasks")
+            except FedortError as e:
+                if getattr(e, "code", None) != "UNIMPLEMENTED" or stats.polls:
+                    raise
+                log.info("the coordinator predates PollTasks; polling each client")
+                return _serve_by_heartbeat(plan, transport, clients, stats, deadline)
+            stats.polls += 1
+            _work(plan, clients, tasks, done, uploads)
+            if len(done) == len(clients) or state.final:
+                return
+            if not tasks:   # the hold ran out (or the coordinator is stopping): do not spin
+                time.sleep(plan.idle_s)
+    raise TimeoutError(f"worker gave up after {plan.timeout_s:.0f} s without the coordinator finishing")
+
+
+def _work(plan: WorkerPlan, clients: list[EdgeClient], tasks: dict, done: set[str],
+          uploads: ThreadPoolExecutor) -> None:
+    """Do the polled tasks: train one client after another, each update uploaded while the next trains."""
+    inflight: list[Future] = []
+    for client in clients:
+        task = tasks.get(client.client_id)
+        if task is None:
+            continue
+        if task.kind == TaskKind.DONE:
+            done.add(client.client_id)
+        elif task.kind == TaskKind.FIT:
+            client.train(task)
+            while len(inflight) >= max(1, plan.uploads_in_flight):   # bounded: each holds one vector
+                inflight.pop(0).result()
+            inflight.append(uploads.submit(client.upload))
+        elif task.kind == TaskKind.EVALUATE:
+            client.handle(task)
+    for f in inflight:
+        f.result()
+
+
+def _serve_by_heartbeat(plan: WorkerPlan, transport: Transport, clients: list[EdgeClient], stats: WorkerStats,
+                        deadline: float) -> None:
+    """The pre-PollTasks loop: a Heartbeat watch, then one PollTask per client when the round changes."""
+    beacon = clients[0].client_id
     polled, polled_at = None, 0.0
     idle = plan.idle_s
     while time.monotonic() < deadline:

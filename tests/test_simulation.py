@@ -143,7 +143,7 @@ def test_simulate_help_names_every_setting():
                          text=True, timeout=60, check=True).stdout
     for flag in ("--clients", "--clients-per-round", "--fraction", "--rounds", "--partition", "--model",
                  "--artifacts", "--data", "--local-epochs", "--batch-size", "--lr", "--backend", "--ray-address",
-                 "--seed", "--out"):
+                 "--seed", "--out", "--export-every", "--state-dir"):
         assert flag in out
 
 
@@ -186,3 +186,23 @@ def test_stragglers_are_a_seeded_share_that_trains_only_their_few_steps(tmp_path
     assert set(examples) == set(ids)
     assert {c for c, n in examples.items() if n == 2 * 16} == stragglers   # two steps of 16 examples
     assert all(n > 100 for c, n in examples.items() if c not in stragglers)  # a whole epoch of ~359
+
+
+def test_state_elsewhere_and_final_only_export_give_the_same_run(tmp_path):
+    shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else tmp_path
+    target = Path(__import__("tempfile").mkdtemp(dir=shm)) / "state"
+    try:
+        fast = run_simulation(_small(tmp_path / "fast", rounds=3, export_every=0, state_dir=target))
+        plain = run_simulation(_small(tmp_path / "plain", rounds=3))
+        assert (fast.out / "state").resolve() == target.resolve() and (target / "state.db").is_file()
+        assert _final_vector(fast.out) == _final_vector(plain.out)
+        assert [r.accuracy for r in fast.records] == [r.accuracy for r in plain.records]   # every round evaluated
+        models = sorted(p.parent.name for p in (target / "models").glob("round-*/model.onnx"))
+        assert models == ["round-0003"]
+    finally:
+        __import__("shutil").rmtree(target.parent, ignore_errors=True)
+
+
+def test_a_negative_export_every_is_a_config_error():
+    with pytest.raises(ConfigError, match="export_every"):
+        SimulationConfig(export_every=-1)

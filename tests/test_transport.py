@@ -98,3 +98,28 @@ def test_cancel_inflight_interrupts_a_long_poll(address):
         with pytest.raises(FedortError) as err:
             t.poll(info.client_id, info.model_id, wait_ms=20_000)
         assert err.value.code == "CANCELLED" and time.monotonic() - started < 3
+
+
+def test_a_non_cancellable_transport_makes_the_same_calls(address):
+    with Transport(ChannelConfig(address, insecure=True), cancellable=False) as t:
+        info = t.join("dev")
+        assert t.poll(info.client_id, info.model_id, wait_ms=0).kind == TaskKind.WAIT
+        round, state, tasks = t.poll_tasks([info.client_id], info.model_id, wait_ms=0)
+        assert (round, tasks) == (1, {}) and state.name == "WAITING_FOR_CLIENTS"
+        with pytest.raises(FedortError) as err:
+            t.poll(info.client_id, "f" * 64, wait_ms=0)
+        assert err.value.code == "FAILED_PRECONDITION"
+
+
+def test_a_coordinator_without_poll_tasks_answers_unimplemented():
+    """What a worker meets at a coordinator older than PollTasks (it then polls client by client)."""
+    server = grpc.server(__import__("concurrent.futures").futures.ThreadPoolExecutor(1))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with Transport(ChannelConfig(f"127.0.0.1:{port}", insecure=True, rpc_timeout_s=10), cancellable=False) as t:
+            with pytest.raises(FedortError) as err:
+                t.poll_tasks(["c-1"], "m", wait_ms=0)
+        assert err.value.code == "UNIMPLEMENTED"
+    finally:
+        server.stop(0)

@@ -56,7 +56,7 @@ class WeightedSum:
             raise VectorError(f"update weight must be > 0, got {weight}")
         w = self.dtype.type(weight)
         total, scratch = self.total, self._scratch
-        multiply, add = np.multiply, np.add
+        copyto, multiply, add = np.copyto, np.multiply, np.add
         covered = 0
         for start, values in blocks:
             for offset in range(0, len(values), _BLOCK):     # (re)block to the cache-sized scratch
@@ -64,7 +64,13 @@ class WeightedSum:
                 n = len(part)
                 acc = total[start + offset:start + offset + n]
                 tmp = scratch if n == len(scratch) else scratch[:n]
-                multiply(part, w, out=tmp)
+                # cast first, then multiply same-typed: a float32 x float64 multiply runs numpy's
+                # buffered mixed-type loop; cast + multiply + add give the same bits, faster
+                if part.dtype == tmp.dtype:
+                    multiply(part, w, out=tmp)
+                else:
+                    copyto(tmp, part, casting="same_kind")
+                    multiply(tmp, w, out=tmp)
                 add(acc, tmp, out=acc)  # not `acc += tmp` on a slice: that also runs __setitem__
             covered += len(values)
         if covered != self.length:
