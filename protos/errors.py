@@ -8,6 +8,7 @@
      +-- TrainingError          ONNX Runtime refused a step              INTERNAL
      +-- ProtocolError          a peer broke the wire contract           INVALID_ARGUMENT
           +-- StaleRoundError      update/task for a round not open      FAILED_PRECONDITION
+          |    +-- TooStaleError   async update older than max staleness FAILED_PRECONDITION
           +-- WrongModelError      model id differs from the run's       FAILED_PRECONDITION
           +-- NotFoundError        unknown client, artifact, round       NOT_FOUND
           +-- UnauthenticatedError missing or bad credential             UNAUTHENTICATED
@@ -56,6 +57,12 @@ class ProtocolError(FedortError):
 
 
 class StaleRoundError(ProtocolError):
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class TooStaleError(StaleRoundError):
+    """An asynchronous (FedBuff) update trained on a global version more than max-staleness behind."""
+
     code = grpc.StatusCode.FAILED_PRECONDITION
 
 
@@ -113,7 +120,7 @@ def from_rpc_error(err: grpc.RpcError) -> FedortError:
 
 __all__ = [
     "FedortError", "ConfigError", "DataError", "VectorError", "ArtifactError", "TrainingError",
-    "ProtocolError", "StaleRoundError", "WrongModelError", "NotFoundError", "UnauthenticatedError",
+    "ProtocolError", "StaleRoundError", "TooStaleError", "WrongModelError", "NotFoundError", "UnauthenticatedError",
     "PermissionDeniedError", "ResourceExhaustedError", "UnavailableError",
     "status_for", "from_rpc_error",
 ]
