@@ -5,6 +5,11 @@ FedAvg bit for bit, save/load continuing a run identically, spec parsing and its
 from __future__ import annotations
 
 import math
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -287,3 +292,52 @@ def test_bad_specs_say_what_was_expected(spec, message):
 def test_a_non_string_spec_is_refused():
     with pytest.raises(ConfigError, match="must be a string"):
         parse_server_optimizer(None)
+
+
+# ---- a real crash: SIGKILL while the state file is being rewritten ------------------------------
+
+_WRITER = """
+import sys
+import numpy as np
+from fedort.coordinator.server_optimizers import parse_server_optimizer
+spec, path, length = sys.argv[1], sys.argv[2], int(sys.argv[3])
+opt = parse_server_optimizer(spec)
+x = np.random.default_rng(0).normal(size=length).astype(np.float32)
+t = 0
+while True:
+    c = (x + np.random.default_rng(t + 1).normal(0, 0.1, length)).astype(np.float32)
+    x = opt.apply(x, c)
+    opt.save(path)
+    t += 1
+"""
+
+
+def test_a_state_file_survives_sigkill_as_an_exact_snapshot_of_some_step(tmp_path):
+    spec, length, path = "fedyogi:lr=0.05", 200_000, tmp_path / "opt.npz"
+    child = subprocess.Popen([sys.executable, "-c", _WRITER, spec, str(path), str(length)], stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while True:                                   # wait until the child has saved step 4 or later
+            assert child.poll() is None, child.stderr.read().decode()
+            assert time.monotonic() < deadline, "the writer saved no 4th step within 60 s"
+            probe = parse_server_optimizer(spec)
+            if path.exists():
+                probe.load(path)
+                if probe.step >= 4:
+                    break
+            time.sleep(0.01)
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait(timeout=30)
+        child.stderr.close()
+
+    survived = parse_server_optimizer(spec)
+    survived.load(path, length=length)                # whole and consistent, whatever the kill interrupted
+    replay = parse_server_optimizer(spec)
+    x = np.random.default_rng(0).normal(size=length).astype(np.float32)
+    for t in range(survived.step):
+        x = replay.apply(x, (x + np.random.default_rng(t + 1).normal(0, 0.1, length)).astype(np.float32))
+    for key in ("m", "v"):
+        assert np.array_equal(survived.state()[key], replay.state()[key])
