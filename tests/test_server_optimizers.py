@@ -226,6 +226,19 @@ def test_a_state_file_of_another_vector_length_is_refused_naming_the_file(tmp_pa
         parse_server_optimizer("fedyogi").load(tmp_path / "opt.npz", length=5)
 
 
+def test_a_state_file_one_step_ahead_of_the_committed_rounds_is_refused(tmp_path):
+    opt = parse_server_optimizer("fedavgm")
+    x = np.zeros(3, np.float32)
+    for _ in range(3):
+        x = opt.apply(x, np.ones(3, np.float32))
+    opt.save(tmp_path / "opt.npz")
+    with pytest.raises(ConfigError, match=r"opt\.npz holds server optimizer state after step 3, expected step 2"):
+        parse_server_optimizer("fedavgm").load(tmp_path / "opt.npz", step=2)
+    again = parse_server_optimizer("fedavgm")
+    again.load(tmp_path / "opt.npz", length=3, step=3)
+    assert again.step == 3
+
+
 def test_a_corrupt_state_file_is_refused_naming_the_file(tmp_path):
     opt = parse_server_optimizer("fedavgm")
     opt.apply(np.zeros(300, np.float32), np.ones(300, np.float32))

@@ -7,8 +7,10 @@ example-weighted mean), and the pseudo-gradient is
     Δ = x − c          (a descent direction: x − Δ = c is plain FedAvg)
 
 Reddi et al. and Flower write the update direction c − x (= −Δ) and step x + η·m/(√v + τ); here
-the moments follow Δ and the step is x − η·m/(√v + τ). Negation is exact in IEEE arithmetic and m
-is linear in Δ while v depends on Δ², so both conventions give the same vector bit for bit.
+the moments follow Δ and the step is x − η·m/(√v + τ). Negation is exact in IEEE arithmetic, m is
+linear in Δ and v depends on Δ², so the sign convention alone changes no bit: the same parameters
+give Flower's update. (Flower computes in the arrays' dtype — float32 for float32 models — and
+fedort in float64, so the two agree to float32 rounding, not bit for bit.)
 
 Precision and memory: moments are stored as float32 (4·P bytes each: 20 MB per moment at 5 M
 parameters, 40 MB for Adam/Yogi, half of float64), while every step is computed in float64 over
@@ -185,9 +187,10 @@ class ServerOptimizer:
         """Write `state()` to one file atomically (see `statefile`)."""
         save_state(self, Path(path))
 
-    def load(self, path: str | Path, length: int | None = None) -> None:
-        """Continue from a file `save` wrote for this spec (and, if given, a vector of `length` elements)."""
-        load_state(self, Path(path), length)
+    def load(self, path: str | Path, length: int | None = None, step: int | None = None) -> None:
+        """Continue from a file `save` wrote for this spec; if given, checks the vector `length` and the
+        `step` (applies so far: a file saved for a round that then failed to commit is one ahead)."""
+        load_state(self, Path(path), length, step)
 
     # ---- spec ---------------------------------------------------------------------------------
 

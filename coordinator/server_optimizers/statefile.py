@@ -5,7 +5,11 @@ pickle) with a `meta` entry — JSON: format name, `FORMAT_VERSION`, the optimiz
 the vector length, the step — and one float32 array per moment. It is written with
 `coordinator.state.atomic_write` (temp + fsync + rename + directory fsync), so a crash leaves the
 old file or the new one. Loading refuses, naming the file, a file of another format or version,
-of another spec, or of another vector length than the caller's.
+of another spec, or of another vector length or step than the caller expects.
+
+For crash-resume, the state must advance with the round commit: either one file per committed
+round (named by the round's row), or one file checked with `step` = rounds committed, since a
+file rewritten just before a crash that prevented the round's commit is one step ahead.
 """
 
 from __future__ import annotations
@@ -35,8 +39,8 @@ def save_state(optimizer, path: Path) -> None:
     atomic_write(Path(path), buf.getbuffer())
 
 
-def load_state(optimizer, path: Path, length: int | None = None) -> None:
-    """Restore `optimizer` from `path`, refusing a file of another spec or (if given) vector length."""
+def load_state(optimizer, path: Path, length: int | None = None, step: int | None = None) -> None:
+    """Restore `optimizer` from `path`, refusing a file of another spec or (if given) vector length or step."""
     path = Path(path)
     try:
         with np.load(path, allow_pickle=False) as npz:
@@ -65,6 +69,9 @@ def load_state(optimizer, path: Path, length: int | None = None) -> None:
     if length is not None and stored is not None and stored != length:
         raise VectorError(f"{path} holds server optimizer state for vectors of {stored} elements, this run's vector "
                           f"has {length}")
+    if step is not None and meta.get("step") != step:
+        raise ConfigError(f"{path} holds server optimizer state after step {meta.get('step')!r}, expected step {step} "
+                          "(the committed rounds); a state saved for a round that did not commit must not be reused")
     try:
         optimizer.load_state({"step": meta.get("step"), **arrays})
     except (ConfigError, VectorError) as e:
