@@ -120,10 +120,11 @@ class ServerOptimizer:
             blocks = [old[n][start:stop].astype(np.float64) if n in old else np.zeros(stop - start) for n in self.moments]
             x_new, *moments = self._step(x, delta, blocks, t)
             out[start:stop] = x_new
+            if not np.isfinite(out[start:stop]).all():
+                raise VectorError(f"{self}: step {t} produced non-finite values (inputs were finite); the state is "
+                                  "unchanged")
             for name, block in zip(self.moments, moments):
                 new[name][start:stop] = block
-        if not np.isfinite(out).all():
-            raise VectorError(f"{self}: step {t} produced non-finite values (inputs were finite); the state is unchanged")
         for array in new.values():
             array.flags.writeable = False
         self._moments, self.step, self.length = new, t, length
@@ -146,7 +147,7 @@ class ServerOptimizer:
         if self.length is not None and self.length != length:
             raise VectorError(f"{self.name}: this optimizer's state is for {self.length} elements, the vectors have "
                               f"{length}")
-        if not np.isfinite(combined).all():
+        if not all(np.isfinite(combined[i:i + BLOCK]).all() for i in range(0, length, BLOCK)):   # no O(P) mask
             raise VectorError(f"{self.name}: the combined vector holds non-finite values")
         return length
 
