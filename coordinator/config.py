@@ -29,6 +29,7 @@ expected and what arrived.
 | max_vector_length | 2**28 | largest accepted vector (elements) |
 | keep_spool | false | keep spooled updates after a round commits |
 | strategy | fedavg | aggregation: fedavg, clip:NORM, median, trimmed-mean:BETA, krum:F, multi-krum:F:M (coordinator.aggregation) |
+| server_optimizer | fedavg | server update after aggregation: fedavg, fedavgm, fedadagrad, fedadam, fedyogi with `:KEY=VALUE,...` options (coordinator.server_optimizers) |
 | port_file | none | file that receives the bound port once serving |
 | tls_cert / tls_key | none | PEM server certificate (chain) and private key: serve TLS |
 | tls_client_ca | none | PEM CA that must have signed every client's certificate (mutual TLS) |
@@ -48,7 +49,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from fedort.coordinator import server_optimizers
 from fedort.coordinator.aggregation import parse_strategy
+from fedort.coordinator.server_optimizers import canonical_spec, parse_server_optimizer
 from fedort.protos.codec import CHUNK_BYTES, MAX_CHUNK_BYTES
 from fedort.edge_client.tomlfile import read_table
 from fedort.protos.errors import ConfigError
@@ -86,6 +89,7 @@ class CoordinatorConfig:
     max_vector_length: int = 1 << 28
     keep_spool: bool = False
     strategy: str = "fedavg"
+    server_optimizer: str = "fedavg"
     port_file: Path | None = None
     tls_cert: Path | None = None
     tls_key: Path | None = None
@@ -166,6 +170,8 @@ class CoordinatorConfig:
              self.download_chunk_bytes)
         need(self.eval_data is None or self.eval_data.suffix == ".npz", "eval_data must be an .npz file", self.eval_data)
         parse_strategy(self.strategy)   # raises ConfigError naming the accepted specs
+        parse_server_optimizer(self.server_optimizer)   # likewise, and checks each option's range
+        server_optimizers.check_engine_support(self.server_optimizer)
         need(self.auth in ("token", "open"), "auth must be 'token' or 'open'", self.auth)
         need((self.tls_cert is None) == (self.tls_key is None), "tls_cert and tls_key go together",
              (self.tls_cert, self.tls_key))
@@ -209,7 +215,7 @@ class CoordinatorConfig:
         """The part of the config that shapes the model (recorded with each export)."""
         keys = ("rounds", "min_clients", "fraction", "local_epochs", "batch_size", "lr", "reset_optimizer", "seed",
                 "round_timeout_s", "strategy", "prox_mu")
-        return {k: getattr(self, k) for k in keys}
+        return {**{k: getattr(self, k) for k in keys}, "server_optimizer": canonical_spec(self.server_optimizer)}
 
     def __str__(self) -> str:
         return json.dumps(self.to_json_dict(), sort_keys=True)

@@ -46,6 +46,7 @@ class SimulationConfig:
     round_timeout_s: float = 300.0
     target_accuracy: float | None = None
     strategy: str = "fedavg"                  # coordinator aggregation (coordinator.aggregation)
+    server_optimizer: str = "fedavg"          # server update (coordinator.server_optimizers)
     byzantine_fraction: float = 0.0           # share of clients that attack (seeded choice)
     attack: str = "sign-flip"                 # what they do (simulations.attacks)
     straggler_fraction: float = 0.0           # share of clients (seeded choice) doing partial work
@@ -100,7 +101,8 @@ class SimulationConfig:
             problems.append(f"straggler_steps must be an integer >= 1, got {self.straggler_steps!r}")
         if not (isinstance(self.byzantine_fraction, (int, float)) and 0 <= self.byzantine_fraction < 1):
             problems.append(f"byzantine_fraction must be in [0, 1), got {self.byzantine_fraction!r}")
-        for check, value in ((_check_strategy, self.strategy), (_check_attack, self.attack)):
+        for check, value in ((_check_strategy, self.strategy), (_check_server_optimizer, self.server_optimizer),
+                             (_check_attack, self.attack)):
             try:
                 check(value)
             except ConfigError as e:
@@ -132,6 +134,13 @@ def _check_strategy(spec: str) -> None:
     from fedort.coordinator.aggregation import parse_strategy
 
     parse_strategy(spec)
+
+
+def _check_server_optimizer(spec: str) -> None:
+    from fedort.coordinator.server_optimizers import check_engine_support, parse_server_optimizer
+
+    parse_server_optimizer(spec)
+    check_engine_support(spec)
 
 
 def _check_attack(spec: str) -> None:

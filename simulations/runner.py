@@ -77,7 +77,7 @@ def coordinator_config(cfg: SimulationConfig, artifacts: Path, state_dir: Path, 
         round_timeout_s=cfg.round_timeout_s, local_epochs=cfg.local_epochs, batch_size=cfg.batch_size,
         lr=cfg.lr, reset_optimizer=cfg.reset_optimizer, prox_mu=cfg.prox_mu, seed=cfg.seed, eval_data=eval_data,
         client_timeout_s=0,                # virtual clients are polled once a round, not heartbeating
-        strategy=cfg.strategy,
+        strategy=cfg.strategy, server_optimizer=cfg.server_optimizer,
         # local, loopback-only run of our own virtual clients: plaintext, no device tokens, no rate limit
         insecure=True, auth="open", submissions_per_minute=0,
     )

@@ -73,6 +73,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="per-client rate of updates and evaluations; 0 disables (default 60)")
     serve.add_argument("--strategy", metavar="SPEC", help="aggregation: fedavg | clip:NORM | median | trimmed-mean:BETA | "
                        "krum:F | multi-krum:F:M (default fedavg)")
+    serve.add_argument("--server-optimizer", metavar="SPEC",
+                       help="server update after aggregation: fedavg | fedavgm | fedadagrad | fedadam | fedyogi, "
+                            "options as NAME:KEY=VALUE,... e.g. fedadam:lr=0.01,beta1=0.9,beta2=0.99,tau=1e-3 "
+                            "(default fedavg)")
     serve.set_defaults(func=serve_command)
 
     status = sub.add_parser("status", help="print rounds, clients and the latest model of a state dir")
@@ -98,6 +102,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 _FLAG_KEYS = ("artifacts", "state_dir", "address", "port_file", "rounds", "min_clients", "min_available_clients",
               "fraction", "round_timeout_s", "max_round_attempts", "local_epochs", "batch_size", "lr", "prox_mu",
               "seed", "eval_data", "fraction_evaluate", "client_timeout_s", "keep_spool", "strategy",
+              "server_optimizer",
               "tls_cert", "tls_key", "tls_client_ca", "insecure", "auth", "max_streams_per_client", "submissions_per_minute")
 
 

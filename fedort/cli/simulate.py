@@ -51,6 +51,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, help="seeds partitions, selection and local shuffling (default 0)")
     p.add_argument("--strategy", metavar="SPEC", help="aggregation: fedavg | clip:NORM | median | trimmed-mean:BETA | "
                                                       "krum:F | multi-krum:F:M (default fedavg)")
+    p.add_argument("--server-optimizer", metavar="SPEC",
+                   help="server update after aggregation: fedavg | fedavgm | fedadagrad | fedadam | fedyogi, options "
+                        "as NAME:KEY=VALUE,... e.g. fedadam:lr=0.01,tau=1e-3 (default fedavg)")
     p.add_argument("--byzantine-fraction", type=float, metavar="F",
                    help="share of clients that attack with --attack, chosen by --seed (default 0)")
     p.add_argument("--attack", metavar="SPEC", help="sign-flip[:K] | scale:K (default sign-flip, K = 4)")
@@ -77,7 +80,7 @@ def _run(args: argparse.Namespace) -> int:
     fields = ("clients", "clients_per_round", "fraction", "rounds", "partition", "dataset", "model", "artifacts", "data",
               "local_epochs", "batch_size", "lr", "optimizer", "prox_mu", "backend", "ray_address", "workers", "seed",
               "out", "progress",
-              "strategy", "byzantine_fraction", "attack", "straggler_fraction", "straggler_steps")
+              "strategy", "server_optimizer", "byzantine_fraction", "attack", "straggler_fraction", "straggler_steps")
     cfg = load_config(args.scenario, {k: getattr(args, k) for k in fields})
     result = run_simulation(cfg)
     print()
