@@ -49,7 +49,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from fedort.coordinator import server_optimizers
 from fedort.coordinator.aggregation import parse_strategy
 from fedort.coordinator.server_optimizers import canonical_spec, parse_server_optimizer
 from fedort.protos.codec import CHUNK_BYTES, MAX_CHUNK_BYTES
@@ -171,7 +170,6 @@ class CoordinatorConfig:
         need(self.eval_data is None or self.eval_data.suffix == ".npz", "eval_data must be an .npz file", self.eval_data)
         parse_strategy(self.strategy)   # raises ConfigError naming the accepted specs
         parse_server_optimizer(self.server_optimizer)   # likewise, and checks each option's range
-        server_optimizers.check_engine_support(self.server_optimizer)
         need(self.auth in ("token", "open"), "auth must be 'token' or 'open'", self.auth)
         need((self.tls_cert is None) == (self.tls_key is None), "tls_cert and tls_key go together",
              (self.tls_cert, self.tls_key))

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedort.coordinator.aggregation import Strategy, parse_strategy
+from fedort.coordinator.aggregation import Strategy
 from fedort.coordinator.config import CoordinatorConfig
 from fedort.coordinator.evaluation import EvaluationPhase
 from fedort.coordinator.export import Exporter
@@ -36,6 +36,7 @@ from fedort.coordinator.recovery import drop_spool, recover, save_server_state, 
 from fedort.coordinator.registry import ClientRegistry
 from fedort.coordinator.round_deadline import wait_for_close
 from fedort.coordinator.selection import sample_size, select_clients
+from fedort.coordinator.server_optimizers.stage import configured_strategy
 from fedort.coordinator.state import StateStore, TransitionRow, now_ms, read_vector
 from fedort.durable import atomic_write
 from fedort.coordinator.task_dispatch import TaskDispatch
@@ -83,7 +84,7 @@ class RoundEngine(TaskDispatch):
         self.model_id = self.manifest.model_id
         self.length = self.manifest.parameter_count
         self.registry = ClientRegistry(store, config.client_timeout_s, on_change=self.notify)
-        self.strategy = strategy or parse_strategy(config.strategy)
+        self.strategy = configured_strategy(config, strategy)
         self.state = RoundState.WAITING_FOR_CLIENTS
         self.round = 1
         self.deadline_ms = 0

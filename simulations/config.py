@@ -137,10 +137,9 @@ def _check_strategy(spec: str) -> None:
 
 
 def _check_server_optimizer(spec: str) -> None:
-    from fedort.coordinator.server_optimizers import check_engine_support, parse_server_optimizer
+    from fedort.coordinator.server_optimizers import parse_server_optimizer
 
     parse_server_optimizer(spec)
-    check_engine_support(spec)
 
 
 def _check_attack(spec: str) -> None:

@@ -1,5 +1,5 @@
 """`--server-optimizer` / `server_optimizer` on `coordinator serve` and `simulate`: parsed, validated,
-recorded canonically; refused (clearly) for anything but fedavg until the engine applies it."""
+recorded canonically; every optimizer is accepted now that the round engine applies it."""
 
 from __future__ import annotations
 
@@ -12,16 +12,9 @@ import pytest
 
 from fedort.cli import coordinator as coordinator_cli
 from fedort.cli import simulate as simulate_cli
-from fedort.coordinator import server_optimizers
 from fedort.coordinator.config import CoordinatorConfig
 from fedort.protos.errors import ConfigError
 from fedort.simulations.config import load_config
-
-
-@pytest.fixture
-def engine_applies(monkeypatch):
-    """As after integration: the round engine runs the server-update stage."""
-    monkeypatch.setattr(server_optimizers, "ENGINE_APPLIES_SERVER_OPTIMIZER", True)
 
 
 def parse(module, *argv: str) -> argparse.Namespace:
@@ -36,7 +29,7 @@ def test_the_default_is_fedavg_and_is_recorded_with_the_training_config():
     assert config.training_json()["server_optimizer"] == "fedavg"
 
 
-def test_serve_flag_overrides_the_toml_file_and_is_recorded_canonically(tmp_path, engine_applies):
+def test_serve_flag_overrides_the_toml_file_and_is_recorded_canonically(tmp_path):
     toml = tmp_path / "c.toml"
     toml.write_text('[coordinator]\nartifacts = "a"\nstate_dir = "s"\nserver_optimizer = "fedyogi"\n')
     args = parse(coordinator_cli, "coordinator", "serve", "--config", str(toml), "--server-optimizer", "fedadam:lr=0.1")
@@ -45,22 +38,20 @@ def test_serve_flag_overrides_the_toml_file_and_is_recorded_canonically(tmp_path
     assert config.training_json()["server_optimizer"] == "fedadam:lr=0.1,beta1=0.9,beta2=0.99,tau=0.001,bias_correction=none"
 
 
-def test_a_bad_spec_is_a_config_error_at_load(engine_applies):
+def test_a_bad_spec_is_a_config_error_at_load():
     args = parse(coordinator_cli, "coordinator", "serve", "--artifacts", "a", "--state-dir", "s",
                  "--server-optimizer", "fedadam:beta1=1")
     with pytest.raises(ConfigError, match=r"beta1 must be a number in \[0, 1\), got 1.0"):
         coordinator_cli.config_from_args(args)
 
 
-def test_other_optimizers_are_refused_while_the_engine_does_not_apply_them():
-    with pytest.raises(ConfigError, match="'fedavgm:lr=1.0,momentum=0.9' is not applied by this coordinator's round "
-                                          "engine yet"):
-        CoordinatorConfig(artifacts=Path("a"), state_dir=Path("s"), server_optimizer="fedavgm")
-    with pytest.raises(ConfigError, match="not applied by this coordinator's round engine yet"):
-        load_config(None, {"server_optimizer": "fedadam"})
+def test_every_optimizer_is_accepted_by_serve_and_simulate_configs():
+    for name in ("fedavgm", "fedadagrad", "fedadam", "fedyogi"):
+        assert CoordinatorConfig(artifacts=Path("a"), state_dir=Path("s"), server_optimizer=name).server_optimizer == name
+        assert load_config(None, {"server_optimizer": name}).server_optimizer == name
 
 
-def test_simulate_takes_the_flag_into_its_config(engine_applies, tmp_path):
+def test_simulate_takes_the_flag_into_its_config(tmp_path):
     args = parse(simulate_cli, "simulate", "--server-optimizer", "fedavgm:momentum=0.5", "--out", str(tmp_path))
     assert args.server_optimizer == "fedavgm:momentum=0.5"
     assert load_config(None, {"server_optimizer": args.server_optimizer}).server_optimizer == "fedavgm:momentum=0.5"

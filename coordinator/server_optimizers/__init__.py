@@ -14,7 +14,8 @@
 
 Ranges: lr > 0, 0 ≤ beta < 1, tau > 0 (all finite). `str(opt)` is the canonical spec (every
 option spelled out), which the state file records. The modules' docstrings give the math and
-how each matches Flower's implementation.
+how each matches Flower's implementation; `stage.py` plugs an optimizer into the aggregation
+pipeline as its server-update stage (`configured_strategy`).
 """
 
 from __future__ import annotations
@@ -60,24 +61,10 @@ def parse_server_optimizer(spec: str) -> ServerOptimizer:
     return cls(**values)
 
 
-# The round engine does not run the server-update stage yet (it lands with the aggregation
-# pipeline, issue 11): until it does, configs refuse any optimizer but fedavg rather than
-# silently training with FedAvg. Whoever wires the stage into the engine sets this to True.
-ENGINE_APPLIES_SERVER_OPTIMIZER = False
-
-
-def check_engine_support(spec: str) -> None:
-    """ConfigError if `spec` is not fedavg while the round engine cannot apply server optimizers."""
-    canonical = canonical_spec(spec)
-    if canonical != "fedavg" and not ENGINE_APPLIES_SERVER_OPTIMIZER:
-        raise ConfigError(f"server optimizer {canonical!r} is not applied by this coordinator's round engine yet "
-                          "(only 'fedavg' is); the server-update stage is pending integration")
-
-
 def canonical_spec(spec: str) -> str:
     """The canonical form of a spec (every option spelled out), e.g. to compare two specs."""
     return str(parse_server_optimizer(spec))
 
 
 __all__ = ["ServerOptimizer", "FedAvg", "FedAvgM", "FedAdagrad", "FedAdam", "FedYogi", "OPTIMIZERS", "SPECS",
-           "parse_server_optimizer", "canonical_spec", "check_engine_support", "ENGINE_APPLIES_SERVER_OPTIMIZER"]
+           "parse_server_optimizer", "canonical_spec"]

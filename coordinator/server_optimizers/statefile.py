@@ -18,6 +18,7 @@ import io
 import json
 import zipfile
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 
@@ -28,14 +29,19 @@ FORMAT = "fedort-server-optimizer"
 FORMAT_VERSION = 1
 
 
-def save_state(optimizer, path: Path) -> None:
-    """Write `optimizer.state()` to `path` atomically (the file is replaced as a whole or not at all)."""
+def pack_state(optimizer) -> dict[str, np.ndarray]:
+    """`optimizer.state()` as named arrays: a JSON `meta` entry (format, spec, length, step) and the moments."""
     state = optimizer.state()
     meta = {"format": FORMAT, "version": FORMAT_VERSION, "spec": str(optimizer), "length": optimizer.length,
             "step": int(state["step"])}
     arrays = {name: value for name, value in state.items() if isinstance(value, np.ndarray)}
+    return {"meta": np.array(json.dumps(meta, sort_keys=True)), **arrays}
+
+
+def save_state(optimizer, path: Path) -> None:
+    """Write `optimizer.state()` to `path` atomically (the file is replaced as a whole or not at all)."""
     buf = io.BytesIO()
-    np.savez(buf, meta=np.array(json.dumps(meta, sort_keys=True)), **arrays)
+    np.savez(buf, **pack_state(optimizer))
     atomic_write(Path(path), buf.getbuffer())
 
 
@@ -44,15 +50,25 @@ def load_state(optimizer, path: Path, length: int | None = None, step: int | Non
     path = Path(path)
     try:
         with np.load(path, allow_pickle=False) as npz:
-            names = set(npz.files)
-            if "meta" not in names:
-                raise ConfigError(f"{path}: not a server optimizer state file (no 'meta' entry)")
-            meta = json.loads(str(npz["meta"]))
-            arrays = {name: npz[name] for name in sorted(names - {"meta"})}
+            arrays = {name: npz[name] for name in npz.files}
     except FileNotFoundError:
         raise ConfigError(f"{path}: server optimizer state file not found") from None
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError, json.JSONDecodeError) as e:
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
         raise ConfigError(f"{path}: unreadable server optimizer state file ({type(e).__name__}: {e})") from None
+    unpack_state(optimizer, arrays, str(path), length, step)
+
+
+def unpack_state(optimizer, arrays: Mapping[str, np.ndarray], where: str, length: int | None = None,
+                 step: int | None = None) -> None:
+    """Restore `optimizer` from what `pack_state` returned (read back from `where`), with the same checks."""
+    path = where
+    if "meta" not in arrays:
+        raise ConfigError(f"{path}: not a server optimizer state file (no 'meta' entry)")
+    try:
+        meta = json.loads(str(arrays["meta"]))
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}: unreadable server optimizer state file ({type(e).__name__}: {e})") from None
+    arrays = {name: arrays[name] for name in sorted(set(arrays) - {"meta"})}
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         found = meta.get("format") if isinstance(meta, dict) else meta
         raise ConfigError(f"{path}: not a server optimizer state file (format {found!r}, expected {FORMAT!r})")
