@@ -272,7 +272,7 @@ class RoundEngine(TaskDispatch):
         sha = sha256_of(vector)
         await asyncio.to_thread(atomic_write, self.store.vector_path(self.round + 1), vector)
         await asyncio.to_thread(save_server_state, self, self.round + 1)
-        metrics = r.metrics.means()
+        metrics = {**r.metrics.means(), **self.strategy.server_update.metrics()}
         self.store.commit_round(self.round, sha.hex(), len(r.reported), r.examples, metrics)
         log.info("round %d: committed %d updates over %d examples; metrics %s", self.round, len(r.reported),
                  r.examples, {k: round(v, 5) for k, v in metrics.items()})

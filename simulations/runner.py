@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fedort.coordinator import CoordinatorConfig
+from fedort.coordinator.server_optimizers import canonical_spec
 from fedort.coordinator.state_layout import StateLayout
 from fedort.edge_client.artifacts import Manifest, build_artifacts, verify_artifacts
 from fedort.edge_client.models import builtin_model
@@ -181,6 +182,7 @@ def _report(cfg: SimulationConfig, out: Path, manifest: Manifest, stats: list[Wo
         "test_accuracy": last.accuracy, "test_loss": last.loss, "wall_seconds": round(seconds, 2),
         "model": str(model), "target_accuracy": cfg.target_accuracy,
         "fits": sum(s.fits for s in stats),
+        "strategy": cfg.strategy, "server_optimizer": canonical_spec(cfg.server_optimizer),
     }
     write_metrics(records, out, final)
     plot(records, out / "metrics.png", f"{cfg.name}: {cfg.clients} clients, {_data_name(cfg)}",

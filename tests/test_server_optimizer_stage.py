@@ -5,6 +5,7 @@ restart, a restart with another spec is refused, and fedavg stays the stateless 
 from __future__ import annotations
 
 import asyncio
+import json
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from fedort.coordinator.aggregation import ServerUpdate, WeightedSum
 from fedort.coordinator.server_optimizers import parse_server_optimizer
 from fedort.coordinator.server_optimizers.stage import ServerOptimizerStage, configured_strategy
 from fedort.coordinator.state_layout import StateLayout
-from coordinator_fixtures import make_config, mlp_artifacts, start_coordinator, stub_client  # noqa: F401
+from coordinator_fixtures import P_MLP, make_config, mlp_artifacts, start_coordinator, stub_client  # noqa: F401
 from fedort.protos.errors import ConfigError
 
 ADAM = "fedadam:lr=0.05,beta1=0.9,beta2=0.99,tau=1e-3"
@@ -124,3 +125,18 @@ def test_fedavg_is_the_stateless_identity_and_others_wrap_the_optimizer(tmp_path
     stage = configured_strategy(make_config(tmp_path, tmp_path / "s", strategy="clip:5",
                                             server_optimizer="fedyogi")).server_update
     assert isinstance(stage, ServerOptimizerStage) and str(stage).startswith("fedyogi:lr=0.01")
+
+
+async def test_each_exported_round_records_the_optimizer_spec_and_how_far_it_moved(start_coordinator, stub_client,
+                                                                                    tmp_path):
+    coord = await start_coordinator(min_clients=2, rounds=1, server_optimizer="fedavgm:lr=0.5")
+    client = stub_client(coord.port)
+    model = (await client.join("client-a")).model_id
+    await client.join("client-b")
+    await _run_rounds(client, model, 1, {"client-a": 1.0, "client-b": 3.0})
+    assert (await asyncio.wait_for(coord.wait_done(), 20)).state is RoundState.DONE
+    record = json.loads(StateLayout(tmp_path / "state").model_record(1).read_text())
+    assert record["training_config"]["server_optimizer"] == "fedavgm:lr=0.5,momentum=0.9"
+    # Δ = −2 in each of P coordinates; the step is 0.5·Δ
+    assert record["metrics"]["server_pseudo_gradient_norm"] == pytest.approx(2 * np.sqrt(P_MLP), rel=1e-5)
+    assert record["metrics"]["server_step_norm"] == pytest.approx(np.sqrt(P_MLP), rel=1e-5)

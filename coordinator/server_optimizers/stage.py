@@ -8,12 +8,14 @@ the optimizer's state as named arrays (a JSON `meta` entry with the canonical sp
 length and the step, plus the float32 moments), which the round engine writes atomically with
 each round's commit (server-state/round-NNNN.npz) and hands back to `load_state` on restart; the
 same checks as the optimizer's own state file apply (a file of another spec or length is refused
-with a message naming both). `fedavg` is not wrapped at all: it stays the identity server update,
+with a message naming both). Each step also reports ‖Δ‖ and ‖g' − g‖, which the engine records
+with the round's metrics (`server_pseudo_gradient_norm`, `server_step_norm`). `fedavg` is not wrapped at all: it stays the identity server update,
 so plain FedAvg is bit for bit what it was and writes no server state.
 """
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
@@ -21,7 +23,7 @@ import numpy as np
 from fedort.coordinator.aggregation.server_update import ServerUpdate
 from fedort.coordinator.aggregation.strategies import Strategy, parse_strategy
 from fedort.coordinator.server_optimizers import parse_server_optimizer
-from fedort.coordinator.server_optimizers.base import ServerOptimizer
+from fedort.coordinator.server_optimizers.base import BLOCK, ServerOptimizer
 from fedort.coordinator.server_optimizers.statefile import pack_state, unpack_state
 from fedort.protos.errors import ConfigError
 
@@ -37,7 +39,14 @@ class ServerOptimizerStage(ServerUpdate):
         self.name = str(optimizer)
 
     def apply(self, global_vector: np.ndarray, combined: np.ndarray) -> np.ndarray:
-        return self.optimizer.apply(global_vector, combined)
+        out = self.optimizer.apply(global_vector, combined)
+        self._metrics = {"server_pseudo_gradient_norm": _distance(global_vector, combined),
+                         "server_step_norm": _distance(out, global_vector)}
+        return out
+
+    def metrics(self) -> Mapping[str, float]:
+        """‖Δ‖ = ‖g − c‖ and ‖g' − g‖ of the last step (float64, blockwise): how far the optimizer moved."""
+        return dict(getattr(self, "_metrics", {}))
 
     def state(self) -> Mapping[str, np.ndarray]:
         return pack_state(self.optimizer)
@@ -49,6 +58,14 @@ class ServerOptimizerStage(ServerUpdate):
     def step(self) -> int:
         """How many times `apply` has run in this run (restored by `load_state`)."""
         return self.optimizer.step
+
+
+def _distance(a: np.ndarray, b: np.ndarray) -> float:
+    total = 0.0
+    for i in range(0, len(a), BLOCK):
+        d = a[i:i + BLOCK].astype(np.float64) - b[i:i + BLOCK]
+        total += float(d @ d)
+    return math.sqrt(total)
 
 
 def server_update_for(spec: str) -> ServerUpdate:
