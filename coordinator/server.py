@@ -23,6 +23,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from fedort.coordinator.aggregation import Strategy
+from fedort.coordinator.async_engine import AsyncEngine
 from fedort.coordinator.auth import Authenticator
 from fedort.coordinator.config import CoordinatorConfig
 from fedort.coordinator.devices import DeviceStore
@@ -138,7 +139,8 @@ class Coordinator:
         store = StateStore(cfg.state_dir)
         self._store = store
         store.claim(exporter.manifest.model_id, json.dumps(cfg.to_json_dict(), sort_keys=True))
-        engine = RoundEngine(cfg, store, exporter, strategy=self.strategy)
+        engine_class = AsyncEngine if cfg.mode == "async" else RoundEngine   # FedBuff versions or rounds
+        engine = engine_class(cfg, store, exporter, strategy=self.strategy)
         self.engine = engine
         try:
             await engine.recover()   # replay the open round, redo missing exports: before any client is served
