@@ -163,3 +163,23 @@ def test_sigkill_with_acknowledged_buffered_updates_loses_none_and_counts_none_t
     files = vector_files(state)
     final = np.frombuffer(files["round-0003.f32"], dtype="<f4")
     np.testing.assert_allclose(final, _expected(np.frombuffer(files["round-0001.f32"], dtype="<f4"), 2), atol=1e-6)
+
+
+async def test_status_reports_versions_the_staleness_histogram_and_throughput(start_coordinator, stub_client,
+                                                                              tmp_path):
+    from fedort.coordinator.status import format_status, offline_status
+
+    coord = await start_coordinator(rounds=2, buffer_size=2, **ASYNC)
+    client = stub_client(coord.port)
+    model = await _join(client, "client-a", "client-b", "client-c")
+    v1, _, up_a = await _train(client, "client-a", model, 1, 1.0)
+    for cid in ("client-b", "client-c"):
+        v, _, up = await _train(client, cid, model, 1, 0.0)
+        await client.submit(cid, model, v, up, 5)
+    await client.submit("client-a", model, v1, up_a, 5)                # staleness 1
+    v2, _, up_b = await _train(client, "client-b", model, 2, 1.0)
+    await client.submit("client-b", model, v2, up_b, 5)
+    assert (await asyncio.wait_for(coord.wait_done(), 20)).state is RoundState.DONE
+    text = format_status(offline_status(tmp_path / "state"))
+    assert "async      2 versions committed from 4 updates; throughput" in text
+    assert "staleness  0: 3, 1: 1  (versions behind: updates)" in text
