@@ -90,7 +90,9 @@ class AsyncUploads:
             return SubmitResult(True, True, h.vector.round, "duplicate: this update was already counted")
         async with self._slots:
             self._temp_counter += 1
-            receiver = UpdateReceiver(assembler, e.store.layout.spool_temp(e.round, h.client_id, self._temp_counter))
+            # the version may commit (and its spool folder go) while this streams: temp files live in
+            # spool folder 0, which no version owns, and move into the accepting version's folder
+            receiver = UpdateReceiver(assembler, e.store.layout.spool_temp(0, h.client_id, self._temp_counter))
             try:
                 async for chunk in chunks:
                     receiver.add(chunk)
@@ -132,6 +134,9 @@ class AsyncUploads:
 
 
 def _place(tmp: Path, path: Path) -> None:
-    """Rename a fsynced temp file into place and make the rename durable."""
+    """Rename a fsynced temp file into the version's spool folder and make the rename durable."""
+    if not path.parent.is_dir():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fsync_dir(path.parent.parent)
     os.replace(tmp, path)
     fsync_dir(path.parent)

@@ -231,6 +231,16 @@ class EdgeClient(Joining):
     def _fit(self, task: Task) -> RoundReport:
         if self._pending is not None and self._pending.round == task.round:
             return self._submit_pending()  # trained already; the upload was not acknowledged
+        self.train(task)
+        return self._submit_pending()
+
+    def train(self, task: Task) -> None:
+        """The first half of a FIT task: download and train, holding the update until `upload()`.
+
+        `handle` does both halves at once; a simulation on a virtual clock calls them apart, to send
+        the update when the device's simulated compute time has passed.
+        """
+        self._require_joined()
         self._pending = None
         started = time.monotonic()
         with self._heartbeat():
@@ -246,6 +256,11 @@ class EdgeClient(Joining):
                 self.config.update_hook(task, vector, result.vector), dtype=np.float32))
         self._pending = _Pending(task.round, result.vector, result.num_examples, dict(result.metrics),
                                  time.monotonic() - started, cached)
+
+    def upload(self) -> RoundReport:
+        """The second half of a FIT task: send the update `train` holds (its report; 'stale' if refused)."""
+        if self._pending is None:
+            raise ConfigError("upload() needs an update: call train(task) first")
         return self._submit_pending()
 
     def _submit_pending(self) -> RoundReport:

@@ -44,6 +44,8 @@ class WorkerPlan:
     module_factory: Callable | None = None      # EdgeConfig.module_factory of every client (a top-level function)
     stragglers: frozenset[str] = frozenset()    # clients that stop after `straggler_steps` optimizer steps
     straggler_steps: int = 1
+    speeds: tuple[tuple[str, float], ...] = ()  # (client id, compute-time factor): serve on a virtual clock
+    step_seconds: float = 0.01                  # simulated seconds of one local step at factor 1
 
 
 @dataclass
@@ -56,6 +58,7 @@ class WorkerStats:
     bytes_down: dict[int, int] = field(default_factory=dict)
     train_seconds: float = 0.0
     polls: int = 0
+    sim_seconds: dict[int, float] = field(default_factory=dict)   # round -> simulated time of its commit
 
 
 def run_worker(plan: WorkerPlan) -> WorkerStats:
@@ -66,7 +69,12 @@ def run_worker(plan: WorkerPlan) -> WorkerStats:
     arrays = ClientArrays(plan.source)
     try:
         clients = join_clients(plan, transport, cache, arrays, stats)
-        serve_clients(plan, transport, clients, stats)
+        if plan.speeds:
+            from fedort.simulations.virtual_clock import serve_on_virtual_clock
+
+            serve_on_virtual_clock(plan, transport, clients, stats)
+        else:
+            serve_clients(plan, transport, clients, stats)
     finally:
         transport.close()
     return stats

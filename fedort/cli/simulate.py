@@ -61,6 +61,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="share of clients, chosen by --seed, that do partial work each round (default 0)")
     p.add_argument("--straggler-steps", type=int, metavar="N",
                    help="local optimizer steps a straggler stops after (default 1)")
+    from fedort.cli.coordinator import add_async_flags
+
+    add_async_flags(p)
+    p.add_argument("--device-speed", metavar="SPEC",
+                   help="simulated compute time per client: uniform | lognormal:SIGMA | slow:F:K, served on a virtual "
+                        "clock by one worker (default uniform: real time)")
+    p.add_argument("--step-seconds", type=float, metavar="S",
+                   help="simulated seconds per local step at speed 1 (default 0.01)")
     p.add_argument("--out", type=Path, help="run folder (default runs/<timestamp>)")
     p.add_argument("--no-progress", dest="progress", action="store_false", default=None, help="no progress bar")
     p.add_argument("--verbose", action="store_true", help="log every coordinator and client event (default: "
@@ -80,7 +88,8 @@ def _run(args: argparse.Namespace) -> int:
     fields = ("clients", "clients_per_round", "fraction", "rounds", "partition", "dataset", "model", "artifacts", "data",
               "local_epochs", "batch_size", "lr", "optimizer", "prox_mu", "backend", "ray_address", "workers", "seed",
               "out", "progress",
-              "strategy", "server_optimizer", "byzantine_fraction", "attack", "straggler_fraction", "straggler_steps")
+              "strategy", "server_optimizer", "byzantine_fraction", "attack", "straggler_fraction", "straggler_steps",
+              "mode", "buffer_size", "max_staleness", "staleness_weight", "device_speed", "step_seconds")
     cfg = load_config(args.scenario, {k: getattr(args, k) for k in fields})
     result = run_simulation(cfg)
     print()
