@@ -8,7 +8,9 @@ first reach the workload's target (over the seeds that reached it; "k/n" says ho
 Workloads (issue 11): digits `shards:2`, 100 clients, 10 per round (MLP); Synthetic(1, 1) of the
 FedProx paper, 30 clients, 10 per round (`--dataset synthetic:1,1`, from the data branch).
 Variants: server-optimizer specs (`fedavg` runs without the flag, so it also runs before the
-flag reaches the engine), and `prox:MU` = FedAvg with `--prox-mu MU`.
+flag reaches the engine), and `prox:MU` = FedAvg with `--prox-mu MU` on SGD artifacts
+(`--optimizer sgd --lr SGD_LR`: FedProx's correction is exact for SGD only), `prox:0` being the
+SGD FedAvg baseline those compare with.
 
 Before running anything, the script reads `fedort simulate --help`: runs whose flags the CLI does
 not have (`--server-optimizer`, `--dataset`, `--prox-mu`) are skipped with the reason, and a
@@ -39,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NOT_INTEGRATED = "not applied by this coordinator's round engine yet"
 
 VARIANTS = ("fedavg", "fedavgm:lr=1.0,momentum=0.9", "fedadam:lr=0.01,beta1=0.9,beta2=0.99,tau=0.001",
-            "fedyogi:lr=0.01,beta1=0.9,beta2=0.99,tau=0.001", "prox:0.01", "prox:0.1", "prox:1")
+            "fedyogi:lr=0.01,beta1=0.9,beta2=0.99,tau=0.001", "prox:0", "prox:0.01", "prox:0.1", "prox:1")
 
 
 @dataclass(frozen=True)
@@ -61,9 +63,10 @@ def workloads(args: argparse.Namespace) -> dict[str, Workload]:
     }
 
 
-def variant_flags(variant: str) -> tuple[str, ...]:
+def variant_flags(variant: str, sgd_lr: float) -> tuple[str, ...]:
+    """FedProx (`prox:MU`, `prox:0` = its FedAvg baseline) needs SGD artifacts, with their own client lr."""
     if variant.startswith("prox:"):
-        return ("--prox-mu", variant.split(":", 1)[1])
+        return ("--optimizer", "sgd", "--lr", str(sgd_lr), "--prox-mu", variant.split(":", 1)[1])
     if variant == "fedavg":
         return ()
     return ("--server-optimizer", variant)
@@ -176,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--local-epochs", type=int, default=1)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--lr", type=float, default=0.02, help="client learning rate")
+    p.add_argument("--sgd-lr", type=float, default=0.1, help="client lr of the FedProx (SGD) variants")
     p.add_argument("--digits-target", type=float, default=0.70,
                    help="FedAvg, 50 rounds, lr 0.02: best 79-83 %%, final 69.6 ± 9.6 %% over seeds 0-2 (default %(default)s)")
     p.add_argument("--synthetic-target", type=float, default=0.60, help="not measured yet (default %(default)s)")
@@ -197,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         for variant in args.variants:
             for seed in args.seeds:
                 out = args.out / key / variant.replace(":", "_").replace(",", "_").replace("=", "") / f"seed-{seed}"
-                cmd = fedort_command() + ["simulate", *wl.flags, *variant_flags(variant), "--rounds", str(wl.rounds),
+                cmd = fedort_command() + ["simulate", *wl.flags, *variant_flags(variant, args.sgd_lr), "--rounds", str(wl.rounds),
                                           "--seed", str(seed), "--workers", str(args.workers), "--no-progress",
                                           "--out", str(out)]
                 run = Run(key, variant, seed, cmd)
