@@ -183,3 +183,21 @@ async def test_status_reports_versions_the_staleness_histogram_and_throughput(st
     text = format_status(offline_status(tmp_path / "state"))
     assert "async      2 versions committed from 4 updates; throughput" in text
     assert "staleness  0: 3, 1: 1  (versions behind: updates)" in text
+
+
+def test_serve_flags_configure_async_mode_and_a_robust_strategy_is_refused_with_it(tmp_path):
+    import argparse
+
+    from fedort.cli import coordinator as coordinator_cli
+    from fedort.coordinator import CoordinatorConfig
+    from fedort.protos.errors import ConfigError
+
+    parser = argparse.ArgumentParser()
+    coordinator_cli.register(parser.add_subparsers())
+    args = parser.parse_args(["coordinator", "serve", "--artifacts", "a", "--state-dir", "s", "--mode", "async",
+                              "--buffer-size", "5", "--max-staleness", "3", "--staleness-weight", "hinge:1,2"])
+    config = coordinator_cli.config_from_args(args)
+    assert (config.mode, config.buffer_size, config.max_staleness, config.staleness_weight) == ("async", 5, 3, "hinge:1,2")
+    with pytest.raises(ConfigError, match="mode 'async' folds updates into FedBuff's buffer .*strategy must be 'fedavg', "
+                                          "got 'median'"):
+        CoordinatorConfig(artifacts=tmp_path, state_dir=tmp_path, mode="async", strategy="median")
