@@ -13,7 +13,9 @@ N, not by Σ w·n, is what makes stale updates move the model less — FedBuff d
 agree when every nᵢ is equal. Updates with sᵢ > S (max staleness) are refused with
 `TooStaleError` (FAILED_PRECONDITION), updates from a version ahead of v with ProtocolError.
 
-Pure code: versions, durability and the async engine that drives it come later.
+Pure code: versions, durability and the protocol are the async engine's (coordinator.async_engine),
+which keeps one buffer per run in float64 so that a restart's replay (in client-id order) gives
+the uninterrupted run's sum to float32 rounding.
 """
 
 from __future__ import annotations

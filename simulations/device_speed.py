@@ -11,8 +11,8 @@ gives every client the same speed in every run and under every backend:
 | `slow:F:K` | exactly round(F·N) clients (seeded choice) are K× slower (0 ≤ F ≤ 1, K ≥ 1), the rest 1 |
 
 `slow:0.3:10` is the issue's "30 % of devices 10× slower". Simulated compute time of a local
-round: `compute_seconds(factor, steps, step_seconds)`. Pure functions: the simulation's virtual
-clients do not honour them yet.
+round: `compute_seconds(factor, steps, step_seconds)`. The simulation honours them on a virtual
+clock (`simulations/virtual_clock.py`, `--device-speed`).
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from fedort.edge_client.client import EdgeClient
 from fedort.protos.messages import Task, TaskKind
+from fedort.simulations.device_speed import compute_seconds
 
 if TYPE_CHECKING:
     from fedort.edge_client.transport import Transport
@@ -75,7 +76,7 @@ def serve_on_virtual_clock(plan: "WorkerPlan", transport: "Transport", clients: 
                     steps = local_steps(task, clients[i].data.num_examples, clients[i].config.max_local_steps)
                     factor = factors.get(clients[i].client_id, 1.0)
                     seq += 1
-                    heapq.heappush(in_flight, (clock + factor * steps * plan.step_seconds, seq, i))
+                    heapq.heappush(in_flight, (clock + compute_seconds(factor, steps, plan.step_seconds), seq, i))
                     busy.add(i)
                 elif task.kind == TaskKind.EVALUATE:
                     clients[i].handle(task)
