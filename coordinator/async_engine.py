@@ -126,6 +126,15 @@ class AsyncEngine(RoundEngine):
         else:
             self._versions_done.set()
 
+    async def recover(self) -> bool:
+        """The synchronous recovery (exports, global vector, server state, replay of the open buffer),
+        after dropping uploads a stop interrupted (their temp files in spool folder 0, never acknowledged)."""
+        temp = self.store.spool_dir(0)
+        if temp.is_dir():
+            for f in temp.iterdir():
+                f.unlink(missing_ok=True)
+        return await super().recover()
+
     # ---- the loop -----------------------------------------------------------------------------
 
     async def run(self):
