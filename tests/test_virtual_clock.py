@@ -1,6 +1,7 @@
 """Simulated device speeds on a virtual clock (`--device-speed`), through real simulations: in
 synchronous rounds speeds change the simulated time and not the model; asynchronous runs are
-reproducible and do not wait for slow devices; the number of local steps is the recipe's."""
+reproducible and do not wait for slow devices; the number of local steps is the recipe's;
+without device speeds an async simulation runs in real time over several workers."""
 
 from __future__ import annotations
 
@@ -54,3 +55,11 @@ def test_async_runs_on_the_virtual_clock_are_reproducible_and_slow_devices_are_s
     assert max(r.metrics["staleness_max"] for r in a.records) >= 1
     times = [r.metrics["sim_seconds"] for r in a.records]
     assert times == sorted(times) and times[-1] < 80
+
+
+def test_async_without_device_speeds_runs_real_edge_clients_in_several_workers(tmp_path):
+    result = run_simulation(_cfg(tmp_path / "run", mode="async", buffer_size=3, rounds=4, workers=2))
+    assert [r.round for r in result.records] == [1, 2, 3, 4]
+    assert all(r.clients == 3 and "staleness_mean" in r.metrics and "sim_seconds" not in r.metrics
+               for r in result.records)
+    assert result.final["mode"] == "async" and result.records[-1].accuracy > 0.5
