@@ -30,6 +30,11 @@ expected and what arrived.
 | keep_spool | false | keep spooled updates after a round commits |
 | export_every | 1 | write the inference model every N rounds (and after the last); 0 = after the last round only. Other rounds record only model.json (server eval). A simulation option: deployments serve `latest`, which then lags |
 | strategy | fedavg | aggregation: fedavg, clip:NORM, median, trimmed-mean:BETA, krum:F, multi-krum:F:M (coordinator.aggregation) |
+| server_optimizer | fedavg | server update after aggregation: fedavg, fedavgm, fedadagrad, fedadam, fedyogi with `:KEY=VALUE,...` options (coordinator.server_optimizers) |
+| mode | sync | `sync`: rounds; `async`: FedBuff versions (coordinator.async_engine), `rounds` = versions to commit |
+| buffer_size | 10 | async: updates folded into each new global version (K) |
+| max_staleness | 10 | async: updates trained on a version more than this many behind are refused (S) |
+| staleness_weight | poly:0.5 | async: weight of an update s versions stale: constant, poly:A, hinge:A,B (coordinator.staleness) |
 | port_file | none | file that receives the bound port once serving |
 | tls_cert / tls_key | none | PEM server certificate (chain) and private key: serve TLS |
 | tls_client_ca | none | PEM CA that must have signed every client's certificate (mutual TLS) |
@@ -59,6 +64,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from fedort.coordinator.aggregation import codecs, parse_strategy
+from fedort.coordinator.server_optimizers import canonical_spec, parse_server_optimizer
+from fedort.coordinator.staleness import parse_staleness_weight
 from fedort.protos.codec import CHUNK_BYTES, MAX_CHUNK_BYTES
 from fedort.edge_client.tomlfile import read_table
 from fedort.protos.errors import ConfigError
@@ -97,6 +104,11 @@ class CoordinatorConfig:
     keep_spool: bool = False
     export_every: int = 1
     strategy: str = "fedavg"
+    server_optimizer: str = "fedavg"
+    mode: str = "sync"
+    buffer_size: int = 10
+    max_staleness: int = 10
+    staleness_weight: str = "poly:0.5"
     port_file: Path | None = None
     tls_cert: Path | None = None
     tls_key: Path | None = None
@@ -192,6 +204,16 @@ class CoordinatorConfig:
              self.download_chunk_bytes)
         need(self.eval_data is None or self.eval_data.suffix == ".npz", "eval_data must be an .npz file", self.eval_data)
         parse_strategy(self.strategy)   # raises ConfigError naming the accepted specs
+        parse_server_optimizer(self.server_optimizer)   # likewise, and checks each option's range
+        need(self.mode in ("sync", "async"), "mode must be 'sync' or 'async'", self.mode)
+        need(isinstance(self.buffer_size, int) and not isinstance(self.buffer_size, bool) and self.buffer_size >= 1,
+             "buffer_size must be an integer >= 1", self.buffer_size)
+        need(isinstance(self.max_staleness, int) and not isinstance(self.max_staleness, bool) and self.max_staleness >= 0,
+             "max_staleness must be an integer >= 0", self.max_staleness)
+        parse_staleness_weight(self.staleness_weight)
+        need(self.mode == "sync" or parse_strategy(self.strategy).name == "fedavg",
+             "mode 'async' folds updates into FedBuff's buffer (a weighted mean): strategy must be 'fedavg'",
+             self.strategy)
         need(self.auth in ("token", "open"), "auth must be 'token' or 'open'", self.auth)
         need((self.tls_cert is None) == (self.tls_key is None), "tls_cert and tls_key go together",
              (self.tls_cert, self.tls_key))
@@ -259,7 +281,11 @@ class CoordinatorConfig:
         """The part of the config that shapes the model (recorded with each export)."""
         keys = ("rounds", "min_clients", "fraction", "local_epochs", "batch_size", "lr", "reset_optimizer", "seed",
                 "round_timeout_s", "strategy", "prox_mu", "codecs")
-        return {k: getattr(self, k) for k in keys}
+        out = {**{k: getattr(self, k) for k in keys}, "server_optimizer": canonical_spec(self.server_optimizer)}
+        if self.mode == "async":
+            out.update(mode="async", buffer_size=self.buffer_size, max_staleness=self.max_staleness,
+                       staleness_weight=str(parse_staleness_weight(self.staleness_weight)))
+        return out
 
     def __str__(self) -> str:
         return json.dumps(self.to_json_dict(), sort_keys=True)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedort.coordinator.aggregation import Strategy, parse_strategy
+from fedort.coordinator.aggregation import Strategy
 from fedort.coordinator.config import CoordinatorConfig
 from fedort.coordinator.download_delta import DownloadDeltas
 from fedort.coordinator.evaluation import EvaluationPhase
@@ -44,6 +44,7 @@ from fedort.coordinator.recovery import drop_spool, recover, save_server_state, 
 from fedort.coordinator.registry import ClientRegistry
 from fedort.coordinator.round_deadline import wait_for_close
 from fedort.coordinator.selection import sample_size, select_clients
+from fedort.coordinator.server_optimizers.stage import configured_strategy
 from fedort.coordinator.state import StateStore, TransitionRow, now_ms
 from fedort.coordinator.storage import retry_when_full
 from fedort.durable import atomic_write
@@ -93,7 +94,7 @@ class RoundEngine(TaskDispatch):
         self.model_id = self.manifest.model_id
         self.length = self.manifest.parameter_count
         self.registry = ClientRegistry(store, config.client_timeout_s, on_change=self.notify)
-        self.strategy = strategy or parse_strategy(config.strategy)
+        self.strategy = configured_strategy(config, strategy)
         self.state = RoundState.WAITING_FOR_CLIENTS
         self.round = 1
         self.deadline_ms = 0
@@ -285,7 +286,7 @@ class RoundEngine(TaskDispatch):
                      result.updates, 1000 * (time.perf_counter() - t0))
         vector = result.vector
         sha = sha256_of(vector)
-        metrics = r.metrics.means()
+        metrics = {**r.metrics.means(), **self.strategy.server_update.metrics()}
 
         async def persist() -> None:   # computed once above (a stateful server update must not step twice)
             await asyncio.to_thread(atomic_write, self.store.vector_path(self.round + 1), vector)

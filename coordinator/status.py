@@ -112,7 +112,23 @@ def format_status(s: Status) -> str:
                      + (f"  [{r.message}]" if r.message else ""))
     if not s.rounds:
         lines.append("  (no round opened yet)")
-    return "\n".join(lines)
+    return "\n".join(lines + async_summary(s))
+
+
+def async_summary(s: Status) -> list[str]:
+    """For an async (FedBuff) run, whose rows are versions: the staleness histogram and throughput over all of them."""
+    versions = [r for r in s.rounds if "staleness_mean" in r.metrics]
+    if not versions:
+        return []
+    hist: dict[int, int] = {}
+    for r in versions:
+        for k, v in r.metrics.items():
+            if k.startswith("staleness_") and k[10:].isdigit():
+                hist[int(k[10:])] = hist.get(int(k[10:]), 0) + int(v)
+    rates = [r.metrics["updates_per_s"] for r in versions if "updates_per_s" in r.metrics]
+    return ["", f"async      {len(versions)} versions committed from {sum(r.clients for r in versions)} updates; "
+                f"throughput {sum(rates) / max(1, len(rates)):.3g} updates/s (mean over versions)",
+            "staleness  " + ", ".join(f"{k}: {hist[k]}" for k in sorted(hist)) + "  (versions behind: updates)"]
 
 
 def round_timeline(state_dir: str | os.PathLike) -> list[TransitionRow]:

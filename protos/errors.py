@@ -11,6 +11,7 @@
      +-- StorageError           the coordinator's disk is full (ENOSPC)  UNAVAILABLE (retryable)
      +-- ProtocolError          a peer broke the wire contract           INVALID_ARGUMENT
           +-- StaleRoundError      update/task for a round not open      FAILED_PRECONDITION
+          |    +-- TooStaleError   async update older than max staleness FAILED_PRECONDITION
           +-- WrongModelError      model id differs from the run's       FAILED_PRECONDITION
           +-- NotFoundError        unknown client, artifact, round       NOT_FOUND
           +-- UnauthenticatedError missing or bad credential             UNAUTHENTICATED
@@ -75,6 +76,12 @@ class StaleRoundError(ProtocolError):
     code = "FAILED_PRECONDITION"
 
 
+class TooStaleError(StaleRoundError):
+    """An asynchronous (FedBuff) update trained on a global version more than max-staleness behind."""
+
+    code = "FAILED_PRECONDITION"
+
+
 class WrongModelError(ProtocolError):
     code = "FAILED_PRECONDITION"
 
@@ -106,6 +113,6 @@ class CertificateError(UnavailableError):
 __all__ = [
     "FedortError", "ConfigError", "CorruptStateError", "StorageError", "DataError", "VectorError", "ArtifactError",
     "TrainingError",
-    "ProtocolError", "StaleRoundError", "WrongModelError", "NotFoundError", "UnauthenticatedError",
+    "ProtocolError", "StaleRoundError", "TooStaleError", "WrongModelError", "NotFoundError", "UnauthenticatedError",
     "PermissionDeniedError", "ResourceExhaustedError", "UnavailableError", "CertificateError",
 ]

@@ -46,6 +46,7 @@ class SimulationConfig:
     round_timeout_s: float = 300.0
     target_accuracy: float | None = None
     strategy: str = "fedavg"                  # coordinator aggregation (coordinator.aggregation)
+    server_optimizer: str = "fedavg"          # server update (coordinator.server_optimizers)
     byzantine_fraction: float = 0.0           # share of clients that attack (seeded choice)
     attack: str = "sign-flip"                 # what they do (simulations.attacks)
     straggler_fraction: float = 0.0           # share of clients (seeded choice) doing partial work
@@ -53,6 +54,12 @@ class SimulationConfig:
     codec: str = "raw"                        # update codec of every virtual client (protos/codecs); the coordinator allows it
     export_every: int = 1                     # inference model every N rounds and after the last (0: last only)
     state_dir: Path | None = None             # coordinator state elsewhere (e.g. tmpfs: /dev/shm/...); default OUT/state
+    mode: str = "sync"                        # "sync" rounds | "async" FedBuff versions (rounds = versions)
+    buffer_size: int = 10                     # async: updates per version (K)
+    max_staleness: int = 10                   # async: refuse updates more than S versions behind
+    staleness_weight: str = "poly:0.5"        # async: constant | poly:A | hinge:A,B
+    device_speed: str = "uniform"             # simulated compute speed per client (simulations.device_speed)
+    step_seconds: float = 0.01                # simulated seconds per local step at speed factor 1
     progress: bool = True
     out: Path = field(default_factory=lambda: Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
 
@@ -105,7 +112,16 @@ class SimulationConfig:
             problems.append(f"straggler_steps must be an integer >= 1, got {self.straggler_steps!r}")
         if not (isinstance(self.byzantine_fraction, (int, float)) and 0 <= self.byzantine_fraction < 1):
             problems.append(f"byzantine_fraction must be in [0, 1), got {self.byzantine_fraction!r}")
-        for check, value in ((_check_strategy, self.strategy), (_check_attack, self.attack), (_check_codec, self.codec)):
+        if self.mode not in ("sync", "async"):
+            problems.append(f"mode must be 'sync' or 'async', got {self.mode!r}")
+        if self.mode == "async" and not (isinstance(self.buffer_size, int) and 1 <= self.buffer_size <= self.clients):
+            problems.append(f"buffer_size must be an integer in 1..clients ({self.clients}): each client adds at most "
+                            f"one update to a version's buffer, got {self.buffer_size!r}")
+        if not (isinstance(self.step_seconds, (int, float)) and self.step_seconds > 0):
+            problems.append(f"step_seconds must be > 0, got {self.step_seconds!r}")
+        for check, value in ((_check_strategy, self.strategy), (_check_server_optimizer, self.server_optimizer),
+                             (_check_attack, self.attack), (_check_codec, self.codec), (_check_device_speed, self.device_speed),
+                             (_check_staleness_weight, self.staleness_weight)):
             try:
                 check(value)
             except ConfigError as e:
@@ -125,9 +141,16 @@ class SimulationConfig:
         return max(1, min(self.clients, round(self.fraction * self.clients)))
 
     @property
+    def virtual_clock(self) -> bool:
+        """Device speeds are simulated: one worker serves every client on one virtual clock."""
+        return self.device_speed.strip().lower() != "uniform"
+
+    @property
     def worker_count(self) -> int:
+        if self.virtual_clock:
+            return 1
         wanted = self.workers or (os.cpu_count() or 1)
-        return max(1, min(wanted, self.per_round, self.clients))
+        return max(1, min(wanted, self.clients if self.mode == "async" else self.per_round, self.clients))
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(self).items()}
@@ -147,6 +170,24 @@ def _check_codec(spec: str) -> None:
         parse_codec(spec)
     except VectorError as e:
         raise ConfigError(f"codec: {e}") from None
+
+
+def _check_server_optimizer(spec: str) -> None:
+    from fedort.coordinator.server_optimizers import parse_server_optimizer
+
+    parse_server_optimizer(spec)
+
+
+def _check_device_speed(spec: str) -> None:
+    from fedort.simulations.device_speed import parse_device_speed
+
+    parse_device_speed(spec)
+
+
+def _check_staleness_weight(spec: str) -> None:
+    from fedort.coordinator.staleness import parse_staleness_weight
+
+    parse_staleness_weight(spec)
 
 
 def _check_attack(spec: str) -> None:

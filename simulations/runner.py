@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fedort.coordinator import CoordinatorConfig
+from fedort.coordinator.server_optimizers import canonical_spec
 from fedort.coordinator.state_layout import StateLayout
 from fedort.edge_client.artifacts import Manifest, build_artifacts, verify_artifacts
 from fedort.edge_client.models import builtin_model
@@ -27,6 +28,7 @@ from fedort.simulations.attacks import choose_attackers
 from fedort.simulations.backends import make_backend
 from fedort.simulations.config import SimulationConfig
 from fedort.simulations.datasets import save_npz
+from fedort.simulations.device_speed import parse_device_speed
 from fedort.simulations.local_coordinator import LocalCoordinator
 from fedort.simulations.population import (
     Population, choose_stragglers, digits_population, folder_population, synthetic_population,
@@ -78,11 +80,22 @@ def coordinator_config(cfg: SimulationConfig, artifacts: Path, state_dir: Path, 
         round_timeout_s=cfg.round_timeout_s, local_epochs=cfg.local_epochs, batch_size=cfg.batch_size,
         lr=cfg.lr, reset_optimizer=cfg.reset_optimizer, prox_mu=cfg.prox_mu, seed=cfg.seed, eval_data=eval_data,
         client_timeout_s=0,                # virtual clients are polled once a round, not heartbeating
-        strategy=cfg.strategy, export_every=cfg.export_every,
+        strategy=cfg.strategy, export_every=cfg.export_every, server_optimizer=cfg.server_optimizer, mode=cfg.mode,
+        buffer_size=cfg.buffer_size, max_staleness=cfg.max_staleness, staleness_weight=cfg.staleness_weight,
         codecs=("raw",) if cfg.codec == "raw" else ("raw", cfg.codec),   # the run allows what its clients use
         # local, loopback-only run of our own virtual clients: plaintext, no device tokens, no rate limit
         insecure=True, auth="open", submissions_per_minute=0,
     )
+
+
+def device_speeds(cfg: SimulationConfig, client_ids: list[str]) -> tuple[tuple[str, float], ...]:
+    """(client, compute-time factor) of every client when speeds are simulated (empty for `uniform`)."""
+    if not cfg.virtual_clock:
+        return ()
+    factors = parse_device_speed(cfg.device_speed).factors(len(client_ids), cfg.seed)
+    log.info("device speeds %s on a virtual clock (%g simulated s per local step): factors %.2f..%.2f", cfg.device_speed,
+             cfg.step_seconds, factors.min(), factors.max())
+    return tuple(zip(client_ids, (float(f) for f in factors)))
 
 
 def run_simulation(cfg: SimulationConfig) -> SimulationResult:
@@ -123,9 +136,11 @@ def _run(cfg: SimulationConfig, out: Path, backend, started: float) -> Simulatio
     stragglers = choose_stragglers([c.client_id for c in population.clients], cfg.straggler_fraction, cfg.seed)
     if stragglers:
         log.info("stragglers (at most %d local steps): %s", cfg.straggler_steps, sorted(stragglers))
+    speeds = device_speeds(cfg, [c.client_id for c in population.clients])
     plans = [WorkerPlan(address, out / "cache" / f"worker-{i}", population.source, share,
                         attack=cfg.attack if attackers else "", attackers=attackers,
-                        stragglers=stragglers, straggler_steps=cfg.straggler_steps, codec=cfg.codec)
+                        stragglers=stragglers, straggler_steps=cfg.straggler_steps, codec=cfg.codec,
+                        speeds=speeds, step_seconds=cfg.step_seconds)
              for i, share in enumerate(population.split(workers))]
     progress = RoundProgress(StateLayout(out / "state"), cfg.rounds, enabled=cfg.progress)
     stats: list[WorkerStats] | None = None
@@ -208,6 +223,9 @@ def _report(cfg: SimulationConfig, out: Path, manifest: Manifest, stats: list[Wo
             metrics={k: float(v) for k, v in (row.metrics or {}).items() if isinstance(v, (int, float))},
             codec="+".join(record.get("codecs") or []),
         ))
+        sim = [s.sim_seconds[n] for s in stats if n in s.sim_seconds]
+        if sim:
+            records[-1].metrics["sim_seconds"] = max(sim)
     if not records:
         raise FedortError("the simulation committed no round; see the log above")
     last = records[-1]
@@ -221,7 +239,16 @@ def _report(cfg: SimulationConfig, out: Path, manifest: Manifest, stats: list[Wo
         "test_accuracy": last.accuracy, "test_loss": last.loss, "wall_seconds": round(seconds, 2),
         "model": str(model), "target_accuracy": cfg.target_accuracy,
         "fits": sum(s.fits for s in stats), "codec": cfg.codec,
+        "strategy": cfg.strategy, "server_optimizer": canonical_spec(cfg.server_optimizer),
     }
+    if cfg.mode == "async":
+        final.update(mode="async", buffer_size=cfg.buffer_size, max_staleness=cfg.max_staleness,
+                     staleness_weight=cfg.staleness_weight)
+    if cfg.virtual_clock:
+        final.update(device_speed=cfg.device_speed, sim_seconds=last.metrics.get("sim_seconds"))
+        if cfg.target_accuracy is not None:
+            hit = next((r for r in records if r.accuracy is not None and r.accuracy >= cfg.target_accuracy), None)
+            final["sim_seconds_to_target"] = hit.metrics.get("sim_seconds") if hit else None
     write_metrics(records, out, final)
     plot(records, out / "metrics.png", f"{cfg.name}: {n_clients} clients, {partition}",
          target=cfg.target_accuracy)

@@ -53,6 +53,8 @@ class WorkerPlan:
     codec: str = "raw"                          # EdgeConfig.codec of every client
     uploads_in_flight: int = 2                  # finished updates streaming while the next client trains
     poll_wait_ms: int = 10_000                  # how long one PollTasks may be held by the coordinator
+    speeds: tuple[tuple[str, float], ...] = ()  # (client id, compute-time factor): serve on a virtual clock
+    step_seconds: float = 0.01                  # simulated seconds of one local step at factor 1
 
 
 @dataclass
@@ -65,6 +67,7 @@ class WorkerStats:
     bytes_down: dict[int, int] = field(default_factory=dict)
     train_seconds: float = 0.0
     polls: int = 0
+    sim_seconds: dict[int, float] = field(default_factory=dict)   # round -> simulated time of its commit
 
 
 def run_worker(plan: WorkerPlan) -> WorkerStats:
@@ -75,7 +78,12 @@ def run_worker(plan: WorkerPlan) -> WorkerStats:
     arrays = ClientArrays(plan.source)
     try:
         clients = join_clients(plan, transport, cache, arrays, stats)
-        serve_clients(plan, transport, clients, stats)
+        if plan.speeds:
+            from fedort.simulations.virtual_clock import serve_on_virtual_clock
+
+            serve_on_virtual_clock(plan, transport, clients, stats)
+        else:
+            serve_clients(plan, transport, clients, stats)
     finally:
         transport.close()
     return stats

@@ -6,7 +6,8 @@
         ▼  transforms     transform.py; clipping.py (clip:NORM)               v -> T_k(…T_1(v; g)…)
         ▼  combiner       combiner.py; streaming: weighted_sum.py (FedAvg),  all updates -> c
         │                 spool: median.py, trimmed_mean.py, krum.py (spool.py reads the files)
-        ▼  server update  server_update.py (identity: g' = c)                 (g, c) -> g'
+        ▼  server update  server_update.py (identity: g' = c); FedAvgM/FedAdam/… (g, c) -> g'
+        │                 from coordinator/server_optimizers/stage.py (--server-optimizer)
         │
     the round's commit: g' written to vectors/round-{r+1}, optimizer state beside it, then the row
 
@@ -16,7 +17,8 @@ from the `--strategy` spec. Each stage documents its math in its own module.
 
 Plugging in: a codec is a `decode.Decoder` subclass registered with `register_decoder` (one file,
 imported below); DP noise is a `transform.Transform`; a secure sum is a streaming
-`combiner.Combiner`; FedAdam & co. are a `server_update.ServerUpdate` with `state`/`load_state`.
+`combiner.Combiner`; FedAdam & co. are a `server_update.ServerUpdate` with `state`/`load_state`
+(`server_optimizers.stage.ServerOptimizerStage`, attached by `configured_strategy`).
 """
 
 from fedort.coordinator.aggregation import decode_codecs  # noqa: F401  (registers raw, fp16, bf16, int8, topk, zstd+)

@@ -34,5 +34,9 @@ class ServerUpdate:
     def load_state(self, state: Mapping[str, np.ndarray]) -> None:
         """Restore what `state()` returned when the round being resumed started."""
 
+    def metrics(self) -> Mapping[str, float]:
+        """Figures of the last `apply`, recorded with the round's metrics (none for the identity)."""
+        return {}
+
     def __str__(self) -> str:
         return self.name

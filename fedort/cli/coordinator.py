@@ -82,6 +82,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--codec", dest="codecs", metavar="SPEC[,SPEC...]",
                        help="update codecs devices may use, e.g. raw,int8,topk (a family admits every parameter; raw "
                             "is always allowed; default: every registered codec); announced at Join")
+    serve.add_argument("--server-optimizer", metavar="SPEC",
+                       help="server update after aggregation: fedavg | fedavgm | fedadagrad | fedadam | fedyogi, "
+                            "options as NAME:KEY=VALUE,... e.g. fedadam:lr=0.01,beta1=0.9,beta2=0.99,tau=1e-3 "
+                            "(default fedavg)")
+    add_async_flags(serve)
     serve.set_defaults(func=serve_command)
 
     status = sub.add_parser("status", help="print rounds, clients and the latest model of a state dir")
@@ -110,9 +115,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     devices.set_defaults(func=devices_command)
 
 
+def add_async_flags(parser: argparse.ArgumentParser) -> None:
+    """--mode and FedBuff's settings (shared by `coordinator serve` and `simulate`)."""
+    parser.add_argument("--mode", choices=("sync", "async"),
+                        help="sync: rounds; async: FedBuff global versions, --rounds of them (default sync)")
+    parser.add_argument("--buffer-size", type=int, metavar="K", help="async: updates per new global version (default 10)")
+    parser.add_argument("--max-staleness", type=int, metavar="S",
+                        help="async: refuse updates trained more than S versions ago (default 10)")
+    parser.add_argument("--staleness-weight", metavar="SPEC",
+                        help="async: weight of a stale update: constant | poly:A | hinge:A,B (default poly:0.5)")
+
+
 _FLAG_KEYS = ("artifacts", "state_dir", "address", "port_file", "rounds", "min_clients", "min_available_clients",
               "fraction", "round_timeout_s", "max_round_attempts", "local_epochs", "batch_size", "lr", "prox_mu",
               "seed", "eval_data", "fraction_evaluate", "client_timeout_s", "keep_spool", "strategy",
+              "server_optimizer", "mode", "buffer_size", "max_staleness", "staleness_weight",
               "tls_cert", "tls_key", "tls_client_ca", "insecure", "auth", "max_streams_per_client", "submissions_per_minute",
               "metrics_address", "codecs")
 

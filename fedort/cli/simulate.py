@@ -51,6 +51,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, help="seeds partitions, selection and local shuffling (default 0)")
     p.add_argument("--strategy", metavar="SPEC", help="aggregation: fedavg | clip:NORM | median | trimmed-mean:BETA | "
                                                       "krum:F | multi-krum:F:M (default fedavg)")
+    p.add_argument("--server-optimizer", metavar="SPEC",
+                   help="server update after aggregation: fedavg | fedavgm | fedadagrad | fedadam | fedyogi, options "
+                        "as NAME:KEY=VALUE,... e.g. fedadam:lr=0.01,tau=1e-3 (default fedavg)")
     p.add_argument("--byzantine-fraction", type=float, metavar="F",
                    help="share of clients that attack with --attack, chosen by --seed (default 0)")
     p.add_argument("--attack", metavar="SPEC", help="sign-flip[:K] | scale:K (default sign-flip, K = 4)")
@@ -66,6 +69,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--state-dir", type=Path, metavar="DIR",
                    help="keep the coordinator state in DIR (e.g. /dev/shm/run1: tmpfs, no disk fsyncs, but the "
                         "state is lost at reboot; default OUT/state)")
+    from fedort.cli.coordinator import add_async_flags
+
+    add_async_flags(p)
+    p.add_argument("--device-speed", metavar="SPEC",
+                   help="simulated compute time per client: uniform | lognormal:SIGMA | slow:F:K, served on a virtual "
+                        "clock by one worker (default uniform: real time)")
+    p.add_argument("--step-seconds", type=float, metavar="S",
+                   help="simulated seconds per local step at speed 1 (default 0.01)")
     p.add_argument("--out", type=Path, help="run folder (default runs/<timestamp>)")
     p.add_argument("--no-progress", dest="progress", action="store_false", default=None, help="no progress bar")
     p.add_argument("--verbose", action="store_true", help="log every coordinator and client event (default: "
@@ -85,7 +96,8 @@ def _run(args: argparse.Namespace) -> int:
     fields = ("clients", "clients_per_round", "fraction", "rounds", "partition", "dataset", "model", "artifacts", "data",
               "local_epochs", "batch_size", "lr", "optimizer", "prox_mu", "backend", "ray_address", "workers", "seed",
               "out", "progress", "export_every", "state_dir",
-              "strategy", "byzantine_fraction", "attack", "straggler_fraction", "straggler_steps", "codec")
+              "strategy", "server_optimizer", "byzantine_fraction", "attack", "straggler_fraction", "straggler_steps",
+              "codec", "mode", "buffer_size", "max_staleness", "staleness_weight", "device_speed", "step_seconds")
     cfg = load_config(args.scenario, {k: getattr(args, k) for k in fields})
     result = run_simulation(cfg)
     print()
