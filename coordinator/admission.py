@@ -8,7 +8,9 @@ length (INVALID_ARGUMENT) and the size limit (RESOURCE_EXHAUSTED); the codec: re
 the aggregation pipeline and allowed by the run (INVALID_ARGUMENT), `payload_bytes` possible for
 the codec's layout (INVALID_ARGUMENT); which global vector the update was trained from
 (`trained_from_sha256`, and for a delta codec `base_sha256`, which must agree): this round's, or
-the work is stale (FAILED_PRECONDITION); num_examples in range.
+the work is stale (FAILED_PRECONDITION); num_examples in range. The asynchronous mode admits
+with `admit_async_update`: the round field is the base version b the update was trained from,
+and the header must name version b's global vector (a delta codec's base is that vector too).
 
 Binding an update to the round's global vector (issue 13, replay into the next round): a device's
 round-r bytes re-sent with only the round field changed name round r's global vector, so they
@@ -21,7 +23,7 @@ stops replays of recorded streams, not a device that lies about what it trained 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -91,9 +93,10 @@ def codec_allowed(allowed: Iterable[str], codec: str) -> bool:
     return codec == "raw" or any(entry == codec or (":" not in entry and entry == family(codec)) for entry in allowed)
 
 
-def check_trained_from(h: UpdateHeader, decoder: Decoder, g: GlobalVector) -> None:
-    """The update was trained from (and, for a delta, is relative to) this round's global vector."""
-    meta, want = h.vector, g.sha256
+def check_trained_from(h: UpdateHeader, decoder: Decoder, want: bytes, trains_from: str) -> None:
+    """The update was trained from (and, for a delta, is relative to) the global vector `want`
+    (`trains_from` names it in messages: "round r trains from", "version b is")."""
+    meta = h.vector
     for name, value in (("trained_from_sha256", h.trained_from_sha256), ("base_sha256", meta.base_sha256)):
         if value and len(value) != 32:
             raise VectorError(f"header {name} must be empty or 32 bytes, got {len(value)}")
@@ -108,10 +111,10 @@ def check_trained_from(h: UpdateHeader, decoder: Decoder, g: GlobalVector) -> No
     if not trained_from:
         raise ProtocolError(f"update header does not name the global vector it was trained from "
                             f"(trained_from_sha256); this coordinator refuses such updates so that an older update "
-                            f"cannot be replayed into round {g.round}: upgrade the device's fedort to one that sends it")
+                            f"cannot be replayed: upgrade the device's fedort to one that sends it")
     if trained_from != want:
-        raise StaleRoundError(f"update was trained from global vector {trained_from.hex()[:16]}…, but round "
-                              f"{g.round} trains from {want.hex()[:16]}…: stale work, poll for the current task")
+        raise StaleRoundError(f"update was trained from global vector {trained_from.hex()[:16]}…, but "
+                              f"{trains_from} {want.hex()[:16]}…: stale work, poll for the current task")
 
 
 def admit_update(h: UpdateHeader, *, model_id: str, length: int, config: CoordinatorConfig, state: RoundState,
@@ -122,6 +125,14 @@ def admit_update(h: UpdateHeader, *, model_id: str, length: int, config: Coordin
     if h.client_id in open_round.reported:
         return None
     check_not_pending(open_round, h.client_id)
+    decoder, payload_bytes = check_update(h, length=length, config=config, trained_from=global_vector.sha256,
+                                          trains_from=f"round {global_vector.round} trains from")
+    return AdmittedUpdate(h, decoder, payload_bytes, global_vector.vector if decoder.delta else None)
+
+
+def check_update(h: UpdateHeader, *, length: int, config: CoordinatorConfig, trained_from: bytes,
+                 trains_from: str) -> tuple[Decoder, int]:
+    """The vector header, codec, payload size, global vector and num_examples checks; (decoder, payload bytes)."""
     meta = h.vector
     if meta.dtype not in DTYPES:
         raise VectorError(f"vector dtype must be one of {sorted(DTYPES)}, got {meta.dtype!r}")
@@ -137,7 +148,19 @@ def admit_update(h: UpdateHeader, *, model_id: str, length: int, config: Coordin
     if not codec_allowed(allowed, codec):
         raise VectorError(f"update codec {codec!r} is not allowed in this run; allowed: {allowed}")
     payload_bytes = decoder.payload_bytes(length, meta.payload_bytes)
-    check_trained_from(h, decoder, global_vector)
+    check_trained_from(h, decoder, trained_from, trains_from)
     if not 1 <= h.num_examples <= config.max_examples:
         raise ProtocolError(f"num_examples must be in 1..{config.max_examples}, got {h.num_examples}")
-    return AdmittedUpdate(h, decoder, payload_bytes, global_vector.vector if decoder.delta else None)
+    return decoder, payload_bytes
+
+
+def admit_async_update(h: UpdateHeader, *, length: int, config: CoordinatorConfig, base_sha256: bytes,
+                       base_vector: Callable[[], np.ndarray]) -> AdmittedUpdate:
+    """Asynchronous mode: an update trained from version b = `h.vector.round` (its staleness and
+    duplicates are checked by the async intake first) must name version b's global vector, whose
+    sha256 is `base_sha256` (FAILED_PRECONDITION otherwise); a delta codec's payload is relative to
+    that vector (`base_vector()`, read only then), not to the current version's."""
+    base = h.vector.round
+    decoder, payload_bytes = check_update(h, length=length, config=config, trained_from=base_sha256,
+                                          trains_from=f"version {base} (the round field) is global vector")
+    return AdmittedUpdate(h, decoder, payload_bytes, base_vector() if decoder.delta else None)

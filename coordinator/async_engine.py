@@ -56,9 +56,11 @@ class BufferFold:
         self.fold(update.codec, update.encoded(), update.num_examples, base)
 
     def fold(self, codec: str, payload: np.ndarray, num_examples: int, base: int) -> None:
+        """Decode with the codec's decoder: a delta codec's values are Δ = x − x_b already, a raw update is x."""
         e = self.engine
-        values = decoder_for(codec).decode(payload, e.length)
-        e.buffer.add(values, num_examples, base, e.version_vector(base))
+        decoder = decoder_for(codec)
+        values = decoder.decode(payload, e.length)
+        e.buffer.add(values, num_examples, base, None if decoder.delta else e.version_vector(base))
 
 
 class AsyncEngine(RoundEngine):
@@ -89,6 +91,17 @@ class AsyncEngine(RoundEngine):
         if g is not None and g.round == version:
             return g.vector
         return read_vector(self.store.vector_path(version), self.length)
+
+    def version_sha256(self, version: int) -> bytes:
+        """sha256 of `version`'s global vector as recorded when it was committed (the initial vector's for 1)."""
+        g = self.global_vector
+        if g is not None and g.round == version:
+            return g.sha256
+        if version <= 1:
+            recorded = self.store.get_meta("initial_vector_sha256")
+        else:
+            recorded = next((r.vector_sha256 for r in self.store.rounds() if r.round == version - 1), None)
+        return bytes.fromhex(recorded or "")
 
     def _open_version(self) -> None:
         self.begin_round()

@@ -1,17 +1,24 @@
-"""The asynchronous mode's update intake: admit against the current version, store durably, fold, maybe commit.
+"""The asynchronous mode's update intake: admit against the update's base version, store durably, fold, maybe commit.
 
-    header ──admit──▶ UpdateReceiver (spool temp, sha256) ──lock──▶ re-check ▶ spool file, ledger row,
-        submission row (acknowledged from here) ▶ fold into the version's buffer ▶ K-th? commit version v + 1
+    header ──admit──▶ slot ──▶ UpdateReceiver (spool temp, sha256, streaming decode check) ──lock──▶ re-check
+        ▶ spool file, ledger row, submission row (acknowledged from here) ▶ fold from the spool into the
+        version's buffer ▶ K-th? commit version v + 1
 
 An update names the version b it was trained on (`UpdateHeader.vector.round`); at current version
 v its staleness is v − b. It is refused with FAILED_PRECONDITION (`TooStaleError`) when v − b > S,
 checked before any byte is stored and again once the bytes arrived (versions may have moved while
-they streamed). One update per client per buffer; a client re-sending an update already counted
-(in this or an earlier buffer) gets a duplicate acknowledgement. Everything after the upload runs
-under the engine's version lock, so folds and the K-th update's commit are serialised: the K-th
-update's acknowledgement comes after version v + 1 is committed, which keeps a simulation on a
-virtual clock deterministic. Reuses the synchronous path's pieces (model check, vector header
-checks, UpdateReceiver, spool layout, submission rows).
+they streamed). Its `trained_from_sha256` must be version b's global vector (the sha256 recorded
+when b was committed; FAILED_PRECONDITION otherwise, INVALID_ARGUMENT if missing), checked by the
+one admission module (`admit_async_update`). Every codec the run allows is accepted: a delta
+codec's payload is relative to version b's global (its base_sha256 must name it), which is
+exactly the Δ the buffer folds, so the fold needs no base vector for it; a raw update is folded as
+x − x_b. One update per client per buffer; a client re-sending an update already counted (in this
+or an earlier buffer) gets a duplicate acknowledgement. Receiving shares the synchronous path's
+`uploads.received` (upload slots, per-client share, whole-upload deadline, monitor counts); slots
+are never cut short by a version commit (an upload in flight joins the next version's buffer).
+Everything after the upload runs under the engine's version lock, so folds and the K-th update's
+commit are serialised: the K-th update's acknowledgement comes after version v + 1 is committed,
+which keeps a simulation on a virtual clock deterministic.
 """
 
 from __future__ import annotations
@@ -22,13 +29,14 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, AsyncIterator
 
-from fedort.coordinator.admission import check_model
-from fedort.coordinator.aggregation import codecs
+from fedort.coordinator.admission import AdmittedUpdate, admit_async_update, check_model
+from fedort.coordinator.aggregation import Update
 from fedort.coordinator.metrics import metrics_json
 from fedort.coordinator.state import SubmissionRow, now_ms
-from fedort.coordinator.upload_stream import UpdateReceiver
+from fedort.coordinator.upload_slots import UploadSlots
+from fedort.coordinator.upload_stream import spool_error
+from fedort.coordinator.uploads import received
 from fedort.durable import fsync_dir
-from fedort.protos.codec import VectorAssembler, check_vector_header
 from fedort.protos.errors import ProtocolError, StaleRoundError
 from fedort.protos.messages import SubmitResult, UpdateHeader
 from fedort.protos.round_state import RoundState
@@ -38,17 +46,19 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MAX_CONCURRENT_UPLOADS = 4     # updates assembled in memory at once: memory stays O(P)
-
-
 class AsyncUploads:
     """The async engine's `submit`: one call per upload stream."""
 
     def __init__(self, engine: "AsyncEngine") -> None:
         self.engine = engine
-        self._slots = asyncio.Semaphore(MAX_CONCURRENT_UPLOADS)
+        cfg = engine.config
+        self.slots = UploadSlots(cfg.max_concurrent_uploads, cfg.uploads_per_client)
         self._temp_counter = 0
         self.busy = False        # (read by the sync engine's helpers; folds here finish before the reply)
+        self.bytes_received: dict[int, int] = {}   # version -> payload bytes of accepted updates
+
+    def round_closed(self, round: int) -> None:
+        """(The synchronous engine's hook) versions do not cut uploads short: they join the next buffer."""
 
     def _check(self, h: UpdateHeader) -> tuple[int, int] | None:
         """(version, staleness) the update would join now, or None if it was already counted (a duplicate)."""
@@ -67,59 +77,61 @@ class AsyncUploads:
                                   f"poll for a task on version {e.round + 1}")
         return e.round, staleness
 
-    def admit(self, h: UpdateHeader) -> VectorAssembler | None:
-        """The assembler to receive into, or None for a duplicate; errors say what was expected."""
+    def admit(self, h: UpdateHeader) -> AdmittedUpdate | None:
+        """What to receive the update with, or None for a duplicate; errors say what was expected."""
         e = self.engine
         check_model(h.vector.model_id, e.model_id)
         if self._check(h) is None:
             return None
-        check_vector_header(h.vector, codecs=codecs(), expected_length=e.length)
-        if not 1 <= h.num_examples <= e.config.max_examples:
-            raise ProtocolError(f"num_examples must be in 1..{e.config.max_examples}, got {h.num_examples}")
-        return VectorAssembler(h.vector, expected_length=e.length, max_length=e.config.max_vector_length,
-                               max_chunk_bytes=e.config.max_chunk_bytes, codecs=codecs())
+        base = h.vector.round
+        return admit_async_update(h, length=e.length, config=e.config, base_sha256=e.version_sha256(base),
+                                  base_vector=lambda: e.version_vector(base))
 
     async def submit(self, h: UpdateHeader, chunks: AsyncIterator[bytes]) -> SubmitResult:
         """Admit, receive, store, fold (and commit a version on the K-th update); acknowledged when this returns."""
         e = self.engine
         e.touch(h.client_id)
-        assembler = self.admit(h)
-        if assembler is None:
+        admitted = self.admit(h)
+        if admitted is None:
             async for _ in chunks:
                 pass
+            e.monitor.update_accepted(duplicate=True)
             return SubmitResult(True, True, h.vector.round, "duplicate: this update was already counted")
-        async with self._slots:
-            self._temp_counter += 1
-            # the version may commit (and its spool folder go) while this streams: temp files live in
-            # spool folder 0, which no version owns, and move into the accepting version's folder
-            receiver = UpdateReceiver(assembler, e.store.layout.spool_temp(0, h.client_id, self._temp_counter))
-            try:
-                async for chunk in chunks:
-                    receiver.add(chunk)
-                vector = await receiver.finish()
-                async with e.version_lock:
-                    return await self._accept(h, vector, receiver.tmp_path)
-            finally:
-                receiver.close()
+        self._temp_counter += 1
+        # the version may commit (and its spool folder go) while this streams: temp files live in
+        # spool folder 0, which no version owns, and move into the accepting version's folder
+        tmp = e.store.layout.spool_temp(0, h.client_id, self._temp_counter)
+        async with received(admitted, tmp, chunks, slots=self.slots, slot_round=0, config=e.config,
+                            monitor=e.monitor):
+            async with e.version_lock:
+                result = await self._accept(h, tmp, admitted.payload_bytes)
+        e.monitor.update_accepted(duplicate=result.duplicate)
+        return result
 
-    async def _accept(self, h: UpdateHeader, vector, spooled: Path) -> SubmitResult:
+    async def _accept(self, h: UpdateHeader, spooled: Path, nbytes: int) -> SubmitResult:
         e = self.engine
         checked = self._check(h)
         if checked is None:
             return SubmitResult(True, True, h.vector.round, "duplicate: this update was already counted")
         version, staleness = checked
         client, base, r = h.client_id, h.vector.round, e.training
+        codec = h.vector.codec or "raw"
         r.pending.add(client)
         try:
             path = e.store.spool_path(version, client)
-            await asyncio.to_thread(_place, spooled, path)
+            try:
+                await asyncio.to_thread(_place, spooled, path)
+            except OSError as err:
+                raise spool_error(err, "place the spooled update") from err
             metrics = metrics_json(h.metrics)
             e.ledger.record(version, client, base)
             e.store.add_submission(SubmissionRow(version, client, h.num_examples, metrics, h.vector.sha256.hex(),
-                                                 e.store.layout.relative(path), now_ms(), h.vector.codec))
+                                                 e.store.layout.relative(path), now_ms(), codec))
             # durable from here on: it counts, and a restart replays it from the spool
             r.record(client, h.num_examples, metrics)
-            await asyncio.to_thread(r.aggregator.fold, h.vector.codec, vector, h.num_examples, base)
+            self.bytes_received[version] = self.bytes_received.get(version, 0) + nbytes
+            update = Update(client, h.num_examples, codec, path)
+            await asyncio.to_thread(r.aggregator.fold, codec, update.encoded(), h.num_examples, base)
         finally:
             r.pending.discard(client)
             e.notify()

@@ -25,11 +25,13 @@ import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, AsyncIterator
 
-from fedort.coordinator.admission import admit_update, check_not_pending, check_open
+from fedort.coordinator.admission import AdmittedUpdate, admit_update, check_not_pending, check_open
 from fedort.coordinator.aggregation import Update
+from fedort.coordinator.config import CoordinatorConfig
 from fedort.coordinator.metrics import metrics_json
 from fedort.coordinator.state import SubmissionRow, now_ms
 from fedort.coordinator.upload_slots import UploadSlots
@@ -39,11 +41,58 @@ from fedort.protos.errors import ResourceExhaustedError, StaleRoundError
 from fedort.protos.messages import SubmitResult, UpdateHeader
 
 if TYPE_CHECKING:
+    from fedort.coordinator.monitoring import Monitoring
     from fedort.coordinator.round_engine import RoundEngine
 
 log = logging.getLogger(__name__)
 
 FOLD_QUEUE = 2                 # acknowledged updates waiting to be folded
+
+
+@asynccontextmanager
+async def received(admitted: AdmittedUpdate, tmp: Path, chunks: AsyncIterator[bytes], *, slots: UploadSlots,
+                   slot_round: int, config: CoordinatorConfig, monitor: "Monitoring") -> AsyncIterator[Path]:
+    """Receive an admitted update into the temp spool file `tmp` under an upload slot and the
+    whole-upload deadline; the body runs once all bytes arrived, checked and fsynced (slot already
+    released), and must rename `tmp` into place to keep it. `slots.abort_round(slot_round)` cuts it short."""
+    cfg = config
+    slot = await slots.acquire(admitted.header.client_id, slot_round, cfg.upload_slot_wait_s)
+    deadline = cfg.upload_grace_s + admitted.payload_bytes / cfg.upload_min_rate_bytes_s
+    recv: asyncio.Future | None = None
+    receiver: UpdateReceiver | None = None
+    try:
+        receiver = UpdateReceiver(admitted, tmp, cfg.max_chunk_bytes)
+
+        async def receive() -> None:
+            async for chunk in chunks:
+                receiver.add(chunk)
+                monitor.bytes_in(len(chunk))
+            await receiver.finish()
+
+        # The receive loop runs as its own task so that the round's close (slots.abort_round) and the
+        # whole-upload deadline can cut it short without cancelling the handler (Python 3.10 has no
+        # Task.uncancel).
+        recv = asyncio.ensure_future(receive())
+        slot.task = recv
+        async with monitor.upload_slot():
+            done, _ = await asyncio.wait({recv}, timeout=deadline)
+        if not done:
+            recv.cancel()
+            raise ResourceExhaustedError(
+                f"upload too slow: {receiver.received} of {admitted.payload_bytes} bytes in {deadline:.0f} s; an "
+                f"update must arrive at >= {cfg.upload_min_rate_bytes_s:g} bytes/s (upload_min_rate_bytes_s, after "
+                f"upload_grace_s {cfg.upload_grace_s:g} s); it was dropped, send it again")
+        if recv.cancelled() and slot.abort is not None:
+            raise slot.abort
+        recv.result()
+        slots.release(slot)
+        yield tmp
+    finally:
+        if recv is not None and not recv.done():
+            recv.cancel()
+        slots.release(slot)
+        if receiver is not None:
+            receiver.close()
 
 
 class Uploads:
@@ -84,44 +133,13 @@ class Uploads:
                 pass
             e.monitor.update_accepted(duplicate=True)
             return SubmitResult(True, True, h.vector.round, "duplicate: this update was already counted")
-        slot = await self.slots.acquire(h.client_id, h.vector.round, cfg.upload_slot_wait_s)
-        deadline = cfg.upload_grace_s + admitted.payload_bytes / cfg.upload_min_rate_bytes_s
         t0 = time.perf_counter()
         self._temp_counter += 1
         tmp = e.store.layout.spool_temp(h.vector.round, h.client_id, self._temp_counter)
-        receiver = UpdateReceiver(admitted, tmp, cfg.max_chunk_bytes)
-
-        async def receive() -> None:
-            async for chunk in chunks:
-                receiver.add(chunk)
-                e.monitor.bytes_in(len(chunk))
-            await receiver.finish()
-
-        # The receive loop runs as its own task so that the round's close (slots.abort_round) and the
-        # whole-upload deadline can cut it short without cancelling this handler (Python 3.10 has no
-        # Task.uncancel).
-        recv = asyncio.ensure_future(receive())
-        slot.task = recv
-        try:
-            async with e.monitor.upload_slot():
-                done, _ = await asyncio.wait({recv}, timeout=deadline)
-            if not done:
-                recv.cancel()
-                raise ResourceExhaustedError(
-                    f"upload too slow: {receiver.received} of {admitted.payload_bytes} bytes in {deadline:.0f} s; an "
-                    f"update must arrive at >= {cfg.upload_min_rate_bytes_s:g} bytes/s (upload_min_rate_bytes_s, after "
-                    f"upload_grace_s {cfg.upload_grace_s:g} s); it was dropped, send it again")
-            if recv.cancelled() and slot.abort is not None:
-                raise slot.abort
-            recv.result()
-            self.slots.release(slot)
+        async with received(admitted, tmp, chunks, slots=self.slots, slot_round=h.vector.round, config=cfg,
+                            monitor=e.monitor):
             t1 = time.perf_counter()
             result = await self._accept(h, tmp, admitted.payload_bytes)
-        finally:
-            if not recv.done():
-                recv.cancel()
-            self.slots.release(slot)
-            receiver.close()
         e.monitor.update_accepted(duplicate=result.duplicate)
         log.debug("update of %s: %.1f MB received in %.0f ms, stored in %.0f ms", h.client_id,
                   admitted.payload_bytes / 1e6, 1000 * (t1 - t0), 1000 * (time.perf_counter() - t1))

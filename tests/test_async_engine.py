@@ -6,6 +6,7 @@ SIGKILLed `fedort coordinator serve --mode async` resumes without losing or doub
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 
 import grpc
@@ -119,8 +120,11 @@ def _download(server: CoordinatorProcess, cid: str, model: str, version: int) ->
 
 
 def _send(server, cid, model, version, vector) -> tuple[np.ndarray, pb.SubmitReply]:
+    """Train from `vector` (version `version`'s global, as downloaded) and submit, naming that vector."""
     update = _local_update(cid, version, vector)
-    parts = [pb.UpdatePart(header=update_header(cid, model, version, update, 10 * (1 + int(cid[-1]))))]
+    trained_from = hashlib.sha256(vector.tobytes()).digest()
+    parts = [pb.UpdatePart(header=update_header(cid, model, version, update, 10 * (1 + int(cid[-1])),
+                                                trained_from=trained_from))]
     parts += [pb.UpdatePart(chunk=c) for c in chunks_of(update)]
     return vector, server.stub.SubmitUpdate(iter(parts), timeout=20)
 
