@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from fedort.protos.secagg.errors import SecAggAborted, SecAggError
-from fedort.protos.secagg.keys import public_of
+from fedort.protos.secagg.keys import KeyPair
 from fedort.protos.secagg.masks import add_signed, pairwise_mask, pairwise_sign, self_mask
 from fedort.protos.secagg.messages import (
     AdvertiseKeys, Roster, SecAggParams, ShareDelivery, ShareKeys, UnmaskRequest, UnmaskResponse, b64, unb64,
@@ -248,11 +248,11 @@ class SecAggServer:
             shares = [r.key_shares[v] for r in self.state.responses.values() if v in r.key_shares]
             if len(shares) < t:
                 raise self._abort(f"{len(shares)} shares of dropped {v}'s mask key arrived, {t} needed")
-            secret = combine_secret(shares, t)
-            if public_of(secret) != self.state.keys[v].mask_public:
+            key = KeyPair.from_seed(combine_secret(shares, t))
+            if key.public != self.state.keys[v].mask_public:
                 raise self._abort(f"the mask key reconstructed for {v} does not match its advertised public key")
             for u in partners:
-                pair = pairwise_mask(self.params, secret, self.state.keys[u].mask_public, u, v)
+                pair = pairwise_mask(self.params, key.private, self.state.keys[u].mask_public, u, v)
                 add_signed(total, pair, -pairwise_sign(u, v))
         weighted, weight = self.params.fixed_point.decode_sum(total)
         self.state.phase = ServerPhase.DONE

@@ -20,7 +20,7 @@ from enum import Enum
 import numpy as np
 
 from fedort.protos.secagg.errors import SecAggError
-from fedort.protos.secagg.keys import KeyPair, agree, open_sealed, seal
+from fedort.protos.secagg.keys import SEED_BYTES, KeyPair, agree, open_sealed, seal
 from fedort.protos.secagg.masks import add_signed, pairwise_mask, pairwise_sign, self_mask
 from fedort.protos.secagg.messages import (
     AdvertiseKeys, Roster, SecAggParams, ShareDelivery, ShareKeys, UnmaskRequest, UnmaskResponse, b64, unb64,
@@ -51,8 +51,9 @@ class SecAggClient:
         self.neighbours = params.neighbours[client_id]
         self.phase = ClientPhase.ADVERTISE
         self._cipher = KeyPair.generate()
-        self._mask = KeyPair.generate()
-        self._seed = os.urandom(32)
+        self._mask_seed = os.urandom(SEED_BYTES)        # shared: recovers the mask key if we drop
+        self._mask = KeyPair.from_seed(self._mask_seed)
+        self._seed = os.urandom(SEED_BYTES)             # shared: recovers our self mask if we survive
         self._roster: dict[str, AdvertiseKeys] = {}
         self._held: dict[str, tuple[int, bytes, bytes]] = {}  # sender -> (index, key share, seed share)
         self._revealed_keys: set[str] = set()
@@ -68,7 +69,7 @@ class SecAggClient:
         return AdvertiseKeys(self.client_id, self._cipher.public, self._mask.public)
 
     def share_keys(self, roster: Roster) -> ShareKeys:
-        """Shamir-share s_sk and b among the neighbours in `roster`, one sealed bundle each."""
+        """Shamir-share the seeds of s_sk and of b among the neighbours in `roster`, one sealed bundle each."""
         self._expect(ClientPhase.SHARE_KEYS)
         peers = {k: v for k, v in roster.keys.items() if k != self.client_id}
         strangers = sorted(set(peers) - set(self.neighbours))
@@ -84,7 +85,7 @@ class SecAggClient:
             raise SecAggError("roster repeats a public key (every client must have its own)")
         self._roster = dict(peers)
         holders = sorted(peers)
-        key_shares = split_secret(self._mask.private, self.params.threshold, len(holders))
+        key_shares = split_secret(self._mask_seed, self.params.threshold, len(holders))
         seed_shares = split_secret(self._seed, self.params.threshold, len(holders))
         sealed = {}
         for holder, (index, k_share), (_, b_share) in zip(holders, key_shares, seed_shares):

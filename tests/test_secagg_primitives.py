@@ -53,6 +53,11 @@ def test_x25519_agreement_is_symmetric_and_bound_to_info():
     assert public_of(u.private) == u.public
 
 
+def test_a_key_pair_from_a_seed_is_reproducible():
+    seed = os.urandom(16)
+    assert KeyPair.from_seed(seed) == KeyPair.from_seed(seed) != KeyPair.from_seed(os.urandom(16))
+
+
 def test_sealed_share_refuses_other_associated_data():
     key = os.urandom(32)
     box = seal(key, b"share", b"to:a")
@@ -61,8 +66,8 @@ def test_sealed_share_refuses_other_associated_data():
         open_sealed(key, box, b"to:b")
 
 
-def test_shamir_recovers_32_bytes_from_threshold_shares_only():
-    secret = os.urandom(32)
+def test_shamir_recovers_16_bytes_from_threshold_shares_only():
+    secret = os.urandom(16)
     shares = split_secret(secret, 3, 5)
     assert combine_secret(shares[2:], 3) == secret
     assert combine_secret(shares[:2] + shares[4:], 3) == secret
@@ -92,5 +97,5 @@ def test_messages_round_trip_through_bytes():
     assert SecAggParams.from_bytes(params.to_bytes()) == params
     keys = AdvertiseKeys("a", os.urandom(32), os.urandom(32))
     assert AdvertiseKeys.from_bytes(keys.to_bytes()) == keys
-    resp = UnmaskResponse("a", {"b": (1, os.urandom(32))}, {"c": (2, os.urandom(32))})
+    resp = UnmaskResponse("a", {"b": (1, os.urandom(16))}, {"c": (2, os.urandom(16))})
     assert UnmaskResponse.from_bytes(resp.to_bytes()) == resp

@@ -2,7 +2,8 @@
 
 Each client holds two X25519 key pairs per round, as in Bonawitz et al.: the *c* pair derives
 the AEAD keys that encrypt the Shamir shares it sends to a neighbour through the coordinator,
-the *s* pair derives the pairwise mask seeds. `agree` binds the derived key to the round and the
+the *s* pair derives the pairwise mask seeds; it comes from a 16-byte seed (`from_seed`) so that
+its Shamir shares are as small as pycryptodome's 16-byte sharing allows. `agree` binds the derived key to the round and the
 purpose through HKDF's `info`, so one Diffie-Hellman result never yields the same key twice.
 """
 
@@ -20,6 +21,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from fedort.protos.secagg.errors import SecAggError
 
 KEY_BYTES = 32
+SEED_BYTES = 16
 _NONCE_BYTES = 12
 _RAW = dict(encoding=serialization.Encoding.Raw, format=serialization.PublicFormat.Raw)
 
@@ -34,13 +36,30 @@ class KeyPair:
 
     @classmethod
     def generate(cls) -> "KeyPair":
-        key = X25519PrivateKey.generate()
+        return cls._of(X25519PrivateKey.generate())
+
+    @classmethod
+    def from_seed(cls, seed: bytes) -> "KeyPair":
+        """The key pair derived from a 16-byte seed (HKDF-SHA256): what the mask key is, so that
+        only the 16-byte seed needs Shamir sharing."""
+        if len(seed) != SEED_BYTES:
+            raise SecAggError(f"key seed must be {SEED_BYTES} bytes, got {len(seed)}")
+        raw = derive(seed, b"fedort-secagg x25519 mask key")
+        return cls._of(X25519PrivateKey.from_private_bytes(raw))
+
+    @classmethod
+    def _of(cls, key: X25519PrivateKey) -> "KeyPair":
         return cls(
             key.private_bytes(
                 serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
             ),
             key.public_key().public_bytes(**_RAW),
         )
+
+
+def derive(seed: bytes, info: bytes) -> bytes:
+    """32 bytes from a seed: HKDF-SHA256 with `info` (expands 16-byte seeds into keys)."""
+    return HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=info).derive(seed)
 
 
 def public_of(private: bytes) -> bytes:
@@ -56,7 +75,7 @@ def agree(private: bytes, peer_public: bytes, info: bytes) -> bytes:
         )
     except ValueError as exc:  # wrong length or a small-order point (all-zero shared secret)
         raise SecAggError(f"X25519 key agreement refused the peer's public key: {exc}") from exc
-    return HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=info).derive(secret)
+    return derive(secret, info)
 
 
 def seal(key: bytes, plaintext: bytes, aad: bytes) -> bytes:

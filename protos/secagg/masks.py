@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedort.protos.secagg.keys import agree
+from fedort.protos.secagg.keys import agree, derive
 from fedort.protos.secagg.messages import SecAggParams
 from fedort.protos.secagg.prg import expand
 
@@ -26,7 +26,9 @@ def pairwise_mask(params: SecAggParams, private: bytes, peer_public: bytes, u: s
 
 
 def self_mask(params: SecAggParams, seed: bytes) -> np.ndarray:
-    return expand(seed, params.length + 1, params.fixed_point.bits)
+    """PRG(b_u): the 16-byte seed b_u is stretched to a ChaCha20 key with HKDF first."""
+    key = derive(seed, params.info("self", "", ""))
+    return expand(key, params.length + 1, params.fixed_point.bits)
 
 
 def add_signed(acc: np.ndarray, mask: np.ndarray, sign: int) -> None:

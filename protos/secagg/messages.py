@@ -132,7 +132,7 @@ class Roster(_Json):
 
 @dataclass(frozen=True)
 class ShareKeys(_Json):
-    """sender -> one sealed bundle per neighbour (its Shamir shares of s_sk and of the seed b)."""
+    """sender -> one sealed bundle per neighbour (its Shamir shares of the s_sk seed and of b)."""
 
     client_id: str
     sealed: Mapping[str, bytes]
@@ -176,7 +176,7 @@ class UnmaskRequest(_Json):
 
 @dataclass(frozen=True)
 class UnmaskResponse(_Json):
-    """Shares as (index, 32 bytes): of dropped neighbours' s_sk, of surviving neighbours' seed b."""
+    """Shares as (index, 16 bytes): of dropped neighbours' mask-key seed, of survivors' self-mask seed b."""
 
     client_id: str
     key_shares: Mapping[str, tuple[int, bytes]]
