@@ -158,3 +158,60 @@ def test_no_masked_vector_correlates_with_its_clients_update():
         masked = clients[c].masked_input(server.delivery_for(c), updates[c])
         as_float = params.fixed_point.to_signed(masked)[:-1].astype(np.float64)
         assert abs(np.corrcoef(as_float, updates[c])[0, 1]) < 0.1
+
+
+def _through_share_keys(params):
+    server = SecAggServer(params)
+    clients = {c: SecAggClient(c, params) for c in params.cohort}
+    for c in clients.values():
+        server.receive_keys(c.advertise())
+    server.close_advertise()
+    for c in params.cohort:
+        server.receive_shares(clients[c].share_keys(server.roster_for(c)))
+    server.close_share_keys()
+    return server, clients
+
+
+def test_a_tampered_share_bundle_is_refused_by_its_recipient():
+    params = make_params(4, 10)
+    server, clients = _through_share_keys(params)
+    delivery = server.delivery_for("c000")
+    sender = next(iter(delivery.sealed))
+    box = bytearray(delivery.sealed[sender])
+    box[-1] ^= 1
+    tampered = type(delivery)({**delivery.sealed, sender: bytes(box)})
+    with pytest.raises(SecAggError, match="authentication"):
+        clients["c000"].masked_input(tampered, np.zeros(10))
+
+
+def test_a_bundle_rerouted_to_another_client_is_refused():
+    params = make_params(4, 10)
+    server, clients = _through_share_keys(params)
+    stolen = server.delivery_for("c001").sealed["c002"]
+    forged = type(server.delivery_for("c000"))({**server.delivery_for("c000").sealed, "c002": stolen})
+    with pytest.raises(SecAggError, match="authentication"):
+        clients["c000"].masked_input(forged, np.zeros(10))
+
+
+def test_a_message_in_the_wrong_phase_names_the_phase():
+    params = make_params(4, 10)
+    server = SecAggServer(params)
+    with pytest.raises(SecAggError, match="expected phase masked_input, in advertise"):
+        server.receive_masked_input("c000", np.zeros(11, dtype=np.uint64))
+
+
+def test_a_masked_input_from_outside_the_cohort_is_refused():
+    params = make_params(4, 10)
+    server, _ = _through_share_keys(params)
+    with pytest.raises(SecAggError, match="not in this phase's set"):
+        server.receive_masked_input("intruder", np.zeros(11, dtype=np.uint64))
+
+
+def test_the_device_side_never_imports_the_coordinator():
+    import subprocess
+    import sys
+
+    code = ("import sys, fedort.edge_client.secagg_client, fedort.edge_client.local_dp; "
+            "print(sorted(m for m in sys.modules if m.startswith('fedort.coordinator')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]"
