@@ -11,7 +11,8 @@ sealed shares it cannot open and masked vectors that are uniform mod 2^b on thei
 holds a clear individual update. A client whose secrets can no longer be recovered (fewer than T
 of its neighbours left) is excluded while that is still safe (phases 0-1), and the round aborts
 with SecAggAborted naming the reason when it is not (phases 2-3) or when fewer than T survive.
-`snapshot()`/`restore()` give the durable state: JSON (`SecAggServerState`) + the accumulator.
+`dump()`/`load()` (or `snapshot()`/`restore()`) give the durable state: JSON (`SecAggServerState`)
+plus the accumulator; persist after every accepted message and every close_*.
 """
 
 from __future__ import annotations
@@ -106,6 +107,17 @@ class SecAggServer:
         """(state JSON, accumulator copy): write both atomically, the accumulator first."""
         return self.state.to_bytes(), self.accumulator.copy()
 
+    def dump(self) -> bytes:
+        """State and accumulator in one blob (8-byte length, JSON, raw uint64 LE), for one atomic
+        file write: the fold and the survivor list it belongs to can then never disagree."""
+        state = self.state.to_bytes()
+        return len(state).to_bytes(8, "little") + state + self.accumulator.astype("<u8").tobytes()
+
+    @classmethod
+    def load(cls, blob: bytes) -> "SecAggServer":
+        n = int.from_bytes(blob[:8], "little")
+        return cls.restore(blob[8:8 + n], np.frombuffer(blob[8 + n:], dtype="<u8"))
+
     @classmethod
     def restore(cls, state: bytes, accumulator: np.ndarray) -> "SecAggServer":
         server = cls.__new__(cls)
@@ -189,12 +201,13 @@ class SecAggServer:
         return ShareDelivery({s: m[client_id] for s, m in self.state.sealed.items() if client_id in m})
 
     # ---- phase 2: masked input ----------------------------------------------------------
-    def receive_masked_input(self, client_id: str, masked: np.ndarray) -> None:
-        """Fold one masked vector into the accumulator (mod 2^b); a second one is refused."""
+    def receive_masked_input(self, client_id: str, masked: np.ndarray) -> bool:
+        """Fold one masked vector into the accumulator (mod 2^b). False, and nothing folded, when
+        this client's input is already in (a retry after a lost ack or a coordinator restart)."""
         self._expect(ServerPhase.MASKED_INPUT)
         self._known(client_id, self.state.u2, "masked input")
         if client_id in self.state.u3:
-            raise SecAggError(f"client {client_id} already sent its masked input this round")
+            return False
         y = np.asarray(masked)
         if y.dtype != np.uint64 or y.shape != self.accumulator.shape:
             raise SecAggError(f"masked input must be uint64 of shape {self.accumulator.shape}, got {y.dtype} {y.shape}")
@@ -203,6 +216,7 @@ class SecAggServer:
         np.add(self.accumulator, y, out=self.accumulator)
         self.accumulator &= self.params.fixed_point.modulus_mask
         self.state.u3.append(client_id)
+        return True
 
     def close_masked_input(self) -> UnmaskRequest:
         self._expect(ServerPhase.MASKED_INPUT)

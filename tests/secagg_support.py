@@ -24,10 +24,25 @@ def make_params(n: int, length: int, degree: int | None = None, threshold: int |
 def run_round(params: SecAggParams, updates: dict[str, np.ndarray], *,
               drop_before_keys: Iterable[str] = (), drop_before_shares: Iterable[str] = (),
               drop_before_upload: Iterable[str] = (), drop_before_unmask: Iterable[str] = (),
-              server: SecAggServer | None = None) -> SecAggResult:
-    """One full round; each `drop_*` set vanishes just before that phase."""
+              server: SecAggServer | None = None, reload: bool = False) -> SecAggResult:
+    """One full round; each `drop_*` set vanishes just before that phase. `reload`: the server is
+    dumped and loaded again (a coordinator restart) after every message and every phase close."""
     gone: set[str] = set(drop_before_keys)
-    server = server or SecAggServer(params)
+    holder = [server or SecAggServer(params)]
+
+    class _Restarting:
+        def __getattr__(self, name):
+            attr = getattr(holder[0], name)
+            if not callable(attr) or not reload:
+                return attr
+
+            def call(*a, **kw):  # look the method up now: the arguments may have reloaded the server
+                out = getattr(holder[0], name)(*a, **kw)
+                holder[0] = SecAggServer.load(holder[0].dump())
+                return out
+            return call
+
+    server = _Restarting()
     clients = {c: SecAggClient(c, params) for c in params.cohort if c not in gone}
     for c, client in clients.items():
         server.receive_keys(client.advertise())
@@ -46,7 +61,7 @@ def run_round(params: SecAggParams, updates: dict[str, np.ndarray], *,
     for c in request.survivors:
         if c not in gone:
             server.receive_unmask(clients[c].unmask(request))
-    return server.finish()
+    return holder[0].finish()
 
 
 def quantized_sum(params: SecAggParams, updates: dict[str, np.ndarray], ids: Sequence[str]) -> np.ndarray:
