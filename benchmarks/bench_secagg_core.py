@@ -9,8 +9,8 @@ of dropped clients), classic SecAgg (K = n - 1) and SecAgg+ (K = 16 where n > 17
   (open K bundles, encode, K X25519 agreements + K + 1 PRG expansions of P + 1 uint64), per client;
 - server `fold` (add one masked vector mod 2^b) per client and `unmask` (finish(): Shamir
   reconstructions + PRG expansions for every survivor's self mask and every dropped client's
-  pairwise masks), plus the number of reconstructions and expansions it needed, and the measured
-  cost of one of each (so the breakdown is visible);
+  pairwise masks), plus the number of reconstructions and expansions it needed, and the median
+  cost of one of each over 5 calls (so the breakdown is visible);
 - the upload size: 8 (P + 1) bytes as uint64, and ceil(b (P + 1) / 8) if packed to b bits.
 
     python benchmarks/bench_secagg_core.py            # full grid, a few minutes on 2 cores
@@ -40,6 +40,15 @@ def _params(n: int, length: int, degree: int) -> SecAggParams:
     deg = effective_degree(n, degree)
     return SecAggParams(1, ids, default_threshold(deg), degree, os.urandom(16),
                         FixedPoint.for_cohort(n, clip=1.0, scale=2.0**16), length)
+
+
+def _median_time(fn, repeats: int = 5) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 def one_round(n: int, length: int, degree: int, drop: float) -> dict:
@@ -82,12 +91,8 @@ def one_round(n: int, length: int, degree: int, drop: float) -> dict:
     combines = len(request.survivors) + sum(1 for v in request.dropped if set(params.neighbours[v]) & survivors)
     deg = effective_degree(n, degree)
     shares = split_secret(os.urandom(16), params.threshold, deg)
-    t0 = time.perf_counter()
-    combine_secret(shares, params.threshold)
-    one_combine = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    expand(os.urandom(32), length + 1, params.fixed_point.bits)
-    one_expand = time.perf_counter() - t0
+    one_combine = _median_time(lambda: combine_secret(shares, params.threshold))
+    one_expand = _median_time(lambda: expand(os.urandom(32), length + 1, params.fixed_point.bits))
     bits = params.fixed_point.bits
     return {
         "n": n, "P": length, "K": deg, "T": params.threshold, "bits": bits, "dropped": len(request.dropped),
