@@ -37,6 +37,7 @@ expected and what arrived.
 | max_streams_per_client | 4 | downloads/uploads one client may have in progress at once (0 disables) |
 | stream_idle_timeout_s | 30 | an upload that sends nothing this long is dropped (frees its slot) |
 | submissions_per_minute | 60 | per-client rate of updates and evaluations, token bucket (0 disables) |
+| secagg, secagg_* , dp_* | off | privacy: see `coordinator.privacy_config` (NOT YET APPLIED by the round engine) |
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from fedort.coordinator.aggregation import parse_strategy
+from fedort.coordinator.privacy_config import privacy_problems
 from fedort.protos.codec import CHUNK_BYTES, MAX_CHUNK_BYTES
 from fedort.edge_client.tomlfile import read_table
 from fedort.protos.errors import ConfigError
@@ -95,6 +97,15 @@ class CoordinatorConfig:
     max_streams_per_client: int = 4
     stream_idle_timeout_s: float = 30.0
     submissions_per_minute: float = 60.0
+    secagg: bool = False
+    secagg_threshold: int | None = None
+    secagg_neighbours: int | None = None
+    secagg_clip: float = 1.0
+    secagg_scale: float = 65536.0
+    dp_noise_multiplier: float = 0.0
+    dp_clip: str | None = None
+    dp_delta: float = 1e-5
+    dp_target_epsilon: float | None = None
     extra: Mapping[str, str] = field(default_factory=dict)  # passed to clients in TrainConfig.extra
 
     def __post_init__(self) -> None:
@@ -178,6 +189,9 @@ class CoordinatorConfig:
              "max_streams_per_client must be an integer >= 0 (0 disables)", self.max_streams_per_client)
         need(_number(self.submissions_per_minute) and self.submissions_per_minute >= 0,
              "submissions_per_minute must be >= 0 (0 disables)", self.submissions_per_minute)
+        problems = privacy_problems({f.name: getattr(self, f.name) for f in dataclasses.fields(self)}, self.strategy)
+        if problems:
+            raise ConfigError("; ".join(problems))
 
     def check_transport_security(self) -> None:
         """ConfigError unless the server is told to use TLS or, explicitly, plaintext."""

@@ -51,6 +51,16 @@ class SimulationConfig:
     straggler_fraction: float = 0.0           # share of clients (seeded choice) doing partial work
     straggler_steps: int = 1                  # ... at most this many local optimizer steps per round
     progress: bool = True
+    # privacy (issue 10): parsed and validated here, not yet applied (coordinator.privacy_config)
+    secagg: bool = False
+    secagg_threshold: int | None = None
+    secagg_neighbours: int | None = None
+    secagg_clip: float = 1.0
+    secagg_scale: float = 65536.0
+    dp_noise_multiplier: float = 0.0
+    dp_clip: str | None = None
+    dp_delta: float = 1e-5
+    dp_target_epsilon: float | None = None
     out: Path = field(default_factory=lambda: Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
 
     def __post_init__(self) -> None:
@@ -105,6 +115,7 @@ class SimulationConfig:
                 check(value)
             except ConfigError as e:
                 problems.append(str(e))
+        problems += _privacy_problems(self)
         if problems:
             raise ConfigError("; ".join(problems))
 
@@ -132,6 +143,12 @@ def _check_strategy(spec: str) -> None:
     from fedort.coordinator.aggregation import parse_strategy
 
     parse_strategy(spec)
+
+
+def _privacy_problems(cfg: "SimulationConfig") -> list[str]:
+    from fedort.coordinator.privacy_config import privacy_problems
+
+    return privacy_problems({f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}, cfg.strategy)
 
 
 def _check_attack(spec: str) -> None:

@@ -24,6 +24,7 @@ from fedort.coordinator.config import CoordinatorConfig
 from fedort.protos.round_state import RoundState
 from fedort.coordinator.server import Coordinator
 from fedort.coordinator.status import format_status, offline_status
+from fedort.cli.privacy_flags import PRIVACY_KEYS, add_privacy_flags, refuse_unwired_privacy
 
 log = logging.getLogger("coordinator")
 
@@ -73,6 +74,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="per-client rate of updates and evaluations; 0 disables (default 60)")
     serve.add_argument("--strategy", metavar="SPEC", help="aggregation: fedavg | clip:NORM | median | trimmed-mean:BETA | "
                        "krum:F | multi-krum:F:M (default fedavg)")
+    add_privacy_flags(serve)
     serve.set_defaults(func=serve_command)
 
     status = sub.add_parser("status", help="print rounds, clients and the latest model of a state dir")
@@ -103,12 +105,13 @@ _FLAG_KEYS = ("artifacts", "state_dir", "address", "port_file", "rounds", "min_c
 
 def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
     """Defaults < --config TOML < flags."""
-    return CoordinatorConfig.load(args.config, **{k: getattr(args, k) for k in _FLAG_KEYS})
+    return CoordinatorConfig.load(args.config, **{k: getattr(args, k) for k in _FLAG_KEYS + PRIVACY_KEYS})
 
 
 def serve_command(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     config.check_transport_security()   # before anything else: say at once that TLS or --insecure is needed
+    refuse_unwired_privacy(config.to_json_dict())
     return asyncio.run(serve(config))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from fedort.cli.privacy_flags import PRIVACY_KEYS, add_privacy_flags, refuse_unwired_privacy
 from fedort.simulations.config import BACKENDS, load_config
 
 EPILOG = """\
@@ -62,6 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", dest="progress", action="store_false", default=None, help="no progress bar")
     p.add_argument("--verbose", action="store_true", help="log every coordinator and client event (default: "
                                                           "progress bar and summary only)")
+    add_privacy_flags(p)
     p.set_defaults(func=_run)
 
 
@@ -78,7 +80,8 @@ def _run(args: argparse.Namespace) -> int:
               "local_epochs", "batch_size", "lr", "optimizer", "prox_mu", "backend", "ray_address", "workers", "seed",
               "out", "progress",
               "strategy", "byzantine_fraction", "attack", "straggler_fraction", "straggler_steps")
-    cfg = load_config(args.scenario, {k: getattr(args, k) for k in fields})
+    cfg = load_config(args.scenario, {k: getattr(args, k) for k in fields + PRIVACY_KEYS})
+    refuse_unwired_privacy(cfg.to_dict())
     result = run_simulation(cfg)
     print()
     print(result.summary)
