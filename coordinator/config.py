@@ -37,7 +37,7 @@ expected and what arrived.
 | max_streams_per_client | 4 | downloads/uploads one client may have in progress at once (0 disables) |
 | stream_idle_timeout_s | 30 | an upload that sends nothing this long is dropped (frees its slot) |
 | submissions_per_minute | 60 | per-client rate of updates and evaluations, token bucket (0 disables) |
-| secagg, secagg_* , dp_* | off | privacy: see `coordinator.privacy_config` (NOT YET APPLIED by the round engine) |
+| secagg, secagg_* , dp_* | off | privacy: see `coordinator.privacy_config`, applied by `coordinator.privacy_round` |
 """
 
 from __future__ import annotations

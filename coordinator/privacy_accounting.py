@@ -79,3 +79,18 @@ def rounds_within_budget(q: float, z: float, delta: float, target_eps: float) ->
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if epsilon(q, z, mid, delta) <= target_eps else (lo, mid)
     return lo
+
+
+def epsilon_for_rates(rates: list[float], z: float, delta: float) -> float:
+    """Epsilon after one round per entry of `rates` (each round's own sampling rate q), at `delta`."""
+    if not rates:
+        return 0.0
+    for q in set(rates):
+        _check(q, z, delta)
+    if z == 0.0:
+        return math.inf
+    accountant = rdp.RdpAccountant()
+    for q in sorted(set(rates)):
+        accountant.compose(round_event(q, z), rates.count(q))
+    with _quiet_absl():
+        return float(accountant.get_epsilon(delta))

@@ -20,6 +20,9 @@ from typing import Any
 
 from fedort.protos.errors import ConfigError
 
+PRIVACY_KEYS = ("secagg", "secagg_threshold", "secagg_neighbours", "secagg_clip", "secagg_scale",
+                "dp_noise_multiplier", "dp_clip", "dp_delta", "dp_target_epsilon")
+
 # strategies that need individual updates in the clear; refused with --secagg
 ROBUST_PREFIXES = ("median", "trimmed-mean", "krum", "multi-krum")
 
@@ -80,6 +83,12 @@ def privacy_problems(values: dict[str, Any], strategy: str) -> list[str]:
         v = g(name)
         if v is not None and not (_num(v) and v > 0):
             out.append(f"{name} must be a finite number > 0, got {v!r}")
+    if g("dp_clip") is not None and str(strategy).split(":")[0] != "fedavg":
+        out.append(f"dp_clip replaces the strategy by DP-FedAvg (clip each delta, noise on the sum); "
+                   f"strategy {strategy!r} cannot be combined with it (use fedavg)")
+    if g("secagg") and str(g("dp_clip") or "").startswith("adaptive"):
+        out.append("adaptive clipping needs each client's clipped/not-clipped bit in the clear; with secagg use a "
+                   "fixed --dp-clip C")
     z = g("dp_noise_multiplier")
     if z is not None and not (_num(z) and z >= 0):
         out.append(f"dp_noise_multiplier must be a finite number >= 0, got {z!r}")
@@ -100,17 +109,3 @@ def privacy_problems(values: dict[str, Any], strategy: str) -> list[str]:
         out.append("dp_target_epsilon needs dp_noise_multiplier > 0 (without noise epsilon is infinite)")
     return out
 
-
-def privacy_requested(values: dict[str, Any]) -> list[str]:
-    """The privacy settings that are switched on (for the not-yet-wired guard and logs)."""
-    on = []
-    if values.get("secagg"):
-        on.append("secagg")
-    for name in ("dp_noise_multiplier", "dp_clip", "dp_target_epsilon"):
-        if values.get(name):
-            on.append(name)
-    return on
-
-
-NOT_WIRED = ("privacy settings {names} are parsed and validated but the round engine does not apply them "
-             "yet (issue 10); refusing to run a round that would silently ignore them")

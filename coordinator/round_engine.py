@@ -31,6 +31,7 @@ import numpy as np
 from fedort.coordinator.aggregation import Strategy, parse_strategy
 from fedort.coordinator.config import CoordinatorConfig
 from fedort.coordinator.evaluation import EvaluationPhase
+from fedort.coordinator.privacy_round import PrivacyPlan
 from fedort.coordinator.export import Exporter
 from fedort.coordinator.recovery import drop_spool, recover, save_server_state, sha256_of
 from fedort.coordinator.registry import ClientRegistry
@@ -83,7 +84,8 @@ class RoundEngine(TaskDispatch):
         self.model_id = self.manifest.model_id
         self.length = self.manifest.parameter_count
         self.registry = ClientRegistry(store, config.client_timeout_s, on_change=self.notify)
-        self.strategy = strategy or parse_strategy(config.strategy)
+        self.privacy = PrivacyPlan(config)
+        self.strategy = self.privacy.strategy(strategy or parse_strategy(config.strategy))
         self.state = RoundState.WAITING_FOR_CLIENTS
         self.round = 1
         self.deadline_ms = 0
@@ -170,9 +172,13 @@ class RoundEngine(TaskDispatch):
             resumed = self._resumed if self._recovered else await self.recover()
             if self._finished.is_set():
                 return self._outcome
+            stopped = None
             while self.round <= self.config.rounds:
                 if not resumed:
                     await self._wait_for_clients()
+                    if stopped := self.privacy.budget_stop(self):
+                        log.warning("%s", stopped)
+                        break
                     self.begin_round()
                     self._select(attempt=1)
                 resumed = False
@@ -183,8 +189,8 @@ class RoundEngine(TaskDispatch):
                 if self.round <= self.config.rounds:
                     self.transition(RoundState.WAITING_FOR_CLIENTS, f"round {self.round} is next")
             await self.evaluation.run()
-            self.store.set_meta(run_state=RunState.DONE.value)
-            self.finish(RoundState.DONE, f"{self.config.rounds} rounds completed")
+            self.store.set_meta(run_state=RunState.DONE.value, **({"run_message": stopped} if stopped else {}))
+            self.finish(RoundState.DONE, stopped or f"{self.config.rounds} rounds completed")
         except asyncio.CancelledError:
             raise
         except Exception as e:  # an unplanned error must end the run visibly, not hang it
@@ -236,6 +242,7 @@ class RoundEngine(TaskDispatch):
         r.attempt, r.selected, r.closing = attempt, selected, False
         r.deadline_ms = self.deadline_ms = now_ms() + int(self.config.round_timeout_s * 1000)
         self.store.open_round(self.round, attempt, selected, r.deadline_ms)
+        self.privacy.round_opened(self)
         self.transition(RoundState.TRAINING, why)
 
     async def _train(self) -> bool:
@@ -271,7 +278,7 @@ class RoundEngine(TaskDispatch):
         sha = sha256_of(vector)
         await asyncio.to_thread(atomic_write, self.store.vector_path(self.round + 1), vector)
         await asyncio.to_thread(save_server_state, self, self.round + 1)
-        metrics = r.metrics.means()
+        metrics = {**r.metrics.means(), **self.privacy.round_metrics(self)}
         self.store.commit_round(self.round, sha.hex(), len(r.reported), r.examples, metrics)
         log.info("round %d: committed %d updates over %d examples; metrics %s", self.round, len(r.reported),
                  r.examples, {k: round(v, 5) for k, v in metrics.items()})

@@ -46,6 +46,7 @@ from fedort.edge_client import local_round
 from fedort.edge_client.artifacts import Manifest
 from fedort.edge_client.cache import ArtifactCache, IdentityLock
 from fedort.edge_client.client_data import ClientData
+from fedort.edge_client.local_dp import LocalDP
 from fedort.edge_client.edge_config import EdgeConfig
 from fedort.edge_client.heartbeat import Heartbeat
 from fedort.edge_client.joining import Joining
@@ -244,6 +245,9 @@ class EdgeClient(Joining):
         if self.config.update_hook is not None:  # research/testing hook (e.g. a simulated Byzantine client)
             result = replace(result, vector=np.ascontiguousarray(
                 self.config.update_hook(task, vector, result.vector), dtype=np.float32))
+        if self.config.local_dp_clip is not None:  # local DP: nothing leaves the device unclipped or noiseless
+            result = replace(result, vector=LocalDP(float(self.config.local_dp_clip),
+                                                    float(self.config.local_dp_noise))(task, vector, result.vector))
         self._pending = _Pending(task.round, result.vector, result.num_examples, dict(result.metrics),
                                  time.monotonic() - started, cached)
         return self._submit_pending()

@@ -51,7 +51,7 @@ class SimulationConfig:
     straggler_fraction: float = 0.0           # share of clients (seeded choice) doing partial work
     straggler_steps: int = 1                  # ... at most this many local optimizer steps per round
     progress: bool = True
-    # privacy (issue 10): parsed and validated here, not yet applied (coordinator.privacy_config)
+    # privacy (issue 10): validated by coordinator.privacy_config, applied by coordinator.privacy_round
     secagg: bool = False
     secagg_threshold: int | None = None
     secagg_neighbours: int | None = None

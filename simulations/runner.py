@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fedort.coordinator import CoordinatorConfig
+from fedort.coordinator.privacy_config import PRIVACY_KEYS
 from fedort.coordinator.state_layout import StateLayout
 from fedort.edge_client.artifacts import Manifest, build_artifacts, verify_artifacts
 from fedort.edge_client.models import builtin_model
@@ -78,6 +79,7 @@ def coordinator_config(cfg: SimulationConfig, artifacts: Path, state_dir: Path, 
         lr=cfg.lr, reset_optimizer=cfg.reset_optimizer, prox_mu=cfg.prox_mu, seed=cfg.seed, eval_data=eval_data,
         client_timeout_s=0,                # virtual clients are polled once a round, not heartbeating
         strategy=cfg.strategy,
+        **{k: getattr(cfg, k) for k in PRIVACY_KEYS},
         # local, loopback-only run of our own virtual clients: plaintext, no device tokens, no rate limit
         insecure=True, auth="open", submissions_per_minute=0,
     )

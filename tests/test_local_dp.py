@@ -26,3 +26,12 @@ def test_delta_is_clipped_before_noise():
 def test_a_negative_noise_is_refused():
     with pytest.raises(ConfigError, match="local_dp_noise"):
         LocalDP(clip=1.0, noise=-1.0)
+
+
+def test_edge_config_refuses_local_dp_noise_without_a_clip():
+    from fedort.edge_client.edge_config import EdgeConfig
+
+    with pytest.raises(ConfigError, match="needs local_dp_clip"):
+        EdgeConfig("127.0.0.1:1", local_dp_noise=1.0)
+    with pytest.raises(ConfigError, match="local_dp_clip must be > 0"):
+        EdgeConfig("127.0.0.1:1", local_dp_clip=-1.0)

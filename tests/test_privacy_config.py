@@ -1,4 +1,4 @@
-"""Privacy settings: parsed and validated in both configs; refused at run time until wired."""
+"""Privacy settings: parsed and validated in both configs; adaptive clipping refused with secagg."""
 
 from __future__ import annotations
 
@@ -34,13 +34,10 @@ def test_coordinator_config_refuses_noise_without_a_clip(tmp_path):
 
 def test_simulation_config_accepts_secagg_with_central_dp():
     cfg = load_config(None, {"secagg": True, "secagg_neighbours": 8, "dp_noise_multiplier": 1.0,
-                             "dp_clip": "adaptive:0.5", "dp_target_epsilon": 8.0})
-    assert cfg.secagg and cfg.dp_clip == "adaptive:0.5"
+                             "dp_clip": "1.0", "dp_target_epsilon": 8.0})
+    assert cfg.secagg and cfg.dp_clip == "1.0"
 
 
-def test_serve_refuses_privacy_flags_until_the_engine_applies_them(tmp_path, capsys):
-    from fedort.cli import main
-
-    code = main(["coordinator", "serve", "--artifacts", str(tmp_path), "--state-dir", str(tmp_path / "s"),
-                 "--insecure", "--secagg"])
-    assert code != 0 and "not apply them yet" in capsys.readouterr().err
+def test_adaptive_clipping_with_secagg_is_refused():
+    with pytest.raises(ConfigError, match="adaptive clipping"):
+        load_config(None, {"secagg": True, "dp_noise_multiplier": 1.0, "dp_clip": "adaptive"})

@@ -24,7 +24,7 @@ from fedort.coordinator.config import CoordinatorConfig
 from fedort.protos.round_state import RoundState
 from fedort.coordinator.server import Coordinator
 from fedort.coordinator.status import format_status, offline_status
-from fedort.cli.privacy_flags import PRIVACY_KEYS, add_privacy_flags, refuse_unwired_privacy
+from fedort.cli.privacy_flags import PRIVACY_KEYS, add_privacy_flags
 
 log = logging.getLogger("coordinator")
 
@@ -111,7 +111,6 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
 def serve_command(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     config.check_transport_security()   # before anything else: say at once that TLS or --insecure is needed
-    refuse_unwired_privacy(config.to_json_dict())
     return asyncio.run(serve(config))
 
 

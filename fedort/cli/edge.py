@@ -62,6 +62,10 @@ def register(subparsers) -> None:
     run.add_argument("--poll-wait-ms", type=int, metavar="MS", help="long-poll hold time (default 20000)")
     run.add_argument("--give-up-after", type=float, metavar="SECONDS",
                      help="stop retrying an unreachable coordinator after this long (default 300)")
+    run.add_argument("--local-dp-clip", metavar="C", type=float,
+                     help="local DP: clip this device's update delta to L2 norm C before upload")
+    run.add_argument("--local-dp-noise", metavar="Z", type=float,
+                     help="local DP: add Gaussian noise of std Z*C per value before upload (needs --local-dp-clip)")
     run.add_argument("--debug-modules", metavar="FILE", help=argparse.SUPPRESS)
     run.set_defaults(func=_run)
     edge.set_defaults(func=lambda args: (edge.print_help(), 2)[1])
@@ -87,7 +91,8 @@ def _run(args: argparse.Namespace) -> int:
     overrides = {"coordinator": args.coordinator, "data": args.data, "cache_dir": args.cache_dir,
                  "name": args.name, "client_id": args.client_id, "insecure": args.insecure,
                  "ca_file": args.ca_file, "cert_file": args.cert, "key_file": args.key,
-                 "credential": _token(args), "poll_wait_ms": args.poll_wait_ms}
+                 "credential": _token(args), "poll_wait_ms": args.poll_wait_ms,
+                 "local_dp_clip": args.local_dp_clip, "local_dp_noise": args.local_dp_noise}
     if args.give_up_after is not None:
         overrides["backoff"] = Backoff(give_up_after_s=args.give_up_after)
     config = EdgeConfig.load(args.config, **overrides)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fedort.cli.privacy_flags import PRIVACY_KEYS, add_privacy_flags, refuse_unwired_privacy
+from fedort.cli.privacy_flags import PRIVACY_KEYS, add_privacy_flags
 from fedort.simulations.config import BACKENDS, load_config
 
 EPILOG = """\
@@ -81,7 +81,6 @@ def _run(args: argparse.Namespace) -> int:
               "out", "progress",
               "strategy", "byzantine_fraction", "attack", "straggler_fraction", "straggler_steps")
     cfg = load_config(args.scenario, {k: getattr(args, k) for k in fields + PRIVACY_KEYS})
-    refuse_unwired_privacy(cfg.to_dict())
     result = run_simulation(cfg)
     print()
     print(result.summary)
