@@ -10,7 +10,9 @@ codec is accepted iff the aggregation pipeline has a decoder for it), the model'
 
 from __future__ import annotations
 
-from fedort.coordinator.aggregation import codecs
+from dataclasses import replace
+
+from fedort.coordinator.aggregation import codecs, decoder_for
 from fedort.coordinator.config import CoordinatorConfig
 from fedort.coordinator.training_round import TrainingRound
 from fedort.protos.codec import VectorAssembler, check_vector_header
@@ -54,5 +56,8 @@ def admit_update(h: UpdateHeader, *, model_id: str, length: int, config: Coordin
     check_vector_header(meta, codecs=codecs(), expected_length=length)
     if not 1 <= h.num_examples <= config.max_examples:
         raise ProtocolError(f"num_examples must be in 1..{config.max_examples}, got {h.num_examples}")
-    return VectorAssembler(meta, expected_length=length, max_length=config.max_vector_length,
+    words = decoder_for(meta.codec).payload_words(length)   # a codec's payload may differ from P float32
+    if words != length:
+        meta = replace(meta, length=words)
+    return VectorAssembler(meta, expected_length=words, max_length=config.max_vector_length * words // max(length, 1),
                            max_chunk_bytes=config.max_chunk_bytes, codecs=codecs())

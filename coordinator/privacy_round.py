@@ -69,6 +69,8 @@ class PrivacyPlan:
         self.rate = r.expected_clients / r.population
         if self.dp is not None:
             self.dp.open_round(r.expected_clients)
+        if engine.secagg is not None:
+            engine.secagg.round_opened()
 
     def _rates(self, engine: "RoundEngine") -> list[float]:
         return [float(row.metrics[RATE]) for row in engine.store.rounds()

@@ -32,6 +32,7 @@ from fedort.coordinator.aggregation import Strategy, parse_strategy
 from fedort.coordinator.config import CoordinatorConfig
 from fedort.coordinator.evaluation import EvaluationPhase
 from fedort.coordinator.privacy_round import PrivacyPlan
+from fedort.coordinator.secagg_round import SecAggRound
 from fedort.coordinator.export import Exporter
 from fedort.coordinator.recovery import drop_spool, recover, save_server_state, sha256_of
 from fedort.coordinator.registry import ClientRegistry
@@ -93,6 +94,7 @@ class RoundEngine(TaskDispatch):
         self.global_vector: GlobalVector | None = None
         self.evaluation = EvaluationPhase(self)
         self.uploads = Uploads(self)
+        self.secagg = SecAggRound(self) if config.secagg else None
         self._changed = asyncio.Event()
         self._finished = asyncio.Event()
         self._outcome: RunOutcome | None = None
@@ -247,6 +249,8 @@ class RoundEngine(TaskDispatch):
 
     async def _train(self) -> bool:
         """Wait for the open round to close, retrying it as needed; False if the run failed."""
+        if self.secagg is not None:                 # the protocol's phases decide (see secagg_round)
+            return await self.secagg.train()
         cfg, r = self.config, self.training
         while True:
             await wait_for_close(self)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fedort.coordinator.aggregation import decoder_for
 from fedort.protos.codec import VectorAssembler
 from fedort.protos.errors import VectorError
 
@@ -59,6 +60,8 @@ class UpdateReceiver:
         if self._sync is not None:
             self._sync.result()
         os.fsync(self._fd)
+        if not decoder_for(self.assembler.meta.codec).float_payload:
+            return True                     # e.g. a masked secagg-u64 update: integers, not float values
         # the float64 sum of finite float32 values cannot overflow: a finite sum <=> all values finite
         return math.isfinite(float(np.add.reduce(vector, dtype=np.float64)))
 

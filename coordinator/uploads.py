@@ -28,7 +28,9 @@ from fedort.coordinator.metrics import metrics_json
 from fedort.coordinator.state import SubmissionRow, now_ms
 from fedort.durable import fsync_dir
 from fedort.coordinator.upload_stream import UpdateReceiver
+from fedort.protos.errors import ProtocolError
 from fedort.protos.messages import SubmitResult, UpdateHeader
+from fedort.protos.secagg.task import SECAGG_CODEC
 
 if TYPE_CHECKING:
     from fedort.coordinator.round_engine import RoundEngine
@@ -61,6 +63,7 @@ class Uploads:
         """Admit, receive, store and count one update; acknowledged only when this returns."""
         e = self.engine
         e.touch(h.client_id)
+        check_codec(e, h)
         assembler = admit_update(h, model_id=e.model_id, length=e.length, config=e.config, state=e.state,
                                  current=e.round, open_round=e.training)
         if assembler is None:
@@ -127,6 +130,14 @@ class Uploads:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+
+
+def check_codec(e: "RoundEngine", h: UpdateHeader) -> None:
+    """Masked uploads exactly when the run uses secure aggregation (never a clear update under --secagg)."""
+    if e.secagg is not None:
+        e.secagg.check_upload(h)
+    elif h.vector.codec == SECAGG_CODEC:
+        raise ProtocolError(f"codec {SECAGG_CODEC!r} is for secure aggregation, which this run does not use")
 
 
 def _place(tmp: Path, path: Path) -> None:

@@ -47,6 +47,7 @@ from fedort.edge_client.artifacts import Manifest
 from fedort.edge_client.cache import ArtifactCache, IdentityLock
 from fedort.edge_client.client_data import ClientData
 from fedort.edge_client.local_dp import LocalDP
+from fedort.edge_client.secagg_flow import SecAggFlow
 from fedort.edge_client.edge_config import EdgeConfig
 from fedort.edge_client.heartbeat import Heartbeat
 from fedort.edge_client.joining import Joining
@@ -248,6 +249,17 @@ class EdgeClient(Joining):
         if self.config.local_dp_clip is not None:  # local DP: nothing leaves the device unclipped or noiseless
             result = replace(result, vector=LocalDP(float(self.config.local_dp_clip),
                                                     float(self.config.local_dp_noise))(task, vector, result.vector))
+        if task.secagg:   # secure aggregation: only a masked vector leaves the device (edge_client.secagg_flow)
+            chunk = min(CHUNK_BYTES, self._join.max_chunk_bytes or CHUNK_BYTES)
+            self.phase = "secure aggregation"
+            try:
+                reply = SecAggFlow(self.transport, self.client_id, self.model_id, task, self._call,
+                                   self.config.poll_wait_ms).run(vector, result.vector, result.num_examples,
+                                                                 dict(result.metrics), chunk)
+            finally:
+                self.phase = "idle"
+            return self._report(task.round, "fit", result.num_examples, dict(result.metrics),
+                                time.monotonic() - started, reply, cached)
         self._pending = _Pending(task.round, result.vector, result.num_examples, dict(result.metrics),
                                  time.monotonic() - started, cached)
         return self._submit_pending()

@@ -259,6 +259,15 @@ class Transport:
         r = self._unary(self._stub.PollTask, req, wait_ms / 1000 + self.config.rpc_timeout_s)
         return Task.from_pb(r)
 
+    def secagg_step(self, client_id: str, model_id: str, round: int, step: int, payload: bytes,
+                    wait_ms: int) -> tuple[bool, bytes]:
+        """One secure-aggregation step (held up to wait_ms until its phase closes): (ready, reply payload)."""
+        wait_ms = max(0, min(int(wait_ms), MAX_POLL_WAIT_MS))
+        req = pb.SecAggRequest(client_id=client_id, model_id=model_id, round=round, step=step, payload=payload,
+                               wait_ms=wait_ms)
+        r = self._unary(self._stub.SecAgg, req, wait_ms / 1000 + self.config.rpc_timeout_s)
+        return r.ready, bytes(r.payload)
+
     def download_vector(self, client_id: str, model_id: str, round: int, *,
                         expected_length: int | None = None, expected_sha256: bytes | None = None) -> np.ndarray:
         """The global vector of `round`, checked against its header (and what the Task announced)."""

@@ -52,15 +52,13 @@ class RoundAggregator:
         """Fold one durable update in (call from one thread at a time: streaming combiners are not thread-safe)."""
         combiner = self.strategy.combiner
         if combiner.streaming:
-            decoder = decoder_for(update.codec)
-            payload = update.encoded()
             if self.strategy.transforms:
-                values = decoder.decode(payload, self.length)
+                values = decoder_for(update.codec).decode(update.encoded(), self.length)
                 for t in self.strategy.transforms:
                     values = t.apply(values, self.global_vector, update)
                 combiner.fold(as_blocks(values), update.num_examples)
             else:
-                combiner.fold(decoder.blocks(payload, self.length), update.num_examples)
+                combiner.fold_update(update, self.length)
         with self._lock:
             self._spooled.append(SpooledUpdate(update.client_id, update.path, update.num_examples))
             self._examples += update.num_examples

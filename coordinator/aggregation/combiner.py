@@ -19,7 +19,9 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from fedort.coordinator.aggregation.decode import decoder_for
 from fedort.coordinator.aggregation.spool import SpooledUpdate
+from fedort.coordinator.aggregation.update import Update
 
 
 class Combiner:
@@ -32,6 +34,11 @@ class Combiner:
     def fold(self, blocks: Iterable[tuple[int, np.ndarray]], weight: float) -> None:
         """Streaming: add one update, given as its (start, float32 block) pairs in order, with `weight`."""
         raise NotImplementedError(f"combiner {self.name} reads the spool at round close; it folds nothing")
+
+    def fold_update(self, update: Update, length: int) -> None:
+        """Streaming: fold one durable update (decoded by its codec). A combiner that needs the
+        update's identity (the secure sum: whose masked input) overrides this instead of `fold`."""
+        self.fold(decoder_for(update.codec).blocks(update.encoded(), length), update.num_examples)
 
     def combine(self, spooled: Sequence[SpooledUpdate], global_vector: np.ndarray) -> np.ndarray:
         """The round's combined float32 vector (spool combiners read `spooled`; streaming ones ignore it)."""

@@ -21,6 +21,11 @@ class Decoder:
     """Payload bytes of one codec -> float32 values. Subclasses implement `decode` or `blocks` (or both)."""
 
     codec = ""
+    float_payload = True      # the payload is float32 values: the upload path checks them finite
+
+    def payload_words(self, length: int) -> int:
+        """Size of the payload of a length-P update in 4-byte words (P for raw float32)."""
+        return length
 
     def decode(self, payload: np.ndarray, length: int) -> np.ndarray:
         """All `length` values as one float32 array (a view of `payload` where the codec allows)."""

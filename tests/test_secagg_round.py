@@ -1,0 +1,43 @@
+"""Secure aggregation end to end over real gRPC: the edge flow, the coordinator's phases, dropouts."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from fedort.coordinator import RoundState
+from coordinator_fixtures import P_MLP, mlp_artifacts, start_coordinator, stub_client  # noqa: F401
+from secagg_devices import deltas_for, run_devices
+
+SCALE = 65536.0
+
+
+def _quantized_mean(deltas, ids, examples) -> np.ndarray:
+    """The example-weighted mean of the deltas of `ids` as the fixed point encodes them."""
+    s = sum(np.rint(np.clip(deltas[c].astype(np.float64), -1, 1) * examples[c] * SCALE) for c in ids)
+    return s / SCALE / sum(examples[c] for c in ids)
+
+
+async def _vectors(coord, client, cid, model):
+    _, start = await client.download_vector(cid, model, 1)
+    _, final = await client.download_vector(cid, model, 2)
+    return start, final
+
+
+async def test_a_secagg_round_commits_the_fedavg_of_the_quantized_updates(start_coordinator, stub_client):
+    ids = [f"dev-{i:02d}" for i in range(5)]
+    coord = await start_coordinator(rounds=1, min_clients=5, secagg=True, round_timeout_s=30)
+    deltas = deltas_for(ids, P_MLP)
+    examples = {c: 10 + 7 * i for i, c in enumerate(ids)}
+    outcomes = await asyncio.to_thread(run_devices, coord.port, deltas, None, examples)
+    assert all(o == [("accepted", "accepted")] for o in outcomes.values()), outcomes
+    assert (await asyncio.wait_for(coord.wait_done(), 30)).state is RoundState.DONE
+    client = stub_client(coord.port)
+    model = (await client.join(ids[0])).model_id
+    start, final = await _vectors(coord, client, ids[0], model)
+    expected = start.astype(np.float64) + _quantized_mean(deltas, ids, examples)
+    np.testing.assert_allclose(final, expected, atol=1e-6)        # float32 rounding of g + mean only
+    plain = start + sum(deltas[c] * examples[c] for c in ids) / sum(examples.values())
+    np.testing.assert_allclose(final, plain, atol=2 / SCALE)     # within quantization error of plain FedAvg
