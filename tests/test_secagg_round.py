@@ -41,3 +41,36 @@ async def test_a_secagg_round_commits_the_fedavg_of_the_quantized_updates(start_
     np.testing.assert_allclose(final, expected, atol=1e-6)        # float32 rounding of g + mean only
     plain = start + sum(deltas[c] * examples[c] for c in ids) / sum(examples.values())
     np.testing.assert_allclose(final, plain, atol=2 / SCALE)     # within quantization error of plain FedAvg
+
+
+@pytest.mark.parametrize("drop, counted", [("upload", "survivors"), ("unmask", "all")])
+async def test_30_percent_of_20_dropping_the_round_completes(start_coordinator, stub_client, drop, counted):
+    """Dropping before the masked upload: the survivors' average. After it: counted (its masks removed)."""
+    ids = [f"dev-{i:02d}" for i in range(20)]
+    coord = await start_coordinator(rounds=1, min_clients=20, secagg=True, round_timeout_s=4)
+    deltas = deltas_for(ids, P_MLP, seed=3)
+    examples = {c: 10 for c in ids}
+    dropped = ids[::3][:6]
+    outcomes = await asyncio.to_thread(run_devices, coord.port, deltas, {c: drop for c in dropped}, examples)
+    assert all(outcomes[c][0][0] == "vanished" for c in dropped)
+    assert all(outcomes[c] == [("accepted", "accepted")] for c in ids if c not in dropped), outcomes
+    assert (await asyncio.wait_for(coord.wait_done(), 30)).state is RoundState.DONE
+    client = stub_client(coord.port)
+    model = (await client.join(ids[0])).model_id
+    start, final = await _vectors(coord, client, ids[0], model)
+    members = [c for c in ids if c not in dropped] if counted == "survivors" else ids
+    np.testing.assert_allclose(final, start.astype(np.float64) + _quantized_mean(deltas, members, examples), atol=1e-6)
+
+
+async def test_fewer_than_t_survivors_fail_the_round_cleanly(start_coordinator, stub_client):
+    ids = [f"dev-{i}" for i in range(5)]
+    coord = await start_coordinator(rounds=1, min_clients=5, secagg=True, secagg_neighbours=4, secagg_threshold=3,
+                                    round_timeout_s=3)
+    deltas = deltas_for(ids, P_MLP)
+    outcomes = await asyncio.to_thread(run_devices, coord.port, deltas, {c: "upload" for c in ids[:3]})
+    assert all(outcomes[c][0][0] == "stale" for c in ids[3:]), outcomes
+    outcome = await asyncio.wait_for(coord.wait_done(), 30)
+    assert outcome.state is RoundState.FAILED and outcome.rounds_completed == 0
+    assert "2 clients left after masked input, the threshold is 3" in outcome.message
+    assert "global model is unchanged" in coord.engine.status().message
+    assert not (coord.engine.store.vector_path(2)).exists()        # no next global vector was written
