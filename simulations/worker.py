@@ -14,13 +14,14 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from fedort.edge_client.cache import ArtifactCache
 from fedort.edge_client.client import EdgeClient, EdgeConfig, RoundReport
 from fedort.edge_client.retry import Backoff
 from fedort.edge_client.transport import ChannelConfig, Transport
-from fedort.protos.messages import TaskKind
+from fedort.protos.messages import Task, TaskKind
 from fedort.simulations.attacks import parse_attack
 from fedort.simulations.population import ClientArrays, DataSource, VirtualClient
 
@@ -144,11 +145,17 @@ def serve_clients(plan: WorkerPlan, transport: Transport, clients: list[EdgeClie
 def _poll_each(clients: list[EdgeClient], stats: WorkerStats) -> str:
     """Poll every client once (no waiting) and do whatever work it is given."""
     done = 0
+    secagg: list[tuple[EdgeClient, Task]] = []
     for client in clients:
         task = client.poll(0)
         stats.polls += 1
         if task.kind == TaskKind.DONE:
             done += 1
+        elif task.kind is TaskKind.FIT and task.secagg:
+            secagg.append((client, task))
         elif task.kind in (TaskKind.FIT, TaskKind.EVALUATE):
             client.handle(task)
+    if secagg:   # secure aggregation: a phase closes only when the whole cohort got there, so run them together
+        with ThreadPoolExecutor(max_workers=len(secagg), thread_name_prefix="fedort-secagg") as pool:
+            list(pool.map(lambda ct: ct[0].handle(ct[1]), secagg))
     return "done" if done == len(clients) else "more"

@@ -74,3 +74,28 @@ async def test_fewer_than_t_survivors_fail_the_round_cleanly(start_coordinator, 
     assert "2 clients left after masked input, the threshold is 3" in outcome.message
     assert "global model is unchanged" in coord.engine.status().message
     assert not (coord.engine.store.vector_path(2)).exists()        # no next global vector was written
+
+
+async def test_secagg_with_dp_commits_the_clipped_deltas_over_the_expected_cohort(start_coordinator, stub_client):
+    ids = [f"dev-{i}" for i in range(4)]
+    coord = await start_coordinator(rounds=1, min_clients=4, secagg=True, dp_clip="0.5", round_timeout_s=30)
+    deltas = deltas_for(ids, P_MLP, seed=5)                 # ‖d‖ ≈ 0.98 > 0.5: every delta is clipped on the device
+    outcomes = await asyncio.to_thread(run_devices, coord.port, deltas, None, {c: 10 + i for i, c in enumerate(ids)})
+    assert all(o == [("accepted", "accepted")] for o in outcomes.values()), outcomes
+    assert (await asyncio.wait_for(coord.wait_done(), 30)).state is RoundState.DONE
+    client = stub_client(coord.port)
+    model = (await client.join(ids[0])).model_id
+    start, final = await _vectors(coord, client, ids[0], model)
+    clipped = sum(d.astype(np.float64) * 0.5 / np.linalg.norm(d.astype(np.float64)) for d in deltas.values())
+    np.testing.assert_allclose(final, start + clipped / 4, atol=4 / SCALE)   # unweighted, over n_exp = 4
+
+
+def test_each_device_adds_its_share_z_c_over_root_n_of_the_noise():
+    from fedort.edge_client.secagg_flow import private_delta
+    from fedort.protos.secagg.task import SecAggTask
+    from secagg_support import make_params
+
+    task = SecAggTask(make_params(4, 10), "unit", dp_clip=0.5, dp_noise_std=1.2 * 0.5 / 2)
+    g = np.zeros(200_000, np.float32)
+    noise = private_delta(task, g, g, np.random.default_rng(3))
+    assert noise.std() == pytest.approx(1.2 * 0.5 / 2, rel=0.02)

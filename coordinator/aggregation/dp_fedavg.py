@@ -7,15 +7,15 @@
 The denominator n_exp is the EXPECTED cohort (the round's selection size, fixed before any update
 arrives), so one client changes the released sum by at most C: the sensitivity the noise is
 calibrated to. Each client counts once (num_examples is not a weight under DP). z_Δ = z without
-adaptive clipping, else `adaptive_clip.delta_noise_multiplier(z, σ_b)` so the two Gaussian queries
-together spend the configured z. With distributed noise (secure aggregation) the clients add
+adaptive clipping, else `adaptive_clip.delta_noise_multiplier(z, σ_b)` with σ_b = max(n_exp/20, z),
+so the two Gaussian queries together spend the configured z. With distributed noise (secure aggregation) the clients add
 the noise and `NoisedSum` adds none. The clip state (C, and the adaptive parameters) is the
 server update's durable state, saved with each commit and restored on restart.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -47,7 +47,10 @@ class DPClipState:
         """Fix n_exp for the round now opening (and start adaptive clipping on the first one)."""
         self.expected_clients = expected_clients
         if self.adaptive_quantile is not None and self.adaptive is None:
-            self.adaptive = AdaptiveClip.for_cohort(expected_clients, self.adaptive_quantile)
+            a = AdaptiveClip.for_cohort(expected_clients, self.adaptive_quantile)
+            # σ_b = n_exp/20 (the paper's choice for large cohorts), but at least z: then the count query
+            # takes at most a quarter of the budget, z_Δ ≤ 1.155·z, also for small cohorts
+            self.adaptive = replace(a, count_std=max(a.count_std, self.noise_multiplier))
 
     @property
     def current_clip(self) -> float:
