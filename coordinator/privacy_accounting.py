@@ -81,16 +81,17 @@ def rounds_within_budget(q: float, z: float, delta: float, target_eps: float) ->
     return lo
 
 
-def epsilon_for_rates(rates: list[float], z: float, delta: float) -> float:
-    """Epsilon after one round per entry of `rates` (each round's own sampling rate q), at `delta`."""
-    if not rates:
+
+def epsilon_for_rounds(rounds: list[tuple[float, float]], delta: float) -> float:
+    """Epsilon after one round per (q, z) entry (each round's own sampling rate and noise multiplier)."""
+    if not rounds:
         return 0.0
-    for q in set(rates):
+    for q, z in set(rounds):
         _check(q, z, delta)
-    if z == 0.0:
+    if any(z == 0.0 for _, z in rounds):
         return math.inf
     accountant = rdp.RdpAccountant()
-    for q in sorted(set(rates)):
-        accountant.compose(round_event(q, z), rates.count(q))
+    for q, z in sorted(set(rounds)):
+        accountant.compose(round_event(q, z), rounds.count((q, z)))
     with _quiet_absl():
         return float(accountant.get_epsilon(delta))

@@ -8,9 +8,12 @@ The round engine asks this object four things, each one call:
 - `round_opened(engine)`: fixes the round's expected cohort n_exp (its selection size) and the
   sampling rate q = n_exp / population (registered clients) before any update arrives.
 - `round_metrics()`: `epsilon` after this round (dp-accounting's RDP accountant over every
-  committed round's q, `dp_sampling_rate`) — stored with the round's metrics, so it reaches
+  committed round's q and z, `dp_sampling_rate` and `dp_noise_multiplier`; under secure
+  aggregation z·√(m/n) when only m of the n_exp clients' noise reached the sum) — stored with the round's metrics, so it reaches
   metrics.csv/json, `fedort coordinator status` and the round's model.json.
-- `budget_stop(engine)`: with a target ε, the reason to stop before a round whose ε would exceed it.
+- `budget_stop(engine)`: with a target ε, the reason to stop before a round whose ε would exceed it
+  (predicted with the configured z: under secure aggregation, dropouts in that round can still
+  push its ε past the target; the committed ε says so).
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from typing import TYPE_CHECKING
 from fedort.coordinator.aggregation import Strategy
 from fedort.coordinator.aggregation.dp_fedavg import DPClip, DPClipState, DPClipUpdate, NoisedSum
 from fedort.coordinator.config import CoordinatorConfig
-from fedort.coordinator.privacy_accounting import epsilon_for_rates
+import math
+
+from fedort.coordinator.privacy_accounting import epsilon_for_rounds
 from fedort.coordinator.privacy_config import parse_dp_clip
 from fedort.coordinator.selection import sample_size
 from fedort.protos.round_state import RoundRowState
@@ -32,6 +37,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("fedort.coordinator.round_engine")
 
 RATE = "dp_sampling_rate"
+NOISE = "dp_noise_multiplier"        # the round's effective z (under secagg: z·√(m/n) when m of n added noise)
 
 
 class PrivacyPlan:
@@ -72,24 +78,32 @@ class PrivacyPlan:
         if engine.secagg is not None:
             engine.secagg.round_opened()
 
-    def _rates(self, engine: "RoundEngine") -> list[float]:
-        return [float(row.metrics[RATE]) for row in engine.store.rounds()
+    def _history(self, engine: "RoundEngine") -> list[tuple[float, float]]:
+        z = self.dp.noise_multiplier
+        return [(float(row.metrics[RATE]), float(row.metrics.get(NOISE, z))) for row in engine.store.rounds()
                 if RoundRowState(row.state).committed and RATE in row.metrics]
+
+    def _round_z(self, engine: "RoundEngine") -> float:
+        """z of the round being committed: with distributed noise only the m contributing clients added theirs."""
+        z = self.dp.noise_multiplier
+        if engine.secagg is not None and engine.secagg.result is not None:
+            m, n = len(engine.secagg.result.survivors), engine.secagg.expected_clients
+            return z * math.sqrt(min(m, n) / n)
+        return z
 
     def round_metrics(self, engine: "RoundEngine") -> dict[str, float]:
         """`epsilon` (and this round's q) to store with the round being committed."""
         if not self.accounting or self.rate is None:
             return {}
-        rates = self._rates(engine) + [self.rate]
-        eps = epsilon_for_rates(rates, self.dp.noise_multiplier, self.config.dp_delta)
-        out = {RATE: self.rate, "epsilon": eps}
+        z = self._round_z(engine)
+        eps = epsilon_for_rounds(self._history(engine) + [(self.rate, z)], self.config.dp_delta)
+        out = {RATE: self.rate, NOISE: z, "epsilon": eps}
         if self.dp.adaptive is not None:
             out["dp_clip"] = self.dp.adaptive.clip
         return out
 
     def epsilon_so_far(self, engine: "RoundEngine") -> float:
-        rates = self._rates(engine)
-        return epsilon_for_rates(rates, self.dp.noise_multiplier, self.config.dp_delta) if rates else 0.0
+        return epsilon_for_rounds(self._history(engine), self.config.dp_delta)
 
     def budget_stop(self, engine: "RoundEngine") -> str | None:
         """Why round `engine.round` must not run under --dp-target-epsilon (None: it may)."""
@@ -100,7 +114,7 @@ class PrivacyPlan:
         population = max(len(engine.registry), 1)
         available = len(engine.registry.available())
         q = min(1.0, sample_size(available, cfg.fraction, cfg.min_clients) / population)
-        eps = epsilon_for_rates(self._rates(engine) + [q], self.dp.noise_multiplier, cfg.dp_delta)
+        eps = epsilon_for_rounds(self._history(engine) + [(q, self.dp.noise_multiplier)], cfg.dp_delta)
         if eps <= target:
             return None
         return (f"privacy budget: stopped before round {engine.round}, whose epsilon would be {eps:.4g} > "
