@@ -7,11 +7,12 @@
     ─▶ AGGREGATING (the unmasked SUM only) ─▶ the usual commit
 
 `SecAggServer` (coordinator/secagg_server.py) holds the protocol state; this module drives it,
-answers the `SecAgg` RPC and makes it durable: after every accepted message, every masked input
-folded and every phase close, `server.dump()` (state + uint64 accumulator) is written atomically
-to `secagg/round-NNNN.bin` before the client is answered. A restarted coordinator loads that
-file and resumes in the phase it recorded; masked inputs acknowledged but not yet folded are
-folded from the spool on replay (a repeated one is a no-op, never double-counted). The spool
+answers the `SecAgg` RPC and makes it durable: after every accepted message and phase close the
+protocol state is written atomically to `secagg/round-NNNN.state` before the client is answered,
+and the uint64 sum with it (`.sum`) when masked-input collection closes. Masked inputs are durable
+like any update (spool file + row, acknowledged after both); a restart during their collection
+folds them again from the spool into a fresh accumulator, after it the recorded sum is used, so
+each is counted exactly once. A restarted coordinator resumes in the phase it recorded. The spool
 only ever holds masked vectors. A phase that ends with fewer than T clients (or a client whose
 masks can no longer be removed) aborts: the round fails with the reason in status and log,
 the global model unchanged; its masked inputs are forgotten, so a restart begins the round anew.
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from fedort.coordinator.secagg_server import SecAggResult, SecAggServer, ServerPhase
+from fedort.coordinator.secagg_server import SecAggResult, SecAggServer, SecAggServerState, ServerPhase
 from fedort.coordinator.state import TransitionRow, now_ms
 from fedort.durable import atomic_write
 from fedort.protos.dp_noise import distributed_noise_std
@@ -70,21 +71,29 @@ class SecAggRound:
         self._task_bytes = b""
         self.result: SecAggResult | None = None
         self.lock = threading.Lock()
+        self._seq = 0
         engine.strategy.combiner.bind(self)
 
     # ---- durable state -----------------------------------------------------------------------------
+    # Two files per round, each written atomically and tagged with a sequence number: `.state` (the
+    # protocol state as JSON, after every accepted message) and `.sum` (state + uint64 accumulator,
+    # when masked-input collection closes). While masked inputs are collected nothing is written
+    # per input: they are durable in the spool (with their rows), and a restart in that phase
+    # rebuilds the accumulator by folding them again from zero.
 
-    def path(self, round: int):
-        return self.engine.store.dir / "secagg" / f"round-{round:04d}.bin"
+    def path(self, round: int, kind: str = "state"):
+        return self.engine.store.dir / "secagg" / f"round-{round:04d}.{kind}"
 
-    def _write(self) -> None:
+    def _write(self, with_sum: bool = False) -> None:
         with self.lock:
-            blob = self.server.dump()
-        self.path(self.round).parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.path(self.round), blob)
+            self._seq += 1
+            blob = self._seq.to_bytes(8, "little") + (self.server.dump() if with_sum else self.server.state.to_bytes())
+        path = self.path(self.round, "sum" if with_sum else "state")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, blob)
 
-    async def persist(self) -> None:
-        await asyncio.to_thread(self._write)
+    async def persist(self, with_sum: bool = False) -> None:
+        await asyncio.to_thread(self._write, with_sum)
 
     def _use(self, server: SecAggServer, round: int) -> None:
         cfg = self.engine.config
@@ -100,10 +109,25 @@ class SecAggRound:
                  if dp and cfg.dp_noise_multiplier else "")
 
     def _load(self, round: int) -> SecAggServer | None:
-        path = self.path(round)
-        if not path.is_file():
+        """The newest recorded protocol state of `round` (None if none, or if it failed)."""
+        state_path, sum_path = self.path(round, "state"), self.path(round, "sum")
+        if not state_path.is_file():
             return None
-        server = SecAggServer.load(path.read_bytes())
+        state = state_path.read_bytes()
+        seq = int.from_bytes(state[:8], "little")
+        if sum_path.is_file():
+            blob = sum_path.read_bytes()
+            seq_sum, server = int.from_bytes(blob[:8], "little"), SecAggServer.load(blob[8:])
+            if seq_sum < seq:     # later messages (unmask responses): newer state, the same frozen sum
+                server = SecAggServer.restore(state[8:], server.accumulator)
+            seq = max(seq, seq_sum)
+        else:
+            length = SecAggServerState.from_bytes(state[8:]).params.length
+            server = SecAggServer.restore(state[8:], np.zeros(length + 1, dtype=np.uint64))
+        if server.phase is ServerPhase.MASKED_INPUT:     # the spool replay folds every masked input again
+            server.state.u3 = []
+            server.accumulator[:] = 0
+        self._seq = seq
         return None if server.phase is ServerPhase.FAILED else server
 
     def ensure(self, round: int) -> SecAggServer:
@@ -167,9 +191,7 @@ class SecAggRound:
         with self.lock:
             if s.phase is not ServerPhase.MASKED_INPUT and client_id in s.state.u3:
                 return                                   # replayed after a restart: already in the sum
-            added = s.receive_masked_input(client_id, masked)
-        if added:
-            self._write()
+            s.receive_masked_input(client_id, masked)   # durable in the spool already: nothing written here
 
     # ---- the phases ----------------------------------------------------------------------------------
 
@@ -187,7 +209,7 @@ class SecAggRound:
         old = self.server.phase
         with self.lock:
             close()
-        await self.persist()
+        await self.persist(with_sum=old is ServerPhase.MASKED_INPUT)
         self._note(old, self.server.phase, what)
 
     async def train(self) -> bool:
