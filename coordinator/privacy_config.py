@@ -4,7 +4,7 @@
 | --- | --- | --- |
 | secagg | false | secure aggregation (SecAgg+): the coordinator only ever sees the masked sum |
 | secagg_threshold | majority of neighbours | shares needed to recover a client's secrets (T) |
-| secagg_neighbours | cohort - 1 (SecAgg) | SecAgg+ graph degree K |
+| secagg_neighbours | cohort - 1 up to 17, else max(16, 2*ceil(log2 n) + 4) | SecAgg+ graph degree K |
 | secagg_clip / secagg_scale | 1.0 / 2^16 | fixed point: values clipped to [-clip, clip], scaled, in Z_{2^b} |
 | dp_noise_multiplier | 0 (off) | z: Gaussian noise std z*C on the sum of clipped deltas |
 | dp_clip | none | `C` (fixed L2 norm) or `adaptive[:QUANTILE]` (default quantile 0.5) |
