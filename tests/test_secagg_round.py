@@ -99,3 +99,17 @@ def test_each_device_adds_its_share_z_c_over_root_n_of_the_noise():
     g = np.zeros(200_000, np.float32)
     noise = private_delta(task, g, g, np.random.default_rng(3))
     assert noise.std() == pytest.approx(1.2 * 0.5 / 2, rel=0.02)
+
+
+def test_simulate_with_secagg_and_distributed_dp_runs_real_edge_clients(tmp_path):
+    from fedort.coordinator.privacy_accounting import epsilon
+    from fedort.simulations.config import SimulationConfig
+    from fedort.simulations.runner import run_simulation
+
+    cfg = SimulationConfig(clients=6, clients_per_round=3, rounds=2, out=tmp_path / "run", progress=False,
+                           workers=2, secagg=True, dp_clip="1.0", dp_noise_multiplier=0.8)
+    result = run_simulation(cfg)
+    assert [r.round for r in result.records] == [1, 2] and all(r.clients == 3 for r in result.records)
+    for r in result.records:                              # no dropouts: z as configured, q = 3/6
+        assert r.metrics["epsilon"] == pytest.approx(epsilon(0.5, 0.8, r.round, 1e-5), rel=1e-9)
+    assert "epsilon" in (tmp_path / "run" / "metrics.csv").read_text().splitlines()[0].split(",")
