@@ -277,7 +277,7 @@ class SecAggRound:
         try:
             if step == ADVERTISE:
                 msg = _parse(AdvertiseKeys, payload, client_id)
-                if s.phase is ServerPhase.ADVERTISE:
+                if s.phase is ServerPhase.ADVERTISE and s.state.keys.get(client_id) != msg:   # a re-send changes nothing
                     with self.lock:
                         s.receive_keys(msg)
                     await self.persist()
@@ -288,7 +288,7 @@ class SecAggRound:
                 return True, s.roster_for(client_id).to_bytes()
             if step == SHARE:
                 msg = _parse(ShareKeys, payload, client_id)
-                if s.phase is ServerPhase.SHARE_KEYS:
+                if s.phase is ServerPhase.SHARE_KEYS and s.state.sealed.get(client_id) != dict(msg.sealed):
                     with self.lock:
                         s.receive_shares(msg)
                     await self.persist()

@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 ADVERTISE, SHARE, UNMASK_REQUEST, UNMASK = 0, 1, 2, 3   # SecAggRequest.Step
 ENDS_ROUND = ("FAILED_PRECONDITION", "ABORTED")
+MIN_STEP_WAIT_MS = 10_000
 
 
 def private_delta(task: SecAggTask, global_vector: np.ndarray, trained: np.ndarray,
@@ -63,7 +64,7 @@ class SecAggFlow:
                  call: Callable[[str, Callable[[], Any]], Any], poll_wait_ms: int = 20_000) -> None:
         self.transport, self.client_id, self.model_id, self.task = transport, client_id, model_id, task
         self.call = call
-        self.wait_ms = poll_wait_ms
+        self.wait_ms = max(poll_wait_ms, MIN_STEP_WAIT_MS)   # steps are long-polls, even for a client that never waits
         self.spec = SecAggTask.from_bytes(task.secagg)
 
     def _step(self, step: int, payload: bytes) -> bytes:
