@@ -72,6 +72,8 @@ class SecAggRound:
         self.result: SecAggResult | None = None
         self.lock = threading.Lock()
         self._seq = 0
+        self._changes = self._persisted = 0          # group commit of the protocol state (see persist)
+        self._persisting = asyncio.Lock()
         engine.strategy.combiner.bind(self)
 
     # ---- durable state -----------------------------------------------------------------------------
@@ -93,7 +95,19 @@ class SecAggRound:
         atomic_write(path, blob)
 
     async def persist(self, with_sum: bool = False) -> None:
-        await asyncio.to_thread(self._write, with_sum)
+        """Durable before this returns. Group commit: messages that arrive while a write is in flight
+        are all covered by the next one (one write per burst, not one per client)."""
+        if with_sum:
+            await asyncio.to_thread(self._write, True)
+            return
+        self._changes += 1
+        mine = self._changes
+        async with self._persisting:
+            if self._persisted >= mine:
+                return                             # a write that started after our change covered it
+            covered = self._changes
+            await asyncio.to_thread(self._write)
+            self._persisted = covered
 
     def _use(self, server: SecAggServer, round: int) -> None:
         cfg = self.engine.config
