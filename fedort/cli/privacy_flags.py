@@ -19,8 +19,8 @@ def add_privacy_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--secagg-threshold", metavar="T", type=int,
                        help="shares needed to recover a client's secrets (default: a majority of its neighbours)")
     group.add_argument("--secagg-neighbours", metavar="K", type=int,
-                       help="SecAgg+ graph degree (default: cohort - 1 up to 16 clients, else 16; "
-                            "K >= cohort - 1 is classic SecAgg)")
+                       help="SecAgg+ graph degree (default: cohort - 1 up to 17 clients, else "
+                            "max(16, 2*ceil(log2 n) + 4); K >= cohort - 1 is classic SecAgg)")
     group.add_argument("--secagg-clip", metavar="C", type=float,
                        help="fixed point: each value of a client's delta clipped to [-C, C] (default 1.0)")
     group.add_argument("--secagg-scale", metavar="S", type=float, help="fixed point: values times S, rounded (default 65536)")
