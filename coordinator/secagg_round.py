@@ -138,9 +138,9 @@ class SecAggRound:
         else:
             length = SecAggServerState.from_bytes(state[8:]).params.length
             server = SecAggServer.restore(state[8:], np.zeros(length + 1, dtype=np.uint64))
-        if server.phase is ServerPhase.MASKED_INPUT:     # the spool replay folds every masked input again
-            server.state.u3 = []
-            server.accumulator[:] = 0
+        if server.phase in (ServerPhase.ADVERTISE, ServerPhase.SHARE_KEYS, ServerPhase.MASKED_INPUT):
+            server.state.u3 = []                         # nothing summed yet, or the spool replay folds
+            server.accumulator[:] = 0                    # every masked input again
         self._seq = seq
         return None if server.phase is ServerPhase.FAILED else server
 
@@ -169,6 +169,7 @@ class SecAggRound:
         params = SecAggParams(r.round * 1000 + r.attempt, tuple(r.selected), threshold, degree, os.urandom(16),
                               fixed, e.length)
         self._use(SecAggServer(params), r.round)
+        self.path(r.round, "sum").unlink(missing_ok=True)    # a failed earlier session's sum
         self._write()
 
     def may_fit(self, client_id: str) -> bool:

@@ -113,3 +113,22 @@ def test_simulate_with_secagg_and_distributed_dp_runs_real_edge_clients(tmp_path
     for r in result.records:                              # no dropouts: z as configured, q = 3/6
         assert r.metrics["epsilon"] == pytest.approx(epsilon(0.5, 0.8, r.round, 1e-5), rel=1e-9)
     assert "epsilon" in (tmp_path / "run" / "metrics.csv").read_text().splitlines()[0].split(",")
+
+
+async def test_restarting_after_a_failed_secagg_round_runs_it_afresh(start_coordinator, stub_client, tmp_path):
+    ids = [f"dev-{i}" for i in range(5)]
+    settings = dict(rounds=1, min_clients=5, secagg=True, secagg_neighbours=4, secagg_threshold=3, round_timeout_s=3)
+    coord = await start_coordinator(**settings)
+    deltas = deltas_for(ids, P_MLP, seed=9)
+    await asyncio.to_thread(run_devices, coord.port, deltas, {c: "upload" for c in ids[:3]})
+    assert (await asyncio.wait_for(coord.wait_done(), 30)).state is RoundState.FAILED
+    await coord.stop()
+    again = await start_coordinator(**settings)              # same state dir: the round starts over
+    outcomes = await asyncio.to_thread(run_devices, again.port, deltas)
+    assert all(o == [("accepted", "accepted")] for o in outcomes.values()), outcomes
+    assert (await asyncio.wait_for(again.wait_done(), 30)).state is RoundState.DONE
+    client = stub_client(again.port)
+    model = (await client.join(ids[0])).model_id
+    start, final = await _vectors(again, client, ids[0], model)
+    np.testing.assert_allclose(final, start.astype(np.float64) + _quantized_mean(deltas, ids, {c: 10 for c in ids}),
+                               atol=1e-6)
