@@ -15,16 +15,15 @@ import logging
 import math
 from contextlib import contextmanager
 
-import dp_accounting
-from dp_accounting import rdp
-
 from fedort.protos.errors import ConfigError
 
 MAX_ROUNDS = 10**7
 
 
-def round_event(q: float, z: float) -> dp_accounting.DpEvent:
+def round_event(q: float, z: float) -> "dp_accounting.DpEvent":  # noqa: F821
     """The DpEvent of one round: Poisson sampling at rate q of the Gaussian mechanism with multiplier z."""
+    import dp_accounting   # imported on first use: it pulls scipy (~2 s), the coordinator should start without it
+
     return dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z))
 
 
@@ -58,6 +57,8 @@ def epsilon(q: float, z: float, rounds: int, delta: float) -> float:
         return 0.0
     if z == 0.0:
         return math.inf
+    from dp_accounting import rdp
+
     accountant = rdp.RdpAccountant()
     accountant.compose(round_event(q, z), rounds)
     with _quiet_absl():
@@ -90,6 +91,8 @@ def epsilon_for_rounds(rounds: list[tuple[float, float]], delta: float) -> float
         _check(q, z, delta)
     if any(z == 0.0 for _, z in rounds):
         return math.inf
+    from dp_accounting import rdp
+
     accountant = rdp.RdpAccountant()
     for q, z in sorted(set(rounds)):
         accountant.compose(round_event(q, z), rounds.count((q, z)))

@@ -41,3 +41,10 @@ def test_simulation_config_accepts_secagg_with_central_dp():
 def test_adaptive_clipping_with_secagg_is_refused():
     with pytest.raises(ConfigError, match="adaptive clipping"):
         load_config(None, {"secagg": True, "dp_noise_multiplier": 1.0, "dp_clip": "adaptive"})
+
+
+def test_the_cli_flags_set_exactly_the_privacy_config_fields():
+    from fedort.cli.privacy_flags import PRIVACY_KEYS as cli_keys
+    from fedort.coordinator.privacy_config import PRIVACY_KEYS
+
+    assert cli_keys == PRIVACY_KEYS

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import argparse
 
-from fedort.coordinator.privacy_config import PRIVACY_KEYS  # noqa: F401  (re-exported for the CLIs)
+# the CoordinatorConfig / SimulationConfig fields these flags set (= coordinator.privacy_config.PRIVACY_KEYS;
+# not imported from there: the CLI must not load the coordinator to parse flags)
+PRIVACY_KEYS = ("secagg", "secagg_threshold", "secagg_neighbours", "secagg_clip", "secagg_scale",
+                "dp_noise_multiplier", "dp_clip", "dp_delta", "dp_target_epsilon")
 
 
 def add_privacy_flags(parser: argparse.ArgumentParser) -> None:
