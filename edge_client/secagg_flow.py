@@ -87,8 +87,15 @@ class SecAggFlow:
             wire = masked_wire(masked)
             header = masked_header(self.client_id, self.model_id, self.task.round, wire, length, num_examples,
                                    metrics, chunk_size)
-            result: SubmitResult = self.call(f"SubmitUpdate (masked) round {self.task.round}",
-                                             lambda: self.transport.submit_update(header, wire))
+            try:
+                result: SubmitResult | None = self.call(f"SubmitUpdate (masked) round {self.task.round}",
+                                                        lambda: self.transport.submit_update(header, wire))
+            except FedortError as e:
+                if getattr(e, "code", None) != "FAILED_PRECONDITION":
+                    raise
+                # inputs closed: after a lost acknowledgement (coordinator restart) ours may be in;
+                # the unmask request says (it is refused to a client whose input is not)
+                result = None
             request = UnmaskRequest.from_bytes(self._step(UNMASK_REQUEST, b""))
             self._step(UNMASK, client.unmask(request).to_bytes())
         except FedortError as e:
@@ -96,4 +103,6 @@ class SecAggFlow:
                 raise
             log.info("round %d: secure aggregation ended for this client: %s", self.task.round, e)
             return "stale", str(e)
+        if result is None:
+            return "accepted", "masked input counted (its acknowledgement was lost)"
         return ("duplicate" if result.duplicate else "accepted" if result.accepted else "rejected"), result.message
