@@ -12,7 +12,7 @@ Bytes: `upload/client` is the update payload (4·P plain, 8·(P+1) masked, from 
 with keep_spool); `protocol state` is the size of the round's recorded protocol state
 (`secagg/round-N.state`: public keys, every sealed share, the unmask responses) — each sealed
 share crosses the wire twice (up to the coordinator, down to its recipient), so protocol
-traffic is about twice that. Coordinator CPU is this process's CPU time (the coordinator runs in
+traffic is about twice that. `phase_s` = median time in each recorded state/phase (rounds 2..). Coordinator CPU is this process's CPU time (the coordinator runs in
 a thread here; the workers' CPU is reported apart).
 
     python benchmarks/bench_secagg_round.py                       # cohorts 10 50 100 x 5k 100k
@@ -70,7 +70,13 @@ def trial(params: int, clients: int, rounds: int, secagg: bool, workers: int = 2
                 worker_stats = [j.get(timeout=300) for j in jobs]
             outcome = server.outcome
         wall, cpu = time.time() - t0, time.process_time() - cpu0
-        starts = sorted(t.at_unix_s for t in server.timeline() if t.to_state == "TRAINING")
+        timeline = server.timeline()
+        starts = sorted(t.at_unix_s for t in timeline if t.to_state == "TRAINING")
+        phases: dict[str, list[float]] = {}      # time from each recorded transition to the next, rounds 2..
+        for a, b in zip(timeline, timeline[1:]):       # secagg phases are noted inside TRAINING
+            if a.round >= 2 and b.round == a.round:
+                name = a.to_state if a.to_state.startswith("SECAGG") else b.from_state
+                phases.setdefault(name, []).append(b.at_unix_s - a.at_unix_s)
         spool = sorted((state_dir / "spool").rglob("*.f32"))
         upload = spool[0].stat().st_size if spool else None
         protocol = sorted((state_dir / "secagg").glob("*.state")) if secagg else []
@@ -80,7 +86,8 @@ def trial(params: int, clients: int, rounds: int, secagg: bool, workers: int = 2
             "state": outcome.state.name if outcome else "?", "wall_s": round(wall, 2),
             "round_s": round(statistics.median(per_round), 3) if per_round else None,
             "coordinator_cpu_s": round(cpu, 2), "worker_cpu_s": round(sum(s["cpu_s"] for s in worker_stats), 2),
-            "upload_bytes_per_client": upload, "protocol_state_bytes": protocol_bytes}
+            "upload_bytes_per_client": upload, "protocol_state_bytes": protocol_bytes,
+            "phase_s": {k: round(statistics.median(v), 3) for k, v in phases.items()}}
 
 
 def main() -> None:
