@@ -54,6 +54,16 @@ class SimulationConfig:
     export_every: int = 1                     # inference model every N rounds and after the last (0: last only)
     state_dir: Path | None = None             # coordinator state elsewhere (e.g. tmpfs: /dev/shm/...); default OUT/state
     progress: bool = True
+    # privacy (issue 10): validated by coordinator.privacy_config, applied by coordinator.privacy_round
+    secagg: bool = False
+    secagg_threshold: int | None = None
+    secagg_neighbours: int | None = None
+    secagg_clip: float = 1.0
+    secagg_scale: float = 65536.0
+    dp_noise_multiplier: float = 0.0
+    dp_clip: str | None = None
+    dp_delta: float = 1e-5
+    dp_target_epsilon: float | None = None
     out: Path = field(default_factory=lambda: Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
 
     def __post_init__(self) -> None:
@@ -110,6 +120,7 @@ class SimulationConfig:
                 check(value)
             except ConfigError as e:
                 problems.append(str(e))
+        problems += _privacy_problems(self)
         if problems:
             raise ConfigError("; ".join(problems))
 
@@ -147,6 +158,12 @@ def _check_codec(spec: str) -> None:
         parse_codec(spec)
     except VectorError as e:
         raise ConfigError(f"codec: {e}") from None
+
+
+def _privacy_problems(cfg: "SimulationConfig") -> list[str]:
+    from fedort.coordinator.privacy_config import privacy_problems
+
+    return privacy_problems({f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}, cfg.strategy)
 
 
 def _check_attack(spec: str) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fedort.coordinator import CoordinatorConfig
+from fedort.coordinator.privacy_config import PRIVACY_KEYS
 from fedort.coordinator.state_layout import StateLayout
 from fedort.edge_client.artifacts import Manifest, build_artifacts, verify_artifacts
 from fedort.edge_client.models import builtin_model
@@ -80,6 +81,7 @@ def coordinator_config(cfg: SimulationConfig, artifacts: Path, state_dir: Path, 
         client_timeout_s=0,                # virtual clients are polled once a round, not heartbeating
         strategy=cfg.strategy, export_every=cfg.export_every,
         codecs=("raw",) if cfg.codec == "raw" else ("raw", cfg.codec),   # the run allows what its clients use
+        **{k: getattr(cfg, k) for k in PRIVACY_KEYS},
         # local, loopback-only run of our own virtual clients: plaintext, no device tokens, no rate limit
         insecure=True, auth="open", submissions_per_minute=0,
     )
