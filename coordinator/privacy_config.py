@@ -75,6 +75,9 @@ def privacy_problems(values: dict[str, Any], strategy: str) -> list[str]:
         if str(strategy).split(":")[0] in ROBUST_PREFIXES:
             out.append(f"strategy {strategy!r} needs every update in the clear; secure aggregation only reveals "
                        "the sum (use fedavg or clip:NORM with --secagg)")
+        if isinstance(g("min_clients"), int) and g("min_clients") < 2:
+            out.append(f"secure aggregation needs a cohort of >= 2 clients: min_clients must be >= 2 with --secagg, "
+                       f"got {g('min_clients')}")
     for name, low in (("secagg_threshold", 2), ("secagg_neighbours", 1)):
         v = g(name)
         if v is not None and not (isinstance(v, int) and not isinstance(v, bool) and v >= low):

@@ -48,3 +48,8 @@ def test_the_cli_flags_set_exactly_the_privacy_config_fields():
     from fedort.coordinator.privacy_config import PRIVACY_KEYS
 
     assert cli_keys == PRIVACY_KEYS
+
+
+def test_coordinator_config_refuses_secagg_with_a_cohort_of_one(tmp_path):
+    with pytest.raises(ConfigError, match="cohort of >= 2"):
+        CoordinatorConfig(artifacts=tmp_path, state_dir=tmp_path, secagg=True, min_clients=1)
