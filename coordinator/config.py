@@ -52,6 +52,7 @@ expected and what arrived.
 | metrics_address | none | HOST:PORT serving Prometheus metrics at /metrics (coordinator.monitoring) |
 | joins_per_minute | 10 | per-client rate of Join calls, token bucket (0 disables) |
 | joins_per_minute_per_address | 600 | per-peer-address rate of Join calls, token bucket (0 disables) |
+| secagg, secagg_* , dp_* | off | privacy: see `coordinator.privacy_config`, applied by `coordinator.privacy_round` |
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ from typing import Any, Mapping
 from fedort.coordinator.aggregation import codecs, parse_strategy
 from fedort.coordinator.server_optimizers import canonical_spec, parse_server_optimizer
 from fedort.coordinator.staleness import parse_staleness_weight
+from fedort.coordinator.privacy_config import privacy_problems
 from fedort.protos.codec import CHUNK_BYTES, MAX_CHUNK_BYTES
 from fedort.edge_client.tomlfile import read_table
 from fedort.protos.errors import ConfigError
@@ -127,6 +129,15 @@ class CoordinatorConfig:
     upload_slot_wait_s: float = 30.0
     upload_min_rate_bytes_s: float = 65536.0
     upload_grace_s: float = 10.0
+    secagg: bool = False
+    secagg_threshold: int | None = None
+    secagg_neighbours: int | None = None
+    secagg_clip: float = 1.0
+    secagg_scale: float = 65536.0
+    dp_noise_multiplier: float = 0.0
+    dp_clip: str | None = None
+    dp_delta: float = 1e-5
+    dp_target_epsilon: float | None = None
     extra: Mapping[str, str] = field(default_factory=dict)  # passed to clients in TrainConfig.extra
 
     def __post_init__(self) -> None:
@@ -244,6 +255,15 @@ class CoordinatorConfig:
             need(isinstance(spec, str) and family in codecs(),
                  f"codecs: each entry must be a registered codec family ({', '.join(codecs())}) with an optional "
                  f":PARAMETER", spec)
+        problems = privacy_problems({f.name: getattr(self, f.name) for f in dataclasses.fields(self)}, self.strategy)
+        private = self.secagg or self.dp_noise_multiplier > 0 or self.dp_clip is not None
+        if private and canonical_spec(self.server_optimizer) != canonical_spec("fedavg"):
+            problems.append(f"server_optimizer {self.server_optimizer!r} does not compose with --secagg/--dp-* yet: the "
+                            "privacy chain replaces the server update; use server_optimizer = 'fedavg'")
+        if private and self.mode == "async":
+            problems.append("mode 'async' does not support --secagg/--dp-* (their rounds need a fixed cohort)")
+        if problems:
+            raise ConfigError("; ".join(problems))
 
     def check_transport_security(self) -> None:
         """ConfigError unless the server is told to use TLS or, explicitly, plaintext."""

@@ -37,6 +37,8 @@ from fedort.coordinator.aggregation import Strategy
 from fedort.coordinator.config import CoordinatorConfig
 from fedort.coordinator.download_delta import DownloadDeltas
 from fedort.coordinator.evaluation import EvaluationPhase
+from fedort.coordinator.privacy_round import PrivacyPlan
+from fedort.coordinator.secagg_round import SecAggRound
 from fedort.coordinator.export import Exporter
 from fedort.coordinator.integrity import read_verified_vector
 from fedort.coordinator.monitoring import Monitoring
@@ -94,7 +96,8 @@ class RoundEngine(TaskDispatch):
         self.model_id = self.manifest.model_id
         self.length = self.manifest.parameter_count
         self.registry = ClientRegistry(store, config.client_timeout_s, on_change=self.notify)
-        self.strategy = configured_strategy(config, strategy)
+        self.privacy = PrivacyPlan(config)
+        self.strategy = self.privacy.strategy(configured_strategy(config, strategy))
         self.state = RoundState.WAITING_FOR_CLIENTS
         self.round = 1
         self.deadline_ms = 0
@@ -103,6 +106,7 @@ class RoundEngine(TaskDispatch):
         self.evaluation = EvaluationPhase(self)
         self.uploads = Uploads(self)
         self.download_deltas = DownloadDeltas(self)
+        self.secagg = SecAggRound(self) if config.secagg else None
         self._changed = asyncio.Event()
         self._finished = asyncio.Event()
         self._outcome: RunOutcome | None = None
@@ -183,9 +187,13 @@ class RoundEngine(TaskDispatch):
             resumed = self._resumed if self._recovered else await self.recover()
             if self._finished.is_set():
                 return self._outcome
+            stopped = None
             while self.round <= self.config.rounds:
                 if not resumed:
                     await self._wait_for_clients()
+                    if stopped := self.privacy.budget_stop(self):
+                        log.warning("%s", stopped)
+                        break
                     self.begin_round()
                     # disk full: wait for space, not die (each step below is idempotent)
                     await retry_when_full(lambda: self.select(attempt=1), f"round {self.round} open")
@@ -198,8 +206,8 @@ class RoundEngine(TaskDispatch):
                     self.transition(RoundState.WAITING_FOR_CLIENTS, f"round {self.round} is next")
             await self.exports_done()
             await self.evaluation.run()
-            self.store.set_meta(run_state=RunState.DONE.value)
-            self.finish(RoundState.DONE, f"{self.config.rounds} rounds completed")
+            self.store.set_meta(run_state=RunState.DONE.value, **({"run_message": stopped} if stopped else {}))
+            self.finish(RoundState.DONE, stopped or f"{self.config.rounds} rounds completed")
         except asyncio.CancelledError:
             raise
         except Exception as e:  # an unplanned error must end the run visibly, not hang it
@@ -253,10 +261,13 @@ class RoundEngine(TaskDispatch):
         r.attempt, r.selected, r.closing = attempt, selected, False
         r.deadline_ms = self.deadline_ms = now_ms() + int(self.config.round_timeout_s * 1000)
         self.store.open_round(self.round, attempt, selected, r.deadline_ms)
+        self.privacy.round_opened(self)
         self.transition(RoundState.TRAINING, why)
 
     async def _train(self) -> bool:
         """Wait for the open round to close, retrying it as needed; False if the run failed."""
+        if self.secagg is not None:                 # the protocol's phases decide (see secagg_round)
+            return await self.secagg.train()
         cfg, r = self.config, self.training
         while True:
             await wait_for_close(self)
@@ -286,7 +297,7 @@ class RoundEngine(TaskDispatch):
                      result.updates, 1000 * (time.perf_counter() - t0))
         vector = result.vector
         sha = sha256_of(vector)
-        metrics = {**r.metrics.means(), **self.strategy.server_update.metrics()}
+        metrics = {**r.metrics.means(), **self.strategy.server_update.metrics(), **self.privacy.round_metrics(self)}
 
         async def persist() -> None:   # computed once above (a stateful server update must not step twice)
             await asyncio.to_thread(atomic_write, self.store.vector_path(self.round + 1), vector)

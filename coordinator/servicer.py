@@ -235,5 +235,11 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         return pb.LeaveReply()
 
     @unary
+    async def SecAgg(self, request: pb.SecAggRequest, context) -> pb.SecAggReply:
+        ready, payload = await self.engine.secagg_step(request.client_id, request.model_id, request.round,
+                                                       int(request.step), bytes(request.payload), request.wait_ms)
+        return pb.SecAggReply(ready=ready, payload=payload)
+
+    @unary
     async def Status(self, request: pb.StatusRequest, context) -> pb.StatusReply:
         return self.engine.status().to_pb()

@@ -290,6 +290,11 @@ class StateStore:
             ("INSERT OR REPLACE INTO meta (key, value) VALUES ('run_message', ?)", (message,)),
         ])
 
+    def forget_submissions(self, round: int) -> None:
+        """Delete round `round`'s submission rows (a secure-aggregation round that aborted: its masked
+        inputs can never be unmasked, so a restarted round starts from no updates)."""
+        self._tx([("DELETE FROM submissions WHERE round=?", (round,))])
+
     def rounds(self) -> list[RoundRow]:
         rows = self._db.execute("SELECT * FROM rounds ORDER BY round").fetchall()
         return [RoundRow(r["round"], r["state"], r["attempt"], tuple(json.loads(r["selected"])), r["deadline_ms"],

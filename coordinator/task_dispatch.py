@@ -15,7 +15,7 @@ from fedort.coordinator.selection import client_seed
 from fedort.coordinator.integrity import read_verified_vector
 from fedort.coordinator.training_round import GlobalVector
 from fedort.coordinator.status import snapshot
-from fedort.protos.errors import NotFoundError, ProtocolError
+from fedort.protos.errors import NotFoundError, ProtocolError, StaleRoundError
 from fedort.protos.messages import Metric, Status, SubmitResult, Task, TaskKind, TrainConfig, UpdateHeader
 from fedort.protos.round_state import RoundState
 
@@ -42,11 +42,13 @@ class TaskDispatch:
             return None
         r = self.training
         if (self.state is RoundState.TRAINING and r is not None and not r.closing and client_id in r.selected
-                and client_id not in r.reported and client_id not in r.pending):
+                and client_id not in r.reported and client_id not in r.pending
+                and (self.secagg is None or self.secagg.may_fit(client_id))):
             cfg = self.config
             train = TrainConfig(cfg.local_epochs, cfg.batch_size, cfg.lr, cfg.reset_optimizer,
                                 client_seed(cfg.seed, self.round, client_id), dict(cfg.extra), cfg.prox_mu)
-            return Task(TaskKind.FIT, self.round, r.deadline_ms, train, 0, self.global_vector.sha256, self.length)
+            return Task(TaskKind.FIT, self.round, r.deadline_ms, train, 0, self.global_vector.sha256, self.length,
+                        self.secagg.task_bytes() if self.secagg is not None else b"")
         return self.evaluation.task_for(client_id)
 
     async def poll(self, client_id: str, model_id: str, wait_ms: int) -> Task:
@@ -116,6 +118,14 @@ class TaskDispatch:
     async def submit_update(self, header: UpdateHeader, chunks: AsyncIterator[bytes]) -> SubmitResult:
         """Admit, receive, store and count one update (see `coordinator.uploads`)."""
         return await self.uploads.submit(header, chunks)
+
+    async def secagg_step(self, client_id: str, model_id: str, round: int, step: int, payload: bytes,
+                          wait_ms: int) -> tuple[bool, bytes]:
+        """One secure-aggregation protocol step (see `coordinator.secagg_round`)."""
+        if self.secagg is None:
+            self.touch(client_id)
+            raise StaleRoundError("this run does not use secure aggregation (no --secagg)")
+        return await self.secagg.step(client_id, model_id, round, step, payload, wait_ms)
 
     def submit_evaluation(self, client_id: str, model_id: str, round: int, num_examples: int,
                           metrics: Mapping[str, Metric]) -> SubmitResult:

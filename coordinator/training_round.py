@@ -37,6 +37,8 @@ class TrainingRound:
     pending: set[str] = field(default_factory=set)         # clients whose update is being made durable
     metrics: MetricSums = field(default_factory=MetricSums)
     examples: int = 0
+    expected_clients: int | None = None                    # privacy: n_exp and population, fixed at open
+    population: int = 0
 
     def record(self, client_id: str, n: int, metrics: Mapping[str, Any]) -> None:
         """Count a durable update of `client_id` over `n` examples."""

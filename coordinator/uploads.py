@@ -37,8 +37,9 @@ from fedort.coordinator.state import SubmissionRow, now_ms
 from fedort.coordinator.upload_slots import UploadSlots
 from fedort.coordinator.upload_stream import UpdateReceiver, spool_error
 from fedort.durable import fsync_dir
-from fedort.protos.errors import ResourceExhaustedError, StaleRoundError
+from fedort.protos.errors import ProtocolError, ResourceExhaustedError, StaleRoundError
 from fedort.protos.messages import SubmitResult, UpdateHeader
+from fedort.protos.secagg.task import SECAGG_CODEC
 
 if TYPE_CHECKING:
     from fedort.coordinator.monitoring import Monitoring
@@ -126,6 +127,7 @@ class Uploads:
         """Admit, receive, store and count one update; acknowledged only when this returns."""
         e, cfg = self.engine, self.engine.config
         e.touch(h.client_id)
+        check_codec(e, h)
         admitted = admit_update(h, model_id=e.model_id, length=e.length, config=cfg, state=e.state,
                                 current=e.round, open_round=e.training, global_vector=e.global_vector)
         if admitted is None:
@@ -192,6 +194,14 @@ class Uploads:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+
+
+def check_codec(e: "RoundEngine", h: UpdateHeader) -> None:
+    """Masked uploads exactly when the run uses secure aggregation (never a clear update under --secagg)."""
+    if e.secagg is not None:
+        e.secagg.check_upload(h)
+    elif h.vector.codec == SECAGG_CODEC:
+        raise ProtocolError(f"codec {SECAGG_CODEC!r} is for secure aggregation, which this run does not use")
 
 
 def _place(tmp: Path, path: Path) -> None:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -46,10 +46,13 @@ from fedort.edge_client import local_round
 from fedort.edge_client.artifacts import Manifest
 from fedort.edge_client.cache import ArtifactCache, IdentityLock
 from fedort.edge_client.client_data import ClientData
+from fedort.edge_client.local_dp import LocalDP
+from fedort.edge_client.secagg_flow import SecAggFlow
 from fedort.edge_client.edge_config import EdgeConfig
 from fedort.edge_client.guards import check_finite
 from fedort.edge_client.heartbeat import Heartbeat
 from fedort.edge_client.joining import Joining
+from fedort.edge_client.reports import RoundReport, RunSummary
 from fedort.edge_client.retry import StoppedError, call_with_retry
 from fedort.edge_client.run_end import final_outcome
 from fedort.edge_client.session import TrainingSession
@@ -59,48 +62,17 @@ from fedort.edge_client.update_codec import EncodedUpdate, UpdateEncoder
 log = logging.getLogger("fedort.edge")
 
 
-@dataclass(frozen=True)
-class RoundReport:
-    """What one handled task did (the CLI prints one line per report)."""
-
-    round: int
-    kind: str                      # "fit" | "evaluate"
-    num_examples: int
-    metrics: Mapping[str, float]
-    seconds: float
-    outcome: str                   # "accepted" | "duplicate" | "stale" | "rejected"
-    vector_cached: bool = False
-    message: str = ""
-    codec: str = ""                # fit: the update codec used
-    bytes_up: int = 0              # fit: vector bytes uploaded (the encoded payload)
-    bytes_down: int = 0            # global vector bytes downloaded for this task (0: it was cached)
-
-
-@dataclass
-class RunSummary:
-    """The outcome of `EdgeClient.run()`."""
-
-    client_id: str
-    model_id: str
-    outcome: str                   # "done" | "failed" (the coordinator ended the run FAILED) | "stopped"
-    reports: list[RoundReport] = field(default_factory=list)
-    stop_reason: str = ""
-
-    @property
-    def rounds_trained(self) -> list[int]:
-        return [r.round for r in self.reports if r.kind == "fit" and r.outcome in ("accepted", "duplicate")]
-
-
 @dataclass
 class _Pending:
     """A trained update not yet acknowledged by the coordinator."""
 
     round: int
-    update: EncodedUpdate
+    update: EncodedUpdate | None
     num_examples: int
     metrics: dict[str, Metric]
     seconds: float
     vector_cached: bool
+    secagg: tuple[Task, np.ndarray, np.ndarray] | None = None   # (task, global, trained): masked in upload()
 
 
 class EdgeClient(Joining):
@@ -264,6 +236,13 @@ class EdgeClient(Joining):
         if self.config.update_hook is not None:  # research/testing hook (e.g. a simulated Byzantine client)
             result = replace(result, vector=np.ascontiguousarray(
                 self.config.update_hook(task, vector, result.vector), dtype=np.float32))
+        if self.config.local_dp_clip is not None:  # local DP: nothing leaves the device unclipped or noiseless
+            result = replace(result, vector=LocalDP(float(self.config.local_dp_clip),
+                                                    float(self.config.local_dp_noise))(task, vector, result.vector))
+        if task.secagg:   # secure aggregation: only a masked vector leaves the device, in upload()
+            self._pending = _Pending(task.round, None, result.num_examples, dict(result.metrics),
+                                     time.monotonic() - started, cached, secagg=(task, vector, result.vector))
+            return
         update = self._encoder.encode(vector, task.vector_sha256, result.vector, seed=task.config.seed)
         self._pending = _Pending(task.round, update, result.num_examples, dict(result.metrics),
                                  time.monotonic() - started, cached)
@@ -277,6 +256,8 @@ class EdgeClient(Joining):
     def _submit_pending(self) -> RoundReport:
         p = self._pending
         chunk = min(CHUNK_BYTES, self._join.max_chunk_bytes or CHUNK_BYTES)
+        if p.secagg is not None:
+            return self._submit_masked(p, chunk)
         u = p.update
         header, body = u.stream(self.client_id, self.model_id, p.round, p.num_examples, p.metrics, chunk)
         self.phase = "uploading"
@@ -288,6 +269,18 @@ class EdgeClient(Joining):
         self._encoder.settle(u, counted=reply[0] in ("accepted", "duplicate"))
         return self._report(p.round, "fit", p.num_examples, p.metrics, p.seconds, reply, p.vector_cached,
                             codec=u.codec, bytes_up=u.nbytes)
+
+    def _submit_masked(self, p: _Pending, chunk: int) -> RoundReport:
+        """Run the secure-aggregation phases for the pending update (edge_client.secagg_flow)."""
+        task, vector, trained = p.secagg
+        self.phase = "secure aggregation"
+        try:
+            reply = SecAggFlow(self.transport, self.client_id, self.model_id, task, self._call,
+                               self.config.poll_wait_ms).run(vector, trained, p.num_examples, p.metrics, chunk)
+        finally:
+            self.phase = "idle"
+        self._pending = None
+        return self._report(p.round, "fit", p.num_examples, p.metrics, p.seconds, reply, p.vector_cached)
 
     def _submit(self, what: str, fn: Callable[[], SubmitResult]) -> tuple[str, str]:
         """Submit; returns (outcome, message). FAILED_PRECONDITION (round closed, not selected) is 'stale'."""

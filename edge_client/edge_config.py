@@ -47,6 +47,7 @@ class EdgeConfig:
     | update_hook | none | research/testing only: callable(task, global, trained) -> vector uploaded instead |
     | max_local_steps | none | at most this many optimizer steps per round (partial work of a slow device) |
     | codec | "raw" | update codec: `fp16`, `bf16`, `int8`, `topk:0.01`, `zstd+int8`, ... (protos/codecs), if allowed |
+    | local_dp_clip / local_dp_noise | none / 0 | local DP: clip the delta to L2 norm C, add N(0, (Z·C)²) before upload |
     """
 
     coordinator: str
@@ -71,8 +72,15 @@ class EdgeConfig:
     update_hook: UpdateHook | None = None
     max_local_steps: int | None = None
     codec: str = "raw"
+    local_dp_clip: float | None = None
+    local_dp_noise: float = 0.0
 
     def __post_init__(self) -> None:
+        if self.local_dp_clip is not None or self.local_dp_noise:
+            if self.local_dp_clip is None:
+                raise ConfigError(f"local_dp_noise {self.local_dp_noise} needs local_dp_clip (the norm it scales)")
+            from fedort.edge_client.local_dp import LocalDP
+            LocalDP(float(self.local_dp_clip), float(self.local_dp_noise))   # ConfigError for bad values
         if self.max_local_steps is not None and (not isinstance(self.max_local_steps, int) or self.max_local_steps < 1):
             raise ConfigError(f"max_local_steps must be a positive integer or None, got {self.max_local_steps!r}")
         try:

@@ -1,17 +1,15 @@
 """The device's gRPC channel to the coordinator, and one typed method per RPC.
 
-This is the edge side's wire boundary: protobuf messages are built and read here and nowhere
-else on the device; callers get dataclasses, numpy vectors and `protos.errors` exceptions
-(`from_rpc_error`). Every call carries a deadline and, when the device has one, its token
-(`authorization: Bearer <token>` metadata). The channel is TLS unless `insecure=True` (the
-coordinator's certificate verified against `ca_file`, else the system roots; `cert_file` +
-`key_file` present a client certificate for mutual TLS). The channel sends HTTP/2 keepalive pings so
-an idle connection through a NAT survives long local training, and allows messages a little
-larger than the 1 MiB chunks the streams use.
+This is the edge side's wire boundary: protobuf messages are built and read here and nowhere else on the device;
+callers get dataclasses, numpy vectors and `protos.errors` exceptions (`from_rpc_error`). Every call carries a
+deadline and, when the device has one, its token (`authorization: Bearer <token>` metadata). The channel is TLS
+unless `insecure=True` (the coordinator's certificate verified against `ca_file`, else the system roots; `cert_file`
++ `key_file` present a client certificate for mutual TLS). The channel sends HTTP/2 keepalive pings so an idle
+connection through a NAT survives long local training, and allows messages a little larger than 1 MiB stream chunks.
 
-One `Transport` may be shared by many clients (threads or virtual clients in a simulation
-worker); it is thread-safe because grpc channels are. `cancel_inflight()` aborts the calls in
-progress, which is how a signal handler interrupts a long-poll.
+One `Transport` may be shared by many clients (threads or virtual clients in a simulation worker); it is thread-safe
+because grpc channels are. `cancel_inflight()` aborts the calls in progress, which is how a signal handler
+interrupts a long-poll.
 """
 
 from __future__ import annotations
@@ -28,14 +26,15 @@ import numpy as np
 
 from fedort.protos import fedort_v1_pb2 as pb
 from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
-from fedort.protos.codec import CHUNK_BYTES, VectorAssembler, describe, iter_chunks
+from fedort.protos.codec import CHUNK_BYTES, VectorAssembler, iter_chunks
 from fedort.edge_client.download_delta import DeltaDownload
-from fedort.protos.codecs import describe_payload, iter_payload_chunks
+from fedort.protos.codecs import iter_payload_chunks
 from fedort.protos.codecs.xor_delta import DOWNLOAD_DELTA
 from fedort.protos.errors import CertificateError, ConfigError, FedortError, ProtocolError, UnavailableError
 from fedort.protos.messages import Metric, Status, SubmitResult, Task, UpdateHeader, meta_from_pb, metrics_to_pb
 from fedort.protos.round_state import RoundState
 from fedort.protos.status_codes import from_rpc_error
+from fedort.edge_client.update_headers import encoded_update_header, update_header  # noqa: F401  (re-exported)
 
 log = logging.getLogger("fedort.edge.transport")
 
@@ -291,21 +290,28 @@ class Transport:
         if first:
             raise ProtocolError(f"artifact stream for {name!r} was empty")
 
-    def poll(self, client_id: str, model_id: str, wait_ms: int) -> Task:
+    def _long_poll(self, method: Callable, request: Callable[[int], object], wait_ms: int):
+        """A call the coordinator may hold up to wait_ms (at most MAX_POLL_WAIT_MS), plus the rpc timeout."""
         wait_ms = max(0, min(int(wait_ms), MAX_POLL_WAIT_MS))
-        req = pb.PollRequest(client_id=client_id, model_id=model_id, wait_ms=wait_ms)
-        r = self._unary(self._stub.PollTask, req, wait_ms / 1000 + self.config.rpc_timeout_s)
-        return Task.from_pb(r)
+        return self._unary(method, request(wait_ms), wait_ms / 1000 + self.config.rpc_timeout_s)
+
+    def poll(self, client_id: str, model_id: str, wait_ms: int) -> Task:
+        return Task.from_pb(self._long_poll(self._stub.PollTask, lambda w: pb.PollRequest(
+            client_id=client_id, model_id=model_id, wait_ms=w), wait_ms))
 
     def poll_tasks(self, client_ids: list[str], model_id: str, wait_ms: int) -> tuple[int, RoundState, dict[str, Task]]:
         """One PollTasks call: (round, state, {client id: task} for the clients that have work; the rest WAIT).
-
-        A coordinator older than PollTasks answers UNIMPLEMENTED (a FedortError with that code).
-        """
-        wait_ms = max(0, min(int(wait_ms), MAX_POLL_WAIT_MS))
-        req = pb.PollTasksRequest(client_ids=list(client_ids), model_id=model_id, wait_ms=wait_ms)
-        r = self._unary(self._stub.PollTasks, req, wait_ms / 1000 + self.config.rpc_timeout_s)
+        A coordinator older than PollTasks answers UNIMPLEMENTED (a FedortError with that code)."""
+        r = self._long_poll(self._stub.PollTasks, lambda w: pb.PollTasksRequest(
+            client_ids=list(client_ids), model_id=model_id, wait_ms=w), wait_ms)
         return r.round, RoundState.from_wire(r.state), {t.client_id: Task.from_pb(t.task) for t in r.tasks}
+
+    def secagg_step(self, client_id: str, model_id: str, round: int, step: int, payload: bytes,
+                    wait_ms: int) -> tuple[bool, bytes]:
+        """One secure-aggregation step (held up to wait_ms until its phase closes): (ready, reply payload)."""
+        r = self._long_poll(self._stub.SecAgg, lambda w: pb.SecAggRequest(
+            client_id=client_id, model_id=model_id, round=round, step=step, payload=payload, wait_ms=w), wait_ms)
+        return r.ready, bytes(r.payload)
 
     def download_vector(self, client_id: str, model_id: str, round: int, *,
                         expected_length: int | None = None, expected_sha256: bytes | None = None) -> np.ndarray:
@@ -386,23 +392,6 @@ def _cancelled() -> FedortError:
     exc = FedortError("CANCELLED: the call was cancelled on this side")
     exc.code = "CANCELLED"
     return exc
-
-
-def update_header(client_id: str, model_id: str, round: int, vector: np.ndarray, num_examples: int,
-                  metrics: Mapping[str, Metric], chunk_size: int, trained_from_sha256: bytes = b"") -> UpdateHeader:
-    """The header of an update stream for `vector` (computes its sha256 once), trained from the global
-    vector with digest `trained_from_sha256` (the coordinator refuses an update that names none)."""
-    meta = describe(vector, model_id, round, chunk_size=chunk_size)
-    return UpdateHeader(client_id, meta, int(num_examples), dict(metrics), bytes(trained_from_sha256))
-
-
-def encoded_update_header(client_id: str, model_id: str, round: int, payload: bytes, *, codec: str, length: int,
-                          base_sha256: bytes, num_examples: int, metrics: Mapping[str, Metric],
-                          chunk_size: int) -> UpdateHeader:
-    """The header of an update stream carrying a codec payload (sha256 over the payload)."""
-    meta = describe_payload(payload, model_id=model_id, round=round, length=length, codec=codec,
-                            base_sha256=base_sha256, chunk_size=chunk_size)
-    return UpdateHeader(client_id, meta, int(num_examples), dict(metrics), bytes(base_sha256))
 
 
 __all__ = [

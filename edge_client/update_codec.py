@@ -32,7 +32,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from fedort.edge_client.cache import atomic_write
-from fedort.edge_client.transport import encoded_update_header, update_header
+from fedort.edge_client.update_headers import encoded_update_header, update_header
 from fedort.protos.messages import Metric, UpdateHeader
 from fedort.protos.codec import vector_digest
 from fedort.protos.codecs import CodecSpec, allows, get_codec, parse_codec

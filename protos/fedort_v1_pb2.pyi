@@ -165,7 +165,7 @@ class PollTasksReply(_message.Message):
     def __init__(self, round: _Optional[int] = ..., state: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[ClientTask, _Mapping]]] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("kind", "round", "deadline_unix_ms", "config", "retry_after_ms", "vector_sha256", "vector_length")
+    __slots__ = ("kind", "round", "deadline_unix_ms", "config", "retry_after_ms", "vector_sha256", "vector_length", "secagg")
     class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         WAIT: _ClassVar[Task.Kind]
@@ -183,6 +183,7 @@ class Task(_message.Message):
     RETRY_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
     VECTOR_SHA256_FIELD_NUMBER: _ClassVar[int]
     VECTOR_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    SECAGG_FIELD_NUMBER: _ClassVar[int]
     kind: Task.Kind
     round: int
     deadline_unix_ms: int
@@ -190,7 +191,8 @@ class Task(_message.Message):
     retry_after_ms: int
     vector_sha256: bytes
     vector_length: int
-    def __init__(self, kind: _Optional[_Union[Task.Kind, str]] = ..., round: _Optional[int] = ..., deadline_unix_ms: _Optional[int] = ..., config: _Optional[_Union[TrainConfig, _Mapping]] = ..., retry_after_ms: _Optional[int] = ..., vector_sha256: _Optional[bytes] = ..., vector_length: _Optional[int] = ...) -> None: ...
+    secagg: bytes
+    def __init__(self, kind: _Optional[_Union[Task.Kind, str]] = ..., round: _Optional[int] = ..., deadline_unix_ms: _Optional[int] = ..., config: _Optional[_Union[TrainConfig, _Mapping]] = ..., retry_after_ms: _Optional[int] = ..., vector_sha256: _Optional[bytes] = ..., vector_length: _Optional[int] = ..., secagg: _Optional[bytes] = ...) -> None: ...
 
 class VectorRequest(_message.Message):
     __slots__ = ("client_id", "model_id", "round", "cached_sha256")
@@ -252,6 +254,40 @@ class SubmitReply(_message.Message):
     round: int
     message: str
     def __init__(self, accepted: bool = ..., duplicate: bool = ..., round: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
+class SecAggRequest(_message.Message):
+    __slots__ = ("client_id", "model_id", "round", "step", "payload", "wait_ms")
+    class Step(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        ADVERTISE: _ClassVar[SecAggRequest.Step]
+        SHARE: _ClassVar[SecAggRequest.Step]
+        UNMASK_REQUEST: _ClassVar[SecAggRequest.Step]
+        UNMASK: _ClassVar[SecAggRequest.Step]
+    ADVERTISE: SecAggRequest.Step
+    SHARE: SecAggRequest.Step
+    UNMASK_REQUEST: SecAggRequest.Step
+    UNMASK: SecAggRequest.Step
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    model_id: str
+    round: int
+    step: SecAggRequest.Step
+    payload: bytes
+    wait_ms: int
+    def __init__(self, client_id: _Optional[str] = ..., model_id: _Optional[str] = ..., round: _Optional[int] = ..., step: _Optional[_Union[SecAggRequest.Step, str]] = ..., payload: _Optional[bytes] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+
+class SecAggReply(_message.Message):
+    __slots__ = ("ready", "payload")
+    READY_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    ready: bool
+    payload: bytes
+    def __init__(self, ready: bool = ..., payload: _Optional[bytes] = ...) -> None: ...
 
 class EvaluationResult(_message.Message):
     __slots__ = ("client_id", "model_id", "round", "num_examples", "metrics")

@@ -64,6 +64,11 @@ class CoordinatorStub(object):
                 request_serializer=fedort_dot_protos_dot_fedort__v1__pb2.StatusRequest.SerializeToString,
                 response_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.StatusReply.FromString,
                 )
+        self.SecAgg = channel.unary_unary(
+                '/fedort.v1.Coordinator/SecAgg',
+                request_serializer=fedort_dot_protos_dot_fedort__v1__pb2.SecAggRequest.SerializeToString,
+                response_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.SecAggReply.FromString,
+                )
 
 
 class CoordinatorServicer(object):
@@ -139,6 +144,14 @@ class CoordinatorServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SecAgg(self, request, context):
+        """Secure aggregation (a FIT task with `secagg` set): one protocol step of the round; long-polls
+        up to wait_ms until the phase closed, then answers with the next phase's input (ready=true).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -191,6 +204,11 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.Status,
                     request_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.StatusRequest.FromString,
                     response_serializer=fedort_dot_protos_dot_fedort__v1__pb2.StatusReply.SerializeToString,
+            ),
+            'SecAgg': grpc.unary_unary_rpc_method_handler(
+                    servicer.SecAgg,
+                    request_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.SecAggRequest.FromString,
+                    response_serializer=fedort_dot_protos_dot_fedort__v1__pb2.SecAggReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -369,5 +387,22 @@ class Coordinator(object):
         return grpc.experimental.unary_unary(request, target, '/fedort.v1.Coordinator/Status',
             fedort_dot_protos_dot_fedort__v1__pb2.StatusRequest.SerializeToString,
             fedort_dot_protos_dot_fedort__v1__pb2.StatusReply.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def SecAgg(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/fedort.v1.Coordinator/SecAgg',
+            fedort_dot_protos_dot_fedort__v1__pb2.SecAggRequest.SerializeToString,
+            fedort_dot_protos_dot_fedort__v1__pb2.SecAggReply.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

@@ -61,6 +61,16 @@ class SimulationConfig:
     device_speed: str = "uniform"             # simulated compute speed per client (simulations.device_speed)
     step_seconds: float = 0.01                # simulated seconds per local step at speed factor 1
     progress: bool = True
+    # privacy (issue 10): validated by coordinator.privacy_config, applied by coordinator.privacy_round
+    secagg: bool = False
+    secagg_threshold: int | None = None
+    secagg_neighbours: int | None = None
+    secagg_clip: float = 1.0
+    secagg_scale: float = 65536.0
+    dp_noise_multiplier: float = 0.0
+    dp_clip: str | None = None
+    dp_delta: float = 1e-5
+    dp_target_epsilon: float | None = None
     out: Path = field(default_factory=lambda: Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
 
     def __post_init__(self) -> None:
@@ -126,6 +136,7 @@ class SimulationConfig:
                 check(value)
             except ConfigError as e:
                 problems.append(str(e))
+        problems += _privacy_problems(self)
         if problems:
             raise ConfigError("; ".join(problems))
 
@@ -188,6 +199,12 @@ def _check_staleness_weight(spec: str) -> None:
     from fedort.coordinator.staleness import parse_staleness_weight
 
     parse_staleness_weight(spec)
+
+
+def _privacy_problems(cfg: "SimulationConfig") -> list[str]:
+    from fedort.coordinator.privacy_config import privacy_problems
+
+    return privacy_problems({f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}, cfg.strategy)
 
 
 def _check_attack(spec: str) -> None:

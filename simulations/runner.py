@@ -19,6 +19,7 @@ from typing import Any
 
 from fedort.coordinator import CoordinatorConfig
 from fedort.coordinator.server_optimizers import canonical_spec
+from fedort.coordinator.privacy_config import PRIVACY_KEYS
 from fedort.coordinator.state_layout import StateLayout
 from fedort.edge_client.artifacts import Manifest, build_artifacts, verify_artifacts
 from fedort.edge_client.models import builtin_model
@@ -83,6 +84,7 @@ def coordinator_config(cfg: SimulationConfig, artifacts: Path, state_dir: Path, 
         strategy=cfg.strategy, export_every=cfg.export_every, server_optimizer=cfg.server_optimizer, mode=cfg.mode,
         buffer_size=cfg.buffer_size, max_staleness=cfg.max_staleness, staleness_weight=cfg.staleness_weight,
         codecs=("raw",) if cfg.codec == "raw" else ("raw", cfg.codec),   # the run allows what its clients use
+        **{k: getattr(cfg, k) for k in PRIVACY_KEYS},
         # local, loopback-only run of our own virtual clients: plaintext, no device tokens, no rate limit
         insecure=True, auth="open", submissions_per_minute=0,
     )

@@ -26,7 +26,7 @@ from fedort.edge_client.client import EdgeClient, EdgeConfig, RoundReport
 from fedort.edge_client.retry import Backoff, call_with_retry
 from fedort.edge_client.transport import ChannelConfig, Transport
 from fedort.protos.errors import FedortError
-from fedort.protos.messages import TaskKind
+from fedort.protos.messages import Task, TaskKind
 from fedort.simulations.attacks import parse_attack
 from fedort.simulations.population import ClientArrays, DataSource, VirtualClient
 
@@ -168,14 +168,35 @@ def serve_clients(plan: WorkerPlan, transport: Transport, clients: list[EdgeClie
 
 def _work(plan: WorkerPlan, clients: list[EdgeClient], tasks: dict, done: set[str],
           uploads: ThreadPoolExecutor) -> None:
-    """Do the polled tasks: train one client after another, each update uploaded while the next trains."""
+    """Do the polled tasks: train one client after another, each update uploaded while the next trains.
+
+    Secure aggregation: a phase closes only when the whole cohort got there, so every masked
+    upload (the client's whole protocol run) gets its own thread, started as soon as it trained."""
     inflight: list[Future] = []
+    masked: list[Future] = []    # never waited on inside the loop: they finish only with the whole cohort
+    cohort = sum(1 for t in tasks.values() if t.kind == TaskKind.FIT and t.secagg)
+    secagg = ThreadPoolExecutor(cohort, thread_name_prefix="fedort-secagg") if cohort else None
+    try:
+        _train_and_upload(plan, clients, tasks, done, uploads, secagg, inflight, masked)
+        for f in inflight + masked:
+            f.result()
+    finally:
+        if secagg is not None:
+            secagg.shutdown(wait=True)
+
+
+def _train_and_upload(plan: WorkerPlan, clients: list[EdgeClient], tasks: dict, done: set[str],
+                      uploads: ThreadPoolExecutor, secagg: ThreadPoolExecutor | None, inflight: list[Future],
+                      masked: list[Future]) -> None:
     for client in clients:
         task = tasks.get(client.client_id)
         if task is None:
             continue
         if task.kind == TaskKind.DONE:
             done.add(client.client_id)
+        elif task.kind == TaskKind.FIT and task.secagg and secagg is not None:
+            client.train(task)
+            masked.append(secagg.submit(client.upload))
         elif task.kind == TaskKind.FIT:
             client.train(task)
             while len(inflight) >= max(1, plan.uploads_in_flight):   # bounded: each holds one vector
@@ -183,8 +204,6 @@ def _work(plan: WorkerPlan, clients: list[EdgeClient], tasks: dict, done: set[st
             inflight.append(uploads.submit(client.upload))
         elif task.kind == TaskKind.EVALUATE:
             client.handle(task)
-    for f in inflight:
-        f.result()
 
 
 def _serve_by_heartbeat(plan: WorkerPlan, transport: Transport, clients: list[EdgeClient], stats: WorkerStats,
@@ -214,11 +233,17 @@ def _serve_by_heartbeat(plan: WorkerPlan, transport: Transport, clients: list[Ed
 def _poll_each(clients: list[EdgeClient], stats: WorkerStats) -> str:
     """Poll every client once (no waiting) and do whatever work it is given."""
     done = 0
+    secagg: list[tuple[EdgeClient, Task]] = []
     for client in clients:
         task = client.poll(0)
         stats.polls += 1
         if task.kind == TaskKind.DONE:
             done += 1
+        elif task.kind is TaskKind.FIT and task.secagg:
+            secagg.append((client, task))
         elif task.kind in (TaskKind.FIT, TaskKind.EVALUATE):
             client.handle(task)
+    if secagg:   # secure aggregation: a phase closes only when the whole cohort got there, so run them together
+        with ThreadPoolExecutor(max_workers=len(secagg), thread_name_prefix="fedort-secagg") as pool:
+            list(pool.map(lambda ct: ct[0].handle(ct[1]), secagg))
     return "done" if done == len(clients) else "more"

@@ -83,7 +83,7 @@ def serve_command(artifacts: Path, state_dir: Path, port_file: Path, **flags) ->
     args = [sys.executable, "-m", "fedort", "coordinator", "serve", "--artifacts", str(artifacts),
             "--state-dir", str(state_dir), "--address", "127.0.0.1:0", "--port-file", str(port_file)]
     for k, v in flags.items():
-        args += [f"--{k.replace('_', '-')}", str(v)]
+        args += [f"--{k.replace('_', '-')}"] + ([] if v is True else [str(v)])   # True: a bare switch
     return args + open_access_flags()
 
 

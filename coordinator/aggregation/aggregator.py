@@ -64,7 +64,9 @@ class RoundAggregator:
         decoder = decoder_for(update.codec)
         payload = update.encoded()
         path = update.path
-        if combiner.streaming:
+        if combiner.folds_words:
+            combiner.fold_update(update, self.length)
+        elif combiner.streaming:
             g, w = self.global_vector, update.num_examples
             if self.strategy.transforms:
                 x = values(decoder, payload, g)

@@ -21,12 +21,14 @@ import numpy as np
 
 from fedort.coordinator.aggregation.spool import SpooledUpdate
 from fedort.protos.codecs import Piece
+from fedort.coordinator.aggregation.update import Update
 
 
 class Combiner:
     name = "combiner"
     streaming = True
     folds_deltas = False   # streaming: `fold_delta` takes a delta codec's pieces (the global added once at combine)
+    folds_words = False    # streaming: `fold_update` takes the durable update itself (its payload is not floats)
 
     def reset(self, length: int) -> None:
         """Forget the previous round (streaming combiners: zero the running state)."""
@@ -38,6 +40,11 @@ class Combiner:
     def fold_delta(self, pieces: Iterable[Piece], weight: float) -> None:
         """Streaming, `folds_deltas`: add one update given as decoded pieces of d = x − g, with `weight`."""
         raise NotImplementedError(f"combiner {self.name} folds whole updates only")
+
+    def fold_update(self, update: Update, length: int) -> None:
+        """`folds_words`: fold one durable update from its raw payload words (the secure sum: whose masked
+        input, summed mod 2^b; nothing is decoded to floats)."""
+        raise NotImplementedError(f"combiner {self.name} folds decoded values only")
 
     def combine(self, spooled: Sequence[SpooledUpdate], global_vector: np.ndarray) -> np.ndarray:
         """The round's combined float32 vector (spool combiners read `spooled`; streaming ones ignore it)."""

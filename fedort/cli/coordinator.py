@@ -26,6 +26,7 @@ from fedort.coordinator.config import CoordinatorConfig
 from fedort.protos.round_state import RoundState
 from fedort.coordinator.server import Coordinator
 from fedort.coordinator.status import format_status, offline_status
+from fedort.cli.privacy_flags import PRIVACY_KEYS, add_privacy_flags
 
 log = logging.getLogger("coordinator")
 
@@ -87,6 +88,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             "options as NAME:KEY=VALUE,... e.g. fedadam:lr=0.01,beta1=0.9,beta2=0.99,tau=1e-3 "
                             "(default fedavg)")
     add_async_flags(serve)
+    add_privacy_flags(serve)
     serve.set_defaults(func=serve_command)
 
     status = sub.add_parser("status", help="print rounds, clients and the latest model of a state dir")
@@ -136,7 +138,7 @@ _FLAG_KEYS = ("artifacts", "state_dir", "address", "port_file", "rounds", "min_c
 
 def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
     """Defaults < --config TOML < flags."""
-    return CoordinatorConfig.load(args.config, **{k: getattr(args, k) for k in _FLAG_KEYS})
+    return CoordinatorConfig.load(args.config, **{k: getattr(args, k) for k in _FLAG_KEYS + PRIVACY_KEYS})
 
 
 def serve_command(args: argparse.Namespace) -> int:

@@ -66,6 +66,10 @@ def register(subparsers) -> None:
     run.add_argument("--codec", metavar="SPEC",
                      help="update codec: raw (default), fp16, bf16, int8[:B], topk:F, or zstd+ any of them; used "
                           "when the coordinator allows it, else raw (see protos/codecs)")
+    run.add_argument("--local-dp-clip", metavar="C", type=float,
+                     help="local DP: clip this device's update delta to L2 norm C before upload")
+    run.add_argument("--local-dp-noise", metavar="Z", type=float,
+                     help="local DP: add Gaussian noise of std Z*C per value before upload (needs --local-dp-clip)")
     run.add_argument("--debug-modules", metavar="FILE", help=argparse.SUPPRESS)
     run.set_defaults(func=_run)
     edge.set_defaults(func=lambda args: (edge.print_help(), 2)[1])
@@ -91,7 +95,8 @@ def _run(args: argparse.Namespace) -> int:
     overrides = {"coordinator": args.coordinator, "data": args.data, "cache_dir": args.cache_dir,
                  "name": args.name, "client_id": args.client_id, "insecure": args.insecure,
                  "ca_file": args.ca_file, "cert_file": args.cert, "key_file": args.key,
-                 "credential": _token(args), "poll_wait_ms": args.poll_wait_ms, "codec": args.codec}
+                 "credential": _token(args), "poll_wait_ms": args.poll_wait_ms, "codec": args.codec,
+                 "local_dp_clip": args.local_dp_clip, "local_dp_noise": args.local_dp_noise}
     if args.give_up_after is not None:
         overrides["backoff"] = Backoff(give_up_after_s=args.give_up_after)
     config = EdgeConfig.load(args.config, **overrides)

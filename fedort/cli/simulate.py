@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from fedort.cli.privacy_flags import PRIVACY_KEYS, add_privacy_flags
 from fedort.simulations.config import BACKENDS, load_config
 
 EPILOG = """\
@@ -81,6 +82,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", dest="progress", action="store_false", default=None, help="no progress bar")
     p.add_argument("--verbose", action="store_true", help="log every coordinator and client event (default: "
                                                           "progress bar and summary only)")
+    add_privacy_flags(p)
     p.set_defaults(func=_run)
 
 
@@ -98,7 +100,7 @@ def _run(args: argparse.Namespace) -> int:
               "out", "progress", "export_every", "state_dir",
               "strategy", "server_optimizer", "byzantine_fraction", "attack", "straggler_fraction", "straggler_steps",
               "codec", "mode", "buffer_size", "max_staleness", "staleness_weight", "device_speed", "step_seconds")
-    cfg = load_config(args.scenario, {k: getattr(args, k) for k in fields})
+    cfg = load_config(args.scenario, {k: getattr(args, k) for k in fields + PRIVACY_KEYS})
     result = run_simulation(cfg)
     print()
     print(result.summary)

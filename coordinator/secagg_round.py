@@ -1,0 +1,346 @@
+"""A training round under secure aggregation: the protocol's phases as durable round states.
+
+    TRAINING ─┬─ SECAGG_ADVERTISE   clients train, then send two public keys      (until all, or the round deadline)
+              ├─ SECAGG_SHARE_KEYS  sealed Shamir shares, routed by the coordinator (until all of U1, or a phase deadline)
+              ├─ SECAGG_MASKED_INPUT masked uploads (codec secagg-u64), summed mod 2^b (until all of U2, or a deadline)
+              └─ SECAGG_UNMASK      survivors send the shares that remove the masks   (until all of U3, or a deadline)
+    ─▶ AGGREGATING (the unmasked SUM only) ─▶ the usual commit
+
+`SecAggServer` (coordinator/secagg_server.py) holds the protocol state; this module drives it,
+answers the `SecAgg` RPC and makes it durable: after every accepted message and phase close the
+protocol state is written atomically to `secagg/round-NNNN.state` before the client is answered,
+and the uint64 sum with it (`.sum`) when masked-input collection closes. Masked inputs are durable
+like any update (spool file + row, acknowledged after both); a restart during their collection
+folds them again from the spool into a fresh accumulator, after it the recorded sum is used, so
+each is counted exactly once. A restarted coordinator resumes in the phase it recorded. The spool
+only ever holds masked vectors. A phase that ends with fewer than T clients (or a client whose
+masks can no longer be removed) aborts: the round fails with the reason in status and log,
+the global model unchanged; its masked inputs are forgotten, so a restart begins the round anew.
+Each phase after the first gets `round_timeout_s` (clients are already trained by then).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import threading
+import time
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+
+from fedort.coordinator.secagg_server import SecAggResult, SecAggServer, SecAggServerState, ServerPhase
+from fedort.coordinator.state import TransitionRow, now_ms
+from fedort.durable import atomic_write
+from fedort.protos.dp_noise import distributed_noise_std
+from fedort.protos.errors import ProtocolError, StaleRoundError
+from fedort.protos.messages import UpdateHeader
+from fedort.protos.round_state import RoundState
+from fedort.protos.secagg import (
+    AdvertiseKeys, FixedPoint, SecAggAborted, SecAggError, SecAggParams, ShareKeys, UnmaskResponse,
+    default_threshold, effective_degree,
+)
+from fedort.protos.secagg.task import MAX_WEIGHT, SECAGG_CODEC, SecAggTask
+
+if TYPE_CHECKING:
+    from fedort.coordinator.round_engine import RoundEngine
+
+log = logging.getLogger("fedort.coordinator.round_engine")
+
+ADVERTISE, SHARE, UNMASK_REQUEST, UNMASK = 0, 1, 2, 3      # SecAggRequest.Step
+_PHASE_STATE = {ServerPhase.ADVERTISE: "SECAGG_ADVERTISE", ServerPhase.SHARE_KEYS: "SECAGG_SHARE_KEYS",
+                ServerPhase.MASKED_INPUT: "SECAGG_MASKED_INPUT", ServerPhase.UNMASK: "SECAGG_UNMASK",
+                ServerPhase.DONE: "AGGREGATING", ServerPhase.FAILED: "FAILED"}
+
+
+def default_degree(cohort: int) -> int:
+    """SecAgg+ graph degree: classic SecAgg (everyone) up to 17 clients, else max(16, 2·⌈log2 n⌉ + 4)."""
+    return max(1, min(cohort - 1, max(16, 2 * math.ceil(math.log2(max(cohort, 2))) + 4)))
+
+
+class SecAggRound:
+    """The engine's secure-aggregation side: one `SecAggServer` per round, durable, driven phase by phase."""
+
+    def __init__(self, engine: "RoundEngine") -> None:
+        self.engine = engine
+        self.server: SecAggServer | None = None
+        self.round = 0
+        self.task: SecAggTask | None = None
+        self._task_bytes = b""
+        self.result: SecAggResult | None = None
+        self.lock = threading.Lock()
+        self._seq = 0
+        self._changes = self._persisted = 0          # group commit of the protocol state (see persist)
+        self._persisting = asyncio.Lock()
+        engine.strategy.combiner.bind(self)
+
+    # ---- durable state -----------------------------------------------------------------------------
+    # Two files per round, each written atomically and tagged with a sequence number: `.state` (the
+    # protocol state as JSON, after every accepted message) and `.sum` (state + uint64 accumulator,
+    # when masked-input collection closes). While masked inputs are collected nothing is written
+    # per input: they are durable in the spool (with their rows), and a restart in that phase
+    # rebuilds the accumulator by folding them again from zero.
+
+    def path(self, round: int, kind: str = "state"):
+        return self.engine.store.dir / "secagg" / f"round-{round:04d}.{kind}"
+
+    def _write(self, with_sum: bool = False) -> None:
+        with self.lock:
+            self._seq += 1
+            blob = self._seq.to_bytes(8, "little") + (self.server.dump() if with_sum else self.server.state.to_bytes())
+        path = self.path(self.round, "sum" if with_sum else "state")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, blob)
+
+    async def persist(self, with_sum: bool = False) -> None:
+        """Durable before this returns. Group commit: messages that arrive while a write is in flight
+        are all covered by the next one (one write per burst, not one per client)."""
+        if with_sum:
+            await asyncio.to_thread(self._write, True)
+            return
+        self._changes += 1
+        mine = self._changes
+        async with self._persisting:
+            if self._persisted >= mine:
+                return                             # a write that started after our change covered it
+            covered = self._changes
+            await asyncio.to_thread(self._write)
+            self._persisted = covered
+
+    def _use(self, server: SecAggServer, round: int) -> None:
+        cfg = self.engine.config
+        self.server, self.round, self.result = server, round, None
+        dp = self.engine.privacy.dp
+        n = len(server.params.cohort)
+        self.task = SecAggTask(server.params, "unit" if dp else "examples", dp.clip if dp else None,
+                               distributed_noise_std(dp.noise_multiplier, dp.clip, n) if dp else 0.0)
+        self._task_bytes = self.task.to_bytes()
+        log.info("round %d: secure aggregation over %d clients, %d neighbours each, threshold %d, %d-bit sums%s",
+                 round, n, effective_degree(n, server.params.degree), server.params.threshold,
+                 server.params.fixed_point.bits, f", distributed DP z={dp.noise_multiplier:g} C={dp.clip:g}"
+                 if dp and cfg.dp_noise_multiplier else "")
+
+    def _load(self, round: int) -> SecAggServer | None:
+        """The newest recorded protocol state of `round` (None if none, or if it failed)."""
+        state_path, sum_path = self.path(round, "state"), self.path(round, "sum")
+        if not state_path.is_file():
+            return None
+        state = state_path.read_bytes()
+        seq = int.from_bytes(state[:8], "little")
+        if sum_path.is_file():
+            blob = sum_path.read_bytes()
+            seq_sum, server = int.from_bytes(blob[:8], "little"), SecAggServer.load(blob[8:])
+            if seq_sum < seq:     # later messages (unmask responses): newer state, the same frozen sum
+                server = SecAggServer.restore(state[8:], server.accumulator)
+            seq = max(seq, seq_sum)
+        else:
+            length = SecAggServerState.from_bytes(state[8:]).params.length
+            server = SecAggServer.restore(state[8:], np.zeros(length + 1, dtype=np.uint64))
+        if server.phase in (ServerPhase.ADVERTISE, ServerPhase.SHARE_KEYS, ServerPhase.MASKED_INPUT):
+            server.state.u3 = []                         # nothing summed yet, or the spool replay folds
+            server.accumulator[:] = 0                    # every masked input again
+        self._seq = seq
+        return None if server.phase is ServerPhase.FAILED else server
+
+    def ensure(self, round: int) -> SecAggServer:
+        """The round's protocol state, from the state dir after a restart (SecAggError if none)."""
+        if self.server is None or self.round != round:
+            server = self._load(round)
+            if server is None:
+                raise SecAggError(f"no secure-aggregation state for round {round}")
+            self._use(server, round)
+        return self.server
+
+    def round_opened(self) -> None:
+        """A new attempt opened: resume the recorded protocol state, or start a fresh one for its cohort."""
+        e, r = self.engine, self.engine.training
+        server = self.server if self.round == r.round and self.server is not None else self._load(r.round)
+        if server is not None and server.phase is not ServerPhase.FAILED:
+            self._use(server, r.round)
+            log.info("round %d: secure aggregation resumed in phase %s", r.round, server.phase.value)
+            return
+        cfg, n = e.config, len(r.selected)
+        degree = cfg.secagg_neighbours or default_degree(n)
+        threshold = cfg.secagg_threshold or default_threshold(effective_degree(n, degree))
+        dp = e.privacy.dp
+        fixed = FixedPoint.for_cohort(n, cfg.secagg_clip, cfg.secagg_scale, 1.0 if dp else MAX_WEIGHT)
+        params = SecAggParams(r.round * 1000 + r.attempt, tuple(r.selected), threshold, degree, os.urandom(16),
+                              fixed, e.length)
+        self._use(SecAggServer(params), r.round)
+        self.path(r.round, "sum").unlink(missing_ok=True)    # a failed earlier session's sum
+        self._write()
+
+    def may_fit(self, client_id: str) -> bool:
+        """A FIT task only while keys are still collected, to a client that has not advertised yet."""
+        s = self.server
+        return s is not None and s.phase is ServerPhase.ADVERTISE and client_id not in s.state.keys
+
+    def task_bytes(self) -> bytes:
+        return self._task_bytes
+
+    @property
+    def expected_clients(self) -> int:
+        return len(self.server.params.cohort)
+
+    # ---- uploads -------------------------------------------------------------------------------------
+
+    def check_upload(self, h: UpdateHeader) -> None:
+        """Before a byte is stored: only masked uploads, only from U2, only while inputs are collected."""
+        if h.vector.codec != SECAGG_CODEC:
+            raise ProtocolError(f"this run uses secure aggregation: updates must use codec {SECAGG_CODEC!r} "
+                                f"(masked), got {h.vector.codec!r}; the coordinator does not accept clear updates")
+        s = self.server
+        if s is None or self.round != h.vector.round:
+            raise StaleRoundError(f"round {h.vector.round} has no secure aggregation open")
+        if s.phase is not ServerPhase.MASKED_INPUT:
+            raise StaleRoundError(f"round {h.vector.round}: masked inputs are not collected now (phase {s.phase.value})")
+        if h.client_id not in s.state.u2:
+            raise StaleRoundError(f"client {h.client_id} did not share keys in round {h.vector.round}; "
+                                  f"its masked input could not be unmasked")
+
+    def receive_masked(self, client_id: str, masked: np.ndarray) -> None:
+        """Fold one durable masked input (fold thread): into the accumulator once, then persisted."""
+        s = self.ensure(self.engine.round)
+        with self.lock:
+            if s.phase is not ServerPhase.MASKED_INPUT and client_id in s.state.u3:
+                return                                   # replayed after a restart: already in the sum
+            s.receive_masked_input(client_id, masked)   # durable in the spool already: nothing written here
+
+    # ---- the phases ----------------------------------------------------------------------------------
+
+    def _note(self, old: ServerPhase, new: ServerPhase, why: str) -> None:
+        e = self.engine
+        log.info("round %d: %s -> %s (%s)", e.round, _PHASE_STATE[old], _PHASE_STATE[new], why)
+        e.store.note_transition(TransitionRow(e.round, _PHASE_STATE[old], _PHASE_STATE[new], time.time(), why))
+        e.notify()
+
+    async def _until(self, done: Callable[[], bool], deadline_ms: int) -> None:
+        while not done() and (remaining := deadline_ms - now_ms()) > 0:
+            await self.engine.wait_change(remaining / 1000)
+
+    async def _close(self, close: Callable[[], object], what: str) -> None:
+        old = self.server.phase
+        with self.lock:
+            close()
+        await self.persist(with_sum=old is ServerPhase.MASKED_INPUT)
+        self._note(old, self.server.phase, what)
+
+    async def train(self) -> bool:
+        """Run the round's remaining phases; False (round and run FAILED, global unchanged) on abort."""
+        e, r, s = self.engine, self.engine.training, self.server
+        phase_ms = int(e.config.round_timeout_s * 1000)
+        try:
+            if s.phase is ServerPhase.ADVERTISE:
+                await self._until(lambda: set(s.state.keys) >= set(s.params.cohort), r.deadline_ms)
+                await self._close(s.close_advertise, f"{len(s.state.keys)} of {len(s.params.cohort)} advertised keys")
+            if s.phase is ServerPhase.SHARE_KEYS:
+                await self._until(lambda: set(s.state.sealed) >= set(s.state.u1), now_ms() + phase_ms)
+                await self._close(s.close_share_keys, f"{len(s.state.sealed)} of {len(s.state.u1)} shared keys")
+            if s.phase is ServerPhase.MASKED_INPUT:
+                await self._until(lambda: set(r.reported) >= set(s.state.u2) and not e.uploads.busy,
+                                  now_ms() + phase_ms)
+                r.closing = True
+                while e.uploads.busy:
+                    await e.wait_change(1.0)
+                if e.uploads.fold_error is not None:
+                    raise e.uploads.fold_error
+                await self._close(s.close_masked_input, f"{len(s.state.u3)} of {len(s.state.u2)} masked inputs")
+            if s.phase is ServerPhase.UNMASK:
+                await self._until(lambda: set(s.state.responses) >= set(s.state.u3), now_ms() + phase_ms)
+                self.result = await asyncio.to_thread(self._finish)
+        except SecAggAborted as exc:
+            await self.persist()
+            message = f"round {e.round} failed: {exc}; the global model is unchanged"
+            e.store.forget_submissions(e.round)
+            e.store.fail_round(e.round, message)
+            e.finish(RoundState.FAILED, message)
+            return False
+        res = self.result
+        e.transition(RoundState.AGGREGATING, f"secure aggregation unmasked the sum of {len(res.survivors)} masked "
+                                             f"inputs ({len(res.dropped)} of the key-sharing clients dropped)")
+        return True
+
+    def _finish(self) -> SecAggResult:
+        with self.lock:
+            return self.server.finish()        # not persisted: a restart redoes it from the UNMASK state
+
+    # ---- the SecAgg RPC -----------------------------------------------------------------------------
+
+    async def step(self, client_id: str, model_id: str, round: int, step: int, payload: bytes,
+                   wait_ms: int) -> tuple[bool, bytes]:
+        """One protocol step of `client_id` (see SecAggRequest.Step): (ready, reply payload)."""
+        e = self.engine
+        e.touch(client_id)
+        e.check_model(model_id)
+        if e.state is not RoundState.TRAINING or self.server is None or self.round != round or e.training is None:
+            raise StaleRoundError(f"round {round} has no secure aggregation in progress (round {e.round}, "
+                                  f"state {e.state.name})")
+        s = self.server
+        if s.phase is ServerPhase.FAILED:
+            raise SecAggAborted(s.state.reason)
+        until = time.monotonic() + min(max(wait_ms, 0), 30_000) / 1000
+
+        async def wait(done: Callable[[], bool]) -> bool:
+            while not done() and (left := until - time.monotonic()) > 0 and not e._stopping:
+                await e.wait_change(left)
+            if s.phase is ServerPhase.FAILED:
+                raise SecAggAborted(s.state.reason)
+            return done()
+
+        try:
+            if step == ADVERTISE:
+                msg = _parse(AdvertiseKeys, payload, client_id)
+                if s.phase is ServerPhase.ADVERTISE and s.state.keys.get(client_id) != msg:   # a re-send changes nothing
+                    with self.lock:
+                        s.receive_keys(msg)
+                    await self.persist()
+                    e.notify()
+                if not await wait(lambda: s.phase is not ServerPhase.ADVERTISE):
+                    return False, b""
+                _member(client_id, s.state.u1, round, "advertise its keys in time")
+                return True, s.roster_for(client_id).to_bytes()
+            if step == SHARE:
+                msg = _parse(ShareKeys, payload, client_id)
+                if s.phase is ServerPhase.SHARE_KEYS and s.state.sealed.get(client_id) != dict(msg.sealed):
+                    with self.lock:
+                        s.receive_shares(msg)
+                    await self.persist()
+                    e.notify()
+                if not await wait(lambda: s.phase not in (ServerPhase.ADVERTISE, ServerPhase.SHARE_KEYS)):
+                    return False, b""
+                _member(client_id, s.state.u2, round, "share its keys in time")
+                return True, s.delivery_for(client_id).to_bytes()
+            if step == UNMASK_REQUEST:
+                if not await wait(lambda: s.phase in (ServerPhase.UNMASK, ServerPhase.DONE)):
+                    return False, b""
+                _member(client_id, s.state.u3, round, "send its masked input in time")
+                return True, s.unmask_request().to_bytes()
+            if step == UNMASK:
+                msg = _parse(UnmaskResponse, payload, client_id)
+                if s.phase is ServerPhase.UNMASK and client_id not in s.state.responses:
+                    with self.lock:
+                        s.receive_unmask(msg)
+                    await self.persist()
+                    e.notify()
+                return True, b""
+        except SecAggAborted:
+            raise
+        raise ProtocolError(f"unknown secagg step {step}; expected 0..3 (ADVERTISE, SHARE, UNMASK_REQUEST, UNMASK)")
+
+
+def _member(client_id: str, members: list[str], round: int, what: str) -> None:
+    if client_id not in members:
+        raise StaleRoundError(f"client {client_id} is no longer part of round {round}'s secure aggregation: "
+                              f"it did not {what}")
+
+
+def _parse(cls, payload: bytes, client_id: str):
+    try:
+        msg = cls.from_bytes(payload)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ProtocolError(f"secagg payload is not a valid {cls.__name__}: {exc}") from None
+    if msg.client_id != client_id:
+        raise ProtocolError(f"secagg {cls.__name__} names client {msg.client_id!r}, the request {client_id!r}")
+    return msg

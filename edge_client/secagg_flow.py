@@ -1,0 +1,110 @@
+"""The device's secure-aggregation round, after local training (a FIT task whose `secagg` is set).
+
+    d = trained − global;  DP: d ← clip_C(d) + N(0, σ²), σ = z·C/√n     (the coordinator's SecAggTask says)
+    ADVERTISE keys ─▶ roster ─▶ SHARE sealed shares ─▶ delivery ─▶ upload masked y (codec secagg-u64)
+    ─▶ UNMASK_REQUEST ─▶ UNMASK (key shares of dropped neighbours, seed shares of survivors)
+
+Each step is one `SecAgg` call that the coordinator holds until the phase closes (ready=false:
+send the same request again). Steps are idempotent, so a call lost to a coordinator restart is
+simply retried with the same message. Nothing but the masked vector leaves the device; its
+protocol secrets live in memory only (a device restart drops it from this round). A coordinator
+that says the client is no longer part of the round (FAILED_PRECONDITION) or aborted the round
+(ABORTED) ends it as `stale`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from fedort.edge_client.secagg_client import SecAggClient
+from fedort.protos.codec import describe, vector_digest
+from fedort.protos.dp_noise import clip_to_norm, gaussian
+from fedort.protos.errors import FedortError
+from fedort.protos.messages import Metric, SubmitResult, Task, UpdateHeader
+from fedort.protos.secagg.messages import Roster, ShareDelivery, UnmaskRequest
+from fedort.protos.secagg.task import SECAGG_CODEC, SecAggTask
+
+log = logging.getLogger(__name__)
+
+ADVERTISE, SHARE, UNMASK_REQUEST, UNMASK = 0, 1, 2, 3   # SecAggRequest.Step
+ENDS_ROUND = ("FAILED_PRECONDITION", "ABORTED")
+MIN_STEP_WAIT_MS = 10_000
+
+
+def private_delta(task: SecAggTask, global_vector: np.ndarray, trained: np.ndarray,
+                  rng: np.random.Generator | None = None) -> np.ndarray:
+    """The float64 delta this device masks: clipped and noised first when the round uses DP."""
+    delta = np.asarray(trained, dtype=np.float64) - np.asarray(global_vector, dtype=np.float64)
+    if task.dp_clip is not None:
+        delta, _ = clip_to_norm(delta, task.dp_clip)
+        delta = delta + gaussian(delta.size, task.dp_noise_std, rng)
+    return delta
+
+
+def masked_wire(masked: np.ndarray) -> np.ndarray:
+    """The uint64 masked vector's little-endian bytes as float32 words (what the upload stream sends)."""
+    return np.ascontiguousarray(masked, dtype="<u8").view("<f4")
+
+
+def masked_header(client_id: str, model_id: str, round: int, wire: np.ndarray, length: int, num_examples: int,
+                  metrics: Mapping[str, Metric], chunk_size: int, trained_from_sha256: bytes) -> UpdateHeader:
+    """Header of a masked upload: the model's length P, codec secagg-u64, sha256 of the 8·(P+1) payload bytes,
+    and the global vector it was trained from (admission refuses an update that names none)."""
+    meta = replace(describe(wire, model_id, round, chunk_size=chunk_size), length=length, codec=SECAGG_CODEC,
+                   payload_bytes=int(wire.nbytes))
+    return UpdateHeader(client_id, meta, int(num_examples), dict(metrics), bytes(trained_from_sha256))
+
+
+class SecAggFlow:
+    """One device's protocol run for one round, over `transport` with `call` (retries, stop)."""
+
+    def __init__(self, transport: Any, client_id: str, model_id: str, task: Task,
+                 call: Callable[[str, Callable[[], Any]], Any], poll_wait_ms: int = 20_000) -> None:
+        self.transport, self.client_id, self.model_id, self.task = transport, client_id, model_id, task
+        self.call = call
+        self.wait_ms = max(poll_wait_ms, MIN_STEP_WAIT_MS)   # steps are long-polls, even for a client that never waits
+        self.spec = SecAggTask.from_bytes(task.secagg)
+
+    def _step(self, step: int, payload: bytes) -> bytes:
+        while True:
+            ready, reply = self.call(f"SecAgg step {step} round {self.task.round}", lambda: self.transport.secagg_step(
+                self.client_id, self.model_id, self.task.round, step, payload, self.wait_ms))
+            if ready:
+                return reply
+
+    def run(self, global_vector: np.ndarray, trained: np.ndarray, num_examples: int,
+            metrics: Mapping[str, Metric], chunk_size: int) -> tuple[str, str]:
+        """Every phase for this round; (outcome, message) as the client reports an upload."""
+        spec, length = self.spec, len(global_vector)
+        client = SecAggClient(self.client_id, spec.params)
+        try:
+            roster = Roster.from_bytes(self._step(ADVERTISE, client.advertise().to_bytes()))
+            delivery = ShareDelivery.from_bytes(self._step(SHARE, client.share_keys(roster).to_bytes()))
+            masked = client.masked_input(delivery, private_delta(spec, global_vector, trained),
+                                         spec.weight(num_examples))
+            wire = masked_wire(masked)
+            header = masked_header(self.client_id, self.model_id, self.task.round, wire, length, num_examples,
+                                   metrics, chunk_size, self.task.vector_sha256 or vector_digest(global_vector))
+            try:
+                result: SubmitResult | None = self.call(f"SubmitUpdate (masked) round {self.task.round}",
+                                                        lambda: self.transport.submit_update(header, wire))
+            except FedortError as e:
+                if getattr(e, "code", None) != "FAILED_PRECONDITION":
+                    raise
+                # inputs closed: after a lost acknowledgement (coordinator restart) ours may be in;
+                # the unmask request says (it is refused to a client whose input is not)
+                result = None
+            request = UnmaskRequest.from_bytes(self._step(UNMASK_REQUEST, b""))
+            self._step(UNMASK, client.unmask(request).to_bytes())
+        except FedortError as e:
+            if getattr(e, "code", None) not in ENDS_ROUND:
+                raise
+            log.info("round %d: secure aggregation ended for this client: %s", self.task.round, e)
+            return "stale", str(e)
+        if result is None:
+            return "accepted", "masked input counted (its acknowledgement was lost)"
+        return ("duplicate" if result.duplicate else "accepted" if result.accepted else "rejected"), result.message

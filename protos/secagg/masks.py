@@ -1,0 +1,39 @@
+"""The masks both sides compute: self mask PRG(b_u) and pairwise masks ±PRG(s_uv).
+
+Client u uploads y_u = x_u + PRG(b_u) + sum_{v in N(u) ∩ U2} sign(u, v) * PRG(s_uv)  (mod 2^b)
+with sign(u, v) = +1 if u < v else -1, so the pairwise terms of two survivors cancel in the sum.
+s_uv = HKDF(X25519(s_u_sk, s_v_pk)) is the same for u and v; the server learns it only for a
+dropped v, from v's reconstructed s_v_sk.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedort.protos.secagg.keys import agree, derive
+from fedort.protos.secagg.messages import SecAggParams
+from fedort.protos.secagg.prg import expand
+
+
+def pairwise_sign(u: str, v: str) -> int:
+    return 1 if u < v else -1
+
+
+def pairwise_mask(params: SecAggParams, private: bytes, peer_public: bytes, u: str, v: str) -> np.ndarray:
+    """PRG(s_uv) for the pair (u, v); `private` is either end's s_sk, `peer_public` the other's s_pk."""
+    seed = agree(private, peer_public, params.info("mask", u, v))
+    return expand(seed, params.length + 1, params.fixed_point.bits)
+
+
+def self_mask(params: SecAggParams, seed: bytes) -> np.ndarray:
+    """PRG(b_u): the 16-byte seed b_u is stretched to a ChaCha20 key with HKDF first."""
+    key = derive(seed, params.info("self", "", ""))
+    return expand(key, params.length + 1, params.fixed_point.bits)
+
+
+def add_signed(acc: np.ndarray, mask: np.ndarray, sign: int) -> None:
+    """acc += sign * mask (mod 2^64, hence mod 2^b) in place."""
+    if sign > 0:
+        np.add(acc, mask, out=acc)
+    else:
+        np.subtract(acc, mask, out=acc)

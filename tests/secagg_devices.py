@@ -1,0 +1,88 @@
+"""Devices running the real edge-side secure-aggregation flow over real gRPC, without ONNX training.
+
+Each device joins, polls for FIT, downloads the global vector g, and runs `SecAggFlow` with
+trained = g + its delta (each device in its own thread, the edge transport as deployed). A
+device can vanish at a chosen step ("share": after advertising keys, before sharing;
+"upload": after sharing keys, before its masked upload; "unmask": after its upload, before
+unmasking) — the transport is wrapped to raise `Vanished` at that point, as a device that loses
+power would stop there.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from fedort.edge_client.secagg_flow import SHARE, UNMASK_REQUEST, SecAggFlow
+from fedort.edge_client.transport import ChannelConfig, Transport
+from fedort.protos.codec import CHUNK_BYTES
+from fedort.protos.messages import TaskKind
+
+DROP_STEPS = {"share": SHARE, "unmask": UNMASK_REQUEST}
+
+
+class Vanished(Exception):
+    """The device stopped here (a test's dropout)."""
+
+
+class VanishingTransport:
+    """The real transport, until the device vanishes at `drop`."""
+
+    def __init__(self, transport: Transport, drop: str | None) -> None:
+        self.transport, self.drop = transport, drop
+
+    def secagg_step(self, client_id, model_id, round, step, payload, wait_ms):
+        if self.drop in DROP_STEPS and step == DROP_STEPS[self.drop]:
+            raise Vanished(f"{client_id} vanished before step {step}")
+        return self.transport.secagg_step(client_id, model_id, round, step, payload, wait_ms)
+
+    def submit_update(self, header, vector):
+        if self.drop == "upload":
+            raise Vanished(f"{header.client_id} vanished before its masked upload")
+        return self.transport.submit_update(header, vector)
+
+
+def run_device(port: int, client_id: str, delta: np.ndarray, num_examples: int = 10, drop: str | None = None,
+               timeout_s: float = 60.0, rounds: int = 1) -> list[tuple[str, str]]:
+    """One device for `rounds` FIT tasks (or until DONE); its (outcome, message) per round, 'vanished' if it did."""
+    transport = Transport(ChannelConfig(f"127.0.0.1:{port}", insecure=True, rpc_timeout_s=timeout_s))
+    out: list[tuple[str, str]] = []
+    try:
+        info = transport.join("secagg-test", client_id=client_id)
+        while len(out) < rounds:
+            task = transport.poll(client_id, info.model_id, 2000)
+            if task.kind == TaskKind.DONE:
+                break
+            if task.kind != TaskKind.FIT:
+                continue
+            g = transport.download_vector(client_id, info.model_id, task.round)
+            flow = SecAggFlow(VanishingTransport(transport, drop), client_id, info.model_id, task,
+                              lambda what, fn: fn(), poll_wait_ms=2000)
+            try:
+                out.append(flow.run(g, g + delta.astype(np.float32), num_examples, {}, CHUNK_BYTES))
+            except Vanished as e:
+                out.append(("vanished", str(e)))
+                break
+    finally:
+        transport.close()
+    return out
+
+
+def run_devices(port: int, deltas: dict[str, np.ndarray], drops: dict[str, str] | None = None,
+                examples: dict[str, int] | None = None, rounds: int = 1) -> dict[str, list[tuple[str, str]]]:
+    """Every device in its own thread; their outcomes by client id."""
+    drops, examples = drops or {}, examples or {}
+    with ThreadPoolExecutor(max_workers=len(deltas)) as pool:
+        futures = {c: pool.submit(run_device, port, c, d, examples.get(c, 10), drops.get(c), 60.0, rounds)
+                   for c, d in deltas.items()}
+        return {c: f.result(timeout=180) for c, f in futures.items()}
+
+
+def deltas_for(ids, length: int, seed: int = 0, scale: float = 0.01) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {c: (rng.standard_normal(length) * scale).astype(np.float32) for c in ids}
+
+
+__all__ = ["Vanished", "deltas_for", "run_device", "run_devices", "threading"]

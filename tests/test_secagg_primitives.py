@@ -1,0 +1,101 @@
+"""The shared secure-aggregation primitives: fixed point, PRG, keys, Shamir, graph, messages."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from fedort.protos.errors import ConfigError
+from fedort.protos.secagg import (
+    AdvertiseKeys, FixedPoint, SecAggError, SecAggParams, UnmaskResponse, modulus_bits, neighbour_graph,
+)
+from fedort.protos.secagg.keys import KeyPair, agree, open_sealed, public_of, seal
+from fedort.protos.secagg.prg import expand
+from fedort.protos.secagg.shamir import combine_secret, split_secret
+
+
+def test_modulus_bits_leave_room_for_the_whole_cohort_at_the_extreme():
+    fp = FixedPoint.for_cohort(100, clip=1.0, scale=2.0**20)
+    extreme = [fp.encode(np.full(3, sign * 5.0)) for sign in (1, -1)]
+    for enc in extreme:
+        total = np.zeros(4, dtype=np.uint64)
+        for _ in range(100):
+            total += enc
+        weighted, weight = fp.decode_sum(total)
+        assert weighted.tolist() == [float(np.sign(fp.to_signed(enc)[0])) * 100.0] * 3
+        assert weight == 100.0
+
+
+def test_modulus_bits_refuse_configs_that_would_wrap_64_bits():
+    with pytest.raises(ConfigError, match="bits"):
+        modulus_bits(10**6, clip=1000.0, scale=2.0**40)
+
+
+def test_encode_carries_the_weight_and_premultiplies_it():
+    fp = FixedPoint.for_cohort(4, clip=2.0, scale=2.0**10, max_weight=8.0)
+    weighted, weight = fp.decode_sum(fp.encode(np.array([0.5, -3.0]), weight=4.0))
+    assert weighted.tolist() == [2.0, -8.0] and weight == 4.0
+
+
+def test_prg_is_deterministic_and_below_the_modulus():
+    seed = os.urandom(32)
+    a, b = expand(seed, 5000, 20), expand(seed, 5000, 20)
+    assert np.array_equal(a, b) and int(a.max()) < 2**20
+    assert not np.array_equal(a, expand(os.urandom(32), 5000, 20))
+
+
+def test_x25519_agreement_is_symmetric_and_bound_to_info():
+    u, v = KeyPair.generate(), KeyPair.generate()
+    assert agree(u.private, v.public, b"x") == agree(v.private, u.public, b"x")
+    assert agree(u.private, v.public, b"x") != agree(u.private, v.public, b"y")
+    assert public_of(u.private) == u.public
+
+
+def test_a_key_pair_from_a_seed_is_reproducible():
+    seed = os.urandom(16)
+    assert KeyPair.from_seed(seed) == KeyPair.from_seed(seed) != KeyPair.from_seed(os.urandom(16))
+
+
+def test_sealed_share_refuses_other_associated_data():
+    key = os.urandom(32)
+    box = seal(key, b"share", b"to:a")
+    assert open_sealed(key, box, b"to:a") == b"share"
+    with pytest.raises(SecAggError, match="authentication"):
+        open_sealed(key, box, b"to:b")
+
+
+def test_shamir_recovers_16_bytes_from_threshold_shares_only():
+    secret = os.urandom(16)
+    shares = split_secret(secret, 3, 5)
+    assert combine_secret(shares[2:], 3) == secret
+    assert combine_secret(shares[:2] + shares[4:], 3) == secret
+    with pytest.raises(SecAggError, match="3 distinct"):
+        combine_secret(shares[:2], 3)
+
+
+def test_graph_is_symmetric_with_the_requested_degree():
+    ids = [f"c{i}" for i in range(50)]
+    graph = neighbour_graph(ids, 8, b"seed")
+    assert all(len(graph[i]) == 8 and i not in graph[i] for i in ids)
+    assert all(i in graph[j] for i in ids for j in graph[i])
+
+
+def test_graph_with_degree_n_minus_1_is_complete():
+    ids = [f"c{i}" for i in range(7)]
+    assert all(len(n) == 6 for n in neighbour_graph(ids, 6, b"s").values())
+
+
+def test_params_refuse_a_threshold_below_a_majority_of_neighbours():
+    with pytest.raises(ConfigError, match="threshold"):
+        SecAggParams(1, ("a", "b", "c", "d", "e"), 2, 4, b"s", FixedPoint.for_cohort(5, 1.0, 256.0), 10)
+
+
+def test_messages_round_trip_through_bytes():
+    params = SecAggParams(3, ("b", "a", "c"), 2, 2, b"seed", FixedPoint.for_cohort(3, 1.0, 256.0), 10)
+    assert SecAggParams.from_bytes(params.to_bytes()) == params
+    keys = AdvertiseKeys("a", os.urandom(32), os.urandom(32))
+    assert AdvertiseKeys.from_bytes(keys.to_bytes()) == keys
+    resp = UnmaskResponse("a", {"b": (1, os.urandom(16))}, {"c": (2, os.urandom(16))})
+    assert UnmaskResponse.from_bytes(resp.to_bytes()) == resp
