@@ -197,6 +197,12 @@ class AsyncEngine(RoundEngine):
             return Task(TaskKind.FIT, self.round, deadline, train, 0, self.global_vector.sha256, self.length)
         return self.evaluation.task_for(client_id)
 
+    def _may_have_work(self) -> frozenset[str] | set[str] | None:
+        """(PollTasks) while a version takes updates, any active client may have a FIT task: none is selected."""
+        if self.state is RoundState.TRAINING and self.training is not None:
+            return None
+        return super()._may_have_work()
+
     async def submit_update(self, header: UpdateHeader, chunks) -> SubmitResult:
         return await self.uploads.submit(header, chunks)
 

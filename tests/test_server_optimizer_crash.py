@@ -53,7 +53,8 @@ def fit(server: CoordinatorProcess, cid: str, model: str, round: int) -> pb.Subm
     task = server.stub.PollTask(pb.PollRequest(client_id=cid, model_id=model, wait_ms=10_000), timeout=20)
     assert (task.kind, task.round) == (pb.Task.FIT, round), task
     update = local_update(cid, round, download(server, cid, model, round))
-    parts = [pb.UpdatePart(header=update_header(cid, model, round, update, EXAMPLES[cid]))]
+    parts = [pb.UpdatePart(header=update_header(cid, model, round, update, EXAMPLES[cid],
+                                                trained_from=task.vector_sha256))]
     parts += [pb.UpdatePart(chunk=c) for c in chunks_of(update)]
     return server.stub.SubmitUpdate(iter(parts), timeout=20)
 
