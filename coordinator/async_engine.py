@@ -32,12 +32,11 @@ from fedort.coordinator.async_uploads import AsyncUploads
 from fedort.coordinator.fedbuff import UpdateBuffer
 from fedort.coordinator.recovery import drop_spool, save_server_state, sha256_of
 from fedort.coordinator.round_engine import RoundEngine, RunOutcome
-from fedort.coordinator.selection import client_seed
 from fedort.coordinator.staleness import parse_staleness_weight
 from fedort.coordinator.state import now_ms, read_vector
 from fedort.coordinator.training_round import TrainingRound
 from fedort.durable import atomic_write
-from fedort.protos.messages import SubmitResult, Task, TaskKind, TrainConfig, UpdateHeader
+from fedort.protos.messages import SubmitResult, UpdateHeader
 from fedort.protos.round_state import RoundState, RunState
 
 log = logging.getLogger(__name__)
@@ -181,21 +180,14 @@ class AsyncEngine(RoundEngine):
 
     # ---- what clients are told ----------------------------------------------------------------
 
-    def _task_now(self, client_id: str) -> Task | None:
-        if self.state.final:
-            self._released.add(client_id)
-            return Task(TaskKind.DONE, round=self.round)
-        if not self.registry.is_active(client_id):
-            return None
+    def _may_fit(self, client_id: str) -> bool:
+        """Any active client may train while a version takes updates (no selection), once per version."""
         r = self.training
-        if (self.state is RoundState.TRAINING and r is not None and client_id not in r.reported
-                and client_id not in r.pending):
-            cfg = self.config
-            train = TrainConfig(cfg.local_epochs, cfg.batch_size, cfg.lr, cfg.reset_optimizer,
-                                client_seed(cfg.seed, self.round, client_id), dict(cfg.extra), cfg.prox_mu)
-            deadline = now_ms() + int(cfg.round_timeout_s * 1000)
-            return Task(TaskKind.FIT, self.round, deadline, train, 0, self.global_vector.sha256, self.length)
-        return self.evaluation.task_for(client_id)
+        return (self.state is RoundState.TRAINING and r is not None and client_id not in r.reported
+                and client_id not in r.pending)
+
+    def _fit_deadline_ms(self) -> int:
+        return now_ms() + int(self.config.round_timeout_s * 1000)
 
     def _may_have_work(self) -> frozenset[str] | set[str] | None:
         """(PollTasks) while a version takes updates, any active client may have a FIT task: none is selected."""

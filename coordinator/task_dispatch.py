@@ -40,16 +40,23 @@ class TaskDispatch:
             return Task(TaskKind.DONE, round=self.round)
         if not self.registry.is_active(client_id):
             return None
-        r = self.training
-        if (self.state is RoundState.TRAINING and r is not None and not r.closing and client_id in r.selected
-                and client_id not in r.reported and client_id not in r.pending
-                and (self.secagg is None or self.secagg.may_fit(client_id))):
+        if self._may_fit(client_id):
             cfg = self.config
             train = TrainConfig(cfg.local_epochs, cfg.batch_size, cfg.lr, cfg.reset_optimizer,
                                 client_seed(cfg.seed, self.round, client_id), dict(cfg.extra), cfg.prox_mu)
-            return Task(TaskKind.FIT, self.round, r.deadline_ms, train, 0, self.global_vector.sha256, self.length,
-                        self.secagg.task_bytes() if self.secagg is not None else b"")
+            return Task(TaskKind.FIT, self.round, self._fit_deadline_ms(), train, 0, self.global_vector.sha256,
+                        self.length, self.secagg.task_bytes() if self.secagg is not None else b"")
         return self.evaluation.task_for(client_id)
+
+    def _may_fit(self, client_id: str) -> bool:
+        """Whether `client_id` gets a FIT task now: selected for the open round and not yet reported."""
+        r = self.training
+        return (self.state is RoundState.TRAINING and r is not None and not r.closing and client_id in r.selected
+                and client_id not in r.reported and client_id not in r.pending
+                and (self.secagg is None or self.secagg.may_fit(client_id)))
+
+    def _fit_deadline_ms(self) -> int:
+        return self.training.deadline_ms
 
     async def poll(self, client_id: str, model_id: str, wait_ms: int) -> Task:
         """The client's next task, holding the call up to min(wait_ms, 30 s) while there is none."""
