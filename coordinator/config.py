@@ -257,9 +257,11 @@ class CoordinatorConfig:
                  f":PARAMETER", spec)
         problems = privacy_problems({f.name: getattr(self, f.name) for f in dataclasses.fields(self)}, self.strategy)
         private = self.secagg or self.dp_noise_multiplier > 0 or self.dp_clip is not None
-        if private and canonical_spec(self.server_optimizer) != canonical_spec("fedavg"):
-            problems.append(f"server_optimizer {self.server_optimizer!r} does not compose with --secagg/--dp-* yet: the "
-                            "privacy chain replaces the server update; use server_optimizer = 'fedavg'")
+        central_dp = not self.secagg and (self.dp_noise_multiplier > 0 or self.dp_clip is not None)
+        if central_dp and canonical_spec(self.server_optimizer) != canonical_spec("fedavg"):
+            problems.append(f"server_optimizer {self.server_optimizer!r} does not compose with central DP (--dp-* "
+                            "without --secagg) yet: its chain has its own server update (adaptive clipping); use "
+                            "server_optimizer = 'fedavg', or --secagg, whose unmasked sum feeds any server optimizer")
         if private and self.mode == "async":
             problems.append("mode 'async' does not support --secagg/--dp-* (their rounds need a fixed cohort)")
         if problems:

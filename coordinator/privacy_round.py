@@ -61,7 +61,9 @@ class PrivacyPlan:
         """The chain this run aggregates with (`base` unless a privacy setting replaces it)."""
         if self.secagg:
             from fedort.coordinator.aggregation.secure_sum import SecureSum
-            return Strategy(f"secagg({'dp' if self.dp else 'fedavg'})", SecureSum(self.dp))
+            # the server optimizer (base's server update) needs only the unmasked sum: it composes
+            return Strategy(f"secagg({'dp' if self.dp else 'fedavg'})", SecureSum(self.dp),
+                            server_update=base.server_update)
         if self.dp is not None:
             return Strategy("dp-fedavg", NoisedSum(self.dp), [DPClip(self.dp)], DPClipUpdate(self.dp))
         return base

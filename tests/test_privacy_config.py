@@ -59,6 +59,6 @@ def test_a_server_optimizer_with_privacy_is_refused_with_the_reason(tmp_path):
     from fedort.coordinator.config import CoordinatorConfig
     from fedort.protos.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="does not compose with --secagg"):
+    with pytest.raises(ConfigError, match="does not compose with central DP"):
         CoordinatorConfig(artifacts=tmp_path, state_dir=tmp_path / "s", dp_noise_multiplier=1.0, dp_clip="1.0",
                           server_optimizer="fedadam")

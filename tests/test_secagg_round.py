@@ -43,6 +43,26 @@ async def test_a_secagg_round_commits_the_fedavg_of_the_quantized_updates(start_
     np.testing.assert_allclose(final, plain, atol=2 / SCALE)     # within quantization error of plain FedAvg
 
 
+async def test_a_server_optimizer_steps_from_the_unmasked_secagg_average(start_coordinator, stub_client):
+    from fedort.coordinator.server_optimizers import parse_server_optimizer
+
+    spec = "fedadam:lr=0.01,beta1=0.9,beta2=0.99,tau=1e-3"
+    ids = [f"dev-{i:02d}" for i in range(5)]
+    coord = await start_coordinator(rounds=1, min_clients=5, secagg=True, round_timeout_s=30, server_optimizer=spec)
+    deltas = deltas_for(ids, P_MLP)
+    examples = {c: 10 + 7 * i for i, c in enumerate(ids)}
+    outcomes = await asyncio.to_thread(run_devices, coord.port, deltas, None, examples)
+    assert all(o == [("accepted", "accepted")] for o in outcomes.values()), outcomes
+    assert (await asyncio.wait_for(coord.wait_done(), 30)).state is RoundState.DONE
+    client = stub_client(coord.port)
+    model = (await client.join(ids[0])).model_id
+    start, final = await _vectors(coord, client, ids[0], model)
+    combined = (start.astype(np.float64) + _quantized_mean(deltas, ids, examples)).astype(np.float32)
+    expected = parse_server_optimizer(spec).apply(start, combined)
+    np.testing.assert_allclose(final, expected, atol=1e-5)
+    assert not np.allclose(final, combined, atol=1e-5)             # it did step, not just average
+
+
 @pytest.mark.parametrize("drop, counted", [("upload", "survivors"), ("unmask", "all")])
 async def test_30_percent_of_20_dropping_the_round_completes(start_coordinator, stub_client, drop, counted):
     """Dropping before the masked upload: the survivors' average. After it: counted (its masks removed)."""
