@@ -110,9 +110,9 @@ def check_trained_from(h: UpdateHeader, decoder: Decoder, want: bytes, trains_fr
         raise VectorError("header base_sha256 and trained_from_sha256 name different vectors")
     trained_from = h.trained_from_sha256 or meta.base_sha256
     if not trained_from:
-        raise ProtocolError(f"update header does not name the global vector it was trained from "
-                            f"(trained_from_sha256); this coordinator refuses such updates so that an older update "
-                            f"cannot be replayed: upgrade the device's fedort to one that sends it")
+        raise ProtocolError("update header does not name the global vector it was trained from "
+                            "(trained_from_sha256); this coordinator refuses such updates so that an older update "
+                            "cannot be replayed: upgrade the device's fedort to one that sends it")
     if trained_from != want:
         raise StaleRoundError(f"update was trained from global vector {trained_from.hex()[:16]}…, but "
                               f"{trains_from} {want.hex()[:16]}…: stale work, poll for the current task")

@@ -29,7 +29,7 @@ import numpy as np
 from fedort.coordinator.admission import AdmittedUpdate
 from fedort.coordinator.storage import storage_error
 from fedort.coordinator.aggregation.decode import DensePiece, check_reconstructed
-from fedort.protos.errors import ProtocolError, ResourceExhaustedError, StorageError, VectorError
+from fedort.protos.errors import ProtocolError, ResourceExhaustedError, VectorError
 
 log = logging.getLogger(__name__)
 

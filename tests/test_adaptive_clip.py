@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fedort.coordinator.adaptive_clip import AdaptiveClip, delta_noise_multiplier
-from fedort.coordinator.central_dp import CentralDP
+from fedort.protos.dp_noise import clip_to_norm
 from fedort.protos.errors import ConfigError
 
 
@@ -40,5 +40,5 @@ def test_the_update_sum_keeps_the_budget_left_by_the_count_query():
 
 def test_adaptive_state_drives_the_central_clip():
     state = AdaptiveClip(clip=0.5)
-    clipped, under = CentralDP.clip(np.array([1.0, 0.0]), state.clip)
+    clipped, under = clip_to_norm(np.array([1.0, 0.0]), state.clip)
     assert np.allclose(clipped, [0.5, 0.0]) and not under
