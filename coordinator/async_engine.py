@@ -30,12 +30,13 @@ from fedort.coordinator.aggregation import Update, decoder_for
 from fedort.coordinator.async_ledger import AsyncLedger
 from fedort.coordinator.async_uploads import AsyncUploads
 from fedort.coordinator.fedbuff import UpdateBuffer
-from fedort.coordinator.recovery import drop_spool, save_server_state, sha256_of
+from fedort.coordinator.recovery import drop_spool, save_server_state
 from fedort.coordinator.round_engine import RoundEngine, RunOutcome
 from fedort.coordinator.staleness import parse_staleness_weight
 from fedort.coordinator.state import now_ms, read_vector
 from fedort.coordinator.training_round import TrainingRound
 from fedort.durable import atomic_write
+from fedort.protos.codec import vector_digest
 from fedort.protos.messages import SubmitResult, UpdateHeader
 from fedort.protos.round_state import RoundState, RunState
 
@@ -114,7 +115,7 @@ class AsyncEngine(RoundEngine):
         aggregate = await asyncio.to_thread(self.buffer.take)
         g = self.global_vector.vector
         vector = await asyncio.to_thread(self.strategy.server_update.apply, g, aggregate.combined(g))
-        sha = sha256_of(vector)
+        sha = vector_digest(vector)
         await asyncio.to_thread(atomic_write, self.store.vector_path(v + 1), vector)
         await asyncio.to_thread(save_server_state, self, v + 1)
         row = next(x for x in self.store.rounds() if x.round == v)

@@ -17,7 +17,6 @@ Any file that fails its recorded hash is a `CorruptStateError` naming it (`coord
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import io
 import logging
 from pathlib import Path
@@ -29,6 +28,7 @@ from fedort.coordinator.aggregation import Update
 from fedort.coordinator.integrity import export_problem, read_verified_bytes, read_verified_vector
 from fedort.coordinator.state import COMMITTED, EXPORTED, FAILED, OPEN
 from fedort.durable import atomic_write
+from fedort.protos.codec import vector_digest
 from fedort.protos.round_state import RoundState, RunState
 
 if TYPE_CHECKING:
@@ -37,17 +37,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def sha256_of(vector: np.ndarray) -> bytes:
-    return hashlib.sha256(memoryview(vector).cast("B")).digest()
-
-
 async def recover(engine: "RoundEngine") -> bool:
     """Steps 1-4 above; True if an open round was resumed (the engine is then TRAINING)."""
     store = engine.store
     if store.get_meta("initial_vector_sha256") is None:
         vector = engine.exporter.initial_vector()
         await asyncio.to_thread(atomic_write, store.vector_path(1), vector)
-        store.set_meta(initial_vector_sha256=sha256_of(vector).hex())
+        store.set_meta(initial_vector_sha256=vector_digest(vector).hex())
     rows = {r.round: r for r in store.rounds()}
     last = 0
     for r in sorted(rows):

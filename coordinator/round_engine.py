@@ -42,7 +42,7 @@ from fedort.coordinator.secagg_round import SecAggRound
 from fedort.coordinator.export import Exporter
 from fedort.coordinator.integrity import read_verified_vector
 from fedort.coordinator.monitoring import Monitoring
-from fedort.coordinator.recovery import drop_spool, recover, save_server_state, sha256_of
+from fedort.coordinator.recovery import drop_spool, recover, save_server_state
 from fedort.coordinator.registry import ClientRegistry
 from fedort.coordinator.round_deadline import wait_for_close
 from fedort.coordinator.selection import sample_size, select_clients
@@ -53,6 +53,7 @@ from fedort.durable import atomic_write
 from fedort.coordinator.task_dispatch import TaskDispatch
 from fedort.coordinator.training_round import GlobalVector, TrainingRound
 from fedort.coordinator.uploads import Uploads
+from fedort.protos.codec import vector_digest
 from fedort.protos.errors import FedortError
 from fedort.protos.round_state import RoundRowState, RoundState, RunState
 
@@ -296,7 +297,7 @@ class RoundEngine(TaskDispatch):
             log.info("round %d: %s aggregated %d spooled updates in %.1f ms", self.round, self.strategy,
                      result.updates, 1000 * (time.perf_counter() - t0))
         vector = result.vector
-        sha = sha256_of(vector)
+        sha = vector_digest(vector)
         metrics = {**r.metrics.means(), **self.strategy.server_update.metrics(), **self.privacy.round_metrics(self)}
 
         async def persist() -> None:   # computed once above (a stateful server update must not step twice)
