@@ -34,7 +34,6 @@ from fedort.protos.errors import CertificateError, ConfigError, FedortError, Pro
 from fedort.protos.messages import Metric, Status, SubmitResult, Task, UpdateHeader, meta_from_pb, metrics_to_pb
 from fedort.protos.round_state import RoundState
 from fedort.protos.status_codes import from_rpc_error
-from fedort.edge_client.update_headers import encoded_update_header, update_header  # noqa: F401  (re-exported)
 
 log = logging.getLogger("fedort.edge.transport")
 
