@@ -395,5 +395,4 @@ def _cancelled() -> FedortError:
 
 __all__ = [
     "ArtifactRef", "ChannelConfig", "JoinInfo", "MAX_POLL_WAIT_MS", "Status", "SubmitResult", "Transport",
-    "encoded_update_header", "update_header",
 ]
