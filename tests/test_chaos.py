@@ -48,7 +48,7 @@ def query(state: Path, sql: str, *args) -> list[tuple]:
 
 CRASH_CLIENTS = ("client-00", "client-01", "client-02")
 CRASH_EXAMPLES = {"client-00": 10, "client-01": 20, "client-02": 30}
-CRASH_ROUNDS = 8
+CRASH_ROUNDS = 10
 KILLS = 12
 
 
@@ -124,10 +124,11 @@ class CrashClient(threading.Thread):
 def kill_plan(rng: np.random.Generator, kills: int) -> list[tuple[str, float, int]]:
     """Seeded kill moments: a quarter during start-up (`delay` s after spawn: recovery, redone
     exports), the rest once `threshold` distinct updates were acknowledged, + `delay` s (mid-upload,
-    mid-commit, mid-export, mid-poll...), spread over the whole run."""
+    mid-commit, mid-export, mid-poll...), spread over the run but for its last two rounds (head room:
+    a kill may be pushed past its threshold by a burst of acks)."""
     starting = kills // 4
-    thresholds = sorted(rng.choice(np.arange(1, 3 * CRASH_ROUNDS - 1), size=kills - starting, replace=False))
-    plan = [("serving", float(rng.uniform(0, 0.08)), int(t)) for t in thresholds]
+    thresholds = sorted(rng.choice(np.arange(1, 3 * CRASH_ROUNDS - 6), size=kills - starting, replace=False))
+    plan = [("serving", float(rng.uniform(0, 0.02)), int(t)) for t in thresholds]
     for _ in range(starting):
         plan.insert(int(rng.integers(len(plan) + 1)), ("starting", float(rng.uniform(0.05, 0.3)), 0))
     return plan
@@ -144,7 +145,8 @@ def crash_run(artifacts: Path, state: Path, log: Path, kills: int, seed: int) ->
     clients = [CrashClient(c, holder, model) for c in CRASH_CLIENTS]
     acked = lambda: len({(r, c.cid) for c in clients for r, _ in list(c.acks)})  # noqa: E731
     killed: list[str] = []
-    try:
+    last = 0     # acks at the previous serving kill: each serving kill waits for a new ack, so a burst
+    try:         # of acks (a round's three clients at once) cannot fold two kills onto one point
         for c in clients:
             c.start()
         for when, delay, threshold in kill_plan(np.random.default_rng(seed), kills):
@@ -152,6 +154,7 @@ def crash_run(artifacts: Path, state: Path, log: Path, kills: int, seed: int) ->
             if when == "serving":
                 holder.server = server
                 deadline = time.monotonic() + 30
+                threshold = max(threshold, last + 1)
                 while acked() < threshold and server.proc.poll() is None:
                     assert time.monotonic() < deadline, f"no progress to {threshold} acks; see {log}"
                     time.sleep(0.002)
@@ -163,6 +166,7 @@ def crash_run(artifacts: Path, state: Path, log: Path, kills: int, seed: int) ->
             server.kill()
             holder.server = None
             killed.append(f"serving after {n} acks" if server.port is not None else "starting")
+            last = n if when == "serving" else last
         if all(c.done for c in clients):
             return clients, killed
         server = CoordinatorProcess(artifacts, state, log, **flags)
