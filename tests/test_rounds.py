@@ -78,12 +78,14 @@ async def test_round_closes_at_the_deadline_with_min_clients(start_coordinator, 
 
 
 async def test_round_without_quorum_is_retried_with_a_new_attempt(start_coordinator, stub_client):
-    coord = await start_coordinator(min_clients=2, round_timeout_s=0.5, rounds=1, max_round_attempts=3)
+    coord = await start_coordinator(min_clients=2, round_timeout_s=1.5, rounds=1, max_round_attempts=3)
     client = stub_client(coord.port)
     model = (await client.join("client-a")).model_id
     await client.join("client-b")
     await client.fit_round("client-a", model, 1.0, 10)
-    await asyncio.sleep(0.8)                                 # attempt 1 times out with 1 of 2 updates
+    deadline = asyncio.get_running_loop().time() + 30       # attempt 1 times out with 1 of 2 updates
+    while coord.engine.attempt < 2 and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.02)
     assert coord.engine.attempt == 2
     task, _, reply = await client.fit_round("client-b", model, 3.0, 30)   # re-selected in attempt 2
     assert reply.accepted
