@@ -43,10 +43,10 @@ def dirichlet(labels: np.ndarray, clients: int, alpha: float, seed: int, min_siz
     repeated until every client has at least `min_size` examples, at most `max_attempts` times
     (Flower Datasets' DirichletPartitioner resamples the same way for `min_partition_size`).
     When no draw gets there (many clients over few examples: 1,000 clients over digits' 1,437
-    training rows leave hundreds empty in every draw), the draw with the smallest shortfall is
-    topped up (`_top_up`): the short clients take examples from the other clients' surplus over
-    `min_size`, of the labels their own Dirichlet draws favour most. Only `clients * min_size > n`
-    is an error. Seeded and deterministic; a draw that needs no top-up is returned as drawn.
+    training rows leave ~150 empty in a draw), the draw with the smallest shortfall (the first of
+    equals) is topped up (`_top_up`): the short clients take examples from the other clients'
+    surplus over `min_size`, of the labels their own Dirichlet draws favour most. Only
+    `clients * min_size > n` is an error. Seeded and deterministic; a draw that needs no top-up is returned as drawn.
     """
     labels = _labels(labels)
     n = len(labels)
