@@ -74,7 +74,11 @@ def privacy_problems(values: dict[str, Any], strategy: str) -> list[str]:
     if g("secagg"):
         if str(strategy).split(":")[0] in ROBUST_PREFIXES:
             out.append(f"strategy {strategy!r} needs every update in the clear; secure aggregation only reveals "
-                       "the sum (use fedavg or clip:NORM with --secagg)")
+                       "the sum (use fedavg with --secagg; clip on the devices with --dp-clip C)")
+        elif str(strategy).split(":")[0] != "fedavg":
+            out.append(f"strategy {strategy!r} clips on the coordinator, which never sees an update under secure "
+                       "aggregation; clip on the devices instead with --dp-clip C (--dp-noise-multiplier 0 for "
+                       "clipping without noise) and strategy fedavg")
         if isinstance(g("min_clients"), int) and g("min_clients") < 2:
             out.append(f"secure aggregation needs a cohort of >= 2 clients: min_clients must be >= 2 with --secagg, "
                        f"got {g('min_clients')}")

@@ -28,6 +28,7 @@ class SimulationConfig:
     fraction: float = 1.0
     rounds: int = 30
     partition: str = "dirichlet:0.5"          # digits only: synthetic data comes partitioned
+    min_partition_size: int = 1               # dirichlet: every client gets at least this many examples
     dataset: str = "digits"                   # "digits" | "synthetic:ALPHA,BETA" (simulations.synthetic)
     model: str | None = None                  # built-in model (default: mlp for digits, logreg for synthetic)
     optimizer: str = "adamw"
@@ -95,6 +96,9 @@ class SimulationConfig:
             problems.append(f"clients_per_round must be in 1..{self.clients}, got {self.clients_per_round}")
         if not 0 < self.fraction <= 1:
             problems.append(f"fraction must be in (0, 1], got {self.fraction}")
+        if not (isinstance(self.min_partition_size, int) and not isinstance(self.min_partition_size, bool)
+                and self.min_partition_size >= 1):
+            problems.append(f"min_partition_size must be an integer >= 1, got {self.min_partition_size!r}")
         if self.rounds < 1:
             problems.append(f"rounds must be >= 1, got {self.rounds}")
         if self.local_epochs < 1:

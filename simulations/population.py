@@ -104,7 +104,7 @@ class Population:
 
 
 def digits_population(clients: int, partition: str, seed: int, test_fraction: float = 0.2,
-                      save_dir: Path | None = None) -> Population:
+                      save_dir: Path | None = None, min_size: int = 1) -> Population:
     """Partition the digits training split among `clients` virtual clients.
 
     With `save_dir`, the training split is saved there as `train.npz` and workers load that
@@ -115,7 +115,7 @@ def digits_population(clients: int, partition: str, seed: int, test_fraction: fl
     if save_dir is not None:
         Path(save_dir).mkdir(parents=True, exist_ok=True)
         source = DataSource("npz", test_fraction, seed, save_npz(Path(save_dir) / "train.npz", train))
-    parts = parse_partition(partition)(train["labels"], clients, seed)
+    parts = parse_partition(partition)(train["labels"], clients, seed, min_size=min_size)
     members = tuple(VirtualClient(client_id(i), np.asarray(p, dtype=np.int64)) for i, p in enumerate(parts))
     return Population(source, members, test, label_histogram(train["labels"], parts))
 

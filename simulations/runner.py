@@ -65,7 +65,8 @@ def _population(cfg: SimulationConfig, data_dir: Path) -> Population:
         return pop
     if cfg.is_synthetic:
         return synthetic_population(cfg.dataset, cfg.clients, cfg.seed, save_dir=data_dir)
-    return digits_population(cfg.clients, cfg.partition, cfg.seed, cfg.test_fraction, save_dir=data_dir)
+    return digits_population(cfg.clients, cfg.partition, cfg.seed, cfg.test_fraction, save_dir=data_dir,
+                             min_size=cfg.min_partition_size)
 
 
 def coordinator_config(cfg: SimulationConfig, artifacts: Path, state_dir: Path, eval_data: Path,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 
 import numpy as np
@@ -61,9 +62,39 @@ def test_dirichlet_redraws_until_every_client_has_min_size():
     assert_exact_cover(parts, len(LABELS))
 
 
-def test_dirichlet_gives_up_with_a_config_error_when_min_size_is_unreachable():
-    with pytest.raises(ConfigError, match="fewer than 60 examples in 5 draws"):
-        dirichlet(LABELS, 20, 0.05, seed=0, min_size=60, max_attempts=5)
+@pytest.mark.parametrize("clients, alpha, min_size", [(1000, 0.5, 1), (1000, 0.05, 1), (300, 0.1, 4), (300, 0.5, 5)])
+def test_dirichlet_over_more_clients_than_a_draw_can_fill_gives_everyone_min_size(clients, alpha, min_size):
+    assert min(len(p) for p in dirichlet(LABELS, clients, alpha, seed=0, min_size=0)) < min_size  # draws fall short
+    parts = dirichlet(LABELS, clients, alpha, seed=0, min_size=min_size)
+    assert len(parts) == clients
+    assert min(len(p) for p in parts) >= min_size
+    assert_exact_cover(parts, len(LABELS))
+
+
+def test_a_topped_up_dirichlet_partition_depends_only_on_the_seed():
+    first, again, other = (dirichlet(LABELS, 1000, 0.5, seed=s, min_size=1) for s in (0, 0, 1))
+    assert all(np.array_equal(a, b) for a, b in zip(first, again))
+    assert not all(np.array_equal(a, b) for a, b in zip(first, other))
+
+
+def test_a_topped_up_dirichlet_partition_keeps_its_label_skew():
+    topped = dirichlet(LABELS, 200, 0.1, seed=0, min_size=5)
+    assert min(len(p) for p in dirichlet(LABELS, 200, 0.1, seed=0, min_size=0)) < 5  # it was topped up
+    assert mean_skew(topped) > mean_skew(iid(len(LABELS), 200, seed=0)) + 0.2
+
+
+def test_dirichlet_min_size_beyond_the_examples_is_a_config_error():
+    with pytest.raises(ConfigError, match="cannot give 1000 clients 2 examples each from 1500 examples"):
+        dirichlet(LABELS, 1000, 0.5, seed=0, min_size=2)
+
+
+def test_the_readme_tasks_dirichlet_split_of_digits_never_changes():
+    from fedort.simulations.datasets import load_digits_split
+
+    train, _ = load_digits_split(0.2, 0)
+    parts = dirichlet(train["labels"], 10, 0.5, seed=0)
+    digest = hashlib.sha256(b"".join(p.astype(np.int64).tobytes() + b"|" for p in parts)).hexdigest()
+    assert digest == "c400e42d0012761aebec3d181f54c18c4dcebd09c3440fbceb81bf3db47dfa85"
 
 
 def test_shards_give_each_client_at_most_k_labels():

@@ -27,6 +27,19 @@ def test_coordinator_config_refuses_a_robust_strategy_with_secagg(tmp_path):
         CoordinatorConfig(artifacts=tmp_path, state_dir=tmp_path, secagg=True, strategy="krum:1")
 
 
+def test_coordinator_side_clipping_with_secagg_is_refused_pointing_at_device_clipping(tmp_path):
+    # the coordinator only ever holds masked vectors: a clip:NORM strategy could never run
+    with pytest.raises(ConfigError, match="clip on the devices instead with --dp-clip C"):
+        CoordinatorConfig(artifacts=tmp_path, state_dir=tmp_path, secagg=True, strategy="clip:1.0")
+    with pytest.raises(ConfigError, match="clip on the devices instead with --dp-clip C"):
+        load_config(None, {"secagg": True, "strategy": "clip:1.0"})
+
+
+def test_device_clipping_without_noise_is_accepted_with_secagg():
+    cfg = load_config(None, {"secagg": True, "dp_clip": "1.0"})
+    assert cfg.secagg and cfg.dp_clip == "1.0" and cfg.dp_noise_multiplier == 0
+
+
 def test_coordinator_config_refuses_noise_without_a_clip(tmp_path):
     with pytest.raises(ConfigError, match="needs dp_clip"):
         CoordinatorConfig(artifacts=tmp_path, state_dir=tmp_path, dp_noise_multiplier=1.0)

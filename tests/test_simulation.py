@@ -143,7 +143,7 @@ def test_simulate_help_names_every_setting():
                          text=True, timeout=60, check=True).stdout
     for flag in ("--clients", "--clients-per-round", "--fraction", "--rounds", "--partition", "--model",
                  "--artifacts", "--data", "--local-epochs", "--batch-size", "--lr", "--backend", "--ray-address",
-                 "--seed", "--out", "--export-every", "--state-dir"):
+                 "--seed", "--out", "--export-every", "--state-dir", "--min-partition-size"):
         assert flag in out
 
 
@@ -206,3 +206,22 @@ def test_state_elsewhere_and_final_only_export_give_the_same_run(tmp_path):
 def test_a_negative_export_every_is_a_config_error():
     with pytest.raises(ConfigError, match="export_every"):
         SimulationConfig(export_every=-1)
+
+
+def test_a_thousand_client_dirichlet_population_of_digits_gives_every_client_an_example():
+    from fedort.simulations.population import digits_population
+
+    pop = digits_population(1000, "dirichlet:0.5", seed=0)  # 1,437 training rows: every single draw leaves some empty
+    assert len(pop.clients) == 1000
+    assert min(len(c.indices) for c in pop.clients) >= 1
+    assert np.array_equal(np.sort(np.concatenate([c.indices for c in pop.clients])), np.arange(1437))
+
+
+def test_min_partition_size_reaches_the_partition():
+    from fedort.simulations.population import digits_population
+
+    assert min(len(c.indices) for c in digits_population(100, "dirichlet:0.1", seed=0, min_size=12).clients) >= 12
+    with pytest.raises(ConfigError, match="cannot give 100 clients 15 examples each from 1437 examples"):
+        digits_population(100, "dirichlet:0.1", seed=0, min_size=15)
+    with pytest.raises(ConfigError, match="min_partition_size must be an integer >= 1"):
+        SimulationConfig(min_partition_size=0)

@@ -42,7 +42,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     digits.add_argument("--val-fraction", type=float, default=0.0,
                         help="share of each client's examples stored as val_x/val_labels (default: 0)")
     digits.add_argument("--min-size", type=int, default=1,
-                        help="dirichlet: redraw until every client has this many examples (default: 1)")
+                        help="dirichlet: every client gets at least this many examples (draws that leave a client "
+                             "short are redrawn, then topped up from other clients' surplus) (default: 1)")
     digits.add_argument("--out", required=True, type=Path, help="folder to write the files into")
     digits.add_argument("--overwrite", action="store_true",
                         help="replace client files already in --out (otherwise that is an error)")

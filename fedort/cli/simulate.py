@@ -32,6 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     group.add_argument("--fraction", type=float, metavar="F", help="share of clients selected each round (default 1.0)")
     p.add_argument("--rounds", type=int, help="federated rounds (default 30)")
     p.add_argument("--partition", help="digits: iid | dirichlet:ALPHA | shards:K (default dirichlet:0.5)")
+    p.add_argument("--min-partition-size", type=int, metavar="K",
+                   help="dirichlet: every client gets at least K examples; draws that leave a client short are "
+                        "redrawn, then topped up from other clients' surplus (default 1)")
     p.add_argument("--dataset", metavar="SPEC", help="digits | synthetic:ALPHA,BETA (FedProx's Synthetic; "
                                                      "model logreg) (default digits)")
     model = p.add_mutually_exclusive_group()
@@ -95,7 +98,8 @@ def _run(args: argparse.Namespace) -> int:
         for name in ("coordinator", "fedort.edge", "edge_client"):
             logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))
 
-    fields = ("clients", "clients_per_round", "fraction", "rounds", "partition", "dataset", "model", "artifacts", "data",
+    fields = ("clients", "clients_per_round", "fraction", "rounds", "partition", "min_partition_size",
+              "dataset", "model", "artifacts", "data",
               "local_epochs", "batch_size", "lr", "optimizer", "prox_mu", "backend", "ray_address", "workers", "seed",
               "out", "progress", "export_every", "state_dir",
               "strategy", "server_optimizer", "byzantine_fraction", "attack", "straggler_fraction", "straggler_steps",
