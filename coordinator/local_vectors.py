@@ -147,6 +147,8 @@ def _verify(fd: int, admitted: AdmittedUpdate, what: str) -> None:
     meta, n = admitted.header.vector, admitted.payload_bytes
     digest = hashlib.sha256()
     stream = admitted.decoder.stream(meta.length, n) if admitted.decoder.streams else None
+    # raw's stream decoder refuses non-finite values itself; a second pass only matters for codecs and deltas
+    again = admitted.base is not None or (meta.codec or "raw") != "raw"
     buf = memoryview(bytearray(min(READ_STEP, n)))
     done = 0
     while done < n:
@@ -157,11 +159,13 @@ def _verify(fd: int, admitted: AdmittedUpdate, what: str) -> None:
         digest.update(part)
         if stream is not None:
             for piece in stream.feed(part):
-                check_reconstructed(piece, admitted.base, what)
+                if again:
+                    check_reconstructed(piece, admitted.base, what)
         done += k
     if stream is not None:
         for piece in stream.finish():
-            check_reconstructed(piece, admitted.base, what)
+            if again:
+                check_reconstructed(piece, admitted.base, what)
     if digest.digest() != meta.sha256:
         raise VectorError(f"vector sha256 mismatch: header says {meta.sha256.hex()[:16]}…, {what} hashes to "
                           f"{digest.hexdigest()[:16]}…")

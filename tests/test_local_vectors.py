@@ -198,3 +198,22 @@ def test_the_directory_cannot_be_the_state_dir_or_one_of_its_folders(mlp_artifac
     for bad in (tmp_path / "state", tmp_path / "state" / "spool", tmp_path / "state" / "vectors"):
         with pytest.raises(ConfigError, match="local_vector_dir must not be the state dir"):
             make_config(mlp_artifacts, state_dir=tmp_path / "state", local_vector_dir=bad)
+
+
+async def test_a_codec_payload_can_be_handed_over_as_a_file_too(start_coordinator, stub_client, tmp_path):
+    import hashlib
+
+    from fedort.protos.codecs import get_codec, parse_codec
+
+    coord, client, model, round, g, local = await opened_round(start_coordinator, stub_client,
+                                                               local_vector_dir=tmp_path / "lv")
+    task = await client.poll("client-a", model)
+    payload = get_codec(parse_codec("fp16")).encode(np.full_like(g, 0.25), np.random.default_rng(0))
+    (local / "client-a.fp16.f32").write_bytes(payload)
+    header = update_header("client-a", model, round, g, 10, codec="fp16", sha256=hashlib.sha256(payload).digest(),
+                           payload_bytes=len(payload), base_sha256=task.vector_sha256)
+    header.local_file = "client-a.fp16.f32"
+    assert (await client.submit_parts([pb.UpdatePart(header=header)])).accepted
+    await asyncio.wait_for(coord.wait_done(), 60)
+    final = np.frombuffer(coord.engine.store.vector_path(2).read_bytes(), dtype="<f4")
+    np.testing.assert_allclose(final, g + np.float32(0.25), atol=1e-3)
