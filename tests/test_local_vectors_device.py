@@ -88,3 +88,12 @@ def test_a_refused_file_reference_falls_back_to_streaming_and_turns_the_path_off
         assert reply.accepted and not local.enabled
         assert bytes_in(coordinator) == 4 * P_MLP
         assert [p.name for p in shared.iterdir()] == ["global"]        # its file was removed
+
+
+def test_the_asynchronous_mode_takes_files_too(mlp_artifacts, tmp_path):
+    config = make_config(mlp_artifacts, tmp_path / "state", rounds=2, min_clients=1, mode="async", buffer_size=1)
+    with LocalCoordinator(config) as coordinator:
+        (summary,) = run_clients(coordinator, tmp_path, n=1)
+        assert coordinator.wait(timeout=30).rounds_completed == 2
+        assert bytes_in(coordinator) == 0
+    assert [r.outcome for r in summary.reports] == ["accepted", "accepted"]
