@@ -89,7 +89,7 @@ class LocalVectorDir:
             tmp.unlink(missing_ok=True)
             os.link(vector_file, tmp)
             os.replace(tmp, target)
-            self._published = [p for p in self._published if p != target][-(KEEP_GLOBALS - 1):] + [target]
+            self._published = ([p for p in self._published if p != target] + [target])[-KEEP_GLOBALS:]
             for f in self.globals.iterdir():
                 if _GLOBAL_NAME.fullmatch(f.name) and f not in self._published:
                     f.unlink(missing_ok=True)

@@ -50,8 +50,11 @@ class LocalVectors:
         """The global vector with digest `sha256` from the directory, or None (absent, wrong length or digest)."""
         if not self.enabled or len(sha256) != 32:
             return None
+        path = self._global(sha256)
         try:
-            vector = np.fromfile(self._global(sha256), dtype="<f4")
+            if os.stat(path).st_size != 4 * length:
+                return None
+            vector = np.fromfile(path, dtype="<f4")
         except (OSError, ValueError):
             return None
         if len(vector) != length or vector_digest(vector) != sha256:

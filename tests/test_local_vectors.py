@@ -217,3 +217,17 @@ async def test_a_codec_payload_can_be_handed_over_as_a_file_too(start_coordinato
     await asyncio.wait_for(coord.wait_done(), 60)
     final = np.frombuffer(coord.engine.store.vector_path(2).read_bytes(), dtype="<f4")
     np.testing.assert_allclose(final, g + np.float32(0.25), atol=1e-3)
+
+
+def test_only_the_two_newest_global_vectors_stay_published(tmp_path):
+    from fedort.coordinator.local_vectors import LocalVectorDir
+
+    (tmp_path / "state").mkdir()
+    local = LocalVectorDir.open(tmp_path / "lv", tmp_path / "state")
+    digests = [bytes([i]) * 32 for i in range(4)]
+    for i, d in enumerate(digests):
+        vector_file = tmp_path / "state" / f"round-{i}.f32"
+        vector_file.write_bytes(bytes([i]) * 8)
+        local.publish(vector_file, d)
+    assert sorted(p.name for p in local.globals.iterdir()) == sorted(f"{d.hex()}.f32" for d in digests[2:])
+    assert (local.globals / f"{digests[3].hex()}.f32").read_bytes() == bytes([3]) * 8
