@@ -52,6 +52,7 @@ expected and what arrived.
 | metrics_address | none | HOST:PORT serving Prometheus metrics at /metrics (coordinator.monitoring) |
 | joins_per_minute | 10 | per-client rate of Join calls, token bucket (0 disables) |
 | joins_per_minute_per_address | 600 | per-peer-address rate of Join calls, token bucket (0 disables) |
+| local_vector_dir | none | co-located devices only: a directory on the state dir's filesystem where devices on this host hand over updates as files (by name) and read global vectors, instead of gRPC streams (`coordinator.local_vectors`). Off: a deployed coordinator never opens a client-named file. `fedort simulate` sets it to STATE/local-vectors |
 | secagg, secagg_* , dp_* | off | privacy: see `coordinator.privacy_config`, applied by `coordinator.privacy_round` |
 """
 
@@ -73,7 +74,8 @@ from fedort.edge_client.tomlfile import read_table
 from fedort.protos.errors import ConfigError
 
 
-_PATH_FIELDS = ("artifacts", "state_dir", "eval_data", "port_file", "tls_cert", "tls_key", "tls_client_ca")
+_PATH_FIELDS = ("artifacts", "state_dir", "eval_data", "port_file", "tls_cert", "tls_key", "tls_client_ca",
+                "local_vector_dir")
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,7 @@ class CoordinatorConfig:
     upload_slot_wait_s: float = 30.0
     upload_min_rate_bytes_s: float = 65536.0
     upload_grace_s: float = 10.0
+    local_vector_dir: Path | None = None
     secagg: bool = False
     secagg_threshold: int | None = None
     secagg_neighbours: int | None = None
@@ -250,6 +253,12 @@ class CoordinatorConfig:
                  value)
         for name in ("upload_slot_wait_s", "upload_min_rate_bytes_s", "upload_grace_s"):
             need(_number(getattr(self, name)) and getattr(self, name) > 0, f"{name} must be > 0", getattr(self, name))
+        if self.local_vector_dir is not None:
+            from fedort.coordinator.state_layout import StateLayout
+
+            need(self.local_vector_dir.resolve() not in StateLayout(self.state_dir.resolve()).reserved(),
+                 "local_vector_dir must not be the state dir or one of its own folders (e.g. STATE/local-vectors)",
+                 str(self.local_vector_dir))
         for spec in self.codecs:
             family = spec.partition(":")[0]
             need(isinstance(spec, str) and family in codecs(),

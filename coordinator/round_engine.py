@@ -41,6 +41,7 @@ from fedort.coordinator.privacy_round import PrivacyPlan
 from fedort.coordinator.secagg_round import SecAggRound
 from fedort.coordinator.export import Exporter
 from fedort.coordinator.integrity import read_verified_vector
+from fedort.coordinator.local_vectors import LocalVectorDir
 from fedort.coordinator.monitoring import Monitoring
 from fedort.coordinator.recovery import drop_spool, recover, save_server_state
 from fedort.coordinator.registry import ClientRegistry
@@ -108,6 +109,8 @@ class RoundEngine(TaskDispatch):
         self.uploads = Uploads(self)
         self.download_deltas = DownloadDeltas(self)
         self.secagg = SecAggRound(self) if config.secagg else None
+        self.local_vectors = None if config.local_vector_dir is None else \
+            LocalVectorDir.open(config.local_vector_dir, store.layout.root)   # co-located devices' files
         self._changed = asyncio.Event()
         self._finished = asyncio.Event()
         self._outcome: RunOutcome | None = None
@@ -173,6 +176,8 @@ class RoundEngine(TaskDispatch):
 
     def set_global(self, round: int, vector: np.ndarray, sha256: bytes) -> None:
         self.global_vector = GlobalVector(round, vector, sha256)
+        if self.local_vectors is not None:
+            self.local_vectors.publish(self.store.vector_path(round), sha256)
 
     # ---- main loop ----------------------------------------------------------------------------
 

@@ -135,7 +135,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         cfg = self.engine.config
         return pb.JoinReply(client_id=cid, model_id=self.engine.model_id, manifest_json=self._manifest_json,
                             artifacts=list(self._artifacts.values()), heartbeat_interval_ms=cfg.heartbeat_interval_ms,
-                            max_chunk_bytes=cfg.max_chunk_bytes, upload_codecs=allowed_codecs(cfg))
+                            max_chunk_bytes=cfg.max_chunk_bytes, upload_codecs=allowed_codecs(cfg),
+                            local_vector_dir=str(local.path) if (local := self.engine.local_vectors) else "")
 
     @streaming
     async def DownloadArtifact(self, request: pb.ArtifactRequest, context) -> AsyncIterator[pb.ArtifactPart]:

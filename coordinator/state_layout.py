@@ -9,6 +9,8 @@
     spool/round-000N/<client>.f32     accepted updates of round N, until the round commits
     models/round-000N/                model.onnx + model.json exported after round N commits
     models/latest.json, latest        pointer (and symlink) to the newest export
+    local-vectors/                    where `fedort simulate` puts the co-located vector path's directory
+                                      (`local_vector_dir`): devices' update files, global/<sha256>.f32 links
 """
 
 from __future__ import annotations
@@ -61,6 +63,15 @@ class StateLayout:
     @property
     def server_states(self) -> Path:
         return self.root / "server-state"
+
+    @property
+    def local_vectors(self) -> Path:
+        return self.root / "local-vectors"
+
+    def reserved(self) -> set[Path]:
+        """The state dir and the folders the coordinator owns in it (no other use may claim them)."""
+        return {self.root, self.artifacts, self.artifacts_tmp, self.vectors, self.spool, self.models,
+                self.server_states}
 
     def vector(self, round: int) -> Path:
         return self.vectors / f"{round_name(round)}.f32"

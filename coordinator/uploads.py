@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, AsyncIterator
 from fedort.coordinator.admission import AdmittedUpdate, admit_update, check_not_pending, check_open
 from fedort.coordinator.aggregation import Update
 from fedort.coordinator.config import CoordinatorConfig
+from fedort.coordinator.local_vectors import local_file_received
 from fedort.coordinator.metrics import metrics_json
 from fedort.coordinator.state import SubmissionRow, now_ms
 from fedort.coordinator.upload_slots import UploadSlots
@@ -55,7 +56,12 @@ async def received(admitted: AdmittedUpdate, tmp: Path, chunks: AsyncIterator[by
                    slot_round: int, config: CoordinatorConfig, monitor: "Monitoring") -> AsyncIterator[Path]:
     """Receive an admitted update into the temp spool file `tmp` under an upload slot and the
     whole-upload deadline; the body runs once all bytes arrived, checked and fsynced (slot already
-    released), and must rename `tmp` into place to keep it. `slots.abort_round(slot_round)` cuts it short."""
+    released), and must rename `tmp` into place to keep it. `slots.abort_round(slot_round)` cuts it short.
+    A header naming a co-located device's file instead of chunks goes to `coordinator.local_vectors`."""
+    if admitted.header.local_file:
+        async with local_file_received(admitted, tmp, chunks, config.local_vector_dir) as path:
+            yield path
+        return
     cfg = config
     slot = await slots.acquire(admitted.header.client_id, slot_round, cfg.upload_slot_wait_s)
     deadline = cfg.upload_grace_s + admitted.payload_bytes / cfg.upload_min_rate_bytes_s

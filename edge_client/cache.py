@@ -184,17 +184,20 @@ class ArtifactCache:
         with self._lock:
             return self._memo
 
-    def put_vector(self, sha256: bytes, vector: np.ndarray) -> None:
+    def put_vector(self, sha256: bytes, vector: np.ndarray, *, persist: bool = True) -> None:
         """Keep `vector` (already verified against `sha256`) for later rounds and clients.
 
-        The cache keeps the array itself, without a copy, and marks it read-only.
+        The cache keeps the array itself, without a copy, and marks it read-only; `persist=False`
+        keeps it in memory only (a vector the device can read again from where it came).
         """
         vector = np.ascontiguousarray(vector, dtype="<f4")
-        atomic_write(self.vector_path(sha256), [memoryview(vector).cast("B")])
+        if persist:
+            atomic_write(self.vector_path(sha256), [memoryview(vector).cast("B")])
         vector.flags.writeable = False
         with self._lock:
             self._memo = (sha256, vector)
-        self._prune_vectors()
+        if persist:
+            self._prune_vectors()
 
     def _prune_vectors(self) -> None:
         files = sorted((self.root / "vectors").glob("*.f32"), key=lambda p: p.stat().st_mtime, reverse=True)

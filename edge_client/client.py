@@ -31,6 +31,8 @@ juggling many clients should skip WAIT tasks instead.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import threading
 import time
@@ -198,18 +200,22 @@ class EdgeClient(Joining):
             if cached is not None:
                 return cached, True
         self.phase = "downloading"
-        base = self.cache.latest_vector()    # the coordinator may send the delta against it
-        vector, self._bytes_down = self._call(f"DownloadVector round {task.round}", lambda: self.transport.download_global(
-            self.client_id, self.model_id, task.round, expected_length=length,
-            expected_sha256=task.vector_sha256 or None, base=base if base and len(base[1]) == length else None))
+        local = self._local.read_global(task.vector_sha256, length) if self._local is not None else None
+        if local is not None:   # co-located with the coordinator: read, not downloaded (edge_client.local_vectors)
+            vector, self._bytes_down = local, 0
+        else:
+            base = self.cache.latest_vector()    # the coordinator may send the delta against it
+            vector, self._bytes_down = self._call(f"DownloadVector round {task.round}", lambda: self.transport.download_global(
+                self.client_id, self.model_id, task.round, expected_length=length,
+                expected_sha256=task.vector_sha256 or None, base=base if base and len(base[1]) == length else None))
         check_finite(vector, task.round)   # before caching: a poisoned vector must not be trained on or kept
-        self.cache.put_vector(task.vector_sha256 or vector_digest(vector), vector)
+        self.cache.put_vector(task.vector_sha256 or vector_digest(vector), vector, persist=local is None)
         return vector, False
 
     def _heartbeat(self):
         interval = (self._join.heartbeat_interval_ms or 0) / 1000
         if not self.config.heartbeats or interval <= 0:
-            return _NoHeartbeat()
+            return contextlib.nullcontext()
         return Heartbeat(self.transport, self.client_id, interval)
 
     def _fit(self, task: Task) -> RoundReport:
@@ -260,9 +266,12 @@ class EdgeClient(Joining):
             return self._submit_masked(p, chunk)
         u = p.update
         header, body = u.stream(self.client_id, self.model_id, p.round, p.num_examples, p.metrics, chunk)
+        send = functools.partial(self.transport.submit_update, header, body)
+        if self._local is not None:   # co-located with the coordinator: the update as a file, if it can
+            send = functools.partial(self._local.submit, self.transport, header, body, send)
         self.phase = "uploading"
         try:
-            reply = self._submit(f"SubmitUpdate round {p.round}", lambda: self.transport.submit_update(header, body))
+            reply = self._submit(f"SubmitUpdate round {p.round}", send)
         finally:
             self.phase = "idle"
         self._pending = None  # acknowledged (accepted or duplicate), or the round is gone (stale)
@@ -385,14 +394,6 @@ class EdgeClient(Joining):
         if self._identity_lock is not None:
             self._identity_lock.release()
             self._identity_lock = None
-
-
-class _NoHeartbeat:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return None
 
 
 __all__ = ["EdgeClient", "EdgeConfig", "RoundReport", "RunSummary"]

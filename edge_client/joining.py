@@ -14,6 +14,7 @@ import sys
 
 from fedort.edge_client.artifacts import ARTIFACT_FILES, Manifest
 from fedort.edge_client.cache import identity_key
+from fedort.edge_client.local_vectors import LocalVectors
 from fedort.edge_client.retry import call_with_retry
 from fedort.edge_client.session import SessionConfig, TrainingSession
 from fedort.edge_client.transport import JoinInfo
@@ -25,6 +26,8 @@ log = logging.getLogger("fedort.edge")
 
 class Joining:
     """The join half of `EdgeClient`."""
+
+    _local: LocalVectors | None = None   # the coordinator's local vector directory, when it announces one
 
     def _identity_key(self) -> str:
         data = os.path.abspath(self.config.data) if self.config.data is not None else ""
@@ -85,6 +88,7 @@ class Joining:
             self._leave_quietly(info.client_id, "local data does not fit the model")
             raise
         self._join, self.client_id, self.model_id, self.manifest = info, info.client_id, info.model_id, manifest
+        self._local = LocalVectors(info.local_vector_dir) if info.local_vector_dir else None
         self._encoder = encoder_for(self.config.codec, info.upload_codecs, previous=self._encoder,
                                     key=f"{self._identity_key()}|{info.model_id}",
                                     folder=self.cache.root / "residuals" if self.config.persist_identity else None)
@@ -108,6 +112,8 @@ class Joining:
                 f"the coordinator now runs model {info.model_id[:12]}…, but this client joined for model "
                 f"{self.model_id[:12]}…; restart the client to fetch the new model")
         self._join = info
+        if not info.local_vector_dir:
+            self._local = None
 
     def _open_session(self, info: JoinInfo, manifest: Manifest) -> TrainingSession:
         announced = {a.name for a in info.artifacts}

@@ -144,6 +144,7 @@ class JoinInfo:
     heartbeat_interval_ms: int
     max_chunk_bytes: int
     upload_codecs: tuple[str, ...] = ()   # codec specs the run accepts for updates (empty: raw only)
+    local_vector_dir: str = ""            # co-located devices may pass vectors as files here (edge_client.local_vectors)
 
 
 class Transport:
@@ -267,7 +268,7 @@ class Transport:
             client_id=r.client_id, model_id=r.model_id, manifest_json=r.manifest_json,
             artifacts=tuple(ArtifactRef(a.name, bytes(a.sha256).hex(), a.size) for a in r.artifacts),
             heartbeat_interval_ms=r.heartbeat_interval_ms, max_chunk_bytes=r.max_chunk_bytes,
-            upload_codecs=tuple(r.upload_codecs),
+            upload_codecs=tuple(r.upload_codecs), local_vector_dir=r.local_vector_dir,
         )
 
     def iter_artifact(self, client_id: str, model_id: str, name: str) -> Iterator[ArtifactRef | bytes]:
@@ -393,6 +394,4 @@ def _cancelled() -> FedortError:
     return exc
 
 
-__all__ = [
-    "ArtifactRef", "ChannelConfig", "JoinInfo", "MAX_POLL_WAIT_MS", "Status", "SubmitResult", "Transport",
-]
+__all__ = ["ArtifactRef", "ChannelConfig", "JoinInfo", "MAX_POLL_WAIT_MS", "Status", "SubmitResult", "Transport"]

@@ -66,7 +66,7 @@ class JoinRequest(_message.Message):
     def __init__(self, device_name: _Optional[str] = ..., credential: _Optional[str] = ..., capabilities: _Optional[_Mapping[str, str]] = ..., client_id: _Optional[str] = ...) -> None: ...
 
 class JoinReply(_message.Message):
-    __slots__ = ("client_id", "model_id", "manifest_json", "artifacts", "heartbeat_interval_ms", "max_chunk_bytes", "upload_codecs")
+    __slots__ = ("client_id", "model_id", "manifest_json", "artifacts", "heartbeat_interval_ms", "max_chunk_bytes", "upload_codecs", "local_vector_dir")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     MANIFEST_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -74,6 +74,7 @@ class JoinReply(_message.Message):
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_CHUNK_BYTES_FIELD_NUMBER: _ClassVar[int]
     UPLOAD_CODECS_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_VECTOR_DIR_FIELD_NUMBER: _ClassVar[int]
     client_id: str
     model_id: str
     manifest_json: str
@@ -81,7 +82,8 @@ class JoinReply(_message.Message):
     heartbeat_interval_ms: int
     max_chunk_bytes: int
     upload_codecs: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, client_id: _Optional[str] = ..., model_id: _Optional[str] = ..., manifest_json: _Optional[str] = ..., artifacts: _Optional[_Iterable[_Union[ArtifactInfo, _Mapping]]] = ..., heartbeat_interval_ms: _Optional[int] = ..., max_chunk_bytes: _Optional[int] = ..., upload_codecs: _Optional[_Iterable[str]] = ...) -> None: ...
+    local_vector_dir: str
+    def __init__(self, client_id: _Optional[str] = ..., model_id: _Optional[str] = ..., manifest_json: _Optional[str] = ..., artifacts: _Optional[_Iterable[_Union[ArtifactInfo, _Mapping]]] = ..., heartbeat_interval_ms: _Optional[int] = ..., max_chunk_bytes: _Optional[int] = ..., upload_codecs: _Optional[_Iterable[str]] = ..., local_vector_dir: _Optional[str] = ...) -> None: ...
 
 class ArtifactRequest(_message.Message):
     __slots__ = ("client_id", "model_id", "name")
@@ -215,7 +217,7 @@ class Metric(_message.Message):
     def __init__(self, value: _Optional[float] = ..., sync_dist: bool = ...) -> None: ...
 
 class UpdateHeader(_message.Message):
-    __slots__ = ("client_id", "vector", "num_examples", "metrics", "trained_from_sha256")
+    __slots__ = ("client_id", "vector", "num_examples", "metrics", "trained_from_sha256", "local_file")
     class MetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -228,12 +230,14 @@ class UpdateHeader(_message.Message):
     NUM_EXAMPLES_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
     TRAINED_FROM_SHA256_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_FILE_FIELD_NUMBER: _ClassVar[int]
     client_id: str
     vector: VectorHeader
     num_examples: int
     metrics: _containers.MessageMap[str, Metric]
     trained_from_sha256: bytes
-    def __init__(self, client_id: _Optional[str] = ..., vector: _Optional[_Union[VectorHeader, _Mapping]] = ..., num_examples: _Optional[int] = ..., metrics: _Optional[_Mapping[str, Metric]] = ..., trained_from_sha256: _Optional[bytes] = ...) -> None: ...
+    local_file: str
+    def __init__(self, client_id: _Optional[str] = ..., vector: _Optional[_Union[VectorHeader, _Mapping]] = ..., num_examples: _Optional[int] = ..., metrics: _Optional[_Mapping[str, Metric]] = ..., trained_from_sha256: _Optional[bytes] = ..., local_file: _Optional[str] = ...) -> None: ...
 
 class UpdatePart(_message.Message):
     __slots__ = ("header", "chunk")

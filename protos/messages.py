@@ -124,16 +124,17 @@ class UpdateHeader:
     num_examples: int
     metrics: Mapping[str, Metric] = field(default_factory=dict)
     trained_from_sha256: bytes = b""   # the global vector the update was trained from (admission checks it)
+    local_file: str = ""               # co-located device: the payload is this file in the coordinator's local dir
 
     def to_pb(self) -> pb.UpdateHeader:
         return pb.UpdateHeader(client_id=self.client_id, vector=meta_to_pb(self.vector),
                                num_examples=self.num_examples, metrics=metrics_to_pb(self.metrics),
-                               trained_from_sha256=self.trained_from_sha256)
+                               trained_from_sha256=self.trained_from_sha256, local_file=self.local_file)
 
     @classmethod
     def from_pb(cls, m: pb.UpdateHeader) -> "UpdateHeader":
         return cls(m.client_id, meta_from_pb(m.vector), m.num_examples, metrics_from_pb(m.metrics),
-                   bytes(m.trained_from_sha256))
+                   bytes(m.trained_from_sha256), m.local_file)
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,7 @@ class SimulationConfig:
     codec: str = "raw"                        # update codec of every virtual client (protos/codecs); the coordinator allows it
     export_every: int = 1                     # inference model every N rounds and after the last (0: last only)
     state_dir: Path | None = None             # coordinator state elsewhere (e.g. tmpfs: /dev/shm/...); default OUT/state
+    local_vectors: bool = True                # vectors as files in the state dir, not gRPC streams (clients on this host)
     mode: str = "sync"                        # "sync" rounds | "async" FedBuff versions (rounds = versions)
     buffer_size: int = 10                     # async: updates per version (K)
     max_staleness: int = 10                   # async: refuse updates more than S versions behind

@@ -8,17 +8,23 @@
 The coordinator's asyncio loop runs in a daemon thread so the calling thread can drive workers
 and progress. After the run is over it keeps answering DONE until `stop` (the end of the
 `with` block), so every client hears it.
+
+Clients on this host pass vectors through files (the co-located vector path,
+`coordinator.local_vectors`): unless the config names a `local_vector_dir`, it is STATE/local-vectors;
+`local_vectors=False` keeps the deployed path (gRPC streams) only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
 import time
 
 from fedort.coordinator import Coordinator, CoordinatorConfig, RunOutcome
 from fedort.coordinator.state import TransitionRow
+from fedort.coordinator.state_layout import StateLayout
 from fedort.coordinator.status import round_timeline
 from fedort.protos.errors import FedortError
 
@@ -28,7 +34,9 @@ log = logging.getLogger("fedort.sim")
 class LocalCoordinator:
     """One run of the real coordinator on this machine (see the module docstring)."""
 
-    def __init__(self, config: CoordinatorConfig) -> None:
+    def __init__(self, config: CoordinatorConfig, *, local_vectors: bool = True) -> None:
+        if local_vectors and config.local_vector_dir is None:
+            config = dataclasses.replace(config, local_vector_dir=StateLayout(config.state_dir).local_vectors)
         self.config = config
         self.coordinator: Coordinator | None = None
         self.port: int | None = None

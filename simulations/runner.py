@@ -129,7 +129,7 @@ def _run(cfg: SimulationConfig, out: Path, backend, started: float) -> Simulatio
     log.info("simulation %s: %d clients, %d per round, %d rounds, %s, %s backend", cfg.name, n_clients,
              min(cfg.per_round, n_clients), cfg.rounds, _data_name(cfg), cfg.backend)
 
-    server = LocalCoordinator(ccfg)
+    server = LocalCoordinator(ccfg, local_vectors=cfg.local_vectors)
     server.start()
     address = server.address
     workers = max(1, min(cfg.worker_count, n_clients))

@@ -141,6 +141,7 @@ async def test_update_for_a_committed_round_is_stale(open_round):
             break
         await asyncio.sleep(0.02)
     assert (await client.poll("client-a", model)).round == 2
+    await coord.engine.exports_done()   # round 1's background export (and spool deletion) is not the refusal's doing
     before = state_snapshot(coord)
     message = await rejected(client.submit("client-a", model, 1, vector + 1, 10,
                                            chunks=chunks_of(vector + 1, CHUNK)), PRECONDITION)

@@ -73,6 +73,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--state-dir", type=Path, metavar="DIR",
                    help="keep the coordinator state in DIR (e.g. /dev/shm/run1: tmpfs, no disk fsyncs, but the "
                         "state is lost at reboot; default OUT/state)")
+    p.add_argument("--no-local-vectors", dest="local_vectors", action="store_false", default=None,
+                   help="stream every vector over gRPC as a deployed device does (default: clients on this host "
+                        "pass vectors as files in the state dir)")
     from fedort.cli.coordinator import add_async_flags
 
     add_async_flags(p)
@@ -101,7 +104,7 @@ def _run(args: argparse.Namespace) -> int:
     fields = ("clients", "clients_per_round", "fraction", "rounds", "partition", "min_partition_size",
               "dataset", "model", "artifacts", "data",
               "local_epochs", "batch_size", "lr", "optimizer", "prox_mu", "backend", "ray_address", "workers", "seed",
-              "out", "progress", "export_every", "state_dir",
+              "out", "progress", "export_every", "state_dir", "local_vectors",
               "strategy", "server_optimizer", "byzantine_fraction", "attack", "straggler_fraction", "straggler_steps",
               "codec", "mode", "buffer_size", "max_staleness", "staleness_weight", "device_speed", "step_seconds")
     cfg = load_config(args.scenario, {k: getattr(args, k) for k in fields + PRIVACY_KEYS})

@@ -1,0 +1,195 @@
+"""The co-located vector path: devices on the coordinator's host hand vectors over as files, not streams.
+
+Opt-in (`local_vector_dir`, `fedort coordinator serve --local-vector-dir DIR`; `fedort simulate`
+turns it on with STATE/local-vectors), so a deployed coordinator never opens a file a client
+names. The JoinReply announces the directory; the streams stay as they are for everyone else,
+and a device that cannot use the directory streams (edge_client/local_vectors.py).
+
+Upload (`local_file_received`, the upload path's hook): the UpdateHeader names a file in the
+directory (`local_file`) and no chunks follow. It is accepted only if
+
+    the name is plain: "<client_id>." + letters, digits, '.', '_', '-', ending ".f32" (no path)
+    lstat: a regular file (not a symlink, directory, fifo, device) of exactly payload_bytes
+    -> renamed to the update's spool temp name (the device can no longer swap what the name points to)
+    -> opened O_NOFOLLOW, fstat again: regular, one link, same size
+    -> read once: sha256 = the header's, the codec's streaming decode gives finite values (the checks
+       a streamed upload gets), fsync (the device fsynced it: cheap) -> the usual rename into place + row
+
+Anything else is INVALID_ARGUMENT with the reason and changes nothing, except that a file which
+failed after the move (digest, codec, size changed) is deleted. The directory must be on the
+state dir's filesystem (checked at start) so that the move is a rename: the bytes are written once,
+by the device, and the fold memory-maps the spooled file. Trust: the directory is for processes
+trusted like the coordinator's own state dir (same host, same user, as in a simulation); a writer
+that keeps the file open could still change it after the check.
+
+Download (`publish`): each new global vector is hard-linked as global/<sha256 hex>.f32 (the files
+in vectors/ are written once and replaced by rename, never changed in place); the device checks
+its length and sha256 against the Task. The two newest stay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import re
+import stat
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import AsyncIterator
+
+import numpy as np
+
+from fedort.coordinator.admission import AdmittedUpdate
+from fedort.coordinator.aggregation.decode import DensePiece, check_reconstructed
+from fedort.coordinator.join_limits import clip
+from fedort.coordinator.upload_stream import spool_error
+from fedort.protos.errors import ConfigError, ProtocolError, VectorError
+
+log = logging.getLogger(__name__)
+
+GLOBAL = "global"                        # sub-folder of published global vectors
+KEEP_GLOBALS = 2                         # published global vectors kept (the current one and the previous)
+READ_STEP = 1 << 20                      # bytes hashed and decoded per read
+_NAME = re.compile(r"[A-Za-z0-9._-]{1,255}")
+_GLOBAL_NAME = re.compile(r"[0-9a-f]{64}\.f32")
+
+
+class LocalVectorDir:
+    """The coordinator's side of the directory (see the module docstring)."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        self.globals = self.path / GLOBAL
+        self._published: list[Path] = []
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, state_dir: str | os.PathLike) -> "LocalVectorDir":
+        """Create the directory if needed; ConfigError unless it shares the state dir's filesystem."""
+        path = Path(path).resolve()
+        try:
+            (path / GLOBAL).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(f"local_vector_dir {path}: cannot create it ({e.strerror or e})") from None
+        if os.stat(path).st_dev != os.stat(state_dir).st_dev:
+            raise ConfigError(f"local_vector_dir {path} must be on the same filesystem as state_dir {state_dir}: "
+                              "the coordinator moves a device's file into its spool by renaming it")
+        return cls(path)
+
+    # ---- download ---------------------------------------------------------------------------
+
+    def publish(self, vector_file: Path, sha256: bytes) -> None:
+        """Offer the global vector in `vector_file` as global/<sha256 hex>.f32; drop older ones.
+
+        Best effort: if it fails, devices download the vector (logged, never raised)."""
+        target = self.globals / f"{sha256.hex()}.f32"
+        tmp = self.globals / f".{sha256.hex()}.{os.getpid()}.tmp"
+        try:
+            tmp.unlink(missing_ok=True)
+            os.link(vector_file, tmp)
+            os.replace(tmp, target)
+            self._published = ([p for p in self._published if p != target] + [target])[-KEEP_GLOBALS:]
+            for f in self.globals.iterdir():
+                if _GLOBAL_NAME.fullmatch(f.name) and f not in self._published:
+                    f.unlink(missing_ok=True)
+        except OSError as e:
+            log.warning("cannot publish global vector %s… in %s (%s); co-located devices download it instead",
+                        sha256.hex()[:12], self.globals, e)
+
+    # ---- upload -----------------------------------------------------------------------------
+
+    def take(self, admitted: AdmittedUpdate, tmp: Path) -> None:
+        """Move the update's file to the spool temp path `tmp` and check it (raises; the caller removes `tmp`)."""
+        h = admitted.header
+        name, want = h.local_file, admitted.payload_bytes
+        if not (_NAME.fullmatch(name) and name.startswith(f"{h.client_id}.") and name.endswith(".f32")):
+            raise VectorError(f"local_file must be a plain file name '<client_id>.<name>.f32' (letters, digits, '.', "
+                              f"'_', '-'; no path) in the coordinator's local vector dir, got {clip(name)!r}")
+        what = f"local_file {name!r}"
+        src = self.path / name
+        try:
+            _check_file(os.lstat(src), want, what)
+            tmp.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(src, tmp)
+        except FileNotFoundError:
+            raise VectorError(f"{what}: no such file in the coordinator's local vector dir {self.path}") from None
+        except OSError as e:
+            raise spool_error(e, "move a local update file into the spool") from e
+        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+        try:   # no follow, no wait: it may have been swapped for a symlink or a fifo after the lstat
+            fd = os.open(tmp, flags)
+        except OSError as e:
+            raise VectorError(f"{what} is not a regular file that can be opened ({e.strerror})") from None
+        try:
+            st = os.fstat(fd)
+            _check_file(st, want, what)
+            if st.st_nlink != 1:
+                raise VectorError(f"{what} has {st.st_nlink} hard links; hand over a file of its own")
+            _verify(fd, admitted, what)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        log.debug("%s of %s taken into the spool (%d bytes)", what, h.client_id, want)
+
+
+def _check_file(st: os.stat_result, want: int, what: str) -> None:
+    if stat.S_ISLNK(st.st_mode):
+        raise VectorError(f"{what} is a symbolic link; only regular files in the directory itself are accepted")
+    if not stat.S_ISREG(st.st_mode):
+        raise VectorError(f"{what} is not a regular file")
+    if st.st_size != want:
+        raise VectorError(f"{what} is {st.st_size} bytes; the header declares a payload of {want} bytes")
+
+
+def _verify(fd: int, admitted: AdmittedUpdate, what: str) -> None:
+    """One pass over the file: its sha256 and the codec's decode check, as a streamed upload gets them."""
+    meta, n = admitted.header.vector, admitted.payload_bytes
+    digest = hashlib.sha256()
+    stream = admitted.decoder.stream(meta.length, n) if admitted.decoder.streams else None
+    # raw's stream decoder refuses non-finite values itself; a second pass only matters for codecs and deltas
+    again = admitted.base is not None or (meta.codec or "raw") != "raw"
+    buf = memoryview(bytearray(min(READ_STEP, n)))
+    done = 0
+    while done < n:
+        k = os.readv(fd, [buf[:min(len(buf), n - done)]])
+        if k <= 0:
+            raise VectorError(f"{what} ended after {done} of {n} bytes")
+        part = buf[:k]
+        digest.update(part)
+        if stream is not None:
+            for piece in stream.feed(part):
+                if again:
+                    check_reconstructed(piece, admitted.base, what)
+        done += k
+    if stream is not None:
+        for piece in stream.finish():
+            if again:
+                check_reconstructed(piece, admitted.base, what)
+    if digest.digest() != meta.sha256:
+        raise VectorError(f"vector sha256 mismatch: header says {meta.sha256.hex()[:16]}…, {what} hashes to "
+                          f"{digest.hexdigest()[:16]}…")
+    if stream is None:    # a decoder that cannot stream: validate the complete payload once
+        payload = np.frombuffer(os.pread(fd, n, 0), dtype=np.uint8)
+        values = admitted.decoder.decode(payload, meta.length)
+        check_reconstructed(DensePiece(0, np.asarray(values, dtype=np.float32)), admitted.base, what)
+
+
+@asynccontextmanager
+async def local_file_received(admitted: AdmittedUpdate, tmp: Path, chunks: AsyncIterator[bytes],
+                              directory: str | os.PathLike | None) -> AsyncIterator[Path]:
+    """The upload path's hook for a header naming `local_file`: like `uploads.received`, the body runs
+    once the update sits checked and fsynced at `tmp`, and must rename it into place to keep it."""
+    async for _ in chunks:
+        raise ProtocolError("an update that names local_file carries no chunks; send the header alone")
+    if directory is None:
+        raise ProtocolError("this coordinator takes no local vector files (it runs without local_vector_dir, "
+                            "--local-vector-dir): stream the update")
+    try:
+        await asyncio.to_thread(LocalVectorDir(directory).take, admitted, tmp)
+        yield tmp
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+__all__ = ["LocalVectorDir", "local_file_received"]

@@ -1,0 +1,112 @@
+"""A device on the coordinator's own host: vectors through the coordinator's directory, not gRPC streams.
+
+When the JoinReply names a `local_vector_dir` (the coordinator opted in: `fedort simulate` does,
+a deployed coordinator only with `--local-vector-dir`), the device
+
+- reads a task's global vector from DIR/global/<sha256 hex>.f32 and uses it only if it has the
+  model's length and the Task's sha256 (otherwise it downloads it, as always);
+- hands an update over as a file when the global vector it trained from is visible there (so it
+  does share the coordinator's filesystem): DIR/<client_id>.<random>.f32 is written and fsynced
+  (the coordinator only renames it into its spool, so it must be durable before it is named),
+  then SubmitUpdate carries the header alone with `local_file` = that name. The file is removed
+  whatever the answer (after an acceptance the coordinator has already moved it), and every retry
+  writes a fresh one.
+
+Fallback: a device on another host, or one that cannot write the file, streams the update; so does
+one whose coordinator refuses the reference with INVALID_ARGUMENT (e.g. it restarted without the
+option), and that device stops trying for the rest of the session.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from fedort.edge_client.transport import Transport
+from fedort.protos.codec import vector_digest
+from fedort.protos.errors import FedortError
+from fedort.protos.messages import SubmitResult, UpdateHeader
+
+log = logging.getLogger("fedort.edge.local")
+
+
+class LocalVectors:
+    """The device's side of the coordinator's local vector directory (see the module docstring)."""
+
+    def __init__(self, directory: str | os.PathLike) -> None:
+        self.path = Path(directory)
+        self.enabled = True
+
+    def _global(self, sha256: bytes) -> Path:
+        return self.path / "global" / f"{sha256.hex()}.f32"
+
+    def read_global(self, sha256: bytes, length: int) -> np.ndarray | None:
+        """The global vector with digest `sha256` from the directory, or None (absent, wrong length or digest)."""
+        if not self.enabled or len(sha256) != 32:
+            return None
+        path = self._global(sha256)
+        try:
+            if os.stat(path).st_size != 4 * length:
+                return None
+            vector = np.fromfile(path, dtype="<f4")
+        except (OSError, ValueError):
+            return None
+        if len(vector) != length or vector_digest(vector) != sha256:
+            log.debug("global vector %s… in %s does not match its name; downloading", sha256.hex()[:12], self.path)
+            return None
+        return vector
+
+    def shares_host(self, global_sha256: bytes, length: int) -> bool:
+        """The coordinator's global vector `global_sha256` is visible here: this device shares its filesystem."""
+        try:
+            return self.enabled and os.stat(self._global(global_sha256)).st_size == 4 * length
+        except (OSError, ValueError):
+            return False
+
+    def submit(self, transport: Transport, header: UpdateHeader, body: np.ndarray | bytes,
+               stream: Callable[[], SubmitResult]) -> SubmitResult:
+        """Hand the update over as a file if this device can, else `stream()` it."""
+        if not self.shares_host(header.trained_from_sha256, header.vector.length):
+            return stream()
+        name = f"{header.client_id}.{secrets.token_hex(8)}.f32"
+        path = self.path / name
+        try:
+            try:
+                _write_durably(path, body)
+            except OSError as e:
+                self._give_up(f"cannot write {path} ({e.strerror or e})")
+                return stream()
+            try:
+                return transport.submit_update(replace(header, local_file=name), b"")
+            except FedortError as e:
+                if getattr(e, "code", None) != "INVALID_ARGUMENT":
+                    raise
+                self._give_up(f"the coordinator refused the file: {e}")
+                return stream()
+        finally:
+            path.unlink(missing_ok=True)
+
+    def _give_up(self, why: str) -> None:
+        self.enabled = False
+        log.warning("co-located vector path off for this session (%s); streaming updates instead", why)
+
+
+def _write_durably(path: Path, body: np.ndarray | bytes) -> None:
+    """Create `path` (it must not exist), write `body`, fsync."""
+    data = memoryview(np.ascontiguousarray(body)).cast("B") if isinstance(body, np.ndarray) else memoryview(body)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o640)
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+__all__ = ["LocalVectors"]
