@@ -48,7 +48,7 @@ class EdgeConfig:
     | update_hook | none | research/testing only: callable(task, global, trained) -> vector uploaded instead |
     | max_local_steps | none | at most this many optimizer steps per round (partial work of a slow device) |
     | codec | "raw" | update codec: `fp16`, `bf16`, `int8`, `topk:0.01`, `zstd+int8`, ... (protos/codecs), if allowed |
-    | topk_warmup | "3x30" | top-k: FACTOR x F in round 1 decaying to F by round ROUNDS (`off`: F always; edge_client/topk_warmup.py) |
+    | topk_warmup | "3x45" | top-k: FACTOR x F in round 1 decaying to F by round ROUNDS (`off`: F always; edge_client/topk_warmup.py) |
     | local_dp_clip / local_dp_noise | none / 0 | local DP: clip the delta to L2 norm C, add N(0, (Z·C)²) before upload |
     """
 

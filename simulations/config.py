@@ -52,7 +52,7 @@ class SimulationConfig:
     straggler_fraction: float = 0.0           # share of clients (seeded choice) doing partial work
     straggler_steps: int = 1                  # ... at most this many local optimizer steps per round
     codec: str = "raw"                        # update codec of every virtual client (protos/codecs); the coordinator allows it
-    topk_warmup: str = "3x30"                 # top-k sparsity warm-up FACTORxROUNDS | off (edge_client/topk_warmup.py)
+    topk_warmup: str = "3x45"                 # top-k sparsity warm-up FACTORxROUNDS | off (edge_client/topk_warmup.py)
     export_every: int = 1                     # inference model every N rounds and after the last (0: last only)
     state_dir: Path | None = None             # coordinator state elsewhere (e.g. tmpfs: /dev/shm/...); default OUT/state
     mode: str = "sync"                        # "sync" rounds | "async" FedBuff versions (rounds = versions)

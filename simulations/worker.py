@@ -51,7 +51,7 @@ class WorkerPlan:
     stragglers: frozenset[str] = frozenset()    # clients that stop after `straggler_steps` optimizer steps
     straggler_steps: int = 1
     codec: str = "raw"                          # EdgeConfig.codec of every client
-    topk_warmup: str = "3x30"                   # EdgeConfig.topk_warmup of every client
+    topk_warmup: str = "3x45"                   # EdgeConfig.topk_warmup of every client
     uploads_in_flight: int = 2                  # finished updates streaming while the next client trains
     poll_wait_ms: int = 10_000                  # how long one PollTasks may be held by the coordinator
     speeds: tuple[tuple[str, float], ...] = ()  # (client id, compute-time factor): serve on a virtual clock

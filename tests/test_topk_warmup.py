@@ -19,13 +19,13 @@ from test_client import artifacts, config, digits, part, run_in_threads, server 
 P = 10_000
 
 
-def test_the_default_schedule_starts_at_three_times_f_and_decays_geometrically_to_f_by_round_30():
+def test_the_default_schedule_starts_at_three_times_f_and_decays_geometrically_to_f_after_round_45():
     w = TopkWarmup.parse(None)
-    fractions = [w.fraction(0.01, t) for t in range(1, 46)]
+    fractions = [w.fraction(0.01, t) for t in range(1, 61)]
     assert fractions[0] == 0.03
-    assert all(a > b for a, b in zip(fractions[:30], fractions[1:30]))
-    assert fractions[14] == pytest.approx(0.01 * 3 ** (1 - 14 / 30), rel=1e-3)
-    assert fractions[30:] == [0.01] * 15
+    assert all(a > b for a, b in zip(fractions[:45], fractions[1:45]))
+    assert fractions[14] == pytest.approx(0.01 * 3 ** (1 - 14 / 45), rel=1e-3)
+    assert fractions[45:] == [0.01] * 15
 
 
 def test_the_schedule_is_capped_at_one_and_off_means_f_throughout():

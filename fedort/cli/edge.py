@@ -67,7 +67,7 @@ def register(subparsers) -> None:
                      help="update codec: raw (default), fp16, bf16, int8[:B], topk:F, or zstd+ any of them; used "
                           "when the coordinator allows it, else raw (see protos/codecs)")
     run.add_argument("--topk-warmup", metavar="FxR", help="top-k sparsity warm-up: FACTOR x F in round 1 decaying to "
-                     "F by round R, or 'off' (default 3x30; used where the coordinator allows those fractions)")
+                     "F by round R, or 'off' (default 3x45; used where the coordinator allows those fractions)")
     run.add_argument("--local-dp-clip", metavar="C", type=float,
                      help="local DP: clip this device's update delta to L2 norm C before upload")
     run.add_argument("--local-dp-noise", metavar="Z", type=float,
