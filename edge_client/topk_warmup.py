@@ -38,9 +38,9 @@ class TopkWarmup:
     rounds: int = 30
 
     @classmethod
-    def parse(cls, text: str | None) -> "TopkWarmup":
+    def parse(cls, text: str | int | None) -> "TopkWarmup":
         """`FACTORxROUNDS` (e.g. `3x45`); `off`, `0` or '' disable it; ConfigError otherwise."""
-        text = (text if text is not None else DEFAULT).strip().lower()
+        text = str(text if text is not None else DEFAULT).strip().lower()   # TOML may give a number
         if text in ("", "0", "off", "none"):
             return cls(1.0, 0)
         head, sep, tail = text.partition("x")

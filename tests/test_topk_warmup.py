@@ -34,7 +34,7 @@ def test_the_schedule_is_capped_at_one_and_off_means_f_throughout():
     assert not off.active and [off.fraction(0.01, t) for t in (1, 2, 40)] == [0.01] * 3
 
 
-@pytest.mark.parametrize("text", ["3", "x30", "0.5x30", "3x-1", "threex30"])
+@pytest.mark.parametrize("text", ["3", "x30", "0.5x30", "3x-1", "threex30", 30])
 def test_a_malformed_schedule_is_a_config_error_naming_the_form(text):
     with pytest.raises(ConfigError, match="FACTORxROUNDS"):
         TopkWarmup.parse(text)
