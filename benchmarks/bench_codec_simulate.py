@@ -1,10 +1,10 @@
 """Codec accuracy against bytes up THROUGH THE REAL PATH: `fedort simulate` with `--codec`, per seed.
 
-    python benchmarks/bench_codec_simulate.py [--codecs raw,fp16,int8,topk:0.01] [--seeds 0,1,2]
+    python benchmarks/bench_codec_simulate.py [--codecs raw,fp16,int8,topk:0.01,topk:0.01@off] [--seeds 0,1,2]
                                               [--rounds 45] [--runs DIR] [--png benchmarks/codec_simulate.png]
 
 Each (codec, seed) is one `fedort simulate simulations/scenarios/digits_dirichlet.toml --rounds R
---seed S --codec C` run: real coordinator (admission, spooled payloads, decode into the fold),
+--seed S --codec C [--topk-warmup W]` run (an entry `C@W` sets the warm-up): real coordinator (admission, spooled payloads, decode into the fold),
 real edge clients (delta encoding, top-k error feedback) over loopback gRPC. Runs that already
 exist in --runs are reused. Prints the table of benchmarks/README.md "Codecs" (accuracy at round
 30 and at the last round, mean of the last 5 rounds, bytes up, all means over seeds) and writes
@@ -24,11 +24,14 @@ from pathlib import Path
 SCENARIO = Path(__file__).resolve().parents[1] / "simulations" / "scenarios" / "digits_dirichlet.toml"
 
 
-def run(codec: str, seed: int, rounds: int, runs: Path) -> Path:
-    out = runs / f"{codec.replace(':', '_')}_s{seed}"
+def run(item: str, seed: int, rounds: int, runs: Path) -> Path:
+    """One run of `item` = SPEC[@WARMUP] (WARMUP: --topk-warmup, e.g. `topk:0.01@off`; default the CLI's)."""
+    codec, _, warmup = item.partition("@")
+    out = runs / f"{item.replace(':', '_').replace('@', '_w')}_s{seed}"
     if not (out / "metrics.json").is_file():
+        extra = ["--topk-warmup", warmup] if warmup else []
         subprocess.run([sys.executable, "-m", "fedort", "simulate", str(SCENARIO), "--rounds", str(rounds), "--seed",
-                        str(seed), "--codec", codec, "--out", str(out), "--no-progress"], check=True,
+                        str(seed), "--codec", codec, *extra, "--out", str(out), "--no-progress"], check=True,
                        stdout=subprocess.DEVNULL)
     return out
 
@@ -53,18 +56,20 @@ def main(argv: list[str] | None = None) -> int:
     data = {c: [load(run(c, s, args.rounds, args.runs)) for s in seeds] for c in codecs}
     a, n = args.at - 1, args.rounds - 1
     raw_up = st.mean(up[a] for _, up, _ in data[codecs[0]])
-    print(f"| codec | bytes up, {args.at} rounds | fewer bytes than {codecs[0]} | acc @{args.at} | last 5 @{args.at} "
-          f"| acc @{args.rounds} | last 5 @{args.rounds} | acc @{args.rounds} − {codecs[0]}, per seed |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    raw_all = st.mean(up[n] for _, up, _ in data[codecs[0]])
+    print(f"| codec | bytes up, {args.at} / {args.rounds} rounds | fewer bytes than {codecs[0]}, {args.at} / "
+          f"{args.rounds} rounds | acc @{args.at} | last 5 @{args.at} | acc @{args.rounds} | last 5 @{args.rounds} "
+          f"| acc − {codecs[0]} per seed @{args.at} | acc − {codecs[0]} per seed @{args.rounds} |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     base = data[codecs[0]]
     for c in codecs:
         runs = data[c]
         m = lambda f: 100 * st.mean(f(acc) for acc, _, _ in runs)  # noqa: E731
-        up = st.mean(u[a] for _, u, _ in runs)
-        diffs = ", ".join(f"{100 * (r[0][n] - b[0][n]):+.2f}" for r, b in zip(runs, base))
-        print(f"| {c} | {up / 1e6:.2f} MB | {raw_up / up:.2f}× | {m(lambda x: x[a]):.2f} | "
-              f"{m(lambda x: st.mean(x[a - 4:a + 1])):.2f} | {m(lambda x: x[n]):.2f} | "
-              f"{m(lambda x: st.mean(x[n - 4:n + 1])):.2f} | {diffs} |")
+        up, up_all = st.mean(u[a] for _, u, _ in runs), st.mean(u[n] for _, u, _ in runs)
+        diffs = [", ".join(f"{100 * (r[0][i] - b[0][i]):+.2f}" for r, b in zip(runs, base)) for i in (a, n)]
+        print(f"| {c} | {up / 1e6:.2f} / {up_all / 1e6:.2f} MB | {raw_up / up:.2f}× / {raw_all / up_all:.2f}× | "
+              f"{m(lambda x: x[a]):.2f} | {m(lambda x: st.mean(x[a - 4:a + 1])):.2f} | {m(lambda x: x[n]):.2f} | "
+              f"{m(lambda x: st.mean(x[n - 4:n + 1])):.2f} | {diffs[0]} | {diffs[1]} |")
 
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure

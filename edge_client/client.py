@@ -249,7 +249,7 @@ class EdgeClient(Joining):
             self._pending = _Pending(task.round, None, result.num_examples, dict(result.metrics),
                                      time.monotonic() - started, cached, secagg=(task, vector, result.vector))
             return
-        update = self._encoder.encode(vector, task.vector_sha256, result.vector, seed=task.config.seed)
+        update = self._encoder.encode(vector, task.vector_sha256, result.vector, task.config.seed, task.round)
         self._pending = _Pending(task.round, update, result.num_examples, dict(result.metrics),
                                  time.monotonic() - started, cached)
 

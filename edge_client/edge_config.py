@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from fedort.edge_client.tomlfile import read_table
+from fedort.edge_client.topk_warmup import DEFAULT as DEFAULT_WARMUP, TopkWarmup
 from fedort.protos.codecs import parse_codec
 from fedort.protos.errors import ConfigError, VectorError
 from fedort.edge_client.local_round import ModuleFactory, UpdateHook
@@ -47,6 +48,7 @@ class EdgeConfig:
     | update_hook | none | research/testing only: callable(task, global, trained) -> vector uploaded instead |
     | max_local_steps | none | at most this many optimizer steps per round (partial work of a slow device) |
     | codec | "raw" | update codec: `fp16`, `bf16`, `int8`, `topk:0.01`, `zstd+int8`, ... (protos/codecs), if allowed |
+    | topk_warmup | "3x45" | top-k: FACTOR x F in round 1 decaying to F by round ROUNDS (`off`: F always; edge_client/topk_warmup.py) |
     | local_dp_clip / local_dp_noise | none / 0 | local DP: clip the delta to L2 norm C, add N(0, (Z·C)²) before upload |
     """
 
@@ -72,6 +74,7 @@ class EdgeConfig:
     update_hook: UpdateHook | None = None
     max_local_steps: int | None = None
     codec: str = "raw"
+    topk_warmup: str = DEFAULT_WARMUP
     local_dp_clip: float | None = None
     local_dp_noise: float = 0.0
 
@@ -87,6 +90,7 @@ class EdgeConfig:
             parse_codec(self.codec)
         except VectorError as e:
             raise ConfigError(f"bad codec setting: {e}") from None
+        TopkWarmup.parse(self.topk_warmup)   # ConfigError for a malformed schedule
         # a device token names its client id: join as that id unless told otherwise
         if self.credential and not self.client_id:
             token_id = _token_client_id(self.credential)

@@ -18,6 +18,7 @@ from fedort.edge_client.local_vectors import LocalVectors
 from fedort.edge_client.retry import call_with_retry
 from fedort.edge_client.session import SessionConfig, TrainingSession
 from fedort.edge_client.transport import JoinInfo
+from fedort.edge_client.topk_warmup import TopkWarmup
 from fedort.edge_client.update_codec import encoder_for
 from fedort.protos.errors import DataError, FedortError, ProtocolError, WrongModelError
 
@@ -91,7 +92,8 @@ class Joining:
         self._local = LocalVectors(info.local_vector_dir) if info.local_vector_dir else None
         self._encoder = encoder_for(self.config.codec, info.upload_codecs, previous=self._encoder,
                                     key=f"{self._identity_key()}|{info.model_id}",
-                                    folder=self.cache.root / "residuals" if self.config.persist_identity else None)
+                                    folder=self.cache.root / "residuals" if self.config.persist_identity else None,
+                                    warmup=TopkWarmup.parse(self.config.topk_warmup))
         if self.config.persist_identity:
             self.cache.save_identity(self._identity_key(), client_id=info.client_id, model_id=info.model_id,
                                      manifest_json=info.manifest_json)

@@ -18,7 +18,9 @@ the coordinator counted the upload (accepted or duplicate); an upload the round 
 persists its identity also durably in its cache folder, `residuals/<key>.f32`, keyed by the
 identity (coordinator, device name, data file) and the model id (an atomic write per upload).
 In memory a residual costs 4P bytes per client object that trained with top-k — mind it when
-simulating many virtual clients of a large model.
+simulating many virtual clients of a large model. A device that skips rounds keeps r and adds it
+to its next delta, taken against the global it then trains from (r is a sum of deltas, not tied
+to one global). The fraction of a top-k round follows the warm-up schedule (topk_warmup.py).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from fedort.edge_client.cache import atomic_write
+from fedort.edge_client.topk_warmup import TopkWarmup
 from fedort.edge_client.update_headers import encoded_update_header, update_header
 from fedort.protos.messages import Metric, UpdateHeader
 from fedort.protos.codec import vector_digest
@@ -116,20 +119,25 @@ def choose_codec(configured: str, allowed: Sequence[str]) -> CodecSpec:
 
 
 def encoder_for(configured: str, allowed: Sequence[str], *, key: str, folder: str | Path | None = None,
-                previous: "UpdateEncoder | None" = None) -> "UpdateEncoder":
+                previous: "UpdateEncoder | None" = None, warmup: TopkWarmup | None = None) -> "UpdateEncoder":
     """The encoder after a Join: codec by `choose_codec`; residuals durable under `folder` if given
-    (else in memory), carried over from `previous` (an earlier Join of the same client object)."""
+    (else in memory), carried over from `previous` (an earlier Join of the same client object);
+    top-k warm-up fractions (edge_client/topk_warmup.py) only where `allowed` admits them."""
     store = previous.store if previous is not None else ResidualStore(folder)
-    return UpdateEncoder(choose_codec(configured, allowed), store=store, key=key)
+    return UpdateEncoder(choose_codec(configured, allowed), store=store, key=key, warmup=warmup,
+                         allowed=tuple(allowed))
 
 
 class UpdateEncoder:
     """Encodes one client's updates with one codec; owns that client's error-feedback residual."""
 
     def __init__(self, spec: CodecSpec, *, store: ResidualStore | None = None, key: str = "",
-                 rng: np.random.Generator | None = None) -> None:
+                 rng: np.random.Generator | None = None, warmup: TopkWarmup | None = None,
+                 allowed: Sequence[str] | None = None) -> None:
         self.spec = spec
         self.codec = get_codec(spec)
+        self.warmup = warmup if warmup is not None else TopkWarmup(1.0, 0)
+        self.allowed = allowed   # None: every warm-up spec may be sent (no coordinator to ask)
         self.store = store if store is not None else ResidualStore()
         self.key = key
         self.rng = rng if rng is not None else np.random.default_rng()
@@ -138,12 +146,18 @@ class UpdateEncoder:
     def error_feedback(self) -> bool:
         return self.spec.name == "topk"
 
+    def spec_for(self, round: int | None) -> CodecSpec:
+        """The spec of round `round`'s upload: the warm-up's top-k fraction if the run allows it, else `spec`."""
+        spec = self.warmup.spec(self.spec, round)
+        return spec if spec == self.spec or self.allowed is None or allows(self.allowed, spec) else self.spec
+
     def encode(self, global_vector: np.ndarray, global_sha256: bytes, trained: np.ndarray,
-               seed: int | None = None) -> EncodedUpdate:
+               seed: int | None = None, round: int | None = None) -> EncodedUpdate:
         """The update to upload for `trained`, which was trained from `global_vector` (digest `global_sha256`).
 
         `seed` (the task's per-client, per-round seed) makes stochastic rounding reproducible;
-        without one the encoder's own generator is used."""
+        without one the encoder's own generator is used. `round` (the task's) picks the top-k
+        warm-up fraction; without one the configured spec is used."""
         global_sha256 = global_sha256 or vector_digest(global_vector)
         if not self.spec.lossy:
             return EncodedUpdate("raw", vector=trained, length=len(trained), trained_from=global_sha256)
@@ -152,17 +166,19 @@ class UpdateEncoder:
             residual = self.store.load(self.key, len(delta))
             if residual is not None:
                 delta += residual
+        spec = self.spec_for(round)
+        codec = self.codec if spec == self.spec else get_codec(spec)
         try:
             rng = np.random.default_rng([int(seed), _ROUNDING_STREAM]) if seed is not None else self.rng
-            payload = self.codec.encode(delta, rng)
+            payload = codec.encode(delta, rng)
         except VectorError as e:  # e.g. an fp16 overflow: this round goes raw, the next tries again
             log.warning("cannot encode this update with %s (%s); uploading raw float32", self.spec.canonical, e)
             return EncodedUpdate("raw", vector=trained, length=len(trained), trained_from=global_sha256)
-        enc = EncodedUpdate(self.spec.canonical, payload=payload, base_sha256=global_sha256, length=len(delta),
+        enc = EncodedUpdate(spec.canonical, payload=payload, base_sha256=global_sha256, length=len(delta),
                             trained_from=global_sha256)
         if not self.error_feedback:
             return enc
-        residual = delta - self.codec.decode(payload, len(delta))
+        residual = delta - codec.decode(payload, len(delta))
         return EncodedUpdate(enc.codec, payload=payload, base_sha256=global_sha256, length=len(delta),
                              corrected=delta, residual=residual, trained_from=global_sha256)
 

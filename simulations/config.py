@@ -53,6 +53,7 @@ class SimulationConfig:
     straggler_fraction: float = 0.0           # share of clients (seeded choice) doing partial work
     straggler_steps: int = 1                  # ... at most this many local optimizer steps per round
     codec: str = "raw"                        # update codec of every virtual client (protos/codecs); the coordinator allows it
+    topk_warmup: str = "3x45"                 # top-k sparsity warm-up FACTORxROUNDS | off (edge_client/topk_warmup.py)
     export_every: int = 1                     # inference model every N rounds and after the last (0: last only)
     state_dir: Path | None = None             # coordinator state elsewhere (e.g. tmpfs: /dev/shm/...); default OUT/state
     local_vectors: bool = True                # vectors as files in the state dir, not gRPC streams (clients on this host)
@@ -135,7 +136,7 @@ class SimulationConfig:
         if not (isinstance(self.step_seconds, (int, float)) and self.step_seconds > 0):
             problems.append(f"step_seconds must be > 0, got {self.step_seconds!r}")
         for check, value in ((_check_strategy, self.strategy), (_check_server_optimizer, self.server_optimizer),
-                             (_check_attack, self.attack), (_check_codec, self.codec), (_check_device_speed, self.device_speed),
+                             (_check_attack, self.attack), (_check_codec, self.codec), (_check_warmup, self.topk_warmup), (_check_device_speed, self.device_speed),
                              (_check_staleness_weight, self.staleness_weight)):
             try:
                 check(value)
@@ -176,6 +177,12 @@ def _check_strategy(spec: str) -> None:
     from fedort.coordinator.aggregation import parse_strategy
 
     parse_strategy(spec)
+
+
+def _check_warmup(spec: str) -> None:
+    from fedort.edge_client.topk_warmup import TopkWarmup
+
+    TopkWarmup.parse(spec)   # ConfigError names the expected form
 
 
 def _check_codec(spec: str) -> None:

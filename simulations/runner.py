@@ -69,6 +69,14 @@ def _population(cfg: SimulationConfig, data_dir: Path) -> Population:
                              min_size=cfg.min_partition_size)
 
 
+def _family(codec: str) -> str:
+    """What the run allows for its clients' codec: top-k as the family (any fraction: the warm-up's), else the spec."""
+    from fedort.protos.codecs import parse_codec
+
+    spec = parse_codec(codec)
+    return ("zstd+topk" if spec.zstd else "topk") if spec.name == "topk" else spec.canonical
+
+
 def coordinator_config(cfg: SimulationConfig, artifacts: Path, state_dir: Path, eval_data: Path,
                        clients: int) -> CoordinatorConfig:
     """The deployment coordinator, configured for a closed population of simulated clients."""
@@ -84,7 +92,7 @@ def coordinator_config(cfg: SimulationConfig, artifacts: Path, state_dir: Path, 
         client_timeout_s=0,                # virtual clients are polled once a round, not heartbeating
         strategy=cfg.strategy, export_every=cfg.export_every, server_optimizer=cfg.server_optimizer, mode=cfg.mode,
         buffer_size=cfg.buffer_size, max_staleness=cfg.max_staleness, staleness_weight=cfg.staleness_weight,
-        codecs=("raw",) if cfg.codec == "raw" else ("raw", cfg.codec),   # the run allows what its clients use
+        codecs=("raw",) if cfg.codec == "raw" else ("raw", _family(cfg.codec)),   # the run allows what its clients use
         **{k: getattr(cfg, k) for k in PRIVACY_KEYS},
         # local, loopback-only run of our own virtual clients: plaintext, no device tokens, no rate limit
         insecure=True, auth="open", submissions_per_minute=0,
@@ -143,6 +151,7 @@ def _run(cfg: SimulationConfig, out: Path, backend, started: float) -> Simulatio
     plans = [WorkerPlan(address, out / "cache" / f"worker-{i}", population.source, share,
                         attack=cfg.attack if attackers else "", attackers=attackers,
                         stragglers=stragglers, straggler_steps=cfg.straggler_steps, codec=cfg.codec,
+                        topk_warmup=cfg.topk_warmup,
                         speeds=speeds, step_seconds=cfg.step_seconds)
              for i, share in enumerate(population.split(workers))]
     progress = RoundProgress(StateLayout(out / "state"), cfg.rounds, enabled=cfg.progress)

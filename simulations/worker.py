@@ -51,6 +51,7 @@ class WorkerPlan:
     stragglers: frozenset[str] = frozenset()    # clients that stop after `straggler_steps` optimizer steps
     straggler_steps: int = 1
     codec: str = "raw"                          # EdgeConfig.codec of every client
+    topk_warmup: str = "3x45"                   # EdgeConfig.topk_warmup of every client
     uploads_in_flight: int = 2                  # finished updates streaming while the next client trains
     poll_wait_ms: int = 10_000                  # how long one PollTasks may be held by the coordinator
     speeds: tuple[tuple[str, float], ...] = ()  # (client id, compute-time factor): serve on a virtual clock
@@ -127,7 +128,7 @@ def join_clients(plan: WorkerPlan, transport: Transport, cache: ArtifactCache, a
             update_hook=parse_attack(plan.attack) if vc.client_id in plan.attackers else None,
             module_factory=plan.module_factory,
             max_local_steps=plan.straggler_steps if vc.client_id in plan.stragglers else None,
-            codec=plan.codec,
+            codec=plan.codec, topk_warmup=plan.topk_warmup,
         )
         client = EdgeClient(config, transport=transport, session=session, data=arrays.for_client(vc),
                             cache=cache, on_report=ledger)

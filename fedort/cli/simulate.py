@@ -67,6 +67,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="local optimizer steps a straggler stops after (default 1)")
     p.add_argument("--codec", metavar="SPEC", help="update codec of the virtual clients: raw (default), fp16, bf16, "
                    "int8[:B], topk:F (error feedback), zstd+ any of them; the coordinator allows it")
+    p.add_argument("--topk-warmup", metavar="FxR", help="top-k sparsity warm-up: FACTOR x F in round 1 decaying to F "
+                   "by round R, or 'off' (default 3x45; edge_client/topk_warmup.py)")
     p.add_argument("--export-every", type=int, metavar="N",
                    help="write the inference model every N rounds and after the last; 0 = the final one only "
                         "(default 1; other rounds keep their server eval in model.json)")
@@ -106,7 +108,7 @@ def _run(args: argparse.Namespace) -> int:
               "local_epochs", "batch_size", "lr", "optimizer", "prox_mu", "backend", "ray_address", "workers", "seed",
               "out", "progress", "export_every", "state_dir", "local_vectors",
               "strategy", "server_optimizer", "byzantine_fraction", "attack", "straggler_fraction", "straggler_steps",
-              "codec", "mode", "buffer_size", "max_staleness", "staleness_weight", "device_speed", "step_seconds")
+              "codec", "topk_warmup", "mode", "buffer_size", "max_staleness", "staleness_weight", "device_speed", "step_seconds")
     cfg = load_config(args.scenario, {k: getattr(args, k) for k in fields + PRIVACY_KEYS})
     result = run_simulation(cfg)
     print()
