@@ -25,12 +25,13 @@ from typing import Any
 import numpy as np
 
 from fedort.protos.secagg.errors import SecAggAborted, SecAggError
-from fedort.protos.secagg.keys import KeyPair
-from fedort.protos.secagg.masks import add_signed, pairwise_mask, pairwise_sign, self_mask
+from fedort.protos.secagg.keys import Agreement, KeyPair
+from fedort.protos.secagg.masks import pairwise_seed, pairwise_sign, self_key
 from fedort.protos.secagg.messages import (
     AdvertiseKeys, Roster, SecAggParams, ShareDelivery, ShareKeys, UnmaskRequest, UnmaskResponse, b64, unb64,
 )
-from fedort.protos.secagg.shamir import combine_secret
+from fedort.protos.secagg.prg import MaskAdder
+from fedort.protos.secagg.shamir import combine_secrets
 
 
 class ServerPhase(Enum):
@@ -248,26 +249,29 @@ class SecAggServer:
         self._expect(ServerPhase.UNMASK)
         request, t = self.unmask_request(), self.params.threshold
         self._require(list(self.state.responses), "unmasking")
-        total = self.accumulator.copy()
-        for u in request.survivors:
-            shares = [r.seed_shares[u] for r in self.state.responses.values() if u in r.seed_shares]
+        survivors = set(request.survivors)
+        seed_shares = {u: [r.seed_shares[u] for r in self.state.responses.values() if u in r.seed_shares]
+                       for u in request.survivors}
+        dropped = [v for v in request.dropped if set(self.params.neighbours[v]) & survivors]
+        key_shares = {v: [r.key_shares[v] for r in self.state.responses.values() if v in r.key_shares] for v in dropped}
+        for u, shares in seed_shares.items():
             if len(shares) < t:
                 raise self._abort(f"{len(shares)} shares of {u}'s self-mask seed arrived, {t} needed")
-            add_signed(total, self_mask(self.params, combine_secret(shares, t)), -1)
-        survivors = set(request.survivors)
-        for v in request.dropped:
-            partners = sorted(set(self.params.neighbours[v]) & survivors)
-            if not partners:
-                continue
-            shares = [r.key_shares[v] for r in self.state.responses.values() if v in r.key_shares]
+        for v, shares in key_shares.items():
             if len(shares) < t:
                 raise self._abort(f"{len(shares)} shares of dropped {v}'s mask key arrived, {t} needed")
-            key = KeyPair.from_seed(combine_secret(shares, t))
+        secrets = combine_secrets([*seed_shares.values(), *key_shares.values()], t)
+        bits, total, adder = self.params.fixed_point.bits, self.accumulator.copy(), MaskAdder(len(self.accumulator))
+        for u, seed in zip(seed_shares, secrets):
+            adder.add(total, self_key(self.params, seed), -1, bits)
+        for v, seed in zip(key_shares, secrets[len(seed_shares):]):
+            key = KeyPair.from_seed(seed)
             if key.public != self.state.keys[v].mask_public:
                 raise self._abort(f"the mask key reconstructed for {v} does not match its advertised public key")
-            for u in partners:
-                pair = pairwise_mask(self.params, key.private, self.state.keys[u].mask_public, u, v)
-                add_signed(total, pair, -pairwise_sign(u, v))
+            mine = Agreement(key.private)
+            for u in sorted(set(self.params.neighbours[v]) & survivors):
+                seed_uv = pairwise_seed(self.params, mine, self.state.keys[u].mask_public, u, v)
+                adder.add(total, seed_uv, -pairwise_sign(u, v), bits)
         weighted, weight = self.params.fixed_point.decode_sum(total)
         self.state.phase = ServerPhase.DONE
         return SecAggResult(weighted, weight, request.survivors, request.dropped)

@@ -4,6 +4,12 @@ The keystream of ChaCha20 (from `cryptography`, key = seed, a fixed all-zero non
 little-endian uint64 words and reduced mod 2^b by masking the low bits, which keeps the result
 uniform because 2^b divides 2^64. A fixed nonce is safe because every seed is used for one
 mask only: seeds are fresh per round (self masks) or derived per round and pair (pairwise masks).
+
+`MaskAdder` adds (or subtracts) many such masks into one uint64 accumulator without allocating:
+the keystream is written into one reused buffer (`update_into`) and added in place, and the
+reduction mod 2^b is left to the caller, once at the end — exact, since 2^b divides 2^64, so
+sums of unreduced words agree with sums of reduced ones mod 2^b. (A fresh 8·P-byte buffer per
+mask, as `expand` makes, costs more in page faults than the cipher itself.)
 """
 
 from __future__ import annotations
@@ -17,14 +23,43 @@ SEED_BYTES = 32
 _NONCE = bytes(16)
 
 
-def expand(seed: bytes, length: int, bits: int) -> np.ndarray:
-    """`length` pseudo-random integers in [0, 2^bits) as uint64, determined by `seed`."""
+def _check(seed: bytes, bits: int) -> None:
     if len(seed) != SEED_BYTES:
         raise ConfigError(f"mask seed must be {SEED_BYTES} bytes, got {len(seed)}")
     if not 1 <= bits <= 64:
         raise ConfigError(f"mask bits must be in [1, 64], got {bits}")
+
+
+def expand(seed: bytes, length: int, bits: int) -> np.ndarray:
+    """`length` pseudo-random integers in [0, 2^bits) as uint64, determined by `seed`."""
+    _check(seed, bits)
     encryptor = Cipher(algorithms.ChaCha20(seed, _NONCE), mode=None).encryptor()
     stream = encryptor.update(bytes(8 * length))
     words = np.frombuffer(stream, dtype="<u8").astype(np.uint64, copy=True)
     words &= np.uint64((1 << bits) - 1)
     return words
+
+
+class MaskAdder:
+    """acc ± expand(seed, len(acc), bits), mod 2^64, for many seeds, with two buffers of 8·len(acc) bytes.
+
+    The caller reduces `acc` mod 2^b (`acc &= 2^b - 1`) once after the last `add`.
+    """
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+        self._zeros = bytes(8 * length)
+        self._buf = bytearray(8 * length + 64)       # slack: some versions want len(data) + block - 1
+        self._words = np.frombuffer(self._buf, dtype="<u8", count=length)
+
+    def add(self, acc: np.ndarray, seed: bytes, sign: int, bits: int) -> None:
+        """acc += sign · PRG(seed) (mod 2^64, hence mod 2^bits once reduced)."""
+        _check(seed, bits)
+        if acc.dtype != np.uint64 or acc.shape != (self.length,):
+            raise ConfigError(f"mask accumulator must be uint64 of shape ({self.length},), got {acc.dtype} {acc.shape}")
+        encryptor = Cipher(algorithms.ChaCha20(seed, _NONCE), mode=None).encryptor()
+        encryptor.update_into(self._zeros, self._buf)
+        if sign > 0:
+            np.add(acc, self._words, out=acc)
+        else:
+            np.subtract(acc, self._words, out=acc)
