@@ -27,6 +27,7 @@ import math
 import os
 import threading
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
@@ -35,13 +36,14 @@ from fedort.coordinator.secagg_server import SecAggResult, SecAggServer, SecAggS
 from fedort.coordinator.state import TransitionRow, now_ms
 from fedort.durable import atomic_write
 from fedort.protos.dp_noise import distributed_noise_std
-from fedort.protos.errors import ProtocolError, StaleRoundError
+from fedort.protos.errors import ProtocolError, StaleRoundError, VectorError
 from fedort.protos.messages import UpdateHeader
 from fedort.protos.round_state import RoundState
 from fedort.protos.secagg import (
     AdvertiseKeys, FixedPoint, SecAggAborted, SecAggError, SecAggParams, ShareKeys, UnmaskResponse,
     default_threshold, effective_degree,
 )
+from fedort.protos.secagg.pack import is_masked, packed_bits, packed_codec
 from fedort.protos.secagg.task import MAX_WEIGHT, SECAGG_CODEC, SecAggTask
 
 if TYPE_CHECKING:
@@ -114,8 +116,10 @@ class SecAggRound:
         self.server, self.round, self.result = server, round, None
         dp = self.engine.privacy.dp
         n = len(server.params.cohort)
+        bits = server.params.fixed_point.bits
         self.task = SecAggTask(server.params, "unit" if dp else "examples", dp.clip if dp else None,
-                               distributed_noise_std(dp.noise_multiplier, dp.clip, n) if dp else 0.0)
+                               distributed_noise_std(dp.noise_multiplier, dp.clip, n) if dp else 0.0,
+                               packed_codec(bits) if bits % 8 == 0 else SECAGG_CODEC)
         self._task_bytes = self.task.to_bytes()
         log.info("round %d: secure aggregation over %d clients, %d neighbours each, threshold %d, %d-bit sums%s",
                  round, n, effective_degree(n, server.params.degree), server.params.threshold,
@@ -166,6 +170,7 @@ class SecAggRound:
         threshold = cfg.secagg_threshold or default_threshold(effective_degree(n, degree))
         dp = e.privacy.dp
         fixed = FixedPoint.for_cohort(n, cfg.secagg_clip, cfg.secagg_scale, 1.0 if dp else MAX_WEIGHT)
+        fixed = replace(fixed, bits=min(64, -(-fixed.bits // 8) * 8))  # whole bytes: packed words waste no bit
         params = SecAggParams(r.round * 1000 + r.attempt, tuple(r.selected), threshold, degree, os.urandom(16),
                               fixed, e.length)
         self._use(SecAggServer(params), r.round)
@@ -188,14 +193,19 @@ class SecAggRound:
 
     def check_upload(self, h: UpdateHeader) -> None:
         """Before a byte is stored: only masked uploads, only from U2, only while inputs are collected."""
-        if h.vector.codec != SECAGG_CODEC:
-            raise ProtocolError(f"this run uses secure aggregation: updates must use codec {SECAGG_CODEC!r} "
-                                f"(masked), got {h.vector.codec!r}; the coordinator does not accept clear updates")
+        if not is_masked(h.vector.codec):
+            raise ProtocolError(f"this run uses secure aggregation: updates must use a masked codec "
+                                f"({SECAGG_CODEC!r} or 'secagg-packed:b'), got {h.vector.codec!r}; the coordinator "
+                                f"does not accept clear updates")
         s = self.server
         if s is None or self.round != h.vector.round:
             raise StaleRoundError(f"round {h.vector.round} has no secure aggregation open")
         if s.phase is not ServerPhase.MASKED_INPUT:
             raise StaleRoundError(f"round {h.vector.round}: masked inputs are not collected now (phase {s.phase.value})")
+        bits = s.params.fixed_point.bits
+        if h.vector.codec != SECAGG_CODEC and packed_bits(h.vector.codec) != bits:
+            raise VectorError(f"round {h.vector.round} sums {bits}-bit masked words: a packed upload must use codec "
+                              f"{packed_codec(bits)!r} (or {SECAGG_CODEC!r}), got {h.vector.codec!r}")
         if h.client_id not in s.state.u2:
             raise StaleRoundError(f"client {h.client_id} did not share keys in round {h.vector.round}; "
                                   f"its masked input could not be unmasked")
