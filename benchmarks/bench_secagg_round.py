@@ -10,7 +10,7 @@ got there); without it, one after the other, as the simulation does.
 
 Bytes: `upload/client` is the update payload (4·P plain, 8·(P+1) masked, from the spool, kept
 with keep_spool); `protocol state` is the size of the round's recorded protocol state
-(`secagg/round-N.state`: public keys, every sealed share, the unmask responses) — each sealed
+(`secagg/round-N.state` + `.sealed`: public keys, every sealed share, the unmask responses) — each sealed
 share crosses the wire twice (up to the coordinator, down to its recipient), so protocol
 traffic is about twice that. `phase_s` = median time in each recorded state/phase (rounds 2..).
 Coordinator CPU is the trial process's CPU time (the coordinator runs in a thread there; the
@@ -89,7 +89,8 @@ def trial(params: int, clients: int, rounds: int, secagg: bool, workers: int = 2
         spool = sorted((state_dir / "spool").rglob("*.f32"))
         upload = spool[0].stat().st_size if spool else None
         protocol = sorted((state_dir / "secagg").glob("*.state")) if secagg else []
-        protocol_bytes = protocol[-1].stat().st_size if protocol else 0
+        protocol_bytes = sum(p.stat().st_size for p in (protocol[-1], protocol[-1].with_suffix(".sealed"))
+                             if p.is_file()) if protocol else 0
     per_round = [b - a for a, b in zip(starts[1:], starts[2:])]     # rounds 2.. (needs rounds >= 3)
     return {"params": manifest.parameter_count, "clients": clients, "secagg": secagg, "rounds": rounds,
             "state": outcome.state.name if outcome else "?", "wall_s": round(wall, 2),

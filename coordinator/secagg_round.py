@@ -74,6 +74,7 @@ class SecAggRound:
         self.result: SecAggResult | None = None
         self.lock = threading.Lock()
         self._seq = 0
+        self._sealed_saved = False                   # this round's `.sealed` is written (see _write)
         self._changes = self._persisted = 0          # group commit of the protocol state (see persist)
         self._persisting = asyncio.Lock()
         engine.strategy.combiner.bind(self)
@@ -83,7 +84,9 @@ class SecAggRound:
     # protocol state as JSON, after every accepted message) and `.sum` (state + uint64 accumulator,
     # when masked-input collection closes). While masked inputs are collected nothing is written
     # per input: they are durable in the spool (with their rows), and a restart in that phase
-    # rebuilds the accumulator by folding them again from zero.
+    # rebuilds the accumulator by folding them again from zero. The sealed shares (most of the
+    # state) no longer change once key sharing closed: from then on they are in `.sealed`, written
+    # once before the first state that leaves them out.
 
     def path(self, round: int, kind: str = "state"):
         return self.engine.store.dir / "secagg" / f"round-{round:04d}.{kind}"
@@ -91,10 +94,15 @@ class SecAggRound:
     def _write(self, with_sum: bool = False) -> None:
         with self.lock:
             self._seq += 1
-            blob = self._seq.to_bytes(8, "little") + (self.server.dump() if with_sum else self.server.state.to_bytes())
+            inline = self.server.phase in (ServerPhase.ADVERTISE, ServerPhase.SHARE_KEYS)
+            sealed = None if inline or self._sealed_saved else self.server.state.sealed_bytes()
+            state = self.server.dump(inline) if with_sum else self.server.state.to_bytes(inline)
         path = self.path(self.round, "sum" if with_sum else "state")
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, blob)
+        if sealed is not None:
+            atomic_write(self.path(self.round, "sealed"), sealed)
+            self._sealed_saved = True
+        atomic_write(path, self._seq.to_bytes(8, "little") + state)
 
     async def persist(self, with_sum: bool = False) -> None:
         """Durable before this returns. Group commit: messages that arrive while a write is in flight
@@ -133,15 +141,18 @@ class SecAggRound:
             return None
         state = state_path.read_bytes()
         seq = int.from_bytes(state[:8], "little")
+        sealed_path = self.path(round, "sealed")
+        sealed = sealed_path.read_bytes() if sealed_path.is_file() else None
         if sum_path.is_file():
             blob = sum_path.read_bytes()
-            seq_sum, server = int.from_bytes(blob[:8], "little"), SecAggServer.load(blob[8:])
+            seq_sum, server = int.from_bytes(blob[:8], "little"), SecAggServer.load(blob[8:], sealed)
             if seq_sum < seq:     # later messages (unmask responses): newer state, the same frozen sum
-                server = SecAggServer.restore(state[8:], server.accumulator)
+                server = SecAggServer.restore(state[8:], server.accumulator, sealed)
             seq = max(seq, seq_sum)
         else:
-            length = SecAggServerState.from_bytes(state[8:]).params.length
-            server = SecAggServer.restore(state[8:], np.zeros(length + 1, dtype=np.uint64))
+            length = SecAggServerState.from_bytes(state[8:], sealed).params.length
+            server = SecAggServer.restore(state[8:], np.zeros(length + 1, dtype=np.uint64), sealed)
+        self._sealed_saved = sealed is not None
         if server.phase in (ServerPhase.ADVERTISE, ServerPhase.SHARE_KEYS, ServerPhase.MASKED_INPUT):
             server.state.u3 = []                         # nothing summed yet, or the spool replay folds
             server.accumulator[:] = 0                    # every masked input again
@@ -174,7 +185,9 @@ class SecAggRound:
         params = SecAggParams(r.round * 1000 + r.attempt, tuple(r.selected), threshold, degree, os.urandom(16),
                               fixed, e.length)
         self._use(SecAggServer(params), r.round)
-        self.path(r.round, "sum").unlink(missing_ok=True)    # a failed earlier session's sum
+        self.path(r.round, "sum").unlink(missing_ok=True)    # a failed earlier attempt's sum and shares
+        self.path(r.round, "sealed").unlink(missing_ok=True)
+        self._sealed_saved = False
         self._write()
 
     def may_fit(self, client_id: str) -> bool:
