@@ -101,10 +101,11 @@ def test_messages_round_trip_through_bytes():
     assert UnmaskResponse.from_bytes(resp.to_bytes()) == resp
 
 
-def test_masks_added_in_place_equal_the_expanded_masks_mod_2b():
+@pytest.mark.parametrize("block", [1 << 17, 100, 7])
+def test_masks_added_in_place_equal_the_expanded_masks_mod_2b(block):
     seeds, acc = [os.urandom(32) for _ in range(3)], np.arange(1001, dtype=np.uint64)
     expected = (acc + expand(seeds[0], 1001, 21) - expand(seeds[1], 1001, 21) + expand(seeds[2], 1001, 21))
-    adder = MaskAdder(1001)
+    adder = MaskAdder(1001, block)
     for seed, sign in zip(seeds, (1, -1, 1)):
         adder.add(acc, seed, sign, 21)
     assert np.array_equal(acc & np.uint64(2**21 - 1), expected & np.uint64(2**21 - 1))

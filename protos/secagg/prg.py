@@ -6,10 +6,11 @@ uniform because 2^b divides 2^64. A fixed nonce is safe because every seed is us
 mask only: seeds are fresh per round (self masks) or derived per round and pair (pairwise masks).
 
 `MaskAdder` adds (or subtracts) many such masks into one uint64 accumulator without allocating:
-the keystream is written into one reused buffer (`update_into`) and added in place, and the
-reduction mod 2^b is left to the caller, once at the end — exact, since 2^b divides 2^64, so
-sums of unreduced words agree with sums of reduced ones mod 2^b. (A fresh 8·P-byte buffer per
-mask, as `expand` makes, costs more in page faults than the cipher itself.)
+the keystream is written block by block (1 MiB) into one reused buffer (`update_into`; the
+stream continues across blocks) and added in place, and the reduction mod 2^b is left to the
+caller, once at the end — exact, since 2^b divides 2^64, so sums of unreduced words agree with
+sums of reduced ones mod 2^b. (A fresh 8·P-byte buffer per mask, as `expand` makes, costs more in
+page faults than the cipher itself.)
 """
 
 from __future__ import annotations
@@ -40,17 +41,20 @@ def expand(seed: bytes, length: int, bits: int) -> np.ndarray:
     return words
 
 
+BLOCK_WORDS = 1 << 17          # 1 MiB of keystream at a time
+
+
 class MaskAdder:
-    """acc ± expand(seed, len(acc), bits), mod 2^64, for many seeds, with two buffers of 8·len(acc) bytes.
+    """acc ± expand(seed, len(acc), bits), mod 2^64, for many seeds, with two buffers of ≤ 1 MiB.
 
     The caller reduces `acc` mod 2^b (`acc &= 2^b - 1`) once after the last `add`.
     """
 
-    def __init__(self, length: int) -> None:
-        self.length = length
-        self._zeros = bytes(8 * length)
-        self._buf = bytearray(8 * length + 64)       # slack: some versions want len(data) + block - 1
-        self._words = np.frombuffer(self._buf, dtype="<u8", count=length)
+    def __init__(self, length: int, block: int = BLOCK_WORDS) -> None:
+        self.length, self.block = length, max(1, min(block, length))
+        self._zeros = memoryview(bytes(8 * self.block))
+        self._buf = bytearray(8 * self.block + 64)   # slack: some versions want len(data) + block - 1
+        self._words = np.frombuffer(self._buf, dtype="<u8", count=self.block)
 
     def add(self, acc: np.ndarray, seed: bytes, sign: int, bits: int) -> None:
         """acc += sign · PRG(seed) (mod 2^64, hence mod 2^bits once reduced)."""
@@ -58,8 +62,9 @@ class MaskAdder:
         if acc.dtype != np.uint64 or acc.shape != (self.length,):
             raise ConfigError(f"mask accumulator must be uint64 of shape ({self.length},), got {acc.dtype} {acc.shape}")
         encryptor = Cipher(algorithms.ChaCha20(seed, _NONCE), mode=None).encryptor()
-        encryptor.update_into(self._zeros, self._buf)
-        if sign > 0:
-            np.add(acc, self._words, out=acc)
-        else:
-            np.subtract(acc, self._words, out=acc)
+        op = np.add if sign > 0 else np.subtract
+        for start in range(0, self.length, self.block):
+            n = min(self.block, self.length - start)
+            encryptor.update_into(self._zeros[:8 * n], self._buf)
+            part = acc[start:start + n]
+            op(part, self._words[:n], out=part)
