@@ -95,6 +95,8 @@ class SecAggRound:
         with self.lock:
             self._seq += 1
             inline = self.server.phase in (ServerPhase.ADVERTISE, ServerPhase.SHARE_KEYS)
+            if inline:                        # shares may still change: `.sealed` is rewritten once they cannot
+                self._sealed_saved = False
             sealed = None if inline or self._sealed_saved else self.server.state.sealed_bytes()
             state = self.server.dump(inline) if with_sum else self.server.state.to_bytes(inline)
         path = self.path(self.round, "sum" if with_sum else "state")
@@ -152,7 +154,7 @@ class SecAggRound:
         else:
             length = SecAggServerState.from_bytes(state[8:], sealed).params.length
             server = SecAggServer.restore(state[8:], np.zeros(length + 1, dtype=np.uint64), sealed)
-        self._sealed_saved = sealed is not None
+        self._sealed_saved = sealed is not None and server.phase not in (ServerPhase.ADVERTISE, ServerPhase.SHARE_KEYS)
         if server.phase in (ServerPhase.ADVERTISE, ServerPhase.SHARE_KEYS, ServerPhase.MASKED_INPUT):
             server.state.u3 = []                         # nothing summed yet, or the spool replay folds
             server.accumulator[:] = 0                    # every masked input again
