@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import threading
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -58,15 +57,6 @@ def masked_header(client_id: str, model_id: str, round: int, payload: bytes, cod
     return UpdateHeader(client_id, meta, int(num_examples), dict(metrics), bytes(trained_from_sha256))
 
 
-def _quietly(work: Callable[[], None]) -> None:
-    """Run optional work ahead; if it fails, the step that would have used it does the work itself (and fails
-    there, with the error the device reports)."""
-    try:
-        work()
-    except Exception as e:  # noqa: BLE001 - optional work; see above
-        log.debug("secure aggregation: preparing ahead failed (%s); done in the next step instead", e)
-
-
 class SecAggFlow:
     """One device's protocol run for one round, over `transport` with `call` (retries, stop)."""
 
@@ -78,21 +68,17 @@ class SecAggFlow:
         self.spec = SecAggTask.from_bytes(task.secagg)
 
     def _step(self, step: int, payload: bytes, meanwhile: Callable[[], None] | None = None) -> bytes:
-        """Send this step's message and wait until the phase closes; `meanwhile()` runs in a helper
-        thread during the wait (the long-poll holds no GIL) and has finished when this returns."""
-        helper = threading.Thread(target=_quietly, args=(meanwhile,), name=f"secagg-prepare-{self.client_id}",
-                                  daemon=True) if meanwhile is not None else None
-        if helper is not None:
-            helper.start()
-        try:
-            while True:
-                ready, reply = self.call(f"SecAgg step {step} round {self.task.round}", lambda: self.transport.secagg_step(
-                    self.client_id, self.model_id, self.task.round, step, payload, self.wait_ms))
-                if ready:
-                    return reply
-        finally:
-            if helper is not None:
-                helper.join()
+        """Send this step's message and wait until the phase closes; with `meanwhile`, the first call
+        only delivers the message (wait 0) and `meanwhile()` runs before waiting."""
+        wait_ms = 0 if meanwhile is not None else self.wait_ms
+        while True:
+            ready, reply = self.call(f"SecAgg step {step} round {self.task.round}", lambda: self.transport.secagg_step(
+                self.client_id, self.model_id, self.task.round, step, payload, wait_ms))
+            if ready:
+                return reply
+            if meanwhile is not None:
+                meanwhile()
+                meanwhile, wait_ms = None, self.wait_ms
 
     def run(self, global_vector: np.ndarray, trained: np.ndarray, num_examples: int,
             metrics: Mapping[str, Metric], chunk_size: int) -> tuple[str, str]:
