@@ -1,16 +1,9 @@
 """The device's side of secure aggregation: one `SecAggClient` per round, driven phase by phase.
 
-    advertise() -> AdvertiseKeys                  then, while the coordinator waits for the others,
-    [prepare_shares()]                            Shamir-split the seeds for the whole neighbourhood
+    advertise() -> AdvertiseKeys
     share_keys(Roster) -> ShareKeys
-    [prepare_masks()]                             sum the self mask and the roster's pairwise masks
     masked_input(ShareDelivery, vector, weight) -> uint64 vector of length P + 1
     unmask(UnmaskRequest) -> UnmaskResponse
-
-The optional `prepare_*` steps do ahead of time (while the device waits for a phase to close)
-the work that does not depend on the next message, or only on its usual content; the next step
-uses it when the message is as expected and does the work itself otherwise, so the result is
-the same either way.
 
 Each call checks what the coordinator sent (neighbours only, distinct keys, at least T of them,
 authenticated shares addressed to this client in this round) and raises SecAggError otherwise.
@@ -67,8 +60,6 @@ class SecAggClient:
         self._held: dict[str, tuple[int, bytes, bytes]] = {}  # sender -> (index, key share, seed share)
         self._revealed_keys: set[str] = set()
         self._revealed_seeds: set[str] = set()
-        self._presplit: tuple[list, list] | None = None          # for all neighbours, see prepare_shares
-        self._masks: np.ndarray | None = None                       # for all roster peers, see prepare_masks
 
     def _expect(self, phase: ClientPhase) -> None:
         if self.phase is not phase:
@@ -96,7 +87,8 @@ class SecAggClient:
             raise SecAggError("roster repeats a public key (every client must have its own)")
         self._roster = dict(peers)
         holders = sorted(peers)
-        key_shares, seed_shares = self.prepare_shares(len(holders))   # prepared ones unless a neighbour is missing
+        key_shares = split_secret(self._mask_seed, self.params.threshold, len(holders))
+        seed_shares = split_secret(self._seed, self.params.threshold, len(holders))
         sealed = {}
         for holder, (index, k_share), (_, b_share) in zip(holders, key_shares, seed_shares):
             body = json.dumps({"i": index, "k": b64(k_share), "b": b64(b_share)}).encode()
@@ -104,36 +96,6 @@ class SecAggClient:
             sealed[holder] = seal(key, body, _aad(self.params, self.client_id, holder))
         self.phase = ClientPhase.MASKED_INPUT
         return ShareKeys(self.client_id, sealed)
-
-    def prepare_shares(self, holders: int | None = None) -> tuple[list, list]:
-        """Shamir shares of both seeds for `holders` (default: every neighbour) holders, kept for share_keys."""
-        holders = len(self.neighbours) if holders is None else holders
-        if self._presplit is None or len(self._presplit[0]) != holders:
-            self._presplit = (split_secret(self._mask_seed, self.params.threshold, holders),
-                              split_secret(self._seed, self.params.threshold, holders))
-        return self._presplit
-
-    def prepare_masks(self) -> None:
-        """PRG(b) + Σ_{v in roster} sign(u, v)·PRG(s_uv) mod 2^64, kept for masked_input (8·(P + 1) bytes)."""
-        if self.phase is not ClientPhase.MASKED_INPUT:
-            raise SecAggError(f"secagg client {self.client_id}: masks are prepared after sharing keys")
-        if self._masks is None:
-            self._masks = self._mask_sum(sorted(self._roster))
-
-    def _mask_sum(self, peers: list[str], into: np.ndarray | None = None, sign: int = 1,
-                  with_self: bool = True) -> np.ndarray:
-        """into ± ([PRG(b)] + Σ_{v in peers} sign(u, v)·PRG(s_uv)) mod 2^64 (a new zero vector by default)."""
-        acc = np.zeros(self.params.length + 1, dtype=np.uint64) if into is None else into
-        if not peers and not with_self:
-            return acc
-        bits, adder = self.params.fixed_point.bits, MaskAdder(len(acc))
-        if with_self:
-            adder.add(acc, self_key(self.params, self._seed), sign, bits)
-        masks = Agreement(self._mask.private)
-        for v in peers:
-            seed = pairwise_seed(self.params, masks, self._roster[v].mask_public, self.client_id, v)
-            adder.add(acc, seed, sign * pairwise_sign(self.client_id, v), bits)
-        return acc
 
     def masked_input(self, delivery: ShareDelivery, vector: np.ndarray, weight: float = 1.0) -> np.ndarray:
         """Open the shares addressed to us, then encode the update and add every mask mod 2^b."""
@@ -150,14 +112,13 @@ class SecAggClient:
             key = self._share_keys.key(self._roster[sender].cipher_public, self.params.info("share", sender, self.client_id))
             body = json.loads(open_sealed(key, delivery.sealed[sender], _aad(self.params, sender, self.client_id)))
             self._held[sender] = (int(body["i"]), unb64(body["k"]), unb64(body["b"]))
-        masked = self.params.fixed_point.encode(vector, weight)
-        if self._masks is None:
-            self._mask_sum(senders, into=masked)
-        else:                          # prepared for the whole roster: take out neighbours that shared no keys
-            np.add(masked, self._masks, out=masked)
-            missing = sorted(set(self._roster) - set(senders))     # (usually none)
-            self._mask_sum(missing, into=masked, sign=-1, with_self=False)
-            self._masks = None
+        masked, bits = self.params.fixed_point.encode(vector, weight), self.params.fixed_point.bits
+        adder = MaskAdder(len(masked))
+        adder.add(masked, self_key(self.params, self._seed), 1, bits)
+        masks = Agreement(self._mask.private)
+        for v in senders:
+            seed = pairwise_seed(self.params, masks, self._roster[v].mask_public, self.client_id, v)
+            adder.add(masked, seed, pairwise_sign(self.client_id, v), bits)
         masked &= self.params.fixed_point.modulus_mask
         self.phase = ClientPhase.UNMASK
         return masked

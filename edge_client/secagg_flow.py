@@ -67,18 +67,12 @@ class SecAggFlow:
         self.wait_ms = max(poll_wait_ms, MIN_STEP_WAIT_MS)   # steps are long-polls, even for a client that never waits
         self.spec = SecAggTask.from_bytes(task.secagg)
 
-    def _step(self, step: int, payload: bytes, meanwhile: Callable[[], None] | None = None) -> bytes:
-        """Send this step's message and wait until the phase closes; with `meanwhile`, the first call
-        only delivers the message (wait 0) and `meanwhile()` runs before waiting."""
-        wait_ms = 0 if meanwhile is not None else self.wait_ms
+    def _step(self, step: int, payload: bytes) -> bytes:
         while True:
             ready, reply = self.call(f"SecAgg step {step} round {self.task.round}", lambda: self.transport.secagg_step(
-                self.client_id, self.model_id, self.task.round, step, payload, wait_ms))
+                self.client_id, self.model_id, self.task.round, step, payload, self.wait_ms))
             if ready:
                 return reply
-            if meanwhile is not None:
-                meanwhile()
-                meanwhile, wait_ms = None, self.wait_ms
 
     def run(self, global_vector: np.ndarray, trained: np.ndarray, num_examples: int,
             metrics: Mapping[str, Metric], chunk_size: int) -> tuple[str, str]:
@@ -86,10 +80,8 @@ class SecAggFlow:
         spec, length = self.spec, len(global_vector)
         client = SecAggClient(self.client_id, spec.params)
         try:
-            # the next phase's work that needs no reply is done while the others catch up
-            roster = Roster.from_bytes(self._step(ADVERTISE, client.advertise().to_bytes(), client.prepare_shares))
-            delivery = ShareDelivery.from_bytes(self._step(SHARE, client.share_keys(roster).to_bytes(),
-                                                           client.prepare_masks))
+            roster = Roster.from_bytes(self._step(ADVERTISE, client.advertise().to_bytes()))
+            delivery = ShareDelivery.from_bytes(self._step(SHARE, client.share_keys(roster).to_bytes()))
             masked = client.masked_input(delivery, private_delta(spec, global_vector, trained),
                                          spec.weight(num_examples))
             wire = pack(masked, spec.codec)

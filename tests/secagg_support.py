@@ -24,10 +24,9 @@ def make_params(n: int, length: int, degree: int | None = None, threshold: int |
 def run_round(params: SecAggParams, updates: dict[str, np.ndarray], *,
               drop_before_keys: Iterable[str] = (), drop_before_shares: Iterable[str] = (),
               drop_before_upload: Iterable[str] = (), drop_before_unmask: Iterable[str] = (),
-              server: SecAggServer | None = None, reload: bool = False, prepare: bool = False) -> SecAggResult:
+              server: SecAggServer | None = None, reload: bool = False) -> SecAggResult:
     """One full round; each `drop_*` set vanishes just before that phase. `reload`: the server is
-    dumped and loaded again (a coordinator restart) after every message and every phase close.
-    `prepare`: clients split their seeds and sum their masks ahead (prepare_shares/prepare_masks)."""
+    dumped and loaded again (a coordinator restart) after every message and every phase close."""
     gone: set[str] = set(drop_before_keys)
     holder = [server or SecAggServer(params)]
 
@@ -47,15 +46,11 @@ def run_round(params: SecAggParams, updates: dict[str, np.ndarray], *,
     clients = {c: SecAggClient(c, params) for c in params.cohort if c not in gone}
     for c, client in clients.items():
         server.receive_keys(client.advertise())
-        if prepare:
-            client.prepare_shares()
     server.close_advertise()
     gone |= set(drop_before_shares)
     for c in server.state.u1:
         if c not in gone:
             server.receive_shares(clients[c].share_keys(server.roster_for(c)))
-            if prepare:
-                clients[c].prepare_masks()
     server.close_share_keys()
     gone |= set(drop_before_upload)
     for c in server.state.u2:
