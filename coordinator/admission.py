@@ -36,7 +36,7 @@ from fedort.protos.codecs import parse_codec
 from fedort.protos.errors import (ProtocolError, ResourceExhaustedError, StaleRoundError, UnavailableError,
                                   VectorError, WrongModelError)
 from fedort.protos.messages import UpdateHeader
-from fedort.protos.secagg.task import SECAGG_CODEC
+from fedort.protos.secagg.pack import is_masked
 from fedort.protos.round_state import RoundState
 
 
@@ -76,7 +76,7 @@ def check_not_pending(open_round: TrainingRound, client_id: str) -> None:
 def allowed_codecs(config: CoordinatorConfig) -> list[str]:
     """The codec specs this run accepts (JoinReply.upload_codecs): the configured list, else every registered
     family; entries with a parameter in canonical spelling (`int8:256` -> `int8`, as devices send it)."""
-    listed = [_canonical(c) for c in config.codecs] or [c for c in codecs() if c != SECAGG_CODEC]
+    listed = [_canonical(c) for c in config.codecs] or [c for c in codecs() if not is_masked(c)]
     return listed if "raw" in listed else ["raw", *listed]
 
 
@@ -146,7 +146,7 @@ def check_update(h: UpdateHeader, *, length: int, config: CoordinatorConfig, tra
     codec = meta.codec or "raw"
     decoder = decoder_for(codec)
     allowed = allowed_codecs(config)
-    if codec != SECAGG_CODEC and not codec_allowed(allowed, codec):   # masked: exactly under --secagg (uploads)
+    if not is_masked(codec) and not codec_allowed(allowed, codec):   # masked: exactly under --secagg (uploads)
         raise VectorError(f"update codec {codec!r} is not allowed in this run; allowed: {allowed}")
     payload_bytes = decoder.payload_bytes(length, meta.payload_bytes)
     check_trained_from(h, decoder, trained_from, trains_from)

@@ -27,6 +27,7 @@ import math
 import os
 import threading
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
@@ -35,13 +36,14 @@ from fedort.coordinator.secagg_server import SecAggResult, SecAggServer, SecAggS
 from fedort.coordinator.state import TransitionRow, now_ms
 from fedort.durable import atomic_write
 from fedort.protos.dp_noise import distributed_noise_std
-from fedort.protos.errors import ProtocolError, StaleRoundError
+from fedort.protos.errors import ProtocolError, StaleRoundError, VectorError
 from fedort.protos.messages import UpdateHeader
 from fedort.protos.round_state import RoundState
 from fedort.protos.secagg import (
     AdvertiseKeys, FixedPoint, SecAggAborted, SecAggError, SecAggParams, ShareKeys, UnmaskResponse,
     default_threshold, effective_degree,
 )
+from fedort.protos.secagg.pack import is_masked, packed_bits, packed_codec
 from fedort.protos.secagg.task import MAX_WEIGHT, SECAGG_CODEC, SecAggTask
 
 if TYPE_CHECKING:
@@ -72,6 +74,7 @@ class SecAggRound:
         self.result: SecAggResult | None = None
         self.lock = threading.Lock()
         self._seq = 0
+        self._sealed_saved = False                   # this round's `.sealed` is written (see _write)
         self._changes = self._persisted = 0          # group commit of the protocol state (see persist)
         self._persisting = asyncio.Lock()
         engine.strategy.combiner.bind(self)
@@ -81,7 +84,9 @@ class SecAggRound:
     # protocol state as JSON, after every accepted message) and `.sum` (state + uint64 accumulator,
     # when masked-input collection closes). While masked inputs are collected nothing is written
     # per input: they are durable in the spool (with their rows), and a restart in that phase
-    # rebuilds the accumulator by folding them again from zero.
+    # rebuilds the accumulator by folding them again from zero. The sealed shares (most of the
+    # state) no longer change once key sharing closed: from then on they are in `.sealed`, written
+    # once before the first state that leaves them out.
 
     def path(self, round: int, kind: str = "state"):
         return self.engine.store.dir / "secagg" / f"round-{round:04d}.{kind}"
@@ -89,10 +94,17 @@ class SecAggRound:
     def _write(self, with_sum: bool = False) -> None:
         with self.lock:
             self._seq += 1
-            blob = self._seq.to_bytes(8, "little") + (self.server.dump() if with_sum else self.server.state.to_bytes())
+            inline = self.server.phase in (ServerPhase.ADVERTISE, ServerPhase.SHARE_KEYS)
+            if inline:                        # shares may still change: `.sealed` is rewritten once they cannot
+                self._sealed_saved = False
+            sealed = None if inline or self._sealed_saved else self.server.state.sealed_bytes()
+            state = self.server.dump(inline) if with_sum else self.server.state.to_bytes(inline)
         path = self.path(self.round, "sum" if with_sum else "state")
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, blob)
+        if sealed is not None:
+            atomic_write(self.path(self.round, "sealed"), sealed)
+            self._sealed_saved = True
+        atomic_write(path, self._seq.to_bytes(8, "little") + state)
 
     async def persist(self, with_sum: bool = False) -> None:
         """Durable before this returns. Group commit: messages that arrive while a write is in flight
@@ -114,8 +126,10 @@ class SecAggRound:
         self.server, self.round, self.result = server, round, None
         dp = self.engine.privacy.dp
         n = len(server.params.cohort)
+        bits = server.params.fixed_point.bits
         self.task = SecAggTask(server.params, "unit" if dp else "examples", dp.clip if dp else None,
-                               distributed_noise_std(dp.noise_multiplier, dp.clip, n) if dp else 0.0)
+                               distributed_noise_std(dp.noise_multiplier, dp.clip, n) if dp else 0.0,
+                               packed_codec(bits) if bits % 8 == 0 else SECAGG_CODEC)
         self._task_bytes = self.task.to_bytes()
         log.info("round %d: secure aggregation over %d clients, %d neighbours each, threshold %d, %d-bit sums%s",
                  round, n, effective_degree(n, server.params.degree), server.params.threshold,
@@ -129,15 +143,18 @@ class SecAggRound:
             return None
         state = state_path.read_bytes()
         seq = int.from_bytes(state[:8], "little")
+        sealed_path = self.path(round, "sealed")
+        sealed = sealed_path.read_bytes() if sealed_path.is_file() else None
         if sum_path.is_file():
             blob = sum_path.read_bytes()
-            seq_sum, server = int.from_bytes(blob[:8], "little"), SecAggServer.load(blob[8:])
+            seq_sum, server = int.from_bytes(blob[:8], "little"), SecAggServer.load(blob[8:], sealed)
             if seq_sum < seq:     # later messages (unmask responses): newer state, the same frozen sum
-                server = SecAggServer.restore(state[8:], server.accumulator)
+                server = SecAggServer.restore(state[8:], server.accumulator, sealed)
             seq = max(seq, seq_sum)
         else:
-            length = SecAggServerState.from_bytes(state[8:]).params.length
-            server = SecAggServer.restore(state[8:], np.zeros(length + 1, dtype=np.uint64))
+            length = SecAggServerState.from_bytes(state[8:], sealed).params.length
+            server = SecAggServer.restore(state[8:], np.zeros(length + 1, dtype=np.uint64), sealed)
+        self._sealed_saved = sealed is not None and server.phase not in (ServerPhase.ADVERTISE, ServerPhase.SHARE_KEYS)
         if server.phase in (ServerPhase.ADVERTISE, ServerPhase.SHARE_KEYS, ServerPhase.MASKED_INPUT):
             server.state.u3 = []                         # nothing summed yet, or the spool replay folds
             server.accumulator[:] = 0                    # every masked input again
@@ -166,10 +183,13 @@ class SecAggRound:
         threshold = cfg.secagg_threshold or default_threshold(effective_degree(n, degree))
         dp = e.privacy.dp
         fixed = FixedPoint.for_cohort(n, cfg.secagg_clip, cfg.secagg_scale, 1.0 if dp else MAX_WEIGHT)
+        fixed = replace(fixed, bits=min(64, -(-fixed.bits // 8) * 8))  # whole bytes: packed words waste no bit
         params = SecAggParams(r.round * 1000 + r.attempt, tuple(r.selected), threshold, degree, os.urandom(16),
                               fixed, e.length)
         self._use(SecAggServer(params), r.round)
-        self.path(r.round, "sum").unlink(missing_ok=True)    # a failed earlier session's sum
+        self.path(r.round, "sum").unlink(missing_ok=True)    # a failed earlier attempt's sum and shares
+        self.path(r.round, "sealed").unlink(missing_ok=True)
+        self._sealed_saved = False
         self._write()
 
     def may_fit(self, client_id: str) -> bool:
@@ -188,14 +208,19 @@ class SecAggRound:
 
     def check_upload(self, h: UpdateHeader) -> None:
         """Before a byte is stored: only masked uploads, only from U2, only while inputs are collected."""
-        if h.vector.codec != SECAGG_CODEC:
-            raise ProtocolError(f"this run uses secure aggregation: updates must use codec {SECAGG_CODEC!r} "
-                                f"(masked), got {h.vector.codec!r}; the coordinator does not accept clear updates")
+        if not is_masked(h.vector.codec):
+            raise ProtocolError(f"this run uses secure aggregation: updates must use a masked codec "
+                                f"({SECAGG_CODEC!r} or 'secagg-packed:b'), got {h.vector.codec!r}; the coordinator "
+                                f"does not accept clear updates")
         s = self.server
         if s is None or self.round != h.vector.round:
             raise StaleRoundError(f"round {h.vector.round} has no secure aggregation open")
         if s.phase is not ServerPhase.MASKED_INPUT:
             raise StaleRoundError(f"round {h.vector.round}: masked inputs are not collected now (phase {s.phase.value})")
+        bits = s.params.fixed_point.bits
+        if h.vector.codec != SECAGG_CODEC and packed_bits(h.vector.codec) != bits:
+            raise VectorError(f"round {h.vector.round} sums {bits}-bit masked words: a packed upload must use codec "
+                              f"{packed_codec(bits)!r} (or {SECAGG_CODEC!r}), got {h.vector.codec!r}")
         if h.client_id not in s.state.u2:
             raise StaleRoundError(f"client {h.client_id} did not share keys in round {h.vector.round}; "
                                   f"its masked input could not be unmasked")

@@ -25,12 +25,13 @@ from typing import Any
 import numpy as np
 
 from fedort.protos.secagg.errors import SecAggAborted, SecAggError
-from fedort.protos.secagg.keys import KeyPair
-from fedort.protos.secagg.masks import add_signed, pairwise_mask, pairwise_sign, self_mask
+from fedort.protos.secagg.keys import Agreement, KeyPair
+from fedort.protos.secagg.masks import pairwise_seed, pairwise_sign, self_key
 from fedort.protos.secagg.messages import (
     AdvertiseKeys, Roster, SecAggParams, ShareDelivery, ShareKeys, UnmaskRequest, UnmaskResponse, b64, unb64,
 )
-from fedort.protos.secagg.shamir import combine_secret
+from fedort.protos.secagg.prg import MaskAdder
+from fedort.protos.secagg.shamir import combine_secrets
 
 
 class ServerPhase(Enum):
@@ -66,23 +67,36 @@ class SecAggServerState:
     responses: dict[str, UnmaskResponse] = field(default_factory=dict)
     reason: str = ""
 
-    def to_bytes(self) -> bytes:
+    def to_bytes(self, sealed: bool = True) -> bytes:
+        """The state as JSON; without the sealed shares (`sealed_bytes`, saved apart once) if not `sealed`."""
         return json.dumps({
             "params": self.params.to_dict(), "phase": self.phase.value,
             "keys": [k.to_dict() for k in self.keys.values()],
-            "sealed": {s: {r: b64(c) for r, c in m.items()} for s, m in self.sealed.items()},
+            **({"sealed": self._sealed_dict()} if sealed else {}),
             "u1": self.u1, "u2": self.u2, "u3": self.u3,
             "responses": [r.to_dict() for r in self.responses.values()], "reason": self.reason,
         }, sort_keys=True).encode()
 
+    def _sealed_dict(self) -> dict[str, dict[str, str]]:
+        return {s: {r: b64(c) for r, c in m.items()} for s, m in self.sealed.items()}
+
+    def sealed_bytes(self) -> bytes:
+        """The sealed share bundles alone (they do not change once key sharing has closed)."""
+        return json.dumps(self._sealed_dict(), sort_keys=True).encode()
+
     @classmethod
-    def from_bytes(cls, data: bytes) -> "SecAggServerState":
+    def from_bytes(cls, data: bytes, sealed: bytes | None = None) -> "SecAggServerState":
+        """From `to_bytes`; `sealed` (from `sealed_bytes`) supplies the shares a state saved without them lacks."""
         d: dict[str, Any] = json.loads(data)
         keys = [AdvertiseKeys.from_dict(k) for k in d["keys"]]
         responses = [UnmaskResponse.from_dict(r) for r in d["responses"]]
+        bundles = d["sealed"] if "sealed" in d else json.loads(sealed) if sealed is not None else None
+        if bundles is None and d["phase"] not in (ServerPhase.DONE.value, ServerPhase.FAILED.value):
+            raise SecAggError("secagg state was saved without its sealed shares, and they were not found")
+        bundles = bundles or {}
         return cls(
             SecAggParams.from_dict(d["params"]), ServerPhase(d["phase"]), {k.client_id: k for k in keys},
-            {s: {r: unb64(c) for r, c in m.items()} for s, m in d["sealed"].items()},
+            {s: {r: unb64(c) for r, c in m.items()} for s, m in bundles.items()},
             list(d["u1"]), list(d["u2"]), list(d["u3"]), {r.client_id: r for r in responses}, d["reason"],
         )
 
@@ -107,21 +121,21 @@ class SecAggServer:
         """(state JSON, accumulator copy): write both atomically, the accumulator first."""
         return self.state.to_bytes(), self.accumulator.copy()
 
-    def dump(self) -> bytes:
+    def dump(self, sealed: bool = True) -> bytes:
         """State and accumulator in one blob (8-byte length, JSON, raw uint64 LE), for one atomic
         file write: the fold and the survivor list it belongs to can then never disagree."""
-        state = self.state.to_bytes()
+        state = self.state.to_bytes(sealed)
         return len(state).to_bytes(8, "little") + state + self.accumulator.astype("<u8").tobytes()
 
     @classmethod
-    def load(cls, blob: bytes) -> "SecAggServer":
+    def load(cls, blob: bytes, sealed: bytes | None = None) -> "SecAggServer":
         n = int.from_bytes(blob[:8], "little")
-        return cls.restore(blob[8:8 + n], np.frombuffer(blob[8 + n:], dtype="<u8"))
+        return cls.restore(blob[8:8 + n], np.frombuffer(blob[8 + n:], dtype="<u8"), sealed)
 
     @classmethod
-    def restore(cls, state: bytes, accumulator: np.ndarray) -> "SecAggServer":
+    def restore(cls, state: bytes, accumulator: np.ndarray, sealed: bytes | None = None) -> "SecAggServer":
         server = cls.__new__(cls)
-        server.state = SecAggServerState.from_bytes(state)
+        server.state = SecAggServerState.from_bytes(state, sealed)
         acc = np.asarray(accumulator, dtype=np.uint64)
         if acc.shape != (server.params.length + 1,):
             raise SecAggError(f"accumulator has shape {acc.shape}, expected ({server.params.length + 1},)")
@@ -248,26 +262,29 @@ class SecAggServer:
         self._expect(ServerPhase.UNMASK)
         request, t = self.unmask_request(), self.params.threshold
         self._require(list(self.state.responses), "unmasking")
-        total = self.accumulator.copy()
-        for u in request.survivors:
-            shares = [r.seed_shares[u] for r in self.state.responses.values() if u in r.seed_shares]
+        survivors = set(request.survivors)
+        seed_shares = {u: [r.seed_shares[u] for r in self.state.responses.values() if u in r.seed_shares]
+                       for u in request.survivors}
+        dropped = [v for v in request.dropped if set(self.params.neighbours[v]) & survivors]
+        key_shares = {v: [r.key_shares[v] for r in self.state.responses.values() if v in r.key_shares] for v in dropped}
+        for u, shares in seed_shares.items():
             if len(shares) < t:
                 raise self._abort(f"{len(shares)} shares of {u}'s self-mask seed arrived, {t} needed")
-            add_signed(total, self_mask(self.params, combine_secret(shares, t)), -1)
-        survivors = set(request.survivors)
-        for v in request.dropped:
-            partners = sorted(set(self.params.neighbours[v]) & survivors)
-            if not partners:
-                continue
-            shares = [r.key_shares[v] for r in self.state.responses.values() if v in r.key_shares]
+        for v, shares in key_shares.items():
             if len(shares) < t:
                 raise self._abort(f"{len(shares)} shares of dropped {v}'s mask key arrived, {t} needed")
-            key = KeyPair.from_seed(combine_secret(shares, t))
+        secrets = combine_secrets([*seed_shares.values(), *key_shares.values()], t)
+        bits, total, adder = self.params.fixed_point.bits, self.accumulator.copy(), MaskAdder(len(self.accumulator))
+        for u, seed in zip(seed_shares, secrets):
+            adder.add(total, self_key(self.params, seed), -1, bits)
+        for v, seed in zip(key_shares, secrets[len(seed_shares):]):
+            key = KeyPair.from_seed(seed)
             if key.public != self.state.keys[v].mask_public:
                 raise self._abort(f"the mask key reconstructed for {v} does not match its advertised public key")
-            for u in partners:
-                pair = pairwise_mask(self.params, key.private, self.state.keys[u].mask_public, u, v)
-                add_signed(total, pair, -pairwise_sign(u, v))
+            mine = Agreement(key.private)
+            for u in sorted(set(self.params.neighbours[v]) & survivors):
+                seed_uv = pairwise_seed(self.params, mine, self.state.keys[u].mask_public, u, v)
+                adder.add(total, seed_uv, -pairwise_sign(u, v), bits)
         weighted, weight = self.params.fixed_point.decode_sum(total)
         self.state.phase = ServerPhase.DONE
         return SecAggResult(weighted, weight, request.survivors, request.dropped)

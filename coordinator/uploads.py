@@ -40,7 +40,7 @@ from fedort.coordinator.upload_stream import UpdateReceiver, spool_error
 from fedort.durable import fsync_dir
 from fedort.protos.errors import ProtocolError, ResourceExhaustedError, StaleRoundError
 from fedort.protos.messages import SubmitResult, UpdateHeader
-from fedort.protos.secagg.task import SECAGG_CODEC
+from fedort.protos.secagg.pack import is_masked
 
 if TYPE_CHECKING:
     from fedort.coordinator.monitoring import Monitoring
@@ -206,8 +206,8 @@ def check_codec(e: "RoundEngine", h: UpdateHeader) -> None:
     """Masked uploads exactly when the run uses secure aggregation (never a clear update under --secagg)."""
     if e.secagg is not None:
         e.secagg.check_upload(h)
-    elif h.vector.codec == SECAGG_CODEC:
-        raise ProtocolError(f"codec {SECAGG_CODEC!r} is for secure aggregation, which this run does not use")
+    elif is_masked(h.vector.codec):
+        raise ProtocolError(f"codec {h.vector.codec!r} is for secure aggregation, which this run does not use")
 
 
 def _place(tmp: Path, path: Path) -> None:

@@ -20,11 +20,12 @@ from enum import Enum
 import numpy as np
 
 from fedort.protos.secagg.errors import SecAggError
-from fedort.protos.secagg.keys import SEED_BYTES, KeyPair, agree, open_sealed, seal
-from fedort.protos.secagg.masks import add_signed, pairwise_mask, pairwise_sign, self_mask
+from fedort.protos.secagg.keys import SEED_BYTES, Agreement, KeyPair, open_sealed, seal
+from fedort.protos.secagg.masks import pairwise_seed, pairwise_sign, self_key
 from fedort.protos.secagg.messages import (
     AdvertiseKeys, Roster, SecAggParams, ShareDelivery, ShareKeys, UnmaskRequest, UnmaskResponse, b64, unb64,
 )
+from fedort.protos.secagg.prg import MaskAdder
 from fedort.protos.secagg.shamir import split_secret
 
 
@@ -51,6 +52,7 @@ class SecAggClient:
         self.neighbours = params.neighbours[client_id]
         self.phase = ClientPhase.ADVERTISE
         self._cipher = KeyPair.generate()
+        self._share_keys = Agreement(self._cipher.private)   # AEAD keys with each neighbour, both directions
         self._mask_seed = os.urandom(SEED_BYTES)        # shared: recovers the mask key if we drop
         self._mask = KeyPair.from_seed(self._mask_seed)
         self._seed = os.urandom(SEED_BYTES)             # shared: recovers our self mask if we survive
@@ -90,7 +92,7 @@ class SecAggClient:
         sealed = {}
         for holder, (index, k_share), (_, b_share) in zip(holders, key_shares, seed_shares):
             body = json.dumps({"i": index, "k": b64(k_share), "b": b64(b_share)}).encode()
-            key = agree(self._cipher.private, peers[holder].cipher_public, self.params.info("share", self.client_id, holder))
+            key = self._share_keys.key(peers[holder].cipher_public, self.params.info("share", self.client_id, holder))
             sealed[holder] = seal(key, body, _aad(self.params, self.client_id, holder))
         self.phase = ClientPhase.MASKED_INPUT
         return ShareKeys(self.client_id, sealed)
@@ -107,15 +109,16 @@ class SecAggClient:
         if np.asarray(vector).shape != (self.params.length,):
             raise SecAggError(f"update must have {self.params.length} values, got shape {np.asarray(vector).shape}")
         for sender in senders:
-            key = agree(self._cipher.private, self._roster[sender].cipher_public,
-                        self.params.info("share", sender, self.client_id))
+            key = self._share_keys.key(self._roster[sender].cipher_public, self.params.info("share", sender, self.client_id))
             body = json.loads(open_sealed(key, delivery.sealed[sender], _aad(self.params, sender, self.client_id)))
             self._held[sender] = (int(body["i"]), unb64(body["k"]), unb64(body["b"]))
-        masked = self.params.fixed_point.encode(vector, weight)
-        add_signed(masked, self_mask(self.params, self._seed), 1)
+        masked, bits = self.params.fixed_point.encode(vector, weight), self.params.fixed_point.bits
+        adder = MaskAdder(len(masked))
+        adder.add(masked, self_key(self.params, self._seed), 1, bits)
+        masks = Agreement(self._mask.private)
         for v in senders:
-            pair = pairwise_mask(self.params, self._mask.private, self._roster[v].mask_public, self.client_id, v)
-            add_signed(masked, pair, pairwise_sign(self.client_id, v))
+            seed = pairwise_seed(self.params, masks, self._roster[v].mask_public, self.client_id, v)
+            adder.add(masked, seed, pairwise_sign(self.client_id, v), bits)
         masked &= self.params.fixed_point.modulus_mask
         self.phase = ClientPhase.UNMASK
         return masked

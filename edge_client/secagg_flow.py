@@ -1,7 +1,8 @@
 """The device's secure-aggregation round, after local training (a FIT task whose `secagg` is set).
 
     d = trained − global;  DP: d ← clip_C(d) + N(0, σ²), σ = z·C/√n     (the coordinator's SecAggTask says)
-    ADVERTISE keys ─▶ roster ─▶ SHARE sealed shares ─▶ delivery ─▶ upload masked y (codec secagg-u64)
+    ADVERTISE keys ─▶ roster ─▶ SHARE sealed shares ─▶ delivery ─▶ upload masked y (the task's codec:
+    secagg-packed:b, or secagg-u64 when the task names none)
     ─▶ UNMASK_REQUEST ─▶ UNMASK (key shares of dropped neighbours, seed shares of survivors)
 
 Each step is one `SecAgg` call that the coordinator holds until the phase closes (ready=false:
@@ -14,19 +15,20 @@ that says the client is no longer part of the round (FAILED_PRECONDITION) or abo
 
 from __future__ import annotations
 
+import hashlib
 import logging
-from dataclasses import replace
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from fedort.edge_client.secagg_client import SecAggClient
-from fedort.protos.codec import describe, vector_digest
+from fedort.protos.codec import VectorMeta, vector_digest
 from fedort.protos.dp_noise import clip_to_norm, gaussian
 from fedort.protos.errors import FedortError
 from fedort.protos.messages import Metric, SubmitResult, Task, UpdateHeader
 from fedort.protos.secagg.messages import Roster, ShareDelivery, UnmaskRequest
-from fedort.protos.secagg.task import SECAGG_CODEC, SecAggTask
+from fedort.protos.secagg.pack import pack
+from fedort.protos.secagg.task import SecAggTask
 
 log = logging.getLogger(__name__)
 
@@ -45,17 +47,13 @@ def private_delta(task: SecAggTask, global_vector: np.ndarray, trained: np.ndarr
     return delta
 
 
-def masked_wire(masked: np.ndarray) -> np.ndarray:
-    """The uint64 masked vector's little-endian bytes as float32 words (what the upload stream sends)."""
-    return np.ascontiguousarray(masked, dtype="<u8").view("<f4")
-
-
-def masked_header(client_id: str, model_id: str, round: int, wire: np.ndarray, length: int, num_examples: int,
-                  metrics: Mapping[str, Metric], chunk_size: int, trained_from_sha256: bytes) -> UpdateHeader:
-    """Header of a masked upload: the model's length P, codec secagg-u64, sha256 of the 8·(P+1) payload bytes,
+def masked_header(client_id: str, model_id: str, round: int, payload: bytes, codec: str, length: int,
+                  num_examples: int, metrics: Mapping[str, Metric], chunk_size: int,
+                  trained_from_sha256: bytes) -> UpdateHeader:
+    """Header of a masked upload: the model's length P, the masked codec, sha256 of the payload bytes,
     and the global vector it was trained from (admission refuses an update that names none)."""
-    meta = replace(describe(wire, model_id, round, chunk_size=chunk_size), length=length, codec=SECAGG_CODEC,
-                   payload_bytes=int(wire.nbytes))
+    meta = VectorMeta(model_id, int(round), int(length), hashlib.sha256(payload).digest(), codec=codec,
+                      chunk_size=int(chunk_size), payload_bytes=len(payload))
     return UpdateHeader(client_id, meta, int(num_examples), dict(metrics), bytes(trained_from_sha256))
 
 
@@ -86,9 +84,10 @@ class SecAggFlow:
             delivery = ShareDelivery.from_bytes(self._step(SHARE, client.share_keys(roster).to_bytes()))
             masked = client.masked_input(delivery, private_delta(spec, global_vector, trained),
                                          spec.weight(num_examples))
-            wire = masked_wire(masked)
-            header = masked_header(self.client_id, self.model_id, self.task.round, wire, length, num_examples,
-                                   metrics, chunk_size, self.task.vector_sha256 or vector_digest(global_vector))
+            wire = pack(masked, spec.codec)
+            header = masked_header(self.client_id, self.model_id, self.task.round, wire, spec.codec, length,
+                                   num_examples, metrics, chunk_size,
+                                   self.task.vector_sha256 or vector_digest(global_vector))
             try:
                 result: SubmitResult | None = self.call(f"SubmitUpdate (masked) round {self.task.round}",
                                                         lambda: self.transport.submit_update(header, wire))

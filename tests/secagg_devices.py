@@ -45,9 +45,11 @@ class VanishingTransport:
 
 
 def run_device(port: int, client_id: str, delta: np.ndarray, num_examples: int = 10, drop: str | None = None,
-               timeout_s: float = 60.0, rounds: int = 1) -> list[tuple[str, str]]:
-    """One device for `rounds` FIT tasks (or until DONE); its (outcome, message) per round, 'vanished' if it did."""
-    transport = Transport(ChannelConfig(f"127.0.0.1:{port}", insecure=True, rpc_timeout_s=timeout_s))
+               timeout_s: float = 60.0, rounds: int = 1, wrap=None) -> list[tuple[str, str]]:
+    """One device for `rounds` FIT tasks (or until DONE); its (outcome, message) per round, 'vanished' if it did.
+    `wrap(transport)` may put a test's transport (same methods) in front of the real one."""
+    real = Transport(ChannelConfig(f"127.0.0.1:{port}", insecure=True, rpc_timeout_s=timeout_s))
+    transport = wrap(real) if wrap is not None else real
     out: list[tuple[str, str]] = []
     try:
         info = transport.join("secagg-test", client_id=client_id)
@@ -66,16 +68,18 @@ def run_device(port: int, client_id: str, delta: np.ndarray, num_examples: int =
                 out.append(("vanished", str(e)))
                 break
     finally:
-        transport.close()
+        real.close()
     return out
 
 
 def run_devices(port: int, deltas: dict[str, np.ndarray], drops: dict[str, str] | None = None,
-                examples: dict[str, int] | None = None, rounds: int = 1) -> dict[str, list[tuple[str, str]]]:
-    """Every device in its own thread; their outcomes by client id."""
-    drops, examples = drops or {}, examples or {}
+                examples: dict[str, int] | None = None, rounds: int = 1,
+                wraps: dict | None = None) -> dict[str, list[tuple[str, str]]]:
+    """Every device in its own thread; their outcomes by client id (`wraps`: per device, see run_device)."""
+    drops, examples, wraps = drops or {}, examples or {}, wraps or {}
     with ThreadPoolExecutor(max_workers=len(deltas)) as pool:
-        futures = {c: pool.submit(run_device, port, c, d, examples.get(c, 10), drops.get(c), 60.0, rounds)
+        futures = {c: pool.submit(run_device, port, c, d, examples.get(c, 10), drops.get(c), 60.0, rounds,
+                                  wraps.get(c))
                    for c, d in deltas.items()}
         return {c: f.result(timeout=180) for c, f in futures.items()}
 

@@ -14,10 +14,11 @@ import pytest
 from chaos_support import CoordinatorProcess
 from coordinator_fixtures import P_MLP, mlp_artifacts  # noqa: F401
 from fedort.edge_client.secagg_client import SecAggClient
-from fedort.edge_client.secagg_flow import masked_header, masked_wire
+from fedort.edge_client.secagg_flow import masked_header
 from fedort.protos import fedort_v1_pb2 as pb
 from fedort.protos.codec import CHUNK_BYTES
 from fedort.protos.secagg.messages import Roster, ShareDelivery, UnmaskRequest
+from fedort.protos.secagg.pack import pack, unpack
 from fedort.protos.secagg.task import SecAggTask
 from secagg_devices import deltas_for
 
@@ -59,11 +60,12 @@ class Device:
                 self.delivery = ShareDelivery.from_bytes(r)
         elif phase == "masked":
             if self.masked is None:
-                self.masked = masked_wire(self.client.masked_input(self.delivery, self.delta.astype(np.float64), 10.0))
-            header = masked_header(self.cid, self.model, self.round, self.masked, P_MLP, 10, {}, CHUNK_BYTES,
-                                   self.trained_from)
+                words = self.client.masked_input(self.delivery, self.delta.astype(np.float64), 10.0)
+                self.masked = pack(words, self.spec.codec)
+            header = masked_header(self.cid, self.model, self.round, self.masked, self.spec.codec, P_MLP, 10, {},
+                                   CHUNK_BYTES, self.trained_from)
             parts = [pb.UpdatePart(header=header.to_pb())]
-            raw = self.masked.tobytes()
+            raw = self.masked
             parts += [pb.UpdatePart(chunk=raw[i:i + CHUNK_BYTES]) for i in range(0, len(raw), CHUNK_BYTES)]
             assert stub.SubmitUpdate(iter(parts), timeout=TIMEOUT).accepted
         else:
@@ -100,7 +102,7 @@ def _run(mlp_artifacts, tmp_path: Path, kill_in: str | None, **flags) -> tuple[P
             server.stub.PollTask(pb.PollRequest(client_id=IDS[0], model_id=model, wait_ms=100), timeout=TIMEOUT)
     finally:
         server.kill()
-    return state_dir, deltas
+    return state_dir, deltas, devices[0].spec.codec
 
 
 def _expected(state_dir: Path, deltas: dict[str, np.ndarray]) -> np.ndarray:
@@ -111,7 +113,7 @@ def _expected(state_dir: Path, deltas: dict[str, np.ndarray]) -> np.ndarray:
 
 @pytest.mark.parametrize("kill_in", PHASES)
 def test_sigkill_in_each_phase_resumes_and_commits_every_input_once(mlp_artifacts, tmp_path, kill_in):
-    state_dir, deltas = _run(mlp_artifacts, tmp_path, kill_in)
+    state_dir, deltas, _ = _run(mlp_artifacts, tmp_path, kill_in)
     final = np.fromfile(state_dir / "vectors" / "round-0002.f32", dtype="<f4")
     np.testing.assert_array_equal(final, _expected(state_dir, deltas))
     phase = {"advertise": "advertise", "share": "share_keys", "masked": "masked_input", "unmask": "unmask"}[kill_in]
@@ -119,11 +121,11 @@ def test_sigkill_in_each_phase_resumes_and_commits_every_input_once(mlp_artifact
 
 
 def test_spool_and_state_never_hold_an_individual_clear_update(mlp_artifacts, tmp_path):
-    state_dir, deltas = _run(mlp_artifacts, tmp_path, "masked", keep_spool=True)
+    state_dir, deltas, codec = _run(mlp_artifacts, tmp_path, "masked", keep_spool=True)
     spooled = sorted((state_dir / "spool").rglob("*.f32"))
-    assert len(spooled) == len(IDS)                       # every masked upload was spooled (and kept)
+    assert len(spooled) == len(IDS) and codec.startswith("secagg-packed:")   # every masked upload, as sent
     for f in spooled:
-        masked = np.fromfile(f, dtype="<u8")[:P_MLP].astype(np.float64)
+        masked = unpack(f.read_bytes(), codec, P_MLP)[:P_MLP].astype(np.float64)
         with np.errstate(invalid="ignore"):
             as_float = np.fromfile(f, dtype="<f4")[:P_MLP].astype(np.float64)
         for c in IDS:
@@ -132,5 +134,6 @@ def test_spool_and_state_never_hold_an_individual_clear_update(mlp_artifacts, tm
     everything = b"".join(p.read_bytes() for p in state_dir.rglob("*") if p.is_file())
     for c in IDS:                                          # no clear update (nor its quantized form) anywhere
         clear = deltas[c].astype("<f4").tobytes()[:64]
-        quantized = np.rint(deltas[c][:8].astype(np.float64) * 10 * 65536).astype("<i8").tobytes()
-        assert clear not in everything and quantized not in everything
+        quantized = np.rint(deltas[c][:8].astype(np.float64) * 10 * 65536).astype("<i8")
+        packed = pack(quantized.view("<u8") & np.uint64(2**int(codec.split(":")[1]) - 1), codec)
+        assert clear not in everything and quantized.tobytes() not in everything and packed not in everything

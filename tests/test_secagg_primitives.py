@@ -11,9 +11,9 @@ from fedort.protos.errors import ConfigError
 from fedort.protos.secagg import (
     AdvertiseKeys, FixedPoint, SecAggError, SecAggParams, UnmaskResponse, modulus_bits, neighbour_graph,
 )
-from fedort.protos.secagg.keys import KeyPair, agree, open_sealed, public_of, seal
-from fedort.protos.secagg.prg import expand
-from fedort.protos.secagg.shamir import combine_secret, split_secret
+from fedort.protos.secagg.keys import Agreement, KeyPair, agree, open_sealed, public_of, seal
+from fedort.protos.secagg.prg import MaskAdder, expand
+from fedort.protos.secagg.shamir import combine_secret, combine_secrets, split_secret
 
 
 def test_modulus_bits_leave_room_for_the_whole_cohort_at_the_extreme():
@@ -99,3 +99,30 @@ def test_messages_round_trip_through_bytes():
     assert AdvertiseKeys.from_bytes(keys.to_bytes()) == keys
     resp = UnmaskResponse("a", {"b": (1, os.urandom(16))}, {"c": (2, os.urandom(16))})
     assert UnmaskResponse.from_bytes(resp.to_bytes()) == resp
+
+
+@pytest.mark.parametrize("block", [1 << 17, 100, 7])
+def test_masks_added_in_place_equal_the_expanded_masks_mod_2b(block):
+    seeds, acc = [os.urandom(32) for _ in range(3)], np.arange(1001, dtype=np.uint64)
+    expected = (acc + expand(seeds[0], 1001, 21) - expand(seeds[1], 1001, 21) + expand(seeds[2], 1001, 21))
+    adder = MaskAdder(1001, block)
+    for seed, sign in zip(seeds, (1, -1, 1)):
+        adder.add(acc, seed, sign, 21)
+    assert np.array_equal(acc & np.uint64(2**21 - 1), expected & np.uint64(2**21 - 1))
+
+
+def test_batched_shamir_recovers_every_secret_like_the_one_by_one_combine():
+    secrets = [os.urandom(16) for _ in range(6)]
+    share_lists = [split_secret(s, 4, 7) for s in secrets]
+    share_lists[2] = share_lists[2][1:]            # another index set for some secrets
+    share_lists[4] = share_lists[4][::-1]
+    assert combine_secrets(share_lists, 4) == secrets == [combine_secret(s, 4) for s in share_lists]
+    with pytest.raises(SecAggError, match="4 distinct"):
+        combine_secrets([share_lists[0][:3]], 4)
+
+
+def test_an_agreement_with_many_peers_equals_agree_one_by_one():
+    u, peers = KeyPair.generate(), [KeyPair.generate() for _ in range(3)]
+    mine = Agreement(u.private)
+    assert [mine.key(p.public, b"i") for p in peers] == [agree(u.private, p.public, b"i") for p in peers]
+    assert mine.key(peers[0].public, b"j") == agree(peers[0].private, u.public, b"j")

@@ -21,6 +21,7 @@ from fedort.coordinator.aggregation.decode import decoder_for
 from fedort.coordinator.aggregation.spool import SpooledUpdate
 from fedort.coordinator.aggregation.update import Update
 from fedort.protos.errors import ProtocolError, VectorError
+from fedort.protos.secagg.pack import is_masked
 from fedort.protos.secagg.task import SECAGG_CODEC
 
 if TYPE_CHECKING:
@@ -43,8 +44,9 @@ class SecureSum(Combiner):
         self.session = session
 
     def fold_update(self, update: Update, length: int) -> None:
-        if update.codec != SECAGG_CODEC:
-            raise ProtocolError(f"secure aggregation folds only {SECAGG_CODEC!r} updates, got {update.codec!r}")
+        if not is_masked(update.codec):
+            raise ProtocolError(f"secure aggregation folds only masked updates ({SECAGG_CODEC!r}, "
+                                f"'secagg-packed:b'), got {update.codec!r}")
         masked = decoder_for(update.codec).decode(update.encoded(), length)
         self.session.receive_masked(update.client_id, masked)
 

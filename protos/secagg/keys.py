@@ -78,6 +78,26 @@ def agree(private: bytes, peer_public: bytes, info: bytes) -> bytes:
     return derive(secret, info)
 
 
+class Agreement:
+    """`agree` for one private key against many peers: the key object is built once (building it
+    costs about as much as an exchange) and each peer's X25519 result is kept for further `info`s."""
+
+    def __init__(self, private: bytes) -> None:
+        self._key = X25519PrivateKey.from_private_bytes(private)
+        self._shared: dict[bytes, bytes] = {}
+
+    def key(self, peer_public: bytes, info: bytes) -> bytes:
+        """agree(private, peer_public, info)."""
+        secret = self._shared.get(peer_public)
+        if secret is None:
+            try:
+                secret = self._key.exchange(X25519PublicKey.from_public_bytes(peer_public))
+            except ValueError as exc:
+                raise SecAggError(f"X25519 key agreement refused the peer's public key: {exc}") from exc
+            self._shared[peer_public] = secret
+        return derive(secret, info)
+
+
 def seal(key: bytes, plaintext: bytes, aad: bytes) -> bytes:
     """ChaCha20-Poly1305 encryption; the random 12-byte nonce is prepended to the ciphertext."""
     nonce = os.urandom(_NONCE_BYTES)

@@ -4,6 +4,13 @@ The keystream of ChaCha20 (from `cryptography`, key = seed, a fixed all-zero non
 little-endian uint64 words and reduced mod 2^b by masking the low bits, which keeps the result
 uniform because 2^b divides 2^64. A fixed nonce is safe because every seed is used for one
 mask only: seeds are fresh per round (self masks) or derived per round and pair (pairwise masks).
+
+`MaskAdder` adds (or subtracts) many such masks into one uint64 accumulator without allocating:
+the keystream is written block by block (1 MiB) into one reused buffer (`update_into`; the
+stream continues across blocks) and added in place, and the reduction mod 2^b is left to the
+caller, once at the end — exact, since 2^b divides 2^64, so sums of unreduced words agree with
+sums of reduced ones mod 2^b. (A fresh 8·P-byte buffer per mask, as `expand` makes, costs more in
+page faults than the cipher itself.)
 """
 
 from __future__ import annotations
@@ -17,14 +24,47 @@ SEED_BYTES = 32
 _NONCE = bytes(16)
 
 
-def expand(seed: bytes, length: int, bits: int) -> np.ndarray:
-    """`length` pseudo-random integers in [0, 2^bits) as uint64, determined by `seed`."""
+def _check(seed: bytes, bits: int) -> None:
     if len(seed) != SEED_BYTES:
         raise ConfigError(f"mask seed must be {SEED_BYTES} bytes, got {len(seed)}")
     if not 1 <= bits <= 64:
         raise ConfigError(f"mask bits must be in [1, 64], got {bits}")
+
+
+def expand(seed: bytes, length: int, bits: int) -> np.ndarray:
+    """`length` pseudo-random integers in [0, 2^bits) as uint64, determined by `seed`."""
+    _check(seed, bits)
     encryptor = Cipher(algorithms.ChaCha20(seed, _NONCE), mode=None).encryptor()
     stream = encryptor.update(bytes(8 * length))
     words = np.frombuffer(stream, dtype="<u8").astype(np.uint64, copy=True)
     words &= np.uint64((1 << bits) - 1)
     return words
+
+
+BLOCK_WORDS = 1 << 17          # 1 MiB of keystream at a time
+
+
+class MaskAdder:
+    """acc ± expand(seed, len(acc), bits), mod 2^64, for many seeds, with two buffers of ≤ 1 MiB.
+
+    The caller reduces `acc` mod 2^b (`acc &= 2^b - 1`) once after the last `add`.
+    """
+
+    def __init__(self, length: int, block: int = BLOCK_WORDS) -> None:
+        self.length, self.block = length, max(1, min(block, length))
+        self._zeros = memoryview(bytes(8 * self.block))
+        self._buf = bytearray(8 * self.block + 64)   # slack: some versions want len(data) + block - 1
+        self._words = np.frombuffer(self._buf, dtype="<u8", count=self.block)
+
+    def add(self, acc: np.ndarray, seed: bytes, sign: int, bits: int) -> None:
+        """acc += sign · PRG(seed) (mod 2^64, hence mod 2^bits once reduced)."""
+        _check(seed, bits)
+        if acc.dtype != np.uint64 or acc.shape != (self.length,):
+            raise ConfigError(f"mask accumulator must be uint64 of shape ({self.length},), got {acc.dtype} {acc.shape}")
+        encryptor = Cipher(algorithms.ChaCha20(seed, _NONCE), mode=None).encryptor()
+        op = np.add if sign > 0 else np.subtract
+        for start in range(0, self.length, self.block):
+            n = min(self.block, self.length - start)
+            encryptor.update_into(self._zeros[:8 * n], self._buf)
+            part = acc[start:start + n]
+            op(part, self._words[:n], out=part)

@@ -81,10 +81,15 @@ class FixedPoint:
             raise VectorError("secagg encode: the vector holds NaN or infinity")
         if not (0.0 <= weight <= self.max_weight):
             raise VectorError(f"secagg encode: weight must be in [0, {self.max_weight}], got {weight}")
+        scaled = np.clip(vec, -self.clip, self.clip)          # one float64 temporary, rounded in place
+        scaled *= weight * self.scale
+        np.rint(scaled, out=scaled)
         signed = np.empty(vec.size + 1, dtype=np.int64)
-        signed[:-1] = np.rint(np.clip(vec, -self.clip, self.clip) * (weight * self.scale))
+        signed[:-1] = scaled
         signed[-1] = round(weight * self.scale)
-        return signed.view(np.uint64) & self.modulus_mask
+        out = signed.view(np.uint64)
+        out &= self.modulus_mask
+        return out
 
     def to_signed(self, total: np.ndarray) -> np.ndarray:
         """Integers mod 2^b -> the signed integers they stand for (int64)."""
