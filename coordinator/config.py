@@ -48,6 +48,7 @@ expected and what arrived.
 | upload_slot_wait_s | 30 | an upload waits this long for a slot, then is refused UNAVAILABLE (the device retries) |
 | upload_min_rate_bytes_s | 65536 | a whole upload must arrive within upload_grace_s + payload bytes / this rate |
 | upload_grace_s | 10 | the fixed part of that deadline |
+| commit_delay_ms | 0 | arrivals wait up to this long to share a group commit (ends early once the round's last update is in); 0: a commit starts with the first arrival, later ones join the next |
 | submissions_per_minute | 60 | per-client rate of updates and evaluations, token bucket (0 disables) |
 | metrics_address | none | HOST:PORT serving Prometheus metrics at /metrics (coordinator.monitoring) |
 | joins_per_minute | 10 | per-client rate of Join calls, token bucket (0 disables) |
@@ -129,6 +130,7 @@ class CoordinatorConfig:
     upload_slot_wait_s: float = 30.0
     upload_min_rate_bytes_s: float = 65536.0
     upload_grace_s: float = 10.0
+    commit_delay_ms: float = 0.0
     secagg: bool = False
     secagg_threshold: int | None = None
     secagg_neighbours: int | None = None
@@ -250,6 +252,8 @@ class CoordinatorConfig:
                  value)
         for name in ("upload_slot_wait_s", "upload_min_rate_bytes_s", "upload_grace_s"):
             need(_number(getattr(self, name)) and getattr(self, name) > 0, f"{name} must be > 0", getattr(self, name))
+        need(_number(self.commit_delay_ms) and 0 <= self.commit_delay_ms <= 60_000,
+             "commit_delay_ms must be in 0..60000", self.commit_delay_ms)
         for spec in self.codecs:
             family = spec.partition(":")[0]
             need(isinstance(spec, str) and family in codecs(),
