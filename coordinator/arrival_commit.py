@@ -48,16 +48,17 @@ class ArrivalCommit:
     """Makes arrivals durable in groups; `add(arrival)` returns a future resolved with its whole group."""
 
     def __init__(self, store: StateStore, delay_s: float = 0.0,
-                 complete: Callable[[Sequence[Arrival]], bool] = lambda group: False) -> None:
+                 complete: Callable[[Sequence[Arrival]], bool] = lambda group: False,
+                 on_commit: Callable[[int], None] = lambda size: None) -> None:
         self._store = store
         self._writer: SubmissionWriter | None = None
         self._delay_s = delay_s
         self._complete = complete
+        self._on_commit = on_commit
         self._queue: list[tuple[Arrival, asyncio.Future]] = []
         self._task: asyncio.Future | None = None
         self._more: asyncio.Event | None = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedort-commit")
-        self.groups: list[int] = []     # size of every committed group, oldest first (monitoring, tests)
 
     def add(self, arrival: Arrival) -> asyncio.Future:
         """Queue `arrival` for the next group commit; the future fails with the group's error."""
@@ -85,7 +86,7 @@ class ArrivalCommit:
                         raise
                     log.warning("group commit of %d arrival(s) failed, none acknowledged: %s", len(group), e)
                 else:
-                    self.groups.append(len(group))
+                    self._on_commit(len(group))
                     for _, f in group:
                         if not f.done():
                             f.set_result(None)

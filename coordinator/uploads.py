@@ -102,7 +102,8 @@ class Uploads:
         cfg = engine.config
         self.slots = UploadSlots(cfg.max_concurrent_uploads, cfg.uploads_per_client)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedort-fold")
-        self.commits = ArrivalCommit(engine.store, cfg.commit_delay_ms / 1000, self._completes_round)
+        self.commits = ArrivalCommit(engine.store, cfg.commit_delay_ms / 1000, self._completes_round,
+                                     on_commit=engine.monitor.group_committed)
         self._folds: set[asyncio.Future] = set()
         self.fold_error: BaseException | None = None
         self._temp_counter = 0
