@@ -7,6 +7,9 @@ arrivals queue instead, and one commit thread takes every queued arrival at once
 
     renames of the (already fsynced) temp files -> one fsync per folder -> one transaction with every row
 
+(A small update's bytes travel inside its row, `inline_update_bytes`: its file is neither fsynced
+nor its folder, so a group of small updates costs one WAL fsync; recovery rewrites their files.)
+
 then resolves every member together: all durable, or all failed with the same error (none is
 acknowledged; the transaction rolled back, and a file already renamed is an orphan that no row
 names, which recovery deletes and a retry replaces). The first arrival starts a commit at once,
@@ -110,7 +113,7 @@ class ArrivalCommit:
         try:
             for a in arrivals:
                 os.replace(a.spooled, a.path)
-            for folder in {a.path.parent for a in arrivals}:
+            for folder in {a.path.parent for a in arrivals if a.row.payload is None}:   # inline: the row holds it
                 fsync_dir(folder)
         except OSError as e:
             raise spool_error(e, "place the spooled update") from e

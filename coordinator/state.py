@@ -42,7 +42,7 @@ CREATE TABLE IF NOT EXISTS rounds (
 CREATE TABLE IF NOT EXISTS submissions (
     round INTEGER NOT NULL, client_id TEXT NOT NULL, num_examples INTEGER NOT NULL, metrics TEXT NOT NULL,
     sha256 TEXT NOT NULL, spool_path TEXT NOT NULL, received_ms INTEGER NOT NULL, codec TEXT NOT NULL DEFAULT 'raw',
-    PRIMARY KEY (round, client_id));
+    payload BLOB, PRIMARY KEY (round, client_id));
 CREATE TABLE IF NOT EXISTS evaluations (
     round INTEGER NOT NULL, client_id TEXT NOT NULL, num_examples INTEGER NOT NULL, metrics TEXT NOT NULL,
     received_ms INTEGER NOT NULL, PRIMARY KEY (round, client_id));
@@ -119,6 +119,7 @@ class SubmissionRow:
     spool_path: str
     received_ms: int
     codec: str = "raw"         # the spool file's wire codec: replay decodes it with the same decoder
+    payload: bytes | None = None   # a small update's bytes, durable here (the spool file is a copy) until commit
 
 
 class StateStore:
@@ -158,6 +159,8 @@ class StateStore:
             columns = {r[1] for r in self._db.execute("PRAGMA table_info(submissions)")}
             if "codec" not in columns:   # a state dir from before codecs were recorded: all its updates are raw
                 self._db.execute("ALTER TABLE submissions ADD COLUMN codec TEXT NOT NULL DEFAULT 'raw'")
+            if "payload" not in columns:  # ... or before small updates were kept inline
+                self._db.execute("ALTER TABLE submissions ADD COLUMN payload BLOB")
         self._db.execute("SELECT COUNT(*) FROM meta").fetchone()   # reads a page: garbage fails here, not later
 
     def close(self) -> None:
@@ -283,11 +286,12 @@ class StateStore:
 
     def commit_round(self, round: int, vector_sha256: str, clients: int, examples: int,
                      metrics: dict[str, float]) -> None:
-        """Mark round `round` committed: its result vector file (round+1) is durable and final."""
+        """Mark round `round` committed: its result vector file (round+1) is durable and final (its inline
+        update payloads are not needed any more)."""
         self._tx([(
             "UPDATE rounds SET state=?, closed_ms=?, vector_sha256=?, clients=?, examples=?, metrics=? WHERE round=?",
             (COMMITTED, now_ms(), vector_sha256, clients, examples, json.dumps(metrics, sort_keys=True), round),
-        )])
+        ), ("UPDATE submissions SET payload = NULL WHERE round = ? AND payload IS NOT NULL", (round,))])
 
     def mark_exported(self, round: int, model_path: str) -> None:
         self._tx([("UPDATE rounds SET state=?, model_path=? WHERE round=?", (EXPORTED, model_path, round))])
@@ -322,7 +326,7 @@ class StateStore:
     def submissions(self, round: int) -> list[SubmissionRow]:
         rows = self._db.execute("SELECT * FROM submissions WHERE round = ? ORDER BY client_id", (round,)).fetchall()
         return [SubmissionRow(r["round"], r["client_id"], r["num_examples"], json.loads(r["metrics"]), r["sha256"],
-                              r["spool_path"], r["received_ms"], r["codec"] if "codec" in r.keys() else "raw")
+                              r["spool_path"], r["received_ms"], *[r[k] for k in ("codec", "payload") if k in r.keys()])
                 for r in rows]
 
     # ---- evaluations ----------------------------------------------------------------------------
@@ -351,12 +355,12 @@ def _writable(db: Path, any_thread: bool = False) -> sqlite3.Connection:
 
 
 _INSERT_SUBMISSION = ("INSERT INTO submissions (round, client_id, num_examples, metrics, sha256, spool_path, "
-                      "received_ms, codec) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+                      "received_ms, codec, payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
 
 
 def _submission_args(row: SubmissionRow) -> tuple:
     return (row.round, row.client_id, row.num_examples, json.dumps(row.metrics, sort_keys=True), row.sha256,
-            row.spool_path, row.received_ms, row.codec)
+            row.spool_path, row.received_ms, row.codec, row.payload)
 
 
 class SubmissionWriter:

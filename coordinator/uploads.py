@@ -50,17 +50,19 @@ log = logging.getLogger(__name__)
 
 @asynccontextmanager
 async def received(admitted: AdmittedUpdate, tmp: Path, chunks: AsyncIterator[bytes], *, slots: UploadSlots,
-                   slot_round: int, config: CoordinatorConfig, monitor: "Monitoring") -> AsyncIterator[Path]:
+                   slot_round: int, config: CoordinatorConfig, monitor: "Monitoring",
+                   inline_max: int = 0) -> AsyncIterator[UpdateReceiver]:
     """Receive an admitted update into the temp spool file `tmp` under an upload slot and the
     whole-upload deadline; the body runs once all bytes arrived, checked and fsynced (slot already
-    released), and must rename `tmp` into place to keep it. `slots.abort_round(slot_round)` cuts it short."""
+    released; a payload of at most `inline_max` bytes is in `receiver.payload` and not fsynced), and
+    must rename `tmp` into place to keep it. `slots.abort_round(slot_round)` cuts it short."""
     cfg = config
     slot = await slots.acquire(admitted.header.client_id, slot_round, cfg.upload_slot_wait_s)
     deadline = cfg.upload_grace_s + admitted.payload_bytes / cfg.upload_min_rate_bytes_s
     recv: asyncio.Future | None = None
     receiver: UpdateReceiver | None = None
     try:
-        receiver = UpdateReceiver(admitted, tmp, cfg.max_chunk_bytes)
+        receiver = UpdateReceiver(admitted, tmp, cfg.max_chunk_bytes, inline_max)
 
         async def receive() -> None:
             async for chunk in chunks:
@@ -85,7 +87,7 @@ async def received(admitted: AdmittedUpdate, tmp: Path, chunks: AsyncIterator[by
             raise slot.abort
         recv.result()
         slots.release(slot)
-        yield tmp
+        yield receiver
     finally:
         if recv is not None and not recv.done():
             recv.cancel()
@@ -138,15 +140,15 @@ class Uploads:
         self._temp_counter += 1
         tmp = e.store.layout.spool_temp(h.vector.round, h.client_id, self._temp_counter)
         async with received(admitted, tmp, chunks, slots=self.slots, slot_round=h.vector.round, config=cfg,
-                            monitor=e.monitor):
+                            monitor=e.monitor, inline_max=cfg.inline_update_bytes) as receiver:
             t1 = time.perf_counter()
-            result = await self._accept(h, tmp, admitted.payload_bytes)
+            result = await self._accept(h, tmp, admitted.payload_bytes, receiver.payload)
         e.monitor.update_accepted(duplicate=result.duplicate)
         log.debug("update of %s: %.1f MB received in %.0f ms, stored in %.0f ms", h.client_id,
                   admitted.payload_bytes / 1e6, 1000 * (t1 - t0), 1000 * (time.perf_counter() - t1))
         return result
 
-    async def _accept(self, h: UpdateHeader, tmp: Path, nbytes: int) -> SubmitResult:
+    async def _accept(self, h: UpdateHeader, tmp: Path, nbytes: int, payload: bytes | None) -> SubmitResult:
         """Make a received update durable (group commit) and count it (the round may have closed while the chunks streamed)."""
         e = self.engine
         client, round = h.client_id, h.vector.round
@@ -160,7 +162,7 @@ class Uploads:
         metrics = metrics_json(h.metrics)
         codec = h.vector.codec or "raw"
         row = SubmissionRow(round, client, h.num_examples, metrics, h.vector.sha256.hex(), e.store.layout.relative(path),
-                            now_ms(), codec)
+                            now_ms(), codec, payload)
         durable = self.commits.add(Arrival(tmp, path, row))
 
         def counted(f: asyncio.Future) -> None:   # also when this call was cancelled meanwhile: durable means counted
