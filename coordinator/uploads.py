@@ -139,8 +139,9 @@ class Uploads:
         t0 = time.perf_counter()
         self._temp_counter += 1
         tmp = e.store.layout.spool_temp(h.vector.round, h.client_id, self._temp_counter)
+        inline = 0 if cfg.keep_spool else cfg.inline_update_bytes   # kept spools must stay durable by themselves
         async with received(admitted, tmp, chunks, slots=self.slots, slot_round=h.vector.round, config=cfg,
-                            monitor=e.monitor, inline_max=cfg.inline_update_bytes) as receiver:
+                            monitor=e.monitor, inline_max=inline) as receiver:
             t1 = time.perf_counter()
             result = await self._accept(h, tmp, admitted.payload_bytes, receiver.payload)
         e.monitor.update_accepted(duplicate=result.duplicate)
@@ -149,7 +150,7 @@ class Uploads:
         return result
 
     async def _accept(self, h: UpdateHeader, tmp: Path, nbytes: int, payload: bytes | None) -> SubmitResult:
-        """Make a received update durable (group commit) and count it (the round may have closed while the chunks streamed)."""
+        """Make a received update durable (group commit) and count it (the round may have closed meanwhile)."""
         e = self.engine
         client, round = h.client_id, h.vector.round
         check_open(e.state, e.round, e.training, client, round)
@@ -161,8 +162,8 @@ class Uploads:
         path = e.store.spool_path(round, client)
         metrics = metrics_json(h.metrics)
         codec = h.vector.codec or "raw"
-        row = SubmissionRow(round, client, h.num_examples, metrics, h.vector.sha256.hex(), e.store.layout.relative(path),
-                            now_ms(), codec, payload)
+        row = SubmissionRow(round, client, h.num_examples, metrics, h.vector.sha256.hex(),
+                            e.store.layout.relative(path), now_ms(), codec, payload)
         durable = self.commits.add(Arrival(tmp, path, row))
 
         def counted(f: asyncio.Future) -> None:   # also when this call was cancelled meanwhile: durable means counted
@@ -170,7 +171,8 @@ class Uploads:
             if not f.cancelled() and f.exception() is None:
                 r.record(client, h.num_examples, metrics)
                 self.bytes_received[round] = self.bytes_received.get(round, 0) + nbytes
-                fold = asyncio.wrap_future(self._pool.submit(r.aggregator.add, Update(client, h.num_examples, codec, path)))
+                update = Update(client, h.num_examples, codec, path)
+                fold = asyncio.wrap_future(self._pool.submit(r.aggregator.add, update))
                 self._folds.add(fold)
                 fold.add_done_callback(self._fold_done)
             e.notify()

@@ -7,7 +7,8 @@ clients (PollTasks), which answers as soon as some of them have work and names o
 900 unselected clients cost nothing per round. The clients' work is pipelined: training is
 serial (one shared session) while finished updates stream to the coordinator in threads: up to
 `uploads_in_flight` of them, and no more vectors than fit in `upload_budget_bytes` (small
-updates all go at once and share the coordinator's group commits; 20 MB ones go three at a time). Against a coordinator older than PollTasks the worker falls back to
+updates all go at once and share the coordinator's group commits; 20 MB ones go three at a time).
+Against a coordinator older than PollTasks the worker falls back to
 watching the round with a Heartbeat and polling each client once per round (and again every
 `repoll_s`, to catch a round the coordinator retried with a new selection).
 """

@@ -145,7 +145,8 @@ def test_updates_acknowledged_in_one_group_commit_all_survive_a_sigkill_right_af
     for cid in CLIENTS:
         task = server.stub.PollTask(pb.PollRequest(client_id=cid, model_id=model, wait_ms=10_000), timeout=20)
         assert (task.kind, task.round) == (pb.Task.FIT, 1)
-    parts = list(server.stub.DownloadVector(pb.VectorRequest(client_id=CLIENTS[0], model_id=model, round=1), timeout=10))
+    parts = list(server.stub.DownloadVector(pb.VectorRequest(client_id=CLIENTS[0], model_id=model, round=1),
+                                            timeout=10))
     initial = np.frombuffer(b"".join(p.chunk for p in parts[1:]), dtype="<f4")
     updates = {c: update_of(c, initial) for c in CLIENTS}
 
