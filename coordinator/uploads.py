@@ -158,12 +158,12 @@ class Uploads:
         if client in r.reported:
             return SubmitResult(True, True, round, "duplicate: already counted for this round")
         check_not_pending(r, client)
-        r.pending.add(client)
         path = e.store.spool_path(round, client)
         metrics = metrics_json(h.metrics)
         codec = h.vector.codec or "raw"
         row = SubmissionRow(round, client, h.num_examples, metrics, h.vector.sha256.hex(),
                             e.store.layout.relative(path), now_ms(), codec, payload)
+        r.pending.add(client)                 # until the group commit resolves (see counted)
         durable = self.commits.add(Arrival(tmp, path, row))
 
         def counted(f: asyncio.Future) -> None:   # also when this call was cancelled meanwhile: durable means counted
