@@ -187,10 +187,12 @@ class ArtifactCache:
     def put_vector(self, sha256: bytes, vector: np.ndarray) -> None:
         """Keep `vector` (already verified against `sha256`) for later rounds and clients.
 
-        The cache keeps the array itself, without a copy, and marks it read-only.
+        The cache keeps the array itself, without a copy, and marks it read-only. The file is written
+        atomically but not fsynced: `get_vector` checks its sha256, so one a power cut lost or tore is
+        simply fetched again (and the round's first training does not wait for the disk).
         """
         vector = np.ascontiguousarray(vector, dtype="<f4")
-        atomic_write(self.vector_path(sha256), [memoryview(vector).cast("B")])
+        atomic_write(self.vector_path(sha256), [memoryview(vector).cast("B")], durable=False)
         vector.flags.writeable = False
         with self._lock:
             self._memo = (sha256, vector)

@@ -49,11 +49,13 @@ def _chunks(data: Data) -> Iterable[bytes | memoryview]:
     return data
 
 
-def atomic_write(path: str | os.PathLike, data: Data) -> None:
+def atomic_write(path: str | os.PathLike, data: Data, *, durable: bool = True) -> None:
     """Write `data` (bytes, a numpy array's raw bytes, or an iterable of byte chunks) to `path` atomically.
 
     Creates the parent folder if needed. If writing fails (or the chunk iterator raises), the old
-    file is untouched, the temp file is removed and the exception propagates.
+    file is untouched, the temp file is removed and the exception propagates. `durable=False` skips
+    both fsyncs: still atomic for other processes and a crash of this one, but a power cut may lose
+    or tear the file — only for caches that verify what they read (e.g. by its sha256).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -64,12 +66,14 @@ def atomic_write(path: str | os.PathLike, data: Data) -> None:
                 view = memoryview(chunk).cast("B")
                 while view:
                     view = view[f.write(view):]
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
 
 
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
