@@ -48,6 +48,8 @@ expected and what arrived.
 | upload_slot_wait_s | 30 | an upload waits this long for a slot, then is refused UNAVAILABLE (the device retries) |
 | upload_min_rate_bytes_s | 65536 | a whole upload must arrive within upload_grace_s + payload bytes / this rate |
 | upload_grace_s | 10 | the fixed part of that deadline |
+| inline_update_bytes | 262144 | an update of at most this many payload bytes is made durable inside its SQLite row (no spool-file and folder fsync; one WAL fsync per group commit); 0 (and with keep_spool, whose files must stay durable after the commit): always through the fsynced spool file |
+| commit_delay_ms | 0 | arrivals wait up to this long to share a group commit (ends early once the round's last update is in); 0: a commit starts with the first arrival, later ones join the next |
 | submissions_per_minute | 60 | per-client rate of updates and evaluations, token bucket (0 disables) |
 | metrics_address | none | HOST:PORT serving Prometheus metrics at /metrics (coordinator.monitoring) |
 | joins_per_minute | 10 | per-client rate of Join calls, token bucket (0 disables) |
@@ -132,6 +134,8 @@ class CoordinatorConfig:
     upload_min_rate_bytes_s: float = 65536.0
     upload_grace_s: float = 10.0
     local_vector_dir: Path | None = None
+    commit_delay_ms: float = 0.0
+    inline_update_bytes: int = 256 << 10
     secagg: bool = False
     secagg_threshold: int | None = None
     secagg_neighbours: int | None = None
@@ -259,6 +263,11 @@ class CoordinatorConfig:
             need(self.local_vector_dir.resolve() not in StateLayout(self.state_dir.resolve()).reserved(),
                  "local_vector_dir must not be the state dir or one of its own folders (e.g. STATE/local-vectors)",
                  str(self.local_vector_dir))
+        need(isinstance(self.inline_update_bytes, int) and not isinstance(self.inline_update_bytes, bool)
+             and 0 <= self.inline_update_bytes <= 16 << 20, "inline_update_bytes must be an integer in 0..16777216",
+             self.inline_update_bytes)
+        need(_number(self.commit_delay_ms) and 0 <= self.commit_delay_ms <= 60_000,
+             "commit_delay_ms must be in 0..60000", self.commit_delay_ms)
         for spec in self.codecs:
             family = spec.partition(":")[0]
             need(isinstance(spec, str) and family in codecs(),

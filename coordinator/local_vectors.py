@@ -36,6 +36,7 @@ import os
 import re
 import stat
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import AsyncIterator
 
@@ -176,8 +177,15 @@ def _verify(fd: int, admitted: AdmittedUpdate, what: str) -> None:
 
 
 @asynccontextmanager
+@dataclass(frozen=True)
+class TakenFile:
+    """A co-located device's update, checked and fsynced at `path`; never kept inline in its row."""
+    path: Path
+    payload: None = None
+
+
 async def local_file_received(admitted: AdmittedUpdate, tmp: Path, chunks: AsyncIterator[bytes],
-                              directory: str | os.PathLike | None) -> AsyncIterator[Path]:
+                              directory: str | os.PathLike | None) -> AsyncIterator[TakenFile]:
     """The upload path's hook for a header naming `local_file`: like `uploads.received`, the body runs
     once the update sits checked and fsynced at `tmp`, and must rename it into place to keep it."""
     async for _ in chunks:
@@ -187,9 +195,9 @@ async def local_file_received(admitted: AdmittedUpdate, tmp: Path, chunks: Async
                             "--local-vector-dir): stream the update")
     try:
         await asyncio.to_thread(LocalVectorDir(directory).take, admitted, tmp)
-        yield tmp
+        yield TakenFile(tmp)
     finally:
         tmp.unlink(missing_ok=True)
 
 
-__all__ = ["LocalVectorDir", "local_file_received"]
+__all__ = ["LocalVectorDir", "TakenFile", "local_file_received"]

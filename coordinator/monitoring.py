@@ -13,6 +13,7 @@
 | fedort_rpc_errors_total | counter | method, code | every RPC that ended with an error status |
 | fedort_auth_failures_total | counter | | calls refused UNAUTHENTICATED or PERMISSION_DENIED |
 | fedort_bytes_total | counter | direction=in/out | update bytes received, vector and artifact bytes sent |
+| fedort_group_commits_total | counter | | durable group commits of arriving updates (`arrival_commit`; accepted / this = mean group size) |
 | fedort_storage_errors_total | counter | | disk-full events (a refused call, or an engine step waiting for space) |
 
 Counters the servicer feeds are per process lifetime (Prometheus handles resets); the round
@@ -60,6 +61,8 @@ class Monitoring:
         self._bytes = Counter("fedort_bytes", "Payload bytes received (updates) and sent (vectors, artifacts)",
                               ["direction"], registry=self.registry)
         self._slots = Gauge("fedort_upload_slots_in_use", "Updates being received at once", registry=self.registry)
+        self._group_commits = Counter("fedort_group_commits", "Durable group commits of arriving updates",
+                                      registry=self.registry)
         self._storage_errors = Counter("fedort_storage_errors", "Disk-full events: refused calls and engine waits",
                                        registry=self.registry)
         for d in ("in", "out"):
@@ -105,6 +108,9 @@ class Monitoring:
             yield
         finally:
             self._slots.dec()
+
+    def group_committed(self, size: int) -> None:
+        self._group_commits.inc()
 
     def bytes_in(self, n: int) -> None:
         self._bytes.labels("in").inc(n)

@@ -6,7 +6,8 @@
 3. The global vector of the next round is checked against the sha256 its commit recorded, and a
    stateful server update gets the state that round starts from.
 4. An open (or failed) round is resumed: its acknowledged updates are folded back in exactly once
-   from the spool (each checked against its recorded sha256 and decoded with its recorded codec),
+   from the spool (each checked against its recorded sha256 and decoded with its recorded codec;
+   a small update's spool file is first rewritten from the bytes its row holds),
    spool files without a row (written, never acknowledged) are deleted. An open attempt reopens
    with a fresh deadline, minus selected clients that have left; a FAILED round selects afresh
    among the clients still here (its old selection is what failed it).
@@ -98,6 +99,8 @@ async def replay(engine: "RoundEngine", round: int) -> None:
                 f.unlink(missing_ok=True)   # written, never acknowledged: as if it never arrived
     for r in rows:
         path = store.dir / r.spool_path
+        if r.payload is not None:   # a small update, durable in its row: its unsynced spool file may be lost or torn
+            await asyncio.to_thread(atomic_write, path, r.payload)
         payload = await asyncio.to_thread(read_verified_bytes, path, r.sha256)   # as received, in its codec
         training.aggregator.add(Update(r.client_id, r.num_examples, r.codec, path, payload=payload))
         training.record(r.client_id, r.num_examples, r.metrics)

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import sqlite3
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +42,7 @@ CREATE TABLE IF NOT EXISTS rounds (
 CREATE TABLE IF NOT EXISTS submissions (
     round INTEGER NOT NULL, client_id TEXT NOT NULL, num_examples INTEGER NOT NULL, metrics TEXT NOT NULL,
     sha256 TEXT NOT NULL, spool_path TEXT NOT NULL, received_ms INTEGER NOT NULL, codec TEXT NOT NULL DEFAULT 'raw',
-    PRIMARY KEY (round, client_id));
+    payload BLOB, PRIMARY KEY (round, client_id));
 CREATE TABLE IF NOT EXISTS evaluations (
     round INTEGER NOT NULL, client_id TEXT NOT NULL, num_examples INTEGER NOT NULL, metrics TEXT NOT NULL,
     received_ms INTEGER NOT NULL, PRIMARY KEY (round, client_id));
@@ -118,16 +119,23 @@ class SubmissionRow:
     spool_path: str
     received_ms: int
     codec: str = "raw"         # the spool file's wire codec: replay decodes it with the same decoder
+    payload: bytes | None = None   # a small update's bytes, durable here (the spool file is a copy) until commit
 
 
 class StateStore:
-    """The SQLite side of a state directory (use from one thread: the event loop's)."""
+    """The SQLite side of a state directory (use from one thread: the event loop's).
+
+    The one exception is `submission_writer()`: a second connection for the group commit of
+    arrivals (`coordinator.arrival_commit`) in its own thread. Both connections write under
+    `write_lock`, so they never meet SQLite's busy handler (which sleeps in milliseconds).
+    """
 
     def __init__(self, state_dir: str | os.PathLike, *, readonly: bool = False) -> None:
         self.dir = Path(state_dir)
         self.layout = StateLayout(self.dir)
         self.readonly = readonly
         self._transitions: list[TransitionRow] = []
+        self.write_lock = threading.Lock()
         db = self.layout.db
         try:
             self._open(db, readonly)
@@ -146,13 +154,13 @@ class StateStore:
         else:
             for sub in (self.layout.vectors, self.layout.spool, self.layout.models):
                 sub.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(db, isolation_level=None, timeout=30)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
+            self._db = _writable(db)
             self._db.executescript(_SCHEMA)
             columns = {r[1] for r in self._db.execute("PRAGMA table_info(submissions)")}
             if "codec" not in columns:   # a state dir from before codecs were recorded: all its updates are raw
                 self._db.execute("ALTER TABLE submissions ADD COLUMN codec TEXT NOT NULL DEFAULT 'raw'")
+            if "payload" not in columns:  # ... or before small updates were kept inline
+                self._db.execute("ALTER TABLE submissions ADD COLUMN payload BLOB")
         self._db.execute("SELECT COUNT(*) FROM meta").fetchone()   # reads a page: garbage fails here, not later
 
     def close(self) -> None:
@@ -167,6 +175,10 @@ class StateStore:
 
     def _tx(self, statements: Iterable[tuple[str, tuple]]) -> None:
         """Run statements in one transaction (durable on return: synchronous=FULL), with pending transitions."""
+        with self.write_lock:
+            self._tx_locked(statements)
+
+    def _tx_locked(self, statements: Iterable[tuple[str, tuple]]) -> None:
         db = self._db
         try:
             db.execute("BEGIN IMMEDIATE")
@@ -274,11 +286,12 @@ class StateStore:
 
     def commit_round(self, round: int, vector_sha256: str, clients: int, examples: int,
                      metrics: dict[str, float]) -> None:
-        """Mark round `round` committed: its result vector file (round+1) is durable and final."""
+        """Mark round `round` committed: its result vector file (round+1) is durable and final (its inline
+        update payloads are not needed any more)."""
         self._tx([(
             "UPDATE rounds SET state=?, closed_ms=?, vector_sha256=?, clients=?, examples=?, metrics=? WHERE round=?",
             (COMMITTED, now_ms(), vector_sha256, clients, examples, json.dumps(metrics, sort_keys=True), round),
-        )])
+        ), ("UPDATE submissions SET payload = NULL WHERE round = ? AND payload IS NOT NULL", (round,))])
 
     def mark_exported(self, round: int, model_path: str) -> None:
         self._tx([("UPDATE rounds SET state=?, model_path=? WHERE round=?", (EXPORTED, model_path, round))])
@@ -304,17 +317,16 @@ class StateStore:
     # ---- submissions ----------------------------------------------------------------------------
 
     def add_submission(self, row: SubmissionRow) -> None:
-        self._tx([(
-            "INSERT INTO submissions (round, client_id, num_examples, metrics, sha256, spool_path, received_ms, codec) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (row.round, row.client_id, row.num_examples, json.dumps(row.metrics, sort_keys=True), row.sha256,
-             row.spool_path, row.received_ms, row.codec),
-        )])
+        self._tx([(_INSERT_SUBMISSION, _submission_args(row))])
+
+    def submission_writer(self) -> "SubmissionWriter":
+        """A second connection that commits submission rows from another thread (see the class docstring)."""
+        return SubmissionWriter(self)
 
     def submissions(self, round: int) -> list[SubmissionRow]:
         rows = self._db.execute("SELECT * FROM submissions WHERE round = ? ORDER BY client_id", (round,)).fetchall()
         return [SubmissionRow(r["round"], r["client_id"], r["num_examples"], json.loads(r["metrics"]), r["sha256"],
-                              r["spool_path"], r["received_ms"], r["codec"] if "codec" in r.keys() else "raw")
+                              r["spool_path"], r["received_ms"], *[r[k] for k in ("codec", "payload") if k in r.keys()])
                 for r in rows]
 
     # ---- evaluations ----------------------------------------------------------------------------
@@ -332,3 +344,45 @@ class StateStore:
     def dump(self) -> str:
         """Every row as SQL text (tests compare it before and after a rejected request)."""
         return "\n".join(self._db.iterdump())
+
+
+def _writable(db: Path, any_thread: bool = False) -> sqlite3.Connection:
+    """A read-write connection: WAL, and every commit fsynced before it returns (synchronous=FULL)."""
+    con = sqlite3.connect(db, isolation_level=None, timeout=30, check_same_thread=not any_thread)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("PRAGMA synchronous=FULL")
+    return con
+
+
+_INSERT_SUBMISSION = ("INSERT INTO submissions (round, client_id, num_examples, metrics, sha256, spool_path, "
+                      "received_ms, codec, payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+
+
+def _submission_args(row: SubmissionRow) -> tuple:
+    return (row.round, row.client_id, row.num_examples, json.dumps(row.metrics, sort_keys=True), row.sha256,
+            row.spool_path, row.received_ms, row.codec, row.payload)
+
+
+class SubmissionWriter:
+    """Commits groups of submission rows in one durable transaction each, from one (any) thread at a time."""
+
+    def __init__(self, store: StateStore) -> None:
+        self._lock = store.write_lock
+        self._db = _writable(store.layout.db, any_thread=True)
+
+    def add(self, rows: Iterable[SubmissionRow]) -> None:
+        """Insert every row or none (durable on return); a full disk raises StorageError."""
+        db = self._db
+        with self._lock:
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                db.executemany(_INSERT_SUBMISSION, [_submission_args(r) for r in rows])
+                db.execute("COMMIT")
+            except BaseException as e:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise_if_full(e)
+                raise
+
+    def close(self) -> None:
+        self._db.close()

@@ -1,14 +1,16 @@
 """Accepting an update: admission, a slot, the upload stream into the spool, durability, then the aggregator.
 
     header, chunks ──admit──▶ slot ──▶ UpdateReceiver (spool temp file, sha256, streaming decode check)
-                   ──▶ rename + fsync, SQLite row ──▶ acknowledged ──▶ fold: decode the spool file into the aggregator
+                   ──▶ group commit: renames + folder fsync, SQLite rows ──▶ acknowledged ──▶ fold: decode the spool file into the aggregator
 
 An update counts (and is acknowledged) once its spool file and its row are durable; the fold
 into the round's aggregator then runs in one worker thread (streaming combiners are not
 thread-safe), decoding the spooled payload (memory-mapped) with its codec, and the round cannot
-close before every fold finished. Memory: a receiving upload holds one chunk at a time, and
-FOLD_QUEUE acknowledged updates wait to be folded (as spool files, not in memory), so the
-coordinator stays O(P + concurrent uploads × chunk).
+close before every fold finished. Durability is a group commit (`arrival_commit`): updates that
+finish receiving together share one folder fsync and one SQLite transaction, off the event loop.
+Memory: a receiving upload holds one chunk at a time, and acknowledged updates wait to be folded
+as spool files (the fold thread maps one at a time), so the coordinator stays
+O(P + concurrent uploads × chunk).
 
 Bounded in time as well (issue 13, starvation): an upload holds one of the run's upload slots
 (`upload_slots`) at most until its deadline, upload_grace_s + payload_bytes /
@@ -22,22 +24,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, AsyncIterator
 
+from fedort.coordinator.arrival_commit import Arrival, ArrivalCommit
 from fedort.coordinator.admission import AdmittedUpdate, admit_update, check_not_pending, check_open
 from fedort.coordinator.aggregation import Update
 from fedort.coordinator.config import CoordinatorConfig
-from fedort.coordinator.local_vectors import local_file_received
+from fedort.coordinator.local_vectors import TakenFile, local_file_received
 from fedort.coordinator.metrics import metrics_json
 from fedort.coordinator.state import SubmissionRow, now_ms
 from fedort.coordinator.upload_slots import UploadSlots
-from fedort.coordinator.upload_stream import UpdateReceiver, spool_error
-from fedort.durable import fsync_dir
+from fedort.coordinator.upload_stream import UpdateReceiver
 from fedort.protos.errors import ProtocolError, ResourceExhaustedError, StaleRoundError
 from fedort.protos.messages import SubmitResult, UpdateHeader
 from fedort.protos.secagg.pack import is_masked
@@ -48,19 +49,19 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-FOLD_QUEUE = 2                 # acknowledged updates waiting to be folded
-
 
 @asynccontextmanager
 async def received(admitted: AdmittedUpdate, tmp: Path, chunks: AsyncIterator[bytes], *, slots: UploadSlots,
-                   slot_round: int, config: CoordinatorConfig, monitor: "Monitoring") -> AsyncIterator[Path]:
+                   slot_round: int, config: CoordinatorConfig, monitor: "Monitoring",
+                   inline_max: int = 0) -> AsyncIterator[UpdateReceiver | TakenFile]:
     """Receive an admitted update into the temp spool file `tmp` under an upload slot and the
     whole-upload deadline; the body runs once all bytes arrived, checked and fsynced (slot already
-    released), and must rename `tmp` into place to keep it. `slots.abort_round(slot_round)` cuts it short.
+    released; a payload of at most `inline_max` bytes is in `receiver.payload` and not fsynced), and
+    must rename `tmp` into place to keep it. `slots.abort_round(slot_round)` cuts it short.
     A header naming a co-located device's file instead of chunks goes to `coordinator.local_vectors`."""
     if admitted.header.local_file:
-        async with local_file_received(admitted, tmp, chunks, config.local_vector_dir) as path:
-            yield path
+        async with local_file_received(admitted, tmp, chunks, config.local_vector_dir) as taken:
+            yield taken
         return
     cfg = config
     slot = await slots.acquire(admitted.header.client_id, slot_round, cfg.upload_slot_wait_s)
@@ -68,7 +69,7 @@ async def received(admitted: AdmittedUpdate, tmp: Path, chunks: AsyncIterator[by
     recv: asyncio.Future | None = None
     receiver: UpdateReceiver | None = None
     try:
-        receiver = UpdateReceiver(admitted, tmp, cfg.max_chunk_bytes)
+        receiver = UpdateReceiver(admitted, tmp, cfg.max_chunk_bytes, inline_max)
 
         async def receive() -> None:
             async for chunk in chunks:
@@ -93,7 +94,7 @@ async def received(admitted: AdmittedUpdate, tmp: Path, chunks: AsyncIterator[by
             raise slot.abort
         recv.result()
         slots.release(slot)
-        yield tmp
+        yield receiver
     finally:
         if recv is not None and not recv.done():
             recv.cancel()
@@ -110,7 +111,8 @@ class Uploads:
         cfg = engine.config
         self.slots = UploadSlots(cfg.max_concurrent_uploads, cfg.uploads_per_client)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedort-fold")
-        self._fold_slots = asyncio.Semaphore(FOLD_QUEUE)
+        self.commits = ArrivalCommit(engine.store, cfg.commit_delay_ms / 1000, self._completes_round,
+                                     on_commit=engine.monitor.group_committed)
         self._folds: set[asyncio.Future] = set()
         self.fold_error: BaseException | None = None
         self._temp_counter = 0
@@ -144,17 +146,18 @@ class Uploads:
         t0 = time.perf_counter()
         self._temp_counter += 1
         tmp = e.store.layout.spool_temp(h.vector.round, h.client_id, self._temp_counter)
+        inline = 0 if cfg.keep_spool else cfg.inline_update_bytes   # kept spools must stay durable by themselves
         async with received(admitted, tmp, chunks, slots=self.slots, slot_round=h.vector.round, config=cfg,
-                            monitor=e.monitor):
+                            monitor=e.monitor, inline_max=inline) as receiver:
             t1 = time.perf_counter()
-            result = await self._accept(h, tmp, admitted.payload_bytes)
+            result = await self._accept(h, tmp, admitted.payload_bytes, receiver.payload)
         e.monitor.update_accepted(duplicate=result.duplicate)
         log.debug("update of %s: %.1f MB received in %.0f ms, stored in %.0f ms", h.client_id,
                   admitted.payload_bytes / 1e6, 1000 * (t1 - t0), 1000 * (time.perf_counter() - t1))
         return result
 
-    async def _accept(self, h: UpdateHeader, spooled: Path, nbytes: int) -> SubmitResult:
-        """Make a received update durable and count it (the round may have closed while the chunks streamed)."""
+    async def _accept(self, h: UpdateHeader, tmp: Path, nbytes: int, payload: bytes | None) -> SubmitResult:
+        """Make a received update durable (group commit) and count it (the round may have closed meanwhile)."""
         e = self.engine
         client, round = h.client_id, h.vector.round
         check_open(e.state, e.round, e.training, client, round)
@@ -162,43 +165,44 @@ class Uploads:
         if client in r.reported:
             return SubmitResult(True, True, round, "duplicate: already counted for this round")
         check_not_pending(r, client)
-        r.pending.add(client)
-        try:
-            t0 = time.perf_counter()
-            path = e.store.spool_path(round, client)
-            try:
-                await asyncio.to_thread(_place, spooled, path)
-            except OSError as err:
-                raise spool_error(err, "place the spooled update") from err
-            t1 = time.perf_counter()
-            metrics = metrics_json(h.metrics)
-            e.store.add_submission(SubmissionRow(round, client, h.num_examples, metrics, h.vector.sha256.hex(),
-                                                 e.store.layout.relative(path), now_ms(), h.vector.codec or "raw"))
-            log.debug("round %d: update of %s spooled in %.0f ms, row committed in %.0f ms", round, client,
-                      1000 * (t1 - t0), 1000 * (time.perf_counter() - t1))
-            # Durable from here on, so it counts: the reply need not wait for the fold.
-            await self._fold_slots.acquire()
-            r.record(client, h.num_examples, metrics)
-            self.bytes_received[round] = self.bytes_received.get(round, 0) + nbytes
-            update = Update(client, h.num_examples, h.vector.codec or "raw", path)
-            fold = asyncio.wrap_future(self._pool.submit(r.aggregator.add, update))
-            self._folds.add(fold)
-            fold.add_done_callback(self._fold_done)
-        finally:
+        path = e.store.spool_path(round, client)
+        metrics = metrics_json(h.metrics)
+        codec = h.vector.codec or "raw"
+        row = SubmissionRow(round, client, h.num_examples, metrics, h.vector.sha256.hex(),
+                            e.store.layout.relative(path), now_ms(), codec, payload)
+        r.pending.add(client)                 # until the group commit resolves (see counted)
+        durable = self.commits.add(Arrival(tmp, path, row))
+
+        def counted(f: asyncio.Future) -> None:   # also when this call was cancelled meanwhile: durable means counted
             r.pending.discard(client)
+            if not f.cancelled() and f.exception() is None:
+                r.record(client, h.num_examples, metrics)
+                self.bytes_received[round] = self.bytes_received.get(round, 0) + nbytes
+                update = Update(client, h.num_examples, codec, path)
+                fold = asyncio.wrap_future(self._pool.submit(r.aggregator.add, update))
+                self._folds.add(fold)
+                fold.add_done_callback(self._fold_done)
             e.notify()
+
+        durable.add_done_callback(counted)
+        await _through_cancellation(durable)
         log.info("round %d: accepted %s update of %s (%d examples, %d bytes; %d of %d selected reported)", round,
-                 h.vector.codec or "raw", client, h.num_examples, nbytes, len(r.reported), len(r.selected))
+                 codec, client, h.num_examples, nbytes, len(r.reported), len(r.selected))
         return SubmitResult(True, False, round, "accepted")
 
     def _fold_done(self, fold: asyncio.Future) -> None:
         self._folds.discard(fold)
-        self._fold_slots.release()
         if not fold.cancelled() and fold.exception() is not None:
             self.fold_error = fold.exception()
         self.engine.notify()
 
+    def _completes_round(self, group) -> bool:
+        """A pending group holds every update the open round still waits for: commit it without more delay."""
+        r = self.engine.training
+        return r is not None and r.selected <= set(r.reported) | {a.row.client_id for a in group}
+
     def close(self) -> None:
+        self.commits.close()
         self._pool.shutdown(wait=True)
 
 
@@ -210,7 +214,15 @@ def check_codec(e: "RoundEngine", h: UpdateHeader) -> None:
         raise ProtocolError(f"codec {h.vector.codec!r} is for secure aggregation, which this run does not use")
 
 
-def _place(tmp: Path, path: Path) -> None:
-    """Rename a fsynced temp file into place and make the rename durable."""
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+async def _through_cancellation(f: asyncio.Future) -> None:
+    """Await `f` even if this task is cancelled meanwhile (then re-raise once it is done): the group commit
+    owns the temp spool file until then, and the receiver's cleanup must not remove it under the rename."""
+    cancelled = False
+    while not f.done():
+        try:
+            await asyncio.shield(f)
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    f.result()

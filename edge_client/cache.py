@@ -188,11 +188,13 @@ class ArtifactCache:
         """Keep `vector` (already verified against `sha256`) for later rounds and clients.
 
         The cache keeps the array itself, without a copy, and marks it read-only; `persist=False`
-        keeps it in memory only (a vector the device can read again from where it came).
+        keeps it in memory only (a vector the device can read again from where it came). The file is
+        written atomically but not fsynced: `get_vector` checks its sha256, so one a power cut lost or
+        tore is simply fetched again (and the round's first training does not wait for the disk).
         """
         vector = np.ascontiguousarray(vector, dtype="<f4")
         if persist:
-            atomic_write(self.vector_path(sha256), [memoryview(vector).cast("B")])
+            atomic_write(self.vector_path(sha256), [memoryview(vector).cast("B")], durable=False)
         vector.flags.writeable = False
         with self._lock:
             self._memo = (sha256, vector)

@@ -1,7 +1,5 @@
 """`python -m fedort ...` is the `fedort` command."""
 
-import sys
+from fedort.cli import console_main
 
-from fedort.cli import main
-
-sys.exit(main())
+console_main()

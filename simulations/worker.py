@@ -5,8 +5,10 @@ a device), sharing the worker's gRPC channel, artifact cache and ORT training se
 idle client costs only its id and data indices. The worker holds ONE long-poll for all its
 clients (PollTasks), which answers as soon as some of them have work and names only those, so
 900 unselected clients cost nothing per round. The clients' work is pipelined: training is
-serial (one shared session) while up to `uploads_in_flight` finished updates stream to the
-coordinator in threads. Against a coordinator older than PollTasks the worker falls back to
+serial (one shared session) while finished updates stream to the coordinator in threads: up to
+`uploads_in_flight` of them, and no more vectors than fit in `upload_budget_bytes` (small
+updates all go at once and share the coordinator's group commits; 20 MB ones go three at a time).
+Against a coordinator older than PollTasks the worker falls back to
 watching the round with a Heartbeat and polling each client once per round (and again every
 `repoll_s`, to catch a round the coordinator retried with a new selection).
 """
@@ -52,7 +54,8 @@ class WorkerPlan:
     straggler_steps: int = 1
     codec: str = "raw"                          # EdgeConfig.codec of every client
     topk_warmup: str = "3x45"                   # EdgeConfig.topk_warmup of every client
-    uploads_in_flight: int = 2                  # finished updates streaming while the next client trains
+    uploads_in_flight: int = 8                  # finished updates streaming while the next client trains ...
+    upload_budget_bytes: int = 64 << 20         # ... holding at most this many vector bytes (at least one update)
     poll_wait_ms: int = 10_000                  # how long one PollTasks may be held by the coordinator
     speeds: tuple[tuple[str, float], ...] = ()  # (client id, compute-time factor): serve on a virtual clock
     step_seconds: float = 0.01                  # simulated seconds of one local step at factor 1
@@ -175,10 +178,12 @@ def _work(plan: WorkerPlan, clients: list[EdgeClient], tasks: dict, done: set[st
     upload (the client's whole protocol run) gets its own thread, started as soon as it trained."""
     inflight: list[Future] = []
     masked: list[Future] = []    # never waited on inside the loop: they finish only with the whole cohort
+    vector_bytes = 4 * clients[0].manifest.parameter_count if clients else 1
     cohort = sum(1 for t in tasks.values() if t.kind == TaskKind.FIT and t.secagg)
     secagg = ThreadPoolExecutor(cohort, thread_name_prefix="fedort-secagg") if cohort else None
     try:
-        _train_and_upload(plan, clients, tasks, done, uploads, secagg, inflight, masked)
+        limit = max(1, min(plan.uploads_in_flight, plan.upload_budget_bytes // max(1, vector_bytes)))
+        _train_and_upload(clients, tasks, done, uploads, limit, secagg, inflight, masked)
         for f in inflight + masked:
             f.result()
     finally:
@@ -186,8 +191,8 @@ def _work(plan: WorkerPlan, clients: list[EdgeClient], tasks: dict, done: set[st
             secagg.shutdown(wait=True)
 
 
-def _train_and_upload(plan: WorkerPlan, clients: list[EdgeClient], tasks: dict, done: set[str],
-                      uploads: ThreadPoolExecutor, secagg: ThreadPoolExecutor | None, inflight: list[Future],
+def _train_and_upload(clients: list[EdgeClient], tasks: dict, done: set[str], uploads: ThreadPoolExecutor,
+                      limit: int, secagg: ThreadPoolExecutor | None, inflight: list[Future],
                       masked: list[Future]) -> None:
     for client in clients:
         task = tasks.get(client.client_id)
@@ -200,7 +205,7 @@ def _train_and_upload(plan: WorkerPlan, clients: list[EdgeClient], tasks: dict, 
             masked.append(secagg.submit(client.upload))
         elif task.kind == TaskKind.FIT:
             client.train(task)
-            while len(inflight) >= max(1, plan.uploads_in_flight):   # bounded: each holds one vector
+            while len(inflight) >= limit:   # bounded: each holds one vector
                 inflight.pop(0).result()
             inflight.append(uploads.submit(client.upload))
         elif task.kind == TaskKind.EVALUATE:

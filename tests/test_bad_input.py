@@ -132,12 +132,18 @@ async def test_message_over_the_transport_limit_is_resource_exhausted(open_round
     await still_accepts(client, model, vector)
 
 
+def round_exported(coord, round: int) -> bool:
+    row = next((r for r in coord.engine.store.rounds() if r.round == round), None)
+    return row is not None and row.state == "EXPORTED" and not (coord.state_dir / "spool" / f"round-{round:04d}").exists()
+
+
 async def test_update_for_a_committed_round_is_stale(open_round):
     coord, client, model, vector = open_round
     await still_accepts(client, model, vector, "client-a")
     await still_accepts(client, model, vector, "client-b")
-    for _ in range(200):
-        if coord.engine.round == 2 and coord.engine.state.name == "TRAINING":
+    # round 2 open and round 1's background export done (it marks the row and drops the spool)
+    for _ in range(500):
+        if coord.engine.round == 2 and coord.engine.state.name == "TRAINING" and round_exported(coord, 1):
             break
         await asyncio.sleep(0.02)
     assert (await client.poll("client-a", model)).round == 2

@@ -81,3 +81,11 @@ def test_a_writer_killed_mid_write_leaves_the_old_file(tmp_path):
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
     assert out.returncode == -9 and ready.exists()
     assert target.read_bytes() == b"old"  # only a stray dot-temp file may remain, never a torn target
+
+
+def test_a_non_durable_write_still_replaces_the_file_whole_and_leaves_no_temp(tmp_path):
+    target = tmp_path / "cache.bin"
+    atomic_write(target, b"old")
+    atomic_write(target, [b"new ", b"bytes"], durable=False)
+    assert target.read_bytes() == b"new bytes"
+    assert [p.name for p in tmp_path.iterdir()] == ["cache.bin"]

@@ -97,6 +97,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     import logging
 
+    from fedort.cli import leave_without_teardown
+    from fedort.durable import fsync_tree
+
     from fedort.simulations.runner import run_simulation
 
     if not args.verbose:  # the per-update logs would bury the progress bar
@@ -117,6 +120,8 @@ def _run(args: argparse.Namespace) -> int:
     print(f"report: {result.out / 'metrics.csv'}, {result.out / 'metrics.json'}")
     print(f"plot:   {result.out / 'metrics.png'}")
     print(f"model:  {result.model}  (test accuracy {_pct(result.final.get('test_accuracy'))})")
+    fsync_tree(result.out)      # every output durable (most already are: state, model, report) ...
+    leave_without_teardown()    # ... so the process may skip the interpreter's teardown
     return 0
 
 
