@@ -176,7 +176,6 @@ def _verify(fd: int, admitted: AdmittedUpdate, what: str) -> None:
         check_reconstructed(DensePiece(0, np.asarray(values, dtype=np.float32)), admitted.base, what)
 
 
-@asynccontextmanager
 @dataclass(frozen=True)
 class TakenFile:
     """A co-located device's update, checked and fsynced at `path`; never kept inline in its row."""
@@ -184,6 +183,7 @@ class TakenFile:
     payload: None = None
 
 
+@asynccontextmanager
 async def local_file_received(admitted: AdmittedUpdate, tmp: Path, chunks: AsyncIterator[bytes],
                               directory: str | os.PathLike | None) -> AsyncIterator[TakenFile]:
     """The upload path's hook for a header naming `local_file`: like `uploads.received`, the body runs
