@@ -28,9 +28,10 @@ from fedort.protos import fedort_v1_pb2 as pb
 from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
 from fedort.protos.codec import CHUNK_BYTES, VectorAssembler, iter_chunks
 from fedort.edge_client.download_delta import DeltaDownload
+from fedort.edge_client.tls_hints import with_tls_hint
 from fedort.protos.codecs import iter_payload_chunks
 from fedort.protos.codecs.xor_delta import DOWNLOAD_DELTA
-from fedort.protos.errors import CertificateError, ConfigError, FedortError, ProtocolError, UnavailableError
+from fedort.protos.errors import ConfigError, FedortError, ProtocolError, UnavailableError
 from fedort.protos.messages import Metric, Status, SubmitResult, Task, UpdateHeader, meta_from_pb, metrics_to_pb
 from fedort.protos.round_state import RoundState
 from fedort.protos.status_codes import from_rpc_error
@@ -108,10 +109,12 @@ class ChannelConfig:
     def metadata(self) -> tuple[tuple[str, str], ...] | None:
         return (("authorization", f"Bearer {self.token}"),) if self.token else None
 
-    def open_channel(self) -> grpc.Channel:
+    def open_channel(self, *, own_connection: bool = False) -> grpc.Channel:
+        """A channel; `own_connection` keeps it off the process-wide subchannel pool (a new TCP connection)."""
+        options = self.options() + ([("grpc.use_local_subchannel_pool", 1)] if own_connection else [])
         if self.insecure:
-            return grpc.insecure_channel(self.address, options=self.options())
-        return grpc.secure_channel(self.address, self.credentials(), options=self.options())
+            return grpc.insecure_channel(self.address, options=options)
+        return grpc.secure_channel(self.address, self.credentials(), options=options)
 
     def options(self) -> list[tuple[str, int]]:
         return [
@@ -159,6 +162,7 @@ class Transport:
         self._stub = pb_grpc.CoordinatorStub(self._channel)
         self._lock = threading.RLock()  # RLock: cancel_inflight may run in a signal handler
         self._inflight: set = set()
+        self._retired: list[grpc.Channel] = []   # channels replaced by _redial
         self._closed = False
 
     @classmethod
@@ -168,7 +172,8 @@ class Transport:
     def close(self) -> None:
         self.cancel_inflight()
         self._closed = True
-        self._channel.close()
+        for channel in [*self._retired, self._channel]:
+            channel.close()
 
     def __enter__(self) -> "Transport":
         return self
@@ -215,33 +220,28 @@ class Transport:
             self._untrack(future)
 
     def _error(self, e: grpc.RpcError) -> FedortError:
-        """`from_rpc_error`, with a hint when a TLS handshake is the likely reason the coordinator is unreachable."""
+        """`from_rpc_error`, plus: the coordinator cancelling is retryable, a deadline that ran out redials, and a
+        TLS failure says what to check."""
         exc = from_rpc_error(e)
         details = (e.details() if hasattr(e, "details") else "") or ""
         if exc.code == "CANCELLED" and details != _LOCAL_CANCEL:
             # the coordinator cancelled the call (it is stopping or restarting), not us: retryable
             return UnavailableError(f"UNAVAILABLE: the coordinator cancelled the call ({details}); "
                                     "it is probably restarting")
-        low = details.lower()
+        if exc.code == "DEADLINE_EXCEEDED":
+            self._redial()
         if exc.code == "UNAVAILABLE" and not self.config.insecure:
-            if "certificate_verify_failed" in low or "certificate verify failed" in low:
-                cert = CertificateError(
-                    f"{exc.args[0]} [the coordinator's TLS certificate failed verification, which retrying cannot "
-                    "fix: check that --ca-file is the CA that signed it and that it names the address you dial]")
-                cert.code = exc.code
-                return cert
-            if any(w in low for w in ("ssl", "tls", "handshake", "certificate")):
-                hint = ("TLS handshake with the coordinator failed: check that --ca-file is the CA that signed its "
-                        "certificate and that the certificate names the address you dial (or, for a plaintext "
-                        "coordinator, pass --insecure)")
-            elif "socket closed" in low or "connection reset" in low:
-                hint = ("the coordinator closed the connection during the TLS handshake: it may require a client "
-                        "certificate (mutual TLS: --cert/--key)")
-            else:
-                hint = ""
-            if hint:
-                exc.args = (f"{exc.args[0]} [{hint}]",)
+            return with_tls_hint(exc, details)
         return exc
+
+    def _redial(self) -> None:
+        """A call ran out of time: later calls go over a new connection, since this one may be half-open (a
+        coordinator gone without a reset keeps streams hanging); the old channel is closed with the transport."""
+        with self._lock:
+            if not self._closed:
+                self._retired.append(self._channel)
+                self._channel = self.config.open_channel(own_connection=True)
+                self._stub = pb_grpc.CoordinatorStub(self._channel)
 
     def _stream(self, method: Callable, request, timeout: float) -> Iterator:
         try:

@@ -366,21 +366,33 @@ def test_stop_cuts_a_long_poll_short_and_leaves(server, tmp_path, digits):
     assert db(tmp_path, "SELECT active, left_reason FROM clients") == [(0, "test stop")]
 
 
-def test_clients_resume_after_the_coordinator_restarts(server, tmp_path, digits):
-    address = server.start_with(rounds=3)
-    port = int(address.rsplit(":", 1)[1])
+def test_clients_resume_after_the_coordinator_restarts(tmp_path, artifacts, digits):
+    # a real crash: the coordinator process is SIGKILLed after round 1 and started again on the same port
+    from chaos_support import CoordinatorProcess
+
+    flags = dict(rounds=3, min_clients=2, round_timeout=20, local_epochs=1, batch_size=32, lr=0.05)
+    first = CoordinatorProcess(artifacts, tmp_path / "state", tmp_path / "coordinator.log", **flags)
+    address = f"127.0.0.1:{first.port}"
     clients = [EdgeClient(config(address, tmp_path, f"dev{i}"), data=part(digits, i, 2, 300)) for i in range(2)]
     threads, results = start_in_threads(clients)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and not db(tmp_path, "SELECT * FROM rounds WHERE round = 1 AND closed_ms"):
-        time.sleep(0.02)
-    server.stop(grace=0)
-    time.sleep(0.5)
-    server.start_with(rounds=3, address=f"127.0.0.1:{port}")
-    for t in threads:
-        t.join(60)
-    assert all(getattr(s, "outcome", None) == "done" for s in results), results
-    assert server.wait_done(5).state.name == "DONE"
+    again = None
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not db(tmp_path, "SELECT * FROM rounds WHERE round = 1 AND closed_ms"):
+            time.sleep(0.02)
+        first.kill()
+        again = CoordinatorProcess(artifacts, tmp_path / "state", tmp_path / "coordinator.log", address=address,
+                                   **flags)
+        for t in threads:
+            t.join(60)
+        assert all(getattr(s, "outcome", None) == "done" for s in results), results
+        assert again.proc.wait(30) == 0
+    finally:
+        for c in clients:
+            c.stop()
+        for p in (first, again):
+            if p is not None:
+                p.kill()
     ids = {c.client_id for c in clients}
     assert {c for (c,) in db(tmp_path, "SELECT client_id FROM clients")} == ids  # same identities
     rows = db(tmp_path, "SELECT round, client_id FROM submissions")

@@ -123,3 +123,58 @@ def test_a_coordinator_without_poll_tasks_answers_unimplemented():
         assert err.value.code == "UNIMPLEMENTED"
     finally:
         server.stop(0)
+
+
+class FirstConnectionSilent:
+    """A loopback TCP relay to `target` whose first connection is accepted and then never answered (a
+    half-open peer: nothing sent, nothing reset); every later connection is relayed both ways."""
+
+    def __init__(self, target: str) -> None:
+        import socket
+
+        self.target = target.rsplit(":", 1)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.connections: list = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.connections.append(conn)
+            if len(self.connections) == 1:
+                continue                                    # held open, never answered
+            upstream = socket.create_connection((self.target[0], int(self.target[1])))
+            self.connections.append(upstream)
+            for a, b in ((conn, upstream), (upstream, conn)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src, dst) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.listener.close()
+        for c in self.connections:
+            c.close()
+
+
+def test_a_call_that_runs_out_of_time_redials_instead_of_reusing_a_silent_connection(address):
+    relay = FirstConnectionSilent(address)
+    try:
+        with Transport.connect(f"127.0.0.1:{relay.port}", insecure=True, rpc_timeout_s=1.0) as t:
+            with pytest.raises(FedortError) as e:
+                t.join("dev")                               # sent into the silent connection
+            assert e.value.code == "DEADLINE_EXCEEDED"
+            assert t.join("dev").client_id.startswith("c-")  # a new connection, relayed to the coordinator
+    finally:
+        relay.close()
