@@ -99,8 +99,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from fedort.cli import leave_without_teardown
     from fedort.durable import fsync_tree
-
-    from fedort.simulations.runner import run_simulation
+    from fedort.simulations.backends import prepared_backend
 
     if not args.verbose:  # the per-update logs would bury the progress bar
         for name in ("coordinator", "fedort.edge", "edge_client"):
@@ -113,7 +112,13 @@ def _run(args: argparse.Namespace) -> int:
               "strategy", "server_optimizer", "byzantine_fraction", "attack", "straggler_fraction", "straggler_steps",
               "codec", "topk_warmup", "mode", "buffer_size", "max_staleness", "staleness_weight", "device_speed", "step_seconds")
     cfg = load_config(args.scenario, {k: getattr(args, k) for k in fields + PRIVACY_KEYS})
-    result = run_simulation(cfg)
+    backend = prepared_backend(cfg)   # workers spawn now: their start-up overlaps the imports below
+    try:
+        from fedort.simulations.runner import run_simulation
+    except BaseException:
+        backend.stop()
+        raise
+    result = run_simulation(cfg, backend)
     print()
     print(result.summary)
     print()
