@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from fedort.cli.async_flags import add_async_flags
 from fedort.cli.privacy_flags import PRIVACY_KEYS, add_privacy_flags
 from fedort.simulations.config import BACKENDS, load_config
 
@@ -78,8 +79,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-local-vectors", dest="local_vectors", action="store_false", default=None,
                    help="stream every vector over gRPC as a deployed device does (default: clients on this host "
                         "pass vectors as files in the state dir)")
-    from fedort.cli.coordinator import add_async_flags
-
     add_async_flags(p)
     p.add_argument("--device-speed", metavar="SPEC",
                    help="simulated compute time per client: uniform | lognormal:SIGMA | slow:F:K, served on a virtual "
