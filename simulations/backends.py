@@ -32,10 +32,22 @@ class WorkerFailed(FedortError):
 
 
 def _warm() -> None:
-    """Import what a worker needs (ORT, gRPC, the client stack) before it has a plan."""
-    import fedort.edge_client.session  # noqa: F401
-    import fedort.edge_client.trainer  # noqa: F401
-    import fedort.simulations.worker  # noqa: F401
+    """Import what a worker needs (ORT, gRPC, the client stack) before it has a plan.
+
+    The pool's initializer, so it runs in every worker process as it starts (a task would be
+    taken by whichever process is up first, leaving the other to import once its plan arrives).
+    An import error is left for `run_worker` to raise, where it reaches the run as a WorkerFailed."""
+    try:
+        import fedort.edge_client.session  # noqa: F401
+        import fedort.edge_client.trainer  # noqa: F401
+        import fedort.simulations.worker  # noqa: F401
+    except ImportError:
+        pass
+
+
+def _pool(workers: int) -> cf.ProcessPoolExecutor:
+    return cf.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                                  initializer=_warm)
 
 
 def _run_worker(plan: WorkerPlan) -> WorkerStats:
@@ -54,17 +66,16 @@ class LocalBackend:
 
     def prepare(self, workers: int) -> None:
         """Spawn the worker processes now, so their imports (~1-2 s) overlap the run's preparation."""
-        ctx = multiprocessing.get_context("spawn")
-        self._pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
-        self._futures = [self._pool.submit(_warm) for _ in range(workers)]
+        self._pool = _pool(workers)
+        # a pool starts a spawn-method process per task submitted while none is idle: one task each
+        self._futures = [self._pool.submit(os.getpid) for _ in range(workers)]
 
     def start(self, plans: Sequence[WorkerPlan]) -> None:
         if self._pool is not None and self._pool._max_workers != len(plans):
             self._pool.shutdown(wait=False)   # prepared for another count (e.g. a data folder with fewer clients)
             self._pool = None
         if self._pool is None:
-            ctx = multiprocessing.get_context("spawn")
-            self._pool = cf.ProcessPoolExecutor(max_workers=len(plans), mp_context=ctx)
+            self._pool = _pool(len(plans))
         self._futures = [self._pool.submit(_run_worker, p) for p in plans]
 
     def results(self) -> list[WorkerStats] | None:
