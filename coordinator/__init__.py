@@ -1,11 +1,29 @@
 """The fedort coordinator: gRPC server, round engine, streaming FedAvg, durable state, model export.
 
     from fedort.coordinator import Coordinator, CoordinatorConfig
+
+Names load on first use (PEP 562), so importing one part (`fedort.coordinator.aggregation` to
+check a strategy spec) does not load the server, gRPC and ONNX Runtime with it.
 """
 
-from fedort.coordinator.config import CoordinatorConfig
-from fedort.coordinator.round_engine import RunOutcome
-from fedort.protos.round_state import RoundState
-from fedort.coordinator.server import Coordinator
+from __future__ import annotations
 
-__all__ = ["Coordinator", "CoordinatorConfig", "RoundState", "RunOutcome"]
+from typing import TYPE_CHECKING
+
+from fedort.lazy import lazy_exports
+
+_EXPORTS: dict[str, str] = {
+    "Coordinator": "fedort.coordinator.server",
+    "CoordinatorConfig": "fedort.coordinator.config",
+    "RoundState": "fedort.protos.round_state",
+    "RunOutcome": "fedort.coordinator.round_engine",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
+
+if TYPE_CHECKING:
+    from fedort.coordinator.config import CoordinatorConfig
+    from fedort.coordinator.round_engine import RunOutcome
+    from fedort.coordinator.server import Coordinator
+    from fedort.protos.round_state import RoundState

@@ -13,7 +13,13 @@ pulls in neither ONNX Runtime nor gRPC until they are needed. Never imports torc
 
 from __future__ import annotations
 
+import contextlib
+
+from fedort.edge_client import _ort
 from fedort.lazy import lazy_exports
+
+with contextlib.suppress(ImportError):   # a missing ORT is reported where it is used, with its fix
+    _ort.install_bare_training_package()   # before any of our modules imports onnxruntime (see _ort.py)
 
 from typing import TYPE_CHECKING
 

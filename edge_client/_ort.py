@@ -21,36 +21,48 @@ from typing import Iterator
 _PKG = "onnxruntime.training"
 
 
-def _install_bare_training_package() -> None:
-    if _PKG in sys.modules:
-        return
+def install_bare_training_package() -> None:
+    """Register the bare `onnxruntime.training` package; idempotent, and a no-op if the real one is loaded.
+
+    Called when `fedort.edge_client` is imported, so before anything of ours imports `onnxruntime`:
+    ORT's own `__init__` then finds the bare package too and skips the real one, which imports
+    `onnx` and tries `ortmodule` (~60 ms of every process's start-up, doing nothing we use).
+    Finding the package's folder does not import `onnxruntime`.
+    """
+    if _PKG not in sys.modules:
+        spec = importlib.util.find_spec("onnxruntime")
+        if spec is None or not spec.submodule_search_locations:  # pragma: no cover - broken install
+            raise ImportError("onnxruntime is not installed; install onnxruntime-training-cpu==1.19.2")
+        path = os.path.join(list(spec.submodule_search_locations)[0], "training")
+        if not os.path.isdir(path):
+            raise ImportError(
+                "onnxruntime is installed without its training API; install "
+                "onnxruntime-training-cpu==1.19.2 (and uninstall the plain onnxruntime wheel)"
+            )
+        bare = types.ModuleType(_PKG)
+        bare.__path__ = [path]
+        bare.__package__ = _PKG
+        sys.modules[_PKG] = bare
+
+
+def _training_package() -> None:
+    """`onnxruntime` imported, with the bare training package registered first and bound as its attribute."""
+    install_bare_training_package()
     import onnxruntime
 
-    spec = importlib.util.find_spec("onnxruntime")
-    if spec is None or not spec.submodule_search_locations:  # pragma: no cover - broken install
-        raise ImportError("onnxruntime is not installed; install onnxruntime-training-cpu==1.19.2")
-    path = os.path.join(list(spec.submodule_search_locations)[0], "training")
-    if not os.path.isdir(path):
-        raise ImportError(
-            "onnxruntime is installed without its training API; install "
-            "onnxruntime-training-cpu==1.19.2 (and uninstall the plain onnxruntime wheel)"
-        )
-    bare = types.ModuleType(_PKG)
-    bare.__path__ = [path]
-    bare.__package__ = _PKG
-    sys.modules[_PKG] = bare
-    onnxruntime.training = bare  # type: ignore[attr-defined]
+    if getattr(onnxruntime, "training", None) is None:
+        onnxruntime.training = sys.modules[_PKG]  # type: ignore[attr-defined]
 
 
 def training_api() -> types.ModuleType:
     """`onnxruntime.training.api` (CheckpointState, Module, Optimizer, LinearLRScheduler)."""
-    _install_bare_training_package()
+    _training_package()
     return importlib.import_module(_PKG + ".api")
 
 
 def artifacts_api() -> types.ModuleType:
     """`onnxruntime.training.artifacts` (generate_artifacts, LossType, OptimType)."""
-    _install_bare_training_package()
+    _training_package()
     return importlib.import_module(_PKG + ".artifacts")
 
 
@@ -61,7 +73,7 @@ def reset_graph_names() -> None:
     models would get different artifacts bytes, a different loss output name and a different
     model id depending on what the process built before.
     """
-    _install_bare_training_package()
+    _training_package()
     importlib.import_module(_PKG + ".onnxblock._graph_utils")._GRAPH_TOKEN = 0
 
 

@@ -16,12 +16,13 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
-
-import onnx
+from typing import TYPE_CHECKING, Sequence
 
 from fedort.protos.errors import ArtifactError, ConfigError
 from fedort.edge_client import _ort
+
+if TYPE_CHECKING:   # onnx loads only where artifacts are built: a client that reads them needs none
+    import onnx
 
 MANIFEST = "manifest.json"
 TRAINING_MODEL = "training_model.onnx"
@@ -33,11 +34,8 @@ ARTIFACT_FILES = (TRAINING_MODEL, EVAL_MODEL, OPTIMIZER_MODEL, CHECKPOINT)
 LOSSES = {"cross-entropy": "CrossEntropyLoss", "mse": "MSELoss", "bce-with-logits": "BCEWithLogitsLoss", "l1": "L1Loss"}
 OPTIMIZERS = {"adamw": "AdamW", "sgd": "SGD"}
 
-_ONNX_DTYPES = {
-    onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.DOUBLE: "float64", onnx.TensorProto.INT64: "int64",
-    onnx.TensorProto.INT32: "int32", onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.BOOL: "bool",
-    onnx.TensorProto.UINT8: "uint8", onnx.TensorProto.INT8: "int8",
-}
+# onnx.TensorProto's element types (fixed numbers of the ONNX spec) -> numpy dtype names
+_ONNX_DTYPES = {1: "float32", 11: "float64", 7: "int64", 6: "int32", 10: "float16", 9: "bool", 2: "uint8", 3: "int8"}
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
@@ -169,6 +167,8 @@ def verify_artifacts(folder: str | os.PathLike, manifest: Manifest | None = None
 
 
 def _float_initializers(model: onnx.ModelProto) -> list[str]:
+    import onnx
+
     floats = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16}
     return [t.name for t in model.graph.initializer if t.data_type in floats]
 
@@ -189,6 +189,8 @@ def build_artifacts(
     outputs (or `inference_outputs`) are added as extra outputs of the train/eval models, so
     `eval_step` returns them beside the loss and the export can keep them.
     """
+    import onnx
+
     if loss not in LOSSES:
         raise ConfigError(f"unknown loss {loss!r}; expected one of {sorted(LOSSES)}")
     if optimizer not in OPTIMIZERS:

@@ -49,7 +49,6 @@ from fedort.edge_client.artifacts import Manifest
 from fedort.edge_client.cache import ArtifactCache, IdentityLock
 from fedort.edge_client.client_data import ClientData
 from fedort.edge_client.local_dp import LocalDP
-from fedort.edge_client.secagg_flow import SecAggFlow
 from fedort.edge_client.edge_config import EdgeConfig
 from fedort.edge_client.guards import check_finite
 from fedort.edge_client.heartbeat import Heartbeat
@@ -281,6 +280,8 @@ class EdgeClient(Joining):
 
     def _submit_masked(self, p: _Pending, chunk: int) -> RoundReport:
         """Run the secure-aggregation phases for the pending update (edge_client.secagg_flow)."""
+        from fedort.edge_client.secagg_flow import SecAggFlow   # its crypto stack loads only for a masked round
+
         task, vector, trained = p.secagg
         self.phase = "secure aggregation"
         try:

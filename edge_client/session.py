@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Mapping, Sequence, Union
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 
 from fedort.protos.errors import ArtifactError, ConfigError, DataError, TrainingError, VectorError
@@ -141,6 +140,8 @@ class TrainingSession:
         path = self._eval_path or self._training_path
         if path.suffix == ".ort":
             return {}
+        import onnx   # only here (no manifest): a session over manifested artifacts never loads onnx
+
         graph = onnx.load(os.fspath(path), load_external_data=False).graph
         return {vi.name: TensorSpec.from_value_info(vi) for vi in graph.input}
 

@@ -10,10 +10,13 @@ import concurrent.futures as cf
 import logging
 import multiprocessing
 import os
-from typing import Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 from fedort.protos.errors import ConfigError, FedortError
-from fedort.simulations.worker import WorkerPlan, WorkerStats, run_worker
+
+if TYPE_CHECKING:   # the worker module (ONNX Runtime, gRPC) loads only where a worker runs or is planned
+    from fedort.simulations.config import SimulationConfig
+    from fedort.simulations.worker import WorkerPlan, WorkerStats
 
 log = logging.getLogger("fedort.sim")
 
@@ -29,9 +32,29 @@ class WorkerFailed(FedortError):
 
 
 def _warm() -> None:
-    """Import what a worker needs (ORT, gRPC, the client stack) before it has a plan."""
-    import fedort.edge_client.session  # noqa: F401
-    import fedort.edge_client.trainer  # noqa: F401
+    """Import what a worker needs (ORT, gRPC, the client stack) before it has a plan.
+
+    The pool's initializer, so it runs in every worker process as it starts (a task would be
+    taken by whichever process is up first, leaving the other to import once its plan arrives).
+    An import error is left for `run_worker` to raise, where it reaches the run as a WorkerFailed."""
+    try:
+        import fedort.edge_client.session  # noqa: F401
+        import fedort.edge_client.trainer  # noqa: F401
+        import fedort.simulations.worker  # noqa: F401
+    except ImportError:
+        pass
+
+
+def _pool(workers: int) -> cf.ProcessPoolExecutor:
+    return cf.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                                  initializer=_warm)
+
+
+def _run_worker(plan: WorkerPlan) -> WorkerStats:
+    """`run_worker(plan)`, named here so that this module stays light to import (and to pickle by name)."""
+    from fedort.simulations.worker import run_worker
+
+    return run_worker(plan)
 
 
 class LocalBackend:
@@ -43,18 +66,17 @@ class LocalBackend:
 
     def prepare(self, workers: int) -> None:
         """Spawn the worker processes now, so their imports (~1-2 s) overlap the run's preparation."""
-        ctx = multiprocessing.get_context("spawn")
-        self._pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
-        self._futures = [self._pool.submit(_warm) for _ in range(workers)]
+        self._pool = _pool(workers)
+        # a pool starts a spawn-method process per task submitted while none is idle: one task each
+        self._futures = [self._pool.submit(os.getpid) for _ in range(workers)]
 
     def start(self, plans: Sequence[WorkerPlan]) -> None:
         if self._pool is not None and self._pool._max_workers != len(plans):
             self._pool.shutdown(wait=False)   # prepared for another count (e.g. a data folder with fewer clients)
             self._pool = None
         if self._pool is None:
-            ctx = multiprocessing.get_context("spawn")
-            self._pool = cf.ProcessPoolExecutor(max_workers=len(plans), mp_context=ctx)
-        self._futures = [self._pool.submit(run_worker, p) for p in plans]
+            self._pool = _pool(len(plans))
+        self._futures = [self._pool.submit(_run_worker, p) for p in plans]
 
     def results(self) -> list[WorkerStats] | None:
         for f in self._futures:
@@ -99,7 +121,7 @@ class RayBackend:
                 # workers import this project from the driver's environment (same venv, same files)
                 self._init_local(num_cpus=self._num_cpus or os.cpu_count(), **kwargs)
             self._started_ray = True
-        remote = ray.remote(num_cpus=1, max_retries=0)(run_worker)
+        remote = ray.remote(num_cpus=1, max_retries=0)(_run_worker)
         self._refs = [remote.remote(p) for p in plans]
 
     def _init_local(self, attempts: int = 3, **kwargs) -> None:
@@ -147,3 +169,14 @@ def make_backend(name: str, *, ray_address: str | None = None, num_cpus: int | N
     if name == "ray":
         return RayBackend(ray_address, num_cpus)
     raise ConfigError(f"unknown backend {name!r}; expected local or ray")
+
+
+def prepared_backend(cfg: SimulationConfig) -> Backend:
+    """The run's backend; local worker processes are spawned at once, so that their start-up
+    (interpreter, ONNX Runtime, gRPC: 1-2 s on a busy machine) overlaps everything the run does
+    before it needs them, the caller's own imports included (call this before importing the runner)."""
+    workers = max(1, min(cfg.worker_count, cfg.clients))
+    backend = make_backend(cfg.backend, ray_address=cfg.ray_address, num_cpus=workers)
+    if isinstance(backend, LocalBackend):
+        backend.prepare(workers)
+    return backend

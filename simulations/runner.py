@@ -26,7 +26,7 @@ from fedort.edge_client.models import builtin_model
 from fedort.protos.errors import ConfigError, FedortError
 from fedort.protos.round_state import RoundState
 from fedort.simulations.attacks import choose_attackers
-from fedort.simulations.backends import make_backend
+from fedort.simulations.backends import Backend, prepared_backend
 from fedort.simulations.config import SimulationConfig
 from fedort.simulations.datasets import save_npz
 from fedort.simulations.device_speed import parse_device_speed
@@ -109,17 +109,19 @@ def device_speeds(cfg: SimulationConfig, client_ids: list[str]) -> tuple[tuple[s
     return tuple(zip(client_ids, (float(f) for f in factors)))
 
 
-def run_simulation(cfg: SimulationConfig) -> SimulationResult:
-    """Run `cfg` and write its report; returns the records and where everything is."""
-    out = Path(cfg.out)
-    if (out / "state").exists():
-        raise ConfigError(f"{out} already holds a run; choose another --out (or delete it)")
-    out.mkdir(parents=True, exist_ok=True)
+def run_simulation(cfg: SimulationConfig, backend: Backend | None = None) -> SimulationResult:
+    """Run `cfg` and write its report; returns the records and where everything is.
+
+    `backend`: one from `prepared_backend(cfg)` made earlier (its workers already starting up);
+    by default made here. Either way it is stopped when the run ends."""
     started = time.monotonic()
-    backend = make_backend(cfg.backend, ray_address=cfg.ray_address, num_cpus=max(1, min(cfg.worker_count, cfg.clients)))
-    if hasattr(backend, "prepare"):   # local processes start importing while artifacts and data are made
-        backend.prepare(max(1, min(cfg.worker_count, cfg.clients)))
+    if backend is None:   # local processes start importing while artifacts and data are made
+        backend = prepared_backend(cfg)
     try:
+        out = Path(cfg.out)
+        if (out / "state").exists():
+            raise ConfigError(f"{out} already holds a run; choose another --out (or delete it)")
+        out.mkdir(parents=True, exist_ok=True)
         return _run(cfg, out, backend, started)
     finally:
         backend.stop()

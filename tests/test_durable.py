@@ -10,7 +10,7 @@ import threading
 import numpy as np
 import pytest
 
-from fedort.durable import atomic_write, atomic_write_json, fsync_dir, fsync_file
+from fedort.durable import atomic_write, atomic_write_json, fsync_dir, fsync_file, fsync_tree
 
 
 def test_bytes_arrays_and_chunk_iterables_are_written_whole(tmp_path):
@@ -89,3 +89,11 @@ def test_a_non_durable_write_still_replaces_the_file_whole_and_leaves_no_temp(tm
     atomic_write(target, [b"new ", b"bytes"], durable=False)
     assert target.read_bytes() == b"new bytes"
     assert [p.name for p in tmp_path.iterdir()] == ["cache.bin"]
+
+
+def test_fsync_tree_counts_every_file_below_the_root_but_the_skipped_entries(tmp_path):
+    for rel in ("metrics.csv", "data/a.npz", "state/state.db", "state/models/m.onnx", "cache/blob"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(b"x")
+    assert fsync_tree(tmp_path) == 5
+    assert fsync_tree(tmp_path, skip=("state", "cache")) == 2

@@ -26,6 +26,7 @@ from fedort.coordinator.config import CoordinatorConfig
 from fedort.protos.round_state import RoundState
 from fedort.coordinator.server import Coordinator
 from fedort.coordinator.status import format_status, offline_status
+from fedort.cli.async_flags import add_async_flags
 from fedort.cli.privacy_flags import PRIVACY_KEYS, add_privacy_flags
 
 log = logging.getLogger("coordinator")
@@ -118,17 +119,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     devices = sub.add_parser("devices", help="list enrolled devices (never their tokens)")
     devices.add_argument("--state-dir", type=Path, required=True, metavar="DIR", help="the coordinator's state dir")
     devices.set_defaults(func=devices_command)
-
-
-def add_async_flags(parser: argparse.ArgumentParser) -> None:
-    """--mode and FedBuff's settings (shared by `coordinator serve` and `simulate`)."""
-    parser.add_argument("--mode", choices=("sync", "async"),
-                        help="sync: rounds; async: FedBuff global versions, --rounds of them (default sync)")
-    parser.add_argument("--buffer-size", type=int, metavar="K", help="async: updates per new global version (default 10)")
-    parser.add_argument("--max-staleness", type=int, metavar="S",
-                        help="async: refuse updates trained more than S versions ago (default 10)")
-    parser.add_argument("--staleness-weight", metavar="SPEC",
-                        help="async: weight of a stale update: constant | poly:A | hinge:A,B (default poly:0.5)")
 
 
 _FLAG_KEYS = ("artifacts", "state_dir", "address", "port_file", "rounds", "min_clients", "min_available_clients",

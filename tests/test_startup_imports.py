@@ -1,0 +1,35 @@
+"""What a process of `fedort simulate` imports before it needs it: start-up time of every run (issue 12).
+
+Each check runs in a fresh interpreter, since this test process has long imported everything."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCENARIO = Path(__file__).resolve().parents[1] / "simulations" / "scenarios" / "digits_dirichlet.toml"
+
+
+def _loaded_after(code: str, modules: list[str]) -> list[str]:
+    probe = f"{code}\nimport json, sys\nprint(json.dumps([m for m in {modules!r} if m in sys.modules]))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_simulate_parses_and_checks_its_config_without_loading_the_server_so_workers_spawn_first():
+    code = (f"from fedort.cli import build_parser\nargv = ['simulate', {str(SCENARIO)!r}]\n"
+            "args = build_parser(argv).parse_args(argv)\n"
+            "from fedort.simulations.config import load_config\nload_config(args.scenario, {})\n"
+            "import fedort.simulations.backends")
+    heavy = ["fedort.coordinator.server", "fedort.coordinator.round_engine", "grpc", "onnxruntime", "onnx",
+             "fedort.simulations.worker"]
+    assert _loaded_after(code, heavy) == []
+
+
+def test_a_simulation_worker_loads_no_onnx_plotting_or_secure_aggregation_crypto():
+    code = "import fedort.simulations.backends as b\nb._warm()"
+    assert _loaded_after(code, ["onnxruntime", "fedort.simulations.worker"]) == ["onnxruntime", "fedort.simulations.worker"]
+    assert _loaded_after(code, ["onnx", "matplotlib", "cryptography", "torch", "fedort.coordinator"]) == []
