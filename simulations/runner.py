@@ -167,14 +167,14 @@ def _run(cfg: SimulationConfig, out: Path, backend, started: float) -> Simulatio
             stats = backend.results()
             if server.done or stats is not None:
                 break
-            time.sleep(0.1)
+            server.wait(timeout=0.1)   # wakes as the run ends, not up to 0.1 s later
         if server.error is not None:
             raise server.error
         if stats is None:  # the coordinator finished first; workers exit on their next poll
             deadline = time.monotonic() + 60
             while stats is None and time.monotonic() < deadline:
                 stats = backend.results()
-                time.sleep(0.05)
+                time.sleep(0.01)
         progress.update()
     finally:
         progress.close()
