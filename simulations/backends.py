@@ -25,6 +25,7 @@ class Backend(Protocol):
     def start(self, plans: Sequence[WorkerPlan]) -> None: ...
     def results(self) -> list[WorkerStats] | None: ...   # None while workers still run; raises a worker's error
     def stop(self) -> None: ...
+    def preload(self, artifacts: Path) -> None: ...   # the run's artifacts exist: workers may open them early
 
 
 class WorkerFailed(FedortError):
@@ -57,6 +58,12 @@ def _run_worker(plan: WorkerPlan) -> WorkerStats:
     return run_worker(plan)
 
 
+def _preopen(artifacts: Path) -> None:
+    from fedort.simulations.worker import preopen_session
+
+    preopen_session(artifacts)
+
+
 class LocalBackend:
     """One spawned process per worker plan (spawn: no forked gRPC or ORT state)."""
 
@@ -69,6 +76,13 @@ class LocalBackend:
         self._pool = _pool(workers)
         # a pool starts a spawn-method process per task submitted while none is idle: one task each
         self._futures = [self._pool.submit(os.getpid) for _ in range(workers)]
+
+    def preload(self, artifacts: Path) -> None:
+        """Workers open the ORT session from `artifacts` while the coordinator starts (one task each; a
+        process that takes two opens once, one that takes none opens at its first join)."""
+        if self._pool is not None:
+            for _ in range(self._pool._max_workers):
+                self._pool.submit(_preopen, artifacts)
 
     def start(self, plans: Sequence[WorkerPlan]) -> None:
         if self._pool is not None and self._pool._max_workers != len(plans):
@@ -123,6 +137,9 @@ class RayBackend:
             self._started_ray = True
         remote = ray.remote(num_cpus=1, max_retries=0)(_run_worker)
         self._refs = [remote.remote(p) for p in plans]
+
+    def preload(self, artifacts: Path) -> None:
+        """Nothing: a Ray worker (maybe on another host) opens its session at its first join."""
 
     def _init_local(self, attempts: int = 3, **kwargs) -> None:
         """Start a local Ray instance, trying again a few times: now and then its GCS or raylet

@@ -129,6 +129,7 @@ def run_simulation(cfg: SimulationConfig, backend: Backend | None = None) -> Sim
 
 def _run(cfg: SimulationConfig, out: Path, backend, started: float) -> SimulationResult:
     artifacts, manifest = _prepare_artifacts(cfg, out)
+    backend.preload(artifacts)   # the workers open the session while data and the coordinator are made
     (out / "data").mkdir(exist_ok=True)
     population = _population(cfg, out / "data")
     test_path = save_npz(out / "data" / "test.npz", population.test)
