@@ -225,3 +225,9 @@ def test_min_partition_size_reaches_the_partition():
         digits_population(100, "dirichlet:0.1", seed=0, min_size=15)
     with pytest.raises(ConfigError, match="min_partition_size must be an integer >= 1"):
         SimulationConfig(min_partition_size=0)
+
+
+def test_a_local_worker_opens_the_runs_own_artifacts_instead_of_downloading_them(tmp_path):
+    result = run_simulation(_small(tmp_path / "run", workers=1, rounds=1))
+    assert [r.clients for r in result.records] == [4]
+    assert not list((result.out / "cache").glob("worker-*/models/*"))   # no artifact was fetched over gRPC
