@@ -38,7 +38,6 @@ from fedort.coordinator.config import CoordinatorConfig
 from fedort.coordinator.download_delta import DownloadDeltas
 from fedort.coordinator.evaluation import EvaluationPhase
 from fedort.coordinator.privacy_round import PrivacyPlan
-from fedort.coordinator.secagg_round import SecAggRound
 from fedort.coordinator.export import Exporter
 from fedort.coordinator.integrity import read_verified_vector
 from fedort.coordinator.local_vectors import LocalVectorDir
@@ -108,7 +107,11 @@ class RoundEngine(TaskDispatch):
         self.evaluation = EvaluationPhase(self)
         self.uploads = Uploads(self)
         self.download_deltas = DownloadDeltas(self)
-        self.secagg = SecAggRound(self) if config.secagg else None
+        self.secagg = None
+        if config.secagg:   # imported only for a masked run: the protocol and its key agreement (~20 ms)
+            from fedort.coordinator.secagg_round import SecAggRound
+
+            self.secagg = SecAggRound(self)
         self.local_vectors = None if config.local_vector_dir is None else \
             LocalVectorDir.open(config.local_vector_dir, store.layout.root)   # co-located devices' files
         self._changed = asyncio.Event()
