@@ -10,12 +10,6 @@ from __future__ import annotations
 
 from fedort.lazy import lazy_exports
 
-from importlib.metadata import PackageNotFoundError, version as _dist_version
-
-try:
-    __version__ = _dist_version("fedort")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0+unknown"
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
@@ -41,4 +35,19 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted([*_EXPORTS, "__version__"])
 
 
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
+_export, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
+
+
+def __getattr__(name: str):
+    """`__version__` is read from the installed metadata on first use (importlib.metadata costs
+    ~15 ms, paid by every spawned simulation worker otherwise); other names load their module."""
+    if name != "__version__":
+        return _export(name)
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        value = version("fedort")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        value = "0+unknown"
+    globals()["__version__"] = value
+    return value

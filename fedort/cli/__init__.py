@@ -13,16 +13,29 @@ import logging
 import os
 import sys
 from typing import Iterator
-from importlib.metadata import entry_points
 
-from fedort import __version__
 from fedort.protos.errors import FedortError
 
 GROUP = "fedort.commands"
 
 
 def _commands() -> dict:
+    from importlib.metadata import entry_points   # here: a spawned worker re-imports this module, needs none
+
     return {ep.name: ep for ep in entry_points(group=GROUP)}
+
+
+class _Version(argparse.Action):
+    """argparse's version action, reading `fedort.__version__` only when asked."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest, nargs=0, default=default, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from fedort import __version__
+
+        print(f"fedort {__version__}")   # stdout, as argparse's own version action
+        parser.exit()
 
 
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
@@ -30,7 +43,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
         prog="fedort",
         description="Federated learning for models that train on the device with ONNX Runtime.",
     )
-    parser.add_argument("--version", action="version", version=f"fedort {__version__}")
+    parser.add_argument("--version", action=_Version, help="show the version and exit")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                         help="logging verbosity (default: INFO)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
