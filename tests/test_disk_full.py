@@ -137,7 +137,8 @@ async def test_an_edge_client_exits_non_zero_when_the_run_failed(start_coordinat
 async def test_the_round_engine_waits_for_space_at_commit_and_finishes_when_it_returns(small_disk, start_coordinator,
                                                                                      stub_client):
     # three selected, two report: the round closes at its deadline, after the disk was filled
-    coord = await start_coordinator(state_dir=small_disk.path / "state", rounds=1, min_clients=2, round_timeout_s=8)
+    coord = await start_coordinator(state_dir=small_disk.path / "state", rounds=1, min_clients=2, round_timeout_s=8,
+                                    min_available_clients=3)   # the round opens with all three joined
     client = stub_client(coord.port)
     model = (await client.join("client-a")).model_id
     await client.join("client-b")
