@@ -17,6 +17,7 @@ from fedort.coordinator.admission import check_model
 from fedort.coordinator.metrics import MetricSums, metrics_json
 from fedort.coordinator.selection import client_seed, select_clients
 from fedort.coordinator.state import now_ms
+from fedort.coordinator.storage import retry_when_full
 from fedort.protos.errors import ProtocolError, StaleRoundError
 from fedort.protos.messages import Metric, SubmitResult, Task, TaskKind, TrainConfig
 from fedort.protos.round_state import RoundState
@@ -60,7 +61,9 @@ class EvaluationPhase:
             sums.add(metrics, n)
         summary = {"clients": len(rows), "examples": sum(n for _, n, _ in rows), "metrics": sums.means()}
         log.info("federated evaluation of the final model: %s", summary)
-        e.store.set_meta(evaluated_round=str(self.round), federated_evaluation=json.dumps(summary, sort_keys=True))
+        await retry_when_full(lambda: e.store.set_meta(evaluated_round=str(self.round),   # disk full: wait, not fail
+                                                       federated_evaluation=json.dumps(summary, sort_keys=True)),
+                              "federated evaluation summary")
 
     def task_for(self, client_id: str) -> Task | None:
         """An EVALUATE task while the phase runs, for a selected client that has not reported."""

@@ -215,7 +215,8 @@ class RoundEngine(TaskDispatch):
                     self.transition(RoundState.WAITING_FOR_CLIENTS, f"round {self.round} is next")
             await self.exports_done()
             await self.evaluation.run()
-            self.store.set_meta(run_state=RunState.DONE.value, **({"run_message": stopped} if stopped else {}))
+            done = {"run_state": RunState.DONE.value, **({"run_message": stopped} if stopped else {})}
+            await retry_when_full(lambda: self.store.set_meta(**done), "run end")  # disk full: wait, not fail
             self.finish(RoundState.DONE, stopped or f"{self.config.rounds} rounds completed")
         except asyncio.CancelledError:
             raise

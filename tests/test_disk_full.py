@@ -21,6 +21,7 @@ from fedort.coordinator import RoundState
 from fedort.coordinator.devices import DeviceStore
 from fedort.coordinator.state import StateStore
 from fedort.edge_client.transport import Transport
+from fedort.protos import fedort_v1_pb2 as pb
 from fedort.protos.errors import StorageError
 
 
@@ -168,3 +169,22 @@ async def test_status_shows_the_storage_full_condition(small_disk, start_coordin
     assert json.loads(status("--json"))["storage_full"] is True
     small_disk.free()
     assert json.loads(status("--json"))["storage_full"] is False
+
+
+async def test_the_run_end_waits_for_space_and_ends_done_when_it_returns(small_disk, start_coordinator, stub_client):
+    # the final evaluation's summary and the run's DONE are the last writes: a full disk there is waited out too
+    coord = await start_coordinator(state_dir=small_disk.path / "state", rounds=1, fraction_evaluate=1.0,
+                                    round_timeout_s=3)
+    client = stub_client(coord.port)
+    model = (await client.join("client-a")).model_id
+    await client.join("client-b")
+    await client.fit_round("client-a", model, 1.0, 10)
+    await client.fit_round("client-b", model, 3.0, 10)
+    assert (await client.poll("client-a", model)).kind == pb.Task.EVALUATE   # round 1 committed and exported
+    small_disk.fill()                                    # nobody evaluates: the phase ends at its deadline
+    await wait_for_metric(coord, "fedort_storage_errors_total", lambda v: v >= 1, timeout=60)
+    assert coord.engine.outcome is None                  # waiting for space, not failed
+    small_disk.free()
+    outcome = await asyncio.wait_for(coord.wait_done(), 60)
+    assert outcome.state is RoundState.DONE and outcome.rounds_completed == 1
+    assert coord.engine.store.get_meta("run_state") == "DONE"
