@@ -15,9 +15,8 @@ interrupts a long-poll.
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator, Mapping
 
@@ -27,11 +26,12 @@ import numpy as np
 from fedort.protos import fedort_v1_pb2 as pb
 from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
 from fedort.protos.codec import CHUNK_BYTES, VectorAssembler, iter_chunks
+from fedort.edge_client.channel import ChannelConfig
 from fedort.edge_client.download_delta import DeltaDownload
 from fedort.edge_client.tls_hints import with_tls_hint
 from fedort.protos.codecs import iter_payload_chunks
 from fedort.protos.codecs.xor_delta import DOWNLOAD_DELTA
-from fedort.protos.errors import ConfigError, FedortError, ProtocolError, UnavailableError
+from fedort.protos.errors import FedortError, ProtocolError, UnavailableError
 from fedort.protos.messages import Metric, Status, SubmitResult, Task, UpdateHeader, meta_from_pb, metrics_to_pb
 from fedort.protos.round_state import RoundState
 from fedort.protos.status_codes import from_rpc_error
@@ -43,88 +43,6 @@ _LOCAL_CANCEL = "Locally cancelled by application!"
 
 #: Longest hold the coordinator grants a long-poll (protocol semantics 3).
 MAX_POLL_WAIT_MS = 30_000
-
-
-@dataclass(frozen=True)
-class ChannelConfig:
-    """Where the coordinator is and how calls to it are bounded.
-
-    keepalive: a ping every `keepalive_time_ms` even with no call in flight, and the connection
-    is dropped (then re-dialled on the next call) if a ping is not answered within
-    `keepalive_timeout_ms`. Coordinators must allow pings this often (grpc servers default to
-    one per 5 minutes without data; fedort's coordinator is configured to accept ours).
-    """
-
-    address: str
-    insecure: bool = False               # plaintext; must be asked for explicitly
-    ca_file: str | os.PathLike | None = None     # PEM CA that signed the coordinator's certificate (None: system roots)
-    cert_file: str | os.PathLike | None = None   # PEM client certificate chain (mutual TLS)
-    key_file: str | os.PathLike | None = None    # PEM client private key (mutual TLS)
-    token: str = ""                      # device token sent on every call
-    rpc_timeout_s: float = 30.0          # unary calls (Join, Heartbeat, SubmitEvaluation, ...)
-    stream_timeout_s: float = 600.0      # artifact/vector downloads and update uploads
-    keepalive_time_ms: int = 60_000
-    keepalive_timeout_ms: int = 20_000
-    max_message_bytes: int = 8 << 20     # > the largest chunk the codec allows (4 MiB - 64 KiB)
-
-    def __post_init__(self) -> None:
-        if "://" in self.address or self.address.lower().startswith(("http:", "https:", "grpc:", "dns:")):
-            raise ConfigError(f"coordinator address must be HOST:PORT without a scheme, got {self.address!r} "
-                              "(drop the 'http://' or 'grpc://' prefix; TLS is chosen by --insecure/--ca-file)")
-        host, sep, port = self.address.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
-            raise ConfigError(f"coordinator address must be HOST:PORT with a port in 1..65535, got {self.address!r}")
-        if (self.cert_file is None) != (self.key_file is None):
-            raise ConfigError("a client certificate needs both cert_file and key_file (--cert and --key)")
-        if self.insecure and (self.ca_file or self.cert_file):
-            raise ConfigError("insecure (plaintext) excludes ca_file/cert_file/key_file; choose TLS or --insecure")
-        for name in ("ca_file", "cert_file", "key_file"):
-            path = getattr(self, name)
-            if path is not None and not os.path.isfile(path):
-                raise ConfigError(f"{name} not found: {path}")
-        if any(c in self.token for c in "\r\n"):
-            raise ConfigError("token must be one line")
-
-    def check_resolves(self) -> None:
-        """ConfigError at once when the coordinator's host name does not resolve (a typo never heals by retrying)."""
-        host, _, port = self.address.rpartition(":")
-        try:
-            socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)
-        except socket.gaierror as e:
-            raise ConfigError(f"cannot resolve the coordinator host {host!r} of --coordinator {self.address!r}: "
-                              f"{e.strerror or e}") from None
-
-    def credentials(self) -> grpc.ChannelCredentials:
-        """TLS credentials from the PEM files (read now, so a bad path fails at connect, not mid-run)."""
-        def read(path) -> bytes | None:
-            with open(path, "rb") as f:
-                return f.read()
-
-        return grpc.ssl_channel_credentials(
-            root_certificates=read(self.ca_file) if self.ca_file else None,
-            private_key=read(self.key_file) if self.key_file else None,
-            certificate_chain=read(self.cert_file) if self.cert_file else None,
-        )
-
-    def metadata(self) -> tuple[tuple[str, str], ...] | None:
-        return (("authorization", f"Bearer {self.token}"),) if self.token else None
-
-    def open_channel(self, *, own_connection: bool = False) -> grpc.Channel:
-        """A channel; `own_connection` keeps it off the process-wide subchannel pool (a new TCP connection)."""
-        options = self.options() + ([("grpc.use_local_subchannel_pool", 1)] if own_connection else [])
-        if self.insecure:
-            return grpc.insecure_channel(self.address, options=options)
-        return grpc.secure_channel(self.address, self.credentials(), options=options)
-
-    def options(self) -> list[tuple[str, int]]:
-        return [
-            ("grpc.keepalive_time_ms", self.keepalive_time_ms),
-            ("grpc.keepalive_timeout_ms", self.keepalive_timeout_ms),
-            ("grpc.keepalive_permit_without_calls", 1),
-            ("grpc.http2.max_pings_without_data", 0),
-            ("grpc.max_send_message_length", self.max_message_bytes),
-            ("grpc.max_receive_message_length", self.max_message_bytes),
-        ]
 
 
 @dataclass(frozen=True)
@@ -162,7 +80,7 @@ class Transport:
         self._stub = pb_grpc.CoordinatorStub(self._channel)
         self._lock = threading.RLock()  # RLock: cancel_inflight may run in a signal handler
         self._inflight: set = set()
-        self._retired: list[grpc.Channel] = []   # channels replaced by _redial
+        self._uses: dict[grpc.Channel, int] = {}   # calls in progress per channel (a retired one closes at 0)
         self._closed = False
 
     @classmethod
@@ -171,8 +89,10 @@ class Transport:
 
     def close(self) -> None:
         self.cancel_inflight()
-        self._closed = True
-        for channel in [*self._retired, self._channel]:
+        with self._lock:
+            self._closed = True
+            channels = {*self._uses, self._channel}
+        for channel in channels:
             channel.close()
 
     def __enter__(self) -> "Transport":
@@ -198,26 +118,46 @@ class Transport:
         with self._lock:
             self._inflight.discard(call)
 
-    def _unary(self, method: Callable, request, timeout: float):
+    @contextmanager
+    def _using(self, name: str) -> Iterator[Callable]:
+        """The stub method `name` on the current channel, counted as a call in progress on that channel while
+        the block runs; a channel `_redial` retired is closed when its last call ends."""
+        with self._lock:
+            channel = self._channel
+            self._uses[channel] = self._uses.get(channel, 0) + 1
+            method = getattr(self._stub, name)
+        try:
+            yield method
+        finally:
+            with self._lock:
+                self._uses[channel] -= 1
+                done = self._uses[channel] == 0 and channel is not self._channel
+                if self._uses[channel] == 0:
+                    del self._uses[channel]
+            if done:
+                channel.close()
+
+    def _unary(self, name: str, request, timeout: float):
         """Run a unary (or stream-unary) call as a cancellable future and wait for it (blocking if not cancellable)."""
-        if not self.cancellable:
+        with self._using(name) as method:
+            if not self.cancellable:
+                try:
+                    return method(request, timeout=timeout, metadata=self._metadata)
+                except grpc.RpcError as e:
+                    raise self._error(e) from None
             try:
-                return method(request, timeout=timeout, metadata=self._metadata)
+                future = method.future(request, timeout=timeout, metadata=self._metadata)
             except grpc.RpcError as e:
                 raise self._error(e) from None
-        try:
-            future = method.future(request, timeout=timeout, metadata=self._metadata)
-        except grpc.RpcError as e:
-            raise self._error(e) from None
-        self._track(future)
-        try:
-            return future.result()
-        except grpc.RpcError as e:
-            raise self._error(e) from None
-        except grpc.FutureCancelledError:
-            raise _cancelled() from None
-        finally:
-            self._untrack(future)
+            self._track(future)
+            try:
+                return future.result()
+            except grpc.RpcError as e:
+                raise self._error(e) from None
+            except grpc.FutureCancelledError:
+                raise _cancelled() from None
+            finally:
+                self._untrack(future)
 
     def _error(self, e: grpc.RpcError) -> FedortError:
         """`from_rpc_error`, plus: the coordinator cancelling is retryable, a deadline that ran out redials, and a
@@ -236,26 +176,31 @@ class Transport:
 
     def _redial(self) -> None:
         """A call ran out of time: later calls go over a new connection, since this one may be half-open (a
-        coordinator gone without a reset keeps streams hanging); the old channel is closed with the transport."""
+        coordinator gone without a reset keeps streams hanging); the old channel closes once its calls ended."""
         with self._lock:
-            if not self._closed:
-                self._retired.append(self._channel)
-                self._channel = self.config.open_channel(own_connection=True)
-                self._stub = pb_grpc.CoordinatorStub(self._channel)
+            if self._closed:
+                return
+            old = self._channel
+            self._channel = self.config.open_channel(own_connection=True)
+            self._stub = pb_grpc.CoordinatorStub(self._channel)
+            idle = old not in self._uses
+        if idle:
+            old.close()
 
-    def _stream(self, method: Callable, request, timeout: float) -> Iterator:
-        try:
-            call = method(request, timeout=timeout, metadata=self._metadata)
-        except grpc.RpcError as e:
-            raise self._error(e) from None
-        self._track(call)
-        try:
-            yield from call
-        except grpc.RpcError as e:
-            raise self._error(e) from None
-        finally:
-            call.cancel()  # no-op once complete; frees the stream if the caller stopped early
-            self._untrack(call)
+    def _stream(self, name: str, request, timeout: float) -> Iterator:
+        with self._using(name) as method:
+            try:
+                call = method(request, timeout=timeout, metadata=self._metadata)
+            except grpc.RpcError as e:
+                raise self._error(e) from None
+            self._track(call)
+            try:
+                yield from call
+            except grpc.RpcError as e:
+                raise self._error(e) from None
+            finally:
+                call.cancel()  # no-op once complete; frees the stream if the caller stopped early
+                self._untrack(call)
 
     # ---- RPCs -------------------------------------------------------------------------------
 
@@ -263,7 +208,7 @@ class Transport:
              capabilities: Mapping[str, str] | None = None) -> JoinInfo:
         req = pb.JoinRequest(device_name=device_name, credential=credential, client_id=client_id,
                              capabilities=dict(capabilities or {}))
-        r = self._unary(self._stub.Join, req, self.config.rpc_timeout_s)
+        r = self._unary("Join", req, self.config.rpc_timeout_s)
         return JoinInfo(
             client_id=r.client_id, model_id=r.model_id, manifest_json=r.manifest_json,
             artifacts=tuple(ArtifactRef(a.name, bytes(a.sha256).hex(), a.size) for a in r.artifacts),
@@ -275,7 +220,7 @@ class Transport:
         """The artifact's header (an ArtifactRef) followed by its chunks."""
         req = pb.ArtifactRequest(client_id=client_id, model_id=model_id, name=name)
         first = True
-        for part in self._stream(self._stub.DownloadArtifact, req, self.config.stream_timeout_s):
+        for part in self._stream("DownloadArtifact", req, self.config.stream_timeout_s):
             kind = part.WhichOneof("part")
             if first:
                 if kind != "header":
@@ -290,26 +235,26 @@ class Transport:
         if first:
             raise ProtocolError(f"artifact stream for {name!r} was empty")
 
-    def _long_poll(self, method: Callable, request: Callable[[int], object], wait_ms: int):
+    def _long_poll(self, name: str, request: Callable[[int], object], wait_ms: int):
         """A call the coordinator may hold up to wait_ms (at most MAX_POLL_WAIT_MS), plus the rpc timeout."""
         wait_ms = max(0, min(int(wait_ms), MAX_POLL_WAIT_MS))
-        return self._unary(method, request(wait_ms), wait_ms / 1000 + self.config.rpc_timeout_s)
+        return self._unary(name, request(wait_ms), wait_ms / 1000 + self.config.rpc_timeout_s)
 
     def poll(self, client_id: str, model_id: str, wait_ms: int) -> Task:
-        return Task.from_pb(self._long_poll(self._stub.PollTask, lambda w: pb.PollRequest(
+        return Task.from_pb(self._long_poll("PollTask", lambda w: pb.PollRequest(
             client_id=client_id, model_id=model_id, wait_ms=w), wait_ms))
 
     def poll_tasks(self, client_ids: list[str], model_id: str, wait_ms: int) -> tuple[int, RoundState, dict[str, Task]]:
         """One PollTasks call: (round, state, {client id: task} for the clients that have work; the rest WAIT).
         A coordinator older than PollTasks answers UNIMPLEMENTED (a FedortError with that code)."""
-        r = self._long_poll(self._stub.PollTasks, lambda w: pb.PollTasksRequest(
+        r = self._long_poll("PollTasks", lambda w: pb.PollTasksRequest(
             client_ids=list(client_ids), model_id=model_id, wait_ms=w), wait_ms)
         return r.round, RoundState.from_wire(r.state), {t.client_id: Task.from_pb(t.task) for t in r.tasks}
 
     def secagg_step(self, client_id: str, model_id: str, round: int, step: int, payload: bytes,
                     wait_ms: int) -> tuple[bool, bytes]:
         """One secure-aggregation step (held up to wait_ms until its phase closes): (ready, reply payload)."""
-        r = self._long_poll(self._stub.SecAgg, lambda w: pb.SecAggRequest(
+        r = self._long_poll("SecAgg", lambda w: pb.SecAggRequest(
             client_id=client_id, model_id=model_id, round=round, step=step, payload=payload, wait_ms=w), wait_ms)
         return r.ready, bytes(r.payload)
 
@@ -328,7 +273,7 @@ class Transport:
                                cached_sha256=base[0] if base is not None else b"")
         asm: VectorAssembler | None = None
         delta: DeltaDownload | None = None
-        for part in self._stream(self._stub.DownloadVector, req, self.config.stream_timeout_s):
+        for part in self._stream("DownloadVector", req, self.config.stream_timeout_s):
             kind = part.WhichOneof("part")
             if delta is not None and kind == "chunk":
                 delta.add(part.chunk)
@@ -366,26 +311,26 @@ class Transport:
             for c in chunks(vector, chunk):
                 yield pb.UpdatePart(chunk=c)
 
-        return SubmitResult.from_pb(self._unary(self._stub.SubmitUpdate, parts(), self.config.stream_timeout_s))
+        return SubmitResult.from_pb(self._unary("SubmitUpdate", parts(), self.config.stream_timeout_s))
 
     def submit_evaluation(self, client_id: str, model_id: str, round: int, num_examples: int,
                           metrics: Mapping[str, Metric]) -> SubmitResult:
         req = pb.EvaluationResult(client_id=client_id, model_id=model_id, round=round,
                                   num_examples=num_examples, metrics=metrics_to_pb(metrics))
-        return SubmitResult.from_pb(self._unary(self._stub.SubmitEvaluation, req, self.config.rpc_timeout_s))
+        return SubmitResult.from_pb(self._unary("SubmitEvaluation", req, self.config.rpc_timeout_s))
 
     def heartbeat(self, client_id: str, timeout_s: float | None = None) -> tuple[int, RoundState]:
         """The coordinator's current round and state."""
-        r = self._unary(self._stub.Heartbeat, pb.HeartbeatRequest(client_id=client_id),
+        r = self._unary("Heartbeat", pb.HeartbeatRequest(client_id=client_id),
                         timeout_s or self.config.rpc_timeout_s)
         return r.round, RoundState.from_wire(r.state)
 
     def leave(self, client_id: str, reason: str, timeout_s: float | None = None) -> None:
-        self._unary(self._stub.Leave, pb.LeaveRequest(client_id=client_id, reason=reason),
+        self._unary("Leave", pb.LeaveRequest(client_id=client_id, reason=reason),
                     timeout_s or self.config.rpc_timeout_s)
 
     def status(self) -> Status:
-        return Status.from_pb(self._unary(self._stub.Status, pb.StatusRequest(), self.config.rpc_timeout_s))
+        return Status.from_pb(self._unary("Status", pb.StatusRequest(), self.config.rpc_timeout_s))
 
 
 def _cancelled() -> FedortError:

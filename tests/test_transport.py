@@ -125,17 +125,20 @@ def test_a_coordinator_without_poll_tasks_answers_unimplemented():
         server.stop(0)
 
 
-class FirstConnectionSilent:
-    """A loopback TCP relay to `target` whose first connection is accepted and then never answered (a
-    half-open peer: nothing sent, nothing reset); every later connection is relayed both ways."""
+class Relay:
+    """A loopback TCP relay to `target`, both ways. With `silent_first` its first connection is accepted and
+    then never answered (a half-open peer: nothing sent, nothing reset). `ended[i]` is set once the device
+    closed connection i."""
 
-    def __init__(self, target: str) -> None:
+    def __init__(self, target: str, silent_first: bool = False) -> None:
         import socket
 
         self.target = target.rsplit(":", 1)
+        self.silent_first = silent_first
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.connections: list = []
+        self.ended: list[threading.Event] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -147,20 +150,24 @@ class FirstConnectionSilent:
             except OSError:
                 return
             self.connections.append(conn)
-            if len(self.connections) == 1:
+            self.ended.append(ended := threading.Event())
+            if self.silent_first and len(self.connections) == 1:
                 continue                                    # held open, never answered
             upstream = socket.create_connection((self.target[0], int(self.target[1])))
             self.connections.append(upstream)
-            for a, b in ((conn, upstream), (upstream, conn)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(conn, upstream, ended), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, conn, None), daemon=True).start()
 
     @staticmethod
-    def _pipe(src, dst) -> None:
+    def _pipe(src, dst, ended: threading.Event | None) -> None:
         try:
             while data := src.recv(65536):
                 dst.sendall(data)
         except OSError:
             pass
+        if ended is not None:
+            ended.set()
+            dst.close()
 
     def close(self) -> None:
         self.listener.close()
@@ -169,12 +176,27 @@ class FirstConnectionSilent:
 
 
 def test_a_call_that_runs_out_of_time_redials_instead_of_reusing_a_silent_connection(address):
-    relay = FirstConnectionSilent(address)
+    relay = Relay(address, silent_first=True)
     try:
         with Transport.connect(f"127.0.0.1:{relay.port}", insecure=True, rpc_timeout_s=1.0) as t:
             with pytest.raises(FedortError) as e:
                 t.join("dev")                               # sent into the silent connection
             assert e.value.code == "DEADLINE_EXCEEDED"
             assert t.join("dev").client_id.startswith("c-")  # a new connection, relayed to the coordinator
+    finally:
+        relay.close()
+
+
+def test_a_connection_left_behind_by_a_redial_is_closed_once_its_calls_ended(address):
+    relay = Relay(address)
+    try:
+        with Transport.connect(f"127.0.0.1:{relay.port}", insecure=True, rpc_timeout_s=10) as t:
+            client_id = t.join("dev").client_id                # connection 0, healthy
+            with pytest.raises(FedortError) as e:
+                t.heartbeat(client_id, timeout_s=1e-4)          # runs out of time: later calls use a new connection
+            assert e.value.code == "DEADLINE_EXCEEDED"
+            assert relay.ended[0].wait(10)                      # ... and the old one is closed, not kept until close()
+            assert t.heartbeat(client_id)[0] >= 0
+            assert not relay.ended[1].is_set()
     finally:
         relay.close()
