@@ -21,7 +21,7 @@ from fedort.edge_client.transport import Transport
 from fedort.protos.errors import ArtifactError, CertificateError, ConfigError, ProtocolError, ResourceExhaustedError
 from fedort.protos.messages import TaskKind
 from tls_fixtures import pki  # noqa: F401
-from test_client import CoordinatorThread, config, digits, part  # noqa: F401
+from edge_support import CoordinatorThread, config, digits, part  # noqa: F401
 
 FAST = Backoff(initial_s=0.05, max_delay_s=0.3, give_up_after_s=60)
 
