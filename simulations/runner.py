@@ -21,10 +21,10 @@ from fedort.coordinator import CoordinatorConfig
 from fedort.coordinator.server_optimizers import canonical_spec
 from fedort.coordinator.privacy_config import PRIVACY_KEYS
 from fedort.coordinator.state_layout import StateLayout
-from fedort.edge_client.artifacts import Manifest, build_artifacts, verify_artifacts
-from fedort.edge_client.models import builtin_model
+from fedort.edge_client.artifacts import Manifest, verify_artifacts
 from fedort.protos.errors import ConfigError, FedortError
 from fedort.protos.round_state import RoundState
+from fedort.simulations.artifact_cache import cached_builtin_artifacts
 from fedort.simulations.attacks import choose_attackers
 from fedort.simulations.backends import Backend, prepared_backend
 from fedort.simulations.config import SimulationConfig
@@ -53,8 +53,8 @@ class SimulationResult:
 def _prepare_artifacts(cfg: SimulationConfig, out: Path) -> tuple[Path, Manifest]:
     if cfg.artifacts is not None:
         return cfg.artifacts, verify_artifacts(cfg.artifacts)
-    folder = out / "artifacts"
-    return folder, build_artifacts(builtin_model(cfg.model, seed=cfg.seed), folder, optimizer=cfg.optimizer)
+    folder = out / "artifacts"   # a built-in model: copied from the machine's verified cache, or built once
+    return folder, cached_builtin_artifacts(cfg.model, cfg.seed, cfg.optimizer, folder)
 
 
 def _population(cfg: SimulationConfig, data_dir: Path) -> Population:
