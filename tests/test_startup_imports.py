@@ -55,3 +55,11 @@ def test_a_forked_worker_logs_like_a_spawned_one():
             "print(len(root.handlers), logging.getLevelName(root.level))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip().splitlines()[-1] == "0 WARNING", done.stderr[-2000:]
+
+
+def test_a_synchronous_run_loads_no_fedbuff_engine_and_without_a_bar_no_tqdm():
+    code = ("import fedort.simulations.runner\nfrom fedort.coordinator.state_layout import StateLayout\n"
+            "from fedort.simulations.progress import RoundProgress\n"
+            "RoundProgress(StateLayout('/nonexistent'), 3, enabled=False).update()")
+    assert _loaded_after(code, ["fedort.coordinator.async_engine", "fedort.coordinator.fedbuff", "tqdm", "onnx",
+                                "matplotlib"]) == []
