@@ -78,9 +78,11 @@ def cached_builtin_artifacts(model: str, seed: int, optimizer: str, out: Path, *
         manifest = _build_entry(entry, key)
     if manifest is None:   # no writable cache: build in place, as without one
         return _build(model, seed, optimizer, out)
-    copied = copy_artifacts(entry, out)   # verifies the entry's files again as it copies them
-    if copied.model_id != manifest.model_id:   # pragma: no cover - replaced between the two checks
-        raise ArtifactError(f"artifact cache entry {entry} changed while it was copied")
+    try:
+        copied = copy_artifacts(entry, out)   # verifies the entry's files again as it copies them
+    except (OSError, ArtifactError) as e:    # another run discarded or replaced the entry meanwhile
+        log.info("artifact cache entry %s changed while it was copied (%s): building in the run folder", entry, e)
+        return _build(model, seed, optimizer, out)
     return copied
 
 
