@@ -100,6 +100,14 @@ def test_the_key_names_the_builder_and_library_versions():
     assert len(key["builder_sha256"]) == 64
 
 
+def test_another_library_version_or_builder_source_names_another_entry(tmp_path):
+    key = artifacts_key("mlp", 0, "adamw")
+    other_onnx = {**key, "versions": {**key["versions"], "onnx": "onnx==0.0.0"}}
+    other_builder = {**key, "builder_sha256": "0" * 64}
+    names = {entry_dir(k, tmp_path).name for k in (key, other_onnx, other_builder)}
+    assert len(names) == 3
+
+
 def test_an_unwritable_cache_still_gives_the_run_its_artifacts(tmp_path):
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the cache folder would be")
