@@ -6,8 +6,9 @@ round, FedAvg over all 10 clients, server-side test accuracy after every round, 
 
 - fedort: `python -m fedort simulate simulations/scenarios/digits_dirichlet.toml --out DIR
   --no-progress`, the command a user types, with its defaults (local backend, one worker process
-  per core). Timed from launch to exit: it also builds the artifacts, partitions the data and
-  draws the plot, which the Flower side gets ready-made.
+  per core). Timed from launch to exit: it also makes its artifacts folder (a verified copy from the
+  machine's cache, which a machine's first run fills), partitions the data and draws the plot, which
+  the Flower side gets ready-made.
 - Flower: flwr 1.42 `run_simulation` (Ray backend, 1 CPU per client: 2 actors on the 2 cores,
   like fedort's 2 workers), legacy `FedAvg` (fraction_fit 1, no client eval, server-side
   `evaluate_fn`), and a `NumPyClient` whose `fit` is fedort's ORT training itself:
