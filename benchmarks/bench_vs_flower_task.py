@@ -6,8 +6,9 @@ round, FedAvg over all 10 clients, server-side test accuracy after every round, 
 
 - fedort: `python -m fedort simulate simulations/scenarios/digits_dirichlet.toml --out DIR
   --no-progress`, the command a user types, with its defaults (local backend, one worker process
-  per core). Timed from launch to exit: it also builds the artifacts, partitions the data and
-  draws the plot, which the Flower side gets ready-made.
+  per core). Timed from launch to exit: it also makes its artifacts folder (a verified copy from the
+  machine's cache, which a machine's first run fills), partitions the data and draws the plot, which
+  the Flower side gets ready-made.
 - Flower: flwr 1.42 `run_simulation` (Ray backend, 1 CPU per client: 2 actors on the 2 cores,
   like fedort's 2 workers), legacy `FedAvg` (fraction_fit 1, no client eval, server-side
   `evaluate_fn`), and a `NumPyClient` whose `fit` is fedort's ORT training itself:
@@ -19,6 +20,11 @@ round, FedAvg over all 10 clients, server-side test accuracy after every round, 
   same test split, the same ORT thread count (1 per session). fedort is installed in Flower's venv
   with `pip install --no-deps -e .` plus onnxruntime-training-cpu==1.19.2 and onnx<1.18.
   Timed from launch to exit (imports, Ray start, rounds, shutdown).
+
+Before the trials, fedort's built-in artifacts are put in the machine's cache (as after any first run)
+and the fedort checkout gets its bytecode (`compile_sources`: pip compiles Flower's, Ray's and gRPC's
+modules when it installs them; an editable checkout in a shell with PYTHONDONTWRITEBYTECODE set would
+compile ~150 modules in every fedort process of every trial).
 
 Trials alternate fedort, Flower, Flower, fedort (ABBA) per pair, each in its own subprocess.
 Printed: wall time of each trial, the median ratio fedort / Flower, the accuracy after every
@@ -55,12 +61,17 @@ def prepare(work: Path) -> dict:
     from fedort.edge_client.models import builtin_model
     from fedort.simulations.config import load_config
     from fedort.simulations.datasets import load_digits_split, save_npz, subset
+    from fedort.simulations.artifact_cache import cached_builtin_artifacts
     from fedort.simulations.population import digits_population
 
     cfg = load_config(SCENARIO, {"progress": False})
     art = work / "artifacts"
     if not (art / "manifest.json").exists():
         build_artifacts(builtin_model(cfg.model, seed=cfg.seed), art, optimizer=cfg.optimizer)
+    # as for the digits split below: fedort's runs find the built-in artifacts in the machine's cache, as every
+    # run after a machine's first does (the Flower side gets them ready-made)
+    with tempfile.TemporaryDirectory() as tmp:
+        cached_builtin_artifacts(cfg.model, cfg.seed, cfg.optimizer, Path(tmp) / "artifacts")
     pop = digits_population(cfg.clients, cfg.partition, cfg.seed, cfg.test_fraction)
     train, _ = load_digits_split(cfg.test_fraction, cfg.seed)
     data = work / "flower-data"
@@ -71,6 +82,29 @@ def prepare(work: Path) -> dict:
     return {"clients": cfg.clients, "rounds": cfg.rounds, "epochs": cfg.local_epochs, "batch": cfg.batch_size,
             "lr": cfg.lr, "seed": cfg.seed, "params": load_manifest(art).parameter_count,
             "examples": int(sum(len(vc.indices) for vc in pop.clients))}
+
+
+def compile_sources() -> str:
+    """Bytecode for the fedort checkout both sides import from here, written if missing.
+
+    A wheel's modules are compiled when pip installs them (Flower, Ray, gRPC: all are); an editable
+    checkout's are compiled on first import, unless PYTHONDONTWRITEBYTECODE is set (as in some CI and
+    sandbox shells), and then every process of every trial compiles ~150 fedort modules again."""
+    import compileall
+    import fedort
+
+    dirs = sorted({Path(m.__file__).resolve().parent for m in _fedort_packages(fedort)})
+    ok = all(compileall.compile_dir(str(d), quiet=1) for d in dirs)
+    return f"{'compiled' if ok else 'FAILED to compile'} {len(dirs)} fedort source folders under {ROOT}"
+
+
+def _fedort_packages(fedort) -> list:
+    import fedort.coordinator
+    import fedort.edge_client
+    import fedort.protos
+    import fedort.simulations
+
+    return [fedort, fedort.coordinator, fedort.edge_client, fedort.protos, fedort.simulations]
 
 
 def fedort_trial(rounds: int) -> dict:
@@ -231,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     task = prepare(WORK)
     py = None if args.no_flower else flower_python()
     print(f"# {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}; task: {task}")
+    print(f"# {compile_sources()} (PYTHONDONTWRITEBYTECODE={os.environ.get('PYTHONDONTWRITEBYTECODE', '')!r})")
     trials: list[dict] = []
     for _ in range(args.pairs):
         order = ["fedort"] if py is None else ["fedort", "flower", "flower", "fedort"]

@@ -26,7 +26,6 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from fedort.coordinator.aggregation import Strategy
-from fedort.coordinator.async_engine import AsyncEngine
 from fedort.coordinator.auth import Authenticator
 from fedort.coordinator.config import CoordinatorConfig
 from fedort.coordinator.devices import DeviceStore
@@ -169,7 +168,11 @@ class Coordinator:
         self._store = store
         store.claim(exporter.manifest.model_id, json.dumps(cfg.to_json_dict(), sort_keys=True))
         self.monitoring = Monitoring()
-        engine_class = AsyncEngine if cfg.mode == "async" else RoundEngine   # FedBuff versions or rounds
+        engine_class = RoundEngine
+        if cfg.mode == "async":   # FedBuff versions instead of rounds; its modules load only for such a run
+            from fedort.coordinator.async_engine import AsyncEngine
+
+            engine_class = AsyncEngine
         engine = engine_class(cfg, store, exporter, strategy=self.strategy, monitor=self.monitoring)
         self.engine = engine
         self.monitoring.attach(engine, cfg.state_dir)

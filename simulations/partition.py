@@ -61,7 +61,7 @@ def dirichlet(labels: np.ndarray, clients: int, alpha: float, seed: int, min_siz
     if max_attempts < 1:
         raise ConfigError(f"max_attempts must be >= 1, got {max_attempts}")
     rng = np.random.default_rng(seed)
-    classes = [np.flatnonzero(labels == c) for c in np.unique(labels)]
+    classes = [np.flatnonzero(labels == c) for c in _label_values(labels)]
     fair = n / clients
     best = None  # (shortfall, owner, affinity) of the draw closest to min_size
     for _ in range(max_attempts):
@@ -136,7 +136,8 @@ def shards(labels: np.ndarray, clients: int, shards_per_client: int, seed: int) 
         raise ConfigError(f"shards per client must be >= 1, got {k}")
     _check_clients(n, clients)
     total = clients * k
-    values, counts = np.unique(labels, return_counts=True)
+    values = _label_values(labels)
+    counts = np.bincount(labels)[values]
     if total < len(values):
         raise ConfigError(f"shards:{k} with {clients} clients makes {total} shards, fewer than the "
                           f"{len(values)} labels; every label needs a shard (raise k or clients)")
@@ -221,6 +222,12 @@ def _labels(labels: np.ndarray) -> np.ndarray:
     if len(labels) and labels.min() < 0:
         raise ConfigError(f"labels must be >= 0, found {labels.min()}")
     return labels
+
+
+def _label_values(labels: np.ndarray) -> np.ndarray:
+    """The distinct labels, ascending (= np.unique for labels >= 0, which `_labels` checked); np.unique
+    itself imports numpy.ma on first use, a start-up cost of every run."""
+    return np.flatnonzero(np.bincount(labels)).astype(labels.dtype, copy=False)
 
 
 def _check_clients(n: int, clients: int) -> None:

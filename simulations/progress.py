@@ -1,14 +1,13 @@
 """A progress bar over rounds that shows the global model's test accuracy as rounds commit.
 
 It reads the coordinator's per-round `model.json` records as they appear, so it needs no hook
-into the coordinator and works the same whatever backend runs the clients.
+into the coordinator and works the same whatever backend runs the clients. Disabled (`--no-progress`),
+it reads nothing and tqdm is never imported.
 """
 
 from __future__ import annotations
 
 import json
-
-from tqdm.auto import tqdm
 
 from fedort.coordinator.state_layout import StateLayout
 
@@ -18,11 +17,15 @@ class RoundProgress:
         self._layout = layout
         self._seen = 0
         self.accuracy: float | None = None
-        self._bar = tqdm(total=rounds, desc="rounds", unit="round", disable=not enabled, dynamic_ncols=True)
+        self._bar = None
+        if enabled:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=rounds, desc="rounds", unit="round", dynamic_ncols=True)
 
     def update(self) -> None:
         """Advance over every round exported since the last call."""
-        while True:
+        while self._bar is not None:
             record = self._layout.model_record(self._seen + 1)
             if not record.exists():
                 return
@@ -42,4 +45,5 @@ class RoundProgress:
             self._bar.update(1)
 
     def close(self) -> None:
-        self._bar.close()
+        if self._bar is not None:
+            self._bar.close()

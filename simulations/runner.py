@@ -21,10 +21,10 @@ from fedort.coordinator import CoordinatorConfig
 from fedort.coordinator.server_optimizers import canonical_spec
 from fedort.coordinator.privacy_config import PRIVACY_KEYS
 from fedort.coordinator.state_layout import StateLayout
-from fedort.edge_client.artifacts import Manifest, build_artifacts, verify_artifacts
-from fedort.edge_client.models import builtin_model
+from fedort.edge_client.artifacts import Manifest, verify_artifacts
 from fedort.protos.errors import ConfigError, FedortError
 from fedort.protos.round_state import RoundState
+from fedort.simulations.artifact_cache import cached_builtin_artifacts
 from fedort.simulations.attacks import choose_attackers
 from fedort.simulations.backends import Backend, prepared_backend
 from fedort.simulations.config import SimulationConfig
@@ -35,7 +35,7 @@ from fedort.simulations.population import (
     Population, choose_stragglers, digits_population, folder_population, synthetic_population,
 )
 from fedort.simulations.progress import RoundProgress
-from fedort.simulations.report import RoundRecord, plot, summary_table, write_metrics
+from fedort.simulations.report import RoundRecord, blank_figure, plot, summary_table, write_metrics
 from fedort.simulations.worker import WorkerPlan, WorkerStats
 
 log = logging.getLogger("fedort.sim")
@@ -53,8 +53,8 @@ class SimulationResult:
 def _prepare_artifacts(cfg: SimulationConfig, out: Path) -> tuple[Path, Manifest]:
     if cfg.artifacts is not None:
         return cfg.artifacts, verify_artifacts(cfg.artifacts)
-    folder = out / "artifacts"
-    return folder, build_artifacts(builtin_model(cfg.model, seed=cfg.seed), folder, optimizer=cfg.optimizer)
+    folder = out / "artifacts"   # a built-in model: copied from the machine's verified cache, or built once
+    return folder, cached_builtin_artifacts(cfg.model, cfg.seed, cfg.optimizer, folder)
 
 
 def _population(cfg: SimulationConfig, data_dir: Path) -> Population:
@@ -159,10 +159,12 @@ def _run(cfg: SimulationConfig, out: Path, backend, started: float) -> Simulatio
              for i, share in enumerate(population.split(workers))]
     progress = RoundProgress(StateLayout(out / "state"), cfg.rounds, enabled=cfg.progress)
     stats: list[WorkerStats] | None = None
+    figure = _BlankFigure()
     try:
         backend.start(plans)
-        # the plot's imports (~1-2 s) while the rounds run: the main thread only watches progress
-        threading.Thread(target=_import_plotting, name="fedort-import-plot", daemon=True).start()
+        # the plot's imports (~0.3 s of CPU) and its empty figure while the rounds run: the main thread only
+        # watches progress
+        figure.start()
         while True:
             progress.update()
             stats = backend.results()
@@ -184,15 +186,28 @@ def _run(cfg: SimulationConfig, out: Path, backend, started: float) -> Simulatio
     outcome = server.outcome
     if outcome is not None and outcome.state is RoundState.FAILED:
         raise FedortError(f"the simulated run failed: {getattr(outcome, 'message', outcome)}")
-    return _report(cfg, out, manifest, stats or [], time.monotonic() - started, n_clients)
+    return _report(cfg, out, manifest, stats or [], time.monotonic() - started, n_clients, figure.take())
 
 
-def _import_plotting() -> None:
-    try:
-        import matplotlib.backends.backend_agg  # noqa: F401
-        import matplotlib.figure  # noqa: F401
-    except ImportError:   # reported by plot() itself
-        pass
+class _BlankFigure(threading.Thread):
+    """Imports matplotlib and makes the report's empty figure (`report.blank_figure`) in the background."""
+
+    def __init__(self) -> None:
+        super().__init__(name="fedort-plot-figure", daemon=True)
+        self._figure = None
+
+    def run(self) -> None:
+        try:
+            self._figure = blank_figure()
+        except Exception:  # noqa: BLE001 - no matplotlib, or it failed: plot() makes its own and says why
+            pass
+
+    def take(self):
+        """The figure once made (None if it could not be); each figure is drawn on once."""
+        if self.ident is not None:
+            self.join()
+        figure, self._figure = self._figure, None
+        return figure
 
 
 def _place_state(cfg: SimulationConfig, out: Path) -> None:
@@ -217,7 +232,7 @@ def _data_name(cfg: SimulationConfig) -> str:
 
 
 def _report(cfg: SimulationConfig, out: Path, manifest: Manifest, stats: list[WorkerStats],
-            seconds: float, n_clients: int) -> SimulationResult:
+            seconds: float, n_clients: int, figure=None) -> SimulationResult:
     from fedort.coordinator.state import StateStore
 
     layout = StateLayout(out / "state")
@@ -266,7 +281,7 @@ def _report(cfg: SimulationConfig, out: Path, manifest: Manifest, stats: list[Wo
             final["sim_seconds_to_target"] = hit.metrics.get("sim_seconds") if hit else None
     write_metrics(records, out, final)
     plot(records, out / "metrics.png", f"{cfg.name}: {n_clients} clients, {partition}",
-         target=cfg.target_accuracy)
+         target=cfg.target_accuracy, figure=figure)
     # the table already shows accuracy, loss, updates and the target row; the CLI prints the model path
     shown = {k: v for k, v in final.items()
              if v is not None and k not in ("test_accuracy", "test_loss", "target_accuracy", "fits", "model")}

@@ -9,7 +9,9 @@ import math
 import numpy as np
 import pytest
 
-from fedort.simulations.report import RoundRecord, load_metrics, plot, rounds_to_target, summary_table, write_metrics
+from fedort.simulations.report import (
+    RoundRecord, blank_figure, load_metrics, plot, rounds_to_target, summary_table, write_metrics,
+)
 
 
 def records(n=6):
@@ -54,6 +56,13 @@ def test_plot_writes_a_png_of_the_requested_size(tmp_path):
     image = imread(out)
     assert image.shape[:2] == (660, 880)  # 8x6 inches at 110 dpi
     assert np.std(image[..., :3]) > 0.05  # not a blank canvas
+
+
+def test_a_figure_made_before_the_records_exist_gives_the_same_png(tmp_path):
+    """The run makes its empty figure while the rounds run, then draws on it."""
+    own = plot(records(), tmp_path / "own.png", "digits, 10 clients", target=0.9)
+    early = plot(records(), tmp_path / "early.png", "digits, 10 clients", target=0.9, figure=blank_figure())
+    assert early.read_bytes() == own.read_bytes()
 
 
 def test_plot_copes_with_rounds_that_have_no_accuracy(tmp_path):

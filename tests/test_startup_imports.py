@@ -33,3 +33,33 @@ def test_a_simulation_worker_loads_no_onnx_plotting_or_secure_aggregation_crypto
     code = "import fedort.simulations.backends as b\nb._warm()"
     assert _loaded_after(code, ["onnxruntime", "fedort.simulations.worker"]) == ["onnxruntime", "fedort.simulations.worker"]
     assert _loaded_after(code, ["onnx", "matplotlib", "cryptography", "torch", "fedort.coordinator"]) == []
+
+
+def test_simulation_workers_are_forked_only_before_grpc_or_onnxruntime_load():
+    """A worker forked from a process holding gRPC or ORT state would share it; before those load, fork is safe
+    and saves each worker a fresh interpreter's start-up."""
+    probe = "from fedort.simulations.backends import _start_method\n"
+    fresh = subprocess.run([sys.executable, "-c", probe + "print(_start_method())"],
+                           capture_output=True, text=True, timeout=120)
+    assert fresh.stdout.strip() == ("fork" if sys.platform.startswith("linux") else "spawn"), fresh.stderr[-2000:]
+    for heavy in ("grpc", "onnxruntime"):
+        late = subprocess.run([sys.executable, "-c", probe + f"import {heavy}\nprint(_start_method())"],
+                              capture_output=True, text=True, timeout=120)
+        assert late.stdout.strip() == "spawn", late.stderr[-2000:]
+
+
+def test_a_forked_worker_logs_like_a_spawned_one():
+    code = ("import logging, sys\nlogging.getLogger().addHandler(logging.StreamHandler(sys.stdout))\n"
+            "logging.getLogger().setLevel(logging.DEBUG)\n"
+            "import fedort.simulations.backends as b\nb._warm()\nroot = logging.getLogger()\n"
+            "print(len(root.handlers), logging.getLevelName(root.level))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip().splitlines()[-1] == "0 WARNING", done.stderr[-2000:]
+
+
+def test_a_synchronous_run_loads_no_fedbuff_engine_and_without_a_bar_no_tqdm():
+    code = ("import fedort.simulations.runner\nfrom fedort.coordinator.state_layout import StateLayout\n"
+            "from fedort.simulations.progress import RoundProgress\n"
+            "RoundProgress(StateLayout('/nonexistent'), 3, enabled=False).update()")
+    assert _loaded_after(code, ["fedort.coordinator.async_engine", "fedort.coordinator.fedbuff", "tqdm", "onnx",
+                                "matplotlib"]) == []
