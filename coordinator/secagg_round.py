@@ -44,6 +44,7 @@ from fedort.protos.secagg import (
     default_threshold, effective_degree,
 )
 from fedort.protos.secagg.pack import is_masked, packed_bits, packed_codec
+from fedort.protos.secagg.scheme import negotiate
 from fedort.protos.secagg.task import MAX_WEIGHT, SECAGG_CODEC, SecAggTask
 
 if TYPE_CHECKING:
@@ -131,9 +132,9 @@ class SecAggRound:
                                distributed_noise_std(dp.noise_multiplier, dp.clip, n) if dp else 0.0,
                                packed_codec(bits) if bits % 8 == 0 else SECAGG_CODEC)
         self._task_bytes = self.task.to_bytes()
-        log.info("round %d: secure aggregation over %d clients, %d neighbours each, threshold %d, %d-bit sums%s",
-                 round, n, effective_degree(n, server.params.degree), server.params.threshold,
-                 server.params.fixed_point.bits, f", distributed DP z={dp.noise_multiplier:g} C={dp.clip:g}"
+        log.info("round %d: secure aggregation over %d clients, %d neighbours each, threshold %d, %d-bit sums, "
+                 "scheme %s%s", round, n, effective_degree(n, server.params.degree), server.params.threshold,
+                 server.params.fixed_point.bits, server.params.scheme, f", distributed DP z={dp.noise_multiplier:g} C={dp.clip:g}"
                  if dp and cfg.dp_noise_multiplier else "")
 
     def _load(self, round: int) -> SecAggServer | None:
@@ -184,8 +185,9 @@ class SecAggRound:
         dp = e.privacy.dp
         fixed = FixedPoint.for_cohort(n, cfg.secagg_clip, cfg.secagg_scale, 1.0 if dp else MAX_WEIGHT)
         fixed = replace(fixed, bits=min(64, -(-fixed.bits // 8) * 8))  # whole bytes: packed words waste no bit
+        scheme = negotiate(e.registry.capabilities(c) for c in r.selected)   # every selected device computes it
         params = SecAggParams(r.round * 1000 + r.attempt, tuple(r.selected), threshold, degree, os.urandom(16),
-                              fixed, e.length)
+                              fixed, e.length, scheme)
         self._use(SecAggServer(params), r.round)
         self.path(r.round, "sum").unlink(missing_ok=True)    # a failed earlier attempt's sum and shares
         self.path(r.round, "sealed").unlink(missing_ok=True)
