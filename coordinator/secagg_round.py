@@ -298,63 +298,83 @@ class SecAggRound:
     async def step(self, client_id: str, model_id: str, round: int, step: int, payload: bytes,
                    wait_ms: int) -> tuple[bool, bytes]:
         """One protocol step of `client_id` (see SecAggRequest.Step): (ready, reply payload)."""
+        s = self.check(client_id, model_id, round)
+        if self.accept(client_id, step, payload):
+            await self.persist()                     # durable before the client hears back
+            self.engine.notify()
+        if not await self.hold(s, [step], wait_ms):
+            return False, b""
+        return True, self.reply(client_id, round, step)
+
+    def check(self, client_id: str, model_id: str, round: int) -> SecAggServer:
+        """The round's protocol state, if `round` is the one in progress (StaleRoundError, SecAggAborted)."""
         e = self.engine
         e.touch(client_id)
         e.check_model(model_id)
         if e.state is not RoundState.TRAINING or self.server is None or self.round != round or e.training is None:
             raise StaleRoundError(f"round {round} has no secure aggregation in progress (round {e.round}, "
                                   f"state {e.state.name})")
+        if self.server.phase is ServerPhase.FAILED:
+            raise SecAggAborted(self.server.state.reason)
+        return self.server
+
+    def accept(self, client_id: str, step: int, payload: bytes) -> bool:
+        """Record the step's message if its phase is open (a re-send changes nothing): True if the state changed."""
         s = self.server
+        if step == ADVERTISE:
+            msg = _parse(AdvertiseKeys, payload, client_id)
+            if s.phase is ServerPhase.ADVERTISE and s.state.keys.get(client_id) != msg:
+                with self.lock:
+                    s.receive_keys(msg)
+                return True
+        elif step == SHARE:
+            msg = _parse(ShareKeys, payload, client_id)
+            if s.phase is ServerPhase.SHARE_KEYS and s.state.sealed.get(client_id) != dict(msg.sealed):
+                with self.lock:
+                    s.receive_shares(msg)
+                return True
+        elif step == UNMASK:
+            msg = _parse(UnmaskResponse, payload, client_id)
+            if s.phase is ServerPhase.UNMASK and client_id not in s.state.responses:
+                with self.lock:
+                    s.receive_unmask(msg)
+                return True
+        elif step != UNMASK_REQUEST:
+            raise ProtocolError(f"unknown secagg step {step}; expected 0..3 (ADVERTISE, SHARE, UNMASK_REQUEST, UNMASK)")
+        return False
+
+    @staticmethod
+    def ready(s: SecAggServer, step: int) -> bool:
+        """Whether `step` can be answered: the phase it waits for has closed (UNMASK: at once)."""
+        if step == ADVERTISE:
+            return s.phase is not ServerPhase.ADVERTISE
+        if step == SHARE:
+            return s.phase not in (ServerPhase.ADVERTISE, ServerPhase.SHARE_KEYS)
+        return s.phase in (ServerPhase.UNMASK, ServerPhase.DONE) if step == UNMASK_REQUEST else True
+
+    async def hold(self, s: SecAggServer, steps: list[int], wait_ms: int) -> bool:
+        """Until one of `steps` is ready or min(wait_ms, 30 s) ran out; SecAggAborted if the round failed meanwhile."""
+        e = self.engine
+        until = time.monotonic() + min(max(wait_ms, 0), 30_000) / 1000
+        while not any(self.ready(s, x) for x in steps) and (left := until - time.monotonic()) > 0 and not e._stopping:
+            await e.wait_change(left)
         if s.phase is ServerPhase.FAILED:
             raise SecAggAborted(s.state.reason)
-        until = time.monotonic() + min(max(wait_ms, 0), 30_000) / 1000
+        return any(self.ready(s, x) for x in steps)
 
-        async def wait(done: Callable[[], bool]) -> bool:
-            while not done() and (left := until - time.monotonic()) > 0 and not e._stopping:
-                await e.wait_change(left)
-            if s.phase is ServerPhase.FAILED:
-                raise SecAggAborted(s.state.reason)
-            return done()
-
-        try:
-            if step == ADVERTISE:
-                msg = _parse(AdvertiseKeys, payload, client_id)
-                if s.phase is ServerPhase.ADVERTISE and s.state.keys.get(client_id) != msg:   # a re-send changes nothing
-                    with self.lock:
-                        s.receive_keys(msg)
-                    await self.persist()
-                    e.notify()
-                if not await wait(lambda: s.phase is not ServerPhase.ADVERTISE):
-                    return False, b""
-                _member(client_id, s.state.u1, round, "advertise its keys in time")
-                return True, s.roster_for(client_id).to_bytes()
-            if step == SHARE:
-                msg = _parse(ShareKeys, payload, client_id)
-                if s.phase is ServerPhase.SHARE_KEYS and s.state.sealed.get(client_id) != dict(msg.sealed):
-                    with self.lock:
-                        s.receive_shares(msg)
-                    await self.persist()
-                    e.notify()
-                if not await wait(lambda: s.phase not in (ServerPhase.ADVERTISE, ServerPhase.SHARE_KEYS)):
-                    return False, b""
-                _member(client_id, s.state.u2, round, "share its keys in time")
-                return True, s.delivery_for(client_id).to_bytes()
-            if step == UNMASK_REQUEST:
-                if not await wait(lambda: s.phase in (ServerPhase.UNMASK, ServerPhase.DONE)):
-                    return False, b""
-                _member(client_id, s.state.u3, round, "send its masked input in time")
-                return True, s.unmask_request().to_bytes()
-            if step == UNMASK:
-                msg = _parse(UnmaskResponse, payload, client_id)
-                if s.phase is ServerPhase.UNMASK and client_id not in s.state.responses:
-                    with self.lock:
-                        s.receive_unmask(msg)
-                    await self.persist()
-                    e.notify()
-                return True, b""
-        except SecAggAborted:
-            raise
-        raise ProtocolError(f"unknown secagg step {step}; expected 0..3 (ADVERTISE, SHARE, UNMASK_REQUEST, UNMASK)")
+    def reply(self, client_id: str, round: int, step: int) -> bytes:
+        """The answer to a ready step: the roster, the share delivery, the unmask request, or nothing."""
+        s = self.server
+        if step == ADVERTISE:
+            _member(client_id, s.state.u1, round, "advertise its keys in time")
+            return s.roster_for(client_id).to_bytes()
+        if step == SHARE:
+            _member(client_id, s.state.u2, round, "share its keys in time")
+            return s.delivery_for(client_id).to_bytes()
+        if step == UNMASK_REQUEST:
+            _member(client_id, s.state.u3, round, "send its masked input in time")
+            return s.unmask_request().to_bytes()
+        return b""
 
 
 def _member(client_id: str, members: list[str], round: int, what: str) -> None:

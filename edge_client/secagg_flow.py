@@ -16,6 +16,7 @@ that says the client is no longer part of the round (FAILED_PRECONDITION) or abo
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 from typing import Any, Callable, Mapping
@@ -77,6 +78,12 @@ class SecAggFlow:
     def run(self, global_vector: np.ndarray, trained: np.ndarray, num_examples: int,
             metrics: Mapping[str, Metric], chunk_size: int) -> tuple[str, str]:
         """Every phase for this round; (outcome, message) as the client reports an upload."""
+        steps = getattr(self.transport, "secagg_steps", None)     # the worker's batcher (a test's wrapper has none)
+        with steps.flow() if steps is not None else contextlib.nullcontext():
+            return self._run(global_vector, trained, num_examples, metrics, chunk_size)
+
+    def _run(self, global_vector: np.ndarray, trained: np.ndarray, num_examples: int,
+             metrics: Mapping[str, Metric], chunk_size: int) -> tuple[str, str]:
         length = len(global_vector)
         try:
             spec = SecAggTask.from_bytes(self.task.secagg)   # a scheme this device does not compute: SchemeError
