@@ -43,6 +43,7 @@ class StepBatcher:
         self._flows = 0          # protocol flows using this transport now
         self._waiting = 0        # steps inside submit (in an open batch or one in flight)
         self.batching = True     # False once the coordinator said it has no SecAggBatch
+        self.batch_calls = 0     # SecAggBatch calls made (observability: how well steps coalesce)
 
     @contextmanager
     def flow(self) -> Iterator[None]:
@@ -101,6 +102,7 @@ class StepBatcher:
         if len(requests) == 1:
             return [_FALLBACK]                        # alone: a plain SecAgg call, in its own thread
         t = self._transport
+        self.batch_calls += 1
         try:
             reply = t._long_poll(t._stub.SecAggBatch, lambda w: pb.SecAggBatchRequest(steps=requests, wait_ms=w),
                                  wait_ms)
