@@ -44,8 +44,8 @@ from fedort.protos.secagg import (
     default_threshold, effective_degree,
 )
 from fedort.protos.secagg.pack import is_masked, packed_bits, packed_codec
-from fedort.protos.secagg.scheme import negotiate
-from fedort.protos.secagg.task import MAX_WEIGHT, SECAGG_CODEC, SecAggTask
+from fedort.protos.secagg.scheme import LEGACY, negotiate
+from fedort.protos.secagg.task import MAX_WEIGHT, SECAGG_CODEC, SecAggTask, weight_cap
 
 if TYPE_CHECKING:
     from fedort.coordinator.round_engine import RoundEngine
@@ -182,10 +182,11 @@ class SecAggRound:
         cfg, n = e.config, len(r.selected)
         degree = cfg.secagg_neighbours or default_degree(n)
         threshold = cfg.secagg_threshold or default_threshold(effective_degree(n, degree))
-        dp = e.privacy.dp
-        fixed = FixedPoint.for_cohort(n, cfg.secagg_clip, cfg.secagg_scale, 1.0 if dp else MAX_WEIGHT)
+        dp, caps = e.privacy.dp, [e.registry.capabilities(c) for c in r.selected]
+        scheme = negotiate(caps)                  # every selected device computes it
+        cap = 1.0 if dp else MAX_WEIGHT if scheme == LEGACY else weight_cap(caps)   # older devices clamp at MAX_WEIGHT
+        fixed = FixedPoint.for_cohort(n, cfg.secagg_clip, cfg.secagg_scale, cap)
         fixed = replace(fixed, bits=min(64, -(-fixed.bits // 8) * 8))  # whole bytes: packed words waste no bit
-        scheme = negotiate(e.registry.capabilities(c) for c in r.selected)   # every selected device computes it
         params = SecAggParams(r.round * 1000 + r.attempt, tuple(r.selected), threshold, degree, os.urandom(16),
                               fixed, e.length, scheme)
         self._use(SecAggServer(params), r.round)

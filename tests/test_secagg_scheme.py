@@ -141,3 +141,35 @@ async def test_a_cohort_of_current_devices_runs_the_new_scheme(start_coordinator
     assert (await asyncio.wait_for(coord.wait_done(), 30)).state is RoundState.DONE
     state = (coord.config.state_dir / "secagg" / "round-0001.state").read_bytes()[8:]
     assert json.loads(state)["params"]["scheme"] == AES_PRIME
+
+
+async def test_the_weight_bound_is_the_cohorts_announced_examples_and_a_larger_count_is_clamped(
+        start_coordinator, stub_client):
+    """Under the newer scheme b is sized for the largest example count the cohort announced (smaller
+    uploads); a device training on more examples than any announced counts with that largest one."""
+    ids = [f"dev-{i}" for i in range(4)]
+    announced, trained_on = dict(zip(ids, (5, 9, 12, 3))), dict(zip(ids, (5, 9, 12, 40)))
+    coord = await start_coordinator(rounds=1, min_clients=4, secagg=True, round_timeout_s=30)
+    deltas = deltas_for(ids, P_MLP, seed=13)
+    caps = {c: {**CURRENT, "examples": str(announced[c])} for c in ids}
+    outcomes = await asyncio.to_thread(run_devices, coord.port, deltas, None, trained_on, 1, None, caps)
+    assert all(o == [("accepted", "accepted")] for o in outcomes.values()), outcomes
+    assert (await asyncio.wait_for(coord.wait_done(), 30)).state is RoundState.DONE
+    params = json.loads((coord.config.state_dir / "secagg" / "round-0001.state").read_bytes()[8:])["params"]
+    assert params["fixed_point"]["max_weight"] == 12.0 and params["fixed_point"]["bits"] == 24   # 40 with 65,536
+    weights = {c: min(trained_on[c], 12) for c in ids}
+    client = stub_client(coord.port)
+    model = (await client.join(ids[0])).model_id
+    _, start = await client.download_vector(ids[0], model, 1)
+    _, final = await client.download_vector(ids[0], model, 2)
+    mean = sum(np.rint(np.clip(deltas[c].astype(np.float64), -1, 1) * weights[c] * 65536.0) for c in ids) \
+        / 65536.0 / sum(weights.values())
+    np.testing.assert_allclose(final, start.astype(np.float64) + mean, atol=1e-6)
+
+
+def test_weight_cap_is_the_largest_announced_count_or_the_maximum_if_one_is_missing():
+    from fedort.protos.secagg.task import MAX_WEIGHT, weight_cap
+
+    assert weight_cap([{"examples": "7"}, {"examples": "30"}]) == 30.0
+    assert weight_cap([{"examples": "7"}, {}]) == weight_cap([{"examples": "x"}]) == MAX_WEIGHT
+    assert weight_cap([{"examples": str(10**9)}]) == MAX_WEIGHT
