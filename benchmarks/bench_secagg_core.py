@@ -15,6 +15,7 @@ of dropped clients), classic SecAgg (K = n - 1) and SecAgg+ (K = 16 where n > 17
 
     python benchmarks/bench_secagg_core.py            # full grid, a few minutes on 2 cores
     python benchmarks/bench_secagg_core.py --quick    # 10 clients x 5 k only
+    python benchmarks/bench_secagg_core.py --scheme 'chacha20-gf2^128'   # the legacy scheme (default: the newest)
 """
 
 from __future__ import annotations
@@ -32,14 +33,14 @@ from fedort.coordinator.secagg_server import SecAggServer
 from fedort.edge_client.secagg_client import SecAggClient
 from fedort.protos.secagg import FixedPoint, SecAggParams, default_threshold, effective_degree
 from fedort.protos.secagg.prg import expand
-from fedort.protos.secagg.shamir import combine_secret, split_secret
+from fedort.protos.secagg.scheme import SUPPORTED, combine_secrets, split_secret
 
 
-def _params(n: int, length: int, degree: int) -> SecAggParams:
+def _params(n: int, length: int, degree: int, scheme: str) -> SecAggParams:
     ids = tuple(f"c{i:03d}" for i in range(n))
     deg = effective_degree(n, degree)
     return SecAggParams(1, ids, default_threshold(deg), degree, os.urandom(16),
-                        FixedPoint.for_cohort(n, clip=1.0, scale=2.0**16), length)
+                        FixedPoint.for_cohort(n, clip=1.0, scale=2.0**16), length, scheme)
 
 
 def _median_time(fn, repeats: int = 5) -> float:
@@ -51,8 +52,8 @@ def _median_time(fn, repeats: int = 5) -> float:
     return statistics.median(times)
 
 
-def one_round(n: int, length: int, degree: int, drop: float) -> dict:
-    params = _params(n, length, degree)
+def one_round(n: int, length: int, degree: int, drop: float, scheme: str = SUPPORTED[0]) -> dict:
+    params = _params(n, length, degree, scheme)
     rng = np.random.default_rng(0)
     server = SecAggServer(params)
     clients = {c: SecAggClient(c, params) for c in params.cohort}
@@ -90,9 +91,9 @@ def one_round(n: int, length: int, degree: int, drop: float) -> dict:
     pair_expansions = sum(len(set(params.neighbours[v]) & survivors) for v in request.dropped)
     combines = len(request.survivors) + sum(1 for v in request.dropped if set(params.neighbours[v]) & survivors)
     deg = effective_degree(n, degree)
-    shares = split_secret(os.urandom(16), params.threshold, deg)
-    one_combine = _median_time(lambda: combine_secret(shares, params.threshold))
-    one_expand = _median_time(lambda: expand(os.urandom(32), length + 1, params.fixed_point.bits))
+    shares = split_secret(scheme, os.urandom(16), params.threshold, deg)
+    one_combine = _median_time(lambda: combine_secrets(scheme, [shares], params.threshold))
+    one_expand = _median_time(lambda: expand(os.urandom(32), length + 1, params.fixed_point.bits, scheme))
     bits = params.fixed_point.bits
     return {
         "n": n, "P": length, "K": deg, "T": params.threshold, "bits": bits, "dropped": len(request.dropped),
@@ -108,17 +109,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", help="also write the rows here")
+    ap.add_argument("--scheme", default=SUPPORTED[0], choices=SUPPORTED, help="mask PRG + Shamir field")
     args = ap.parse_args()
     grid = [(10, 5_000)] if args.quick else [(n, p) for n in (10, 50, 100) for p in (5_000, 100_000)]
     rows = []
     for n, p in grid:
         for degree in sorted({n - 1, min(n - 1, 16)}, reverse=True):
-            row = one_round(n, p, degree, drop=0.1)
+            row = one_round(n, p, degree, drop=0.1, scheme=args.scheme)
             rows.append(row)
             print(f"n={n:3d} P={p:6d} K={row['K']:2d} T={row['T']:2d} b={row['bits']} drop={row['dropped']:2d} | "
                   f"client share {row['client_share_s'] * 1e3:7.1f} ms  mask {row['client_mask_s'] * 1e3:7.1f} ms | "
                   f"server fold {row['server_fold_s'] * 1e3:6.2f} ms/client  unmask {row['server_unmask_s']:6.2f} s "
-                  f"({row['reconstructions']} Shamir x {row['one_combine_s'] * 1e3:.0f} ms, "
+                  f"({row['reconstructions']} Shamir x {row['one_combine_s'] * 1e3:.2f} ms, "
                   f"{row['expansions']} PRG x {row['one_expand_s'] * 1e3:.2f} ms) | "
                   f"upload {row['upload_bytes_u64'] / 1e3:.0f} kB (packed {row['upload_bytes_packed'] / 1e3:.0f} kB)",
                   flush=True)

@@ -66,6 +66,11 @@ class ClientRegistry:
         client.row = replace(client.row, active=False, left_reason=reason, last_seen_ms=now)
         self._on_change()
 
+    def capabilities(self, client_id: str) -> Mapping[str, str]:
+        """What the client announced at its last Join (empty for an unknown id)."""
+        c = self._clients.get(client_id)
+        return c.row.capabilities if c is not None else {}
+
     def require(self, client_id: str) -> _Client:
         client = self._clients.get(client_id)
         if client is None:

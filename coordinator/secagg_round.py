@@ -44,7 +44,8 @@ from fedort.protos.secagg import (
     default_threshold, effective_degree,
 )
 from fedort.protos.secagg.pack import is_masked, packed_bits, packed_codec
-from fedort.protos.secagg.task import MAX_WEIGHT, SECAGG_CODEC, SecAggTask
+from fedort.protos.secagg.scheme import LEGACY, negotiate
+from fedort.protos.secagg.task import MAX_WEIGHT, SECAGG_CODEC, SecAggTask, weight_cap
 
 if TYPE_CHECKING:
     from fedort.coordinator.round_engine import RoundEngine
@@ -131,9 +132,9 @@ class SecAggRound:
                                distributed_noise_std(dp.noise_multiplier, dp.clip, n) if dp else 0.0,
                                packed_codec(bits) if bits % 8 == 0 else SECAGG_CODEC)
         self._task_bytes = self.task.to_bytes()
-        log.info("round %d: secure aggregation over %d clients, %d neighbours each, threshold %d, %d-bit sums%s",
-                 round, n, effective_degree(n, server.params.degree), server.params.threshold,
-                 server.params.fixed_point.bits, f", distributed DP z={dp.noise_multiplier:g} C={dp.clip:g}"
+        log.info("round %d: secure aggregation over %d clients, %d neighbours each, threshold %d, %d-bit sums, "
+                 "scheme %s%s", round, n, effective_degree(n, server.params.degree), server.params.threshold,
+                 server.params.fixed_point.bits, server.params.scheme, f", distributed DP z={dp.noise_multiplier:g} C={dp.clip:g}"
                  if dp and cfg.dp_noise_multiplier else "")
 
     def _load(self, round: int) -> SecAggServer | None:
@@ -181,11 +182,13 @@ class SecAggRound:
         cfg, n = e.config, len(r.selected)
         degree = cfg.secagg_neighbours or default_degree(n)
         threshold = cfg.secagg_threshold or default_threshold(effective_degree(n, degree))
-        dp = e.privacy.dp
-        fixed = FixedPoint.for_cohort(n, cfg.secagg_clip, cfg.secagg_scale, 1.0 if dp else MAX_WEIGHT)
+        dp, caps = e.privacy.dp, [e.registry.capabilities(c) for c in r.selected]
+        scheme = negotiate(caps)                  # every selected device computes it
+        cap = 1.0 if dp else MAX_WEIGHT if scheme == LEGACY else weight_cap(caps)   # older devices clamp at MAX_WEIGHT
+        fixed = FixedPoint.for_cohort(n, cfg.secagg_clip, cfg.secagg_scale, cap)
         fixed = replace(fixed, bits=min(64, -(-fixed.bits // 8) * 8))  # whole bytes: packed words waste no bit
         params = SecAggParams(r.round * 1000 + r.attempt, tuple(r.selected), threshold, degree, os.urandom(16),
-                              fixed, e.length)
+                              fixed, e.length, scheme)
         self._use(SecAggServer(params), r.round)
         self.path(r.round, "sum").unlink(missing_ok=True)    # a failed earlier attempt's sum and shares
         self.path(r.round, "sealed").unlink(missing_ok=True)
@@ -296,63 +299,83 @@ class SecAggRound:
     async def step(self, client_id: str, model_id: str, round: int, step: int, payload: bytes,
                    wait_ms: int) -> tuple[bool, bytes]:
         """One protocol step of `client_id` (see SecAggRequest.Step): (ready, reply payload)."""
+        s = self.check(client_id, model_id, round)
+        if self.accept(client_id, step, payload):
+            await self.persist()                     # durable before the client hears back
+            self.engine.notify()
+        if not await self.hold(s, [step], wait_ms):
+            return False, b""
+        return True, self.reply(client_id, round, step)
+
+    def check(self, client_id: str, model_id: str, round: int) -> SecAggServer:
+        """The round's protocol state, if `round` is the one in progress (StaleRoundError, SecAggAborted)."""
         e = self.engine
         e.touch(client_id)
         e.check_model(model_id)
         if e.state is not RoundState.TRAINING or self.server is None or self.round != round or e.training is None:
             raise StaleRoundError(f"round {round} has no secure aggregation in progress (round {e.round}, "
                                   f"state {e.state.name})")
+        if self.server.phase is ServerPhase.FAILED:
+            raise SecAggAborted(self.server.state.reason)
+        return self.server
+
+    def accept(self, client_id: str, step: int, payload: bytes) -> bool:
+        """Record the step's message if its phase is open (a re-send changes nothing): True if the state changed."""
         s = self.server
+        if step == ADVERTISE:
+            msg = _parse(AdvertiseKeys, payload, client_id)
+            if s.phase is ServerPhase.ADVERTISE and s.state.keys.get(client_id) != msg:
+                with self.lock:
+                    s.receive_keys(msg)
+                return True
+        elif step == SHARE:
+            msg = _parse(ShareKeys, payload, client_id)
+            if s.phase is ServerPhase.SHARE_KEYS and s.state.sealed.get(client_id) != dict(msg.sealed):
+                with self.lock:
+                    s.receive_shares(msg)
+                return True
+        elif step == UNMASK:
+            msg = _parse(UnmaskResponse, payload, client_id)
+            if s.phase is ServerPhase.UNMASK and client_id not in s.state.responses:
+                with self.lock:
+                    s.receive_unmask(msg)
+                return True
+        elif step != UNMASK_REQUEST:
+            raise ProtocolError(f"unknown secagg step {step}; expected 0..3 (ADVERTISE, SHARE, UNMASK_REQUEST, UNMASK)")
+        return False
+
+    @staticmethod
+    def ready(s: SecAggServer, step: int) -> bool:
+        """Whether `step` can be answered: the phase it waits for has closed (UNMASK: at once)."""
+        if step == ADVERTISE:
+            return s.phase is not ServerPhase.ADVERTISE
+        if step == SHARE:
+            return s.phase not in (ServerPhase.ADVERTISE, ServerPhase.SHARE_KEYS)
+        return s.phase in (ServerPhase.UNMASK, ServerPhase.DONE) if step == UNMASK_REQUEST else True
+
+    async def hold(self, s: SecAggServer, steps: list[int], wait_ms: int) -> bool:
+        """Until one of `steps` is ready or min(wait_ms, 30 s) ran out; SecAggAborted if the round failed meanwhile."""
+        e = self.engine
+        until = time.monotonic() + min(max(wait_ms, 0), 30_000) / 1000
+        while not any(self.ready(s, x) for x in steps) and (left := until - time.monotonic()) > 0 and not e._stopping:
+            await e.wait_change(left)
         if s.phase is ServerPhase.FAILED:
             raise SecAggAborted(s.state.reason)
-        until = time.monotonic() + min(max(wait_ms, 0), 30_000) / 1000
+        return any(self.ready(s, x) for x in steps)
 
-        async def wait(done: Callable[[], bool]) -> bool:
-            while not done() and (left := until - time.monotonic()) > 0 and not e._stopping:
-                await e.wait_change(left)
-            if s.phase is ServerPhase.FAILED:
-                raise SecAggAborted(s.state.reason)
-            return done()
-
-        try:
-            if step == ADVERTISE:
-                msg = _parse(AdvertiseKeys, payload, client_id)
-                if s.phase is ServerPhase.ADVERTISE and s.state.keys.get(client_id) != msg:   # a re-send changes nothing
-                    with self.lock:
-                        s.receive_keys(msg)
-                    await self.persist()
-                    e.notify()
-                if not await wait(lambda: s.phase is not ServerPhase.ADVERTISE):
-                    return False, b""
-                _member(client_id, s.state.u1, round, "advertise its keys in time")
-                return True, s.roster_for(client_id).to_bytes()
-            if step == SHARE:
-                msg = _parse(ShareKeys, payload, client_id)
-                if s.phase is ServerPhase.SHARE_KEYS and s.state.sealed.get(client_id) != dict(msg.sealed):
-                    with self.lock:
-                        s.receive_shares(msg)
-                    await self.persist()
-                    e.notify()
-                if not await wait(lambda: s.phase not in (ServerPhase.ADVERTISE, ServerPhase.SHARE_KEYS)):
-                    return False, b""
-                _member(client_id, s.state.u2, round, "share its keys in time")
-                return True, s.delivery_for(client_id).to_bytes()
-            if step == UNMASK_REQUEST:
-                if not await wait(lambda: s.phase in (ServerPhase.UNMASK, ServerPhase.DONE)):
-                    return False, b""
-                _member(client_id, s.state.u3, round, "send its masked input in time")
-                return True, s.unmask_request().to_bytes()
-            if step == UNMASK:
-                msg = _parse(UnmaskResponse, payload, client_id)
-                if s.phase is ServerPhase.UNMASK and client_id not in s.state.responses:
-                    with self.lock:
-                        s.receive_unmask(msg)
-                    await self.persist()
-                    e.notify()
-                return True, b""
-        except SecAggAborted:
-            raise
-        raise ProtocolError(f"unknown secagg step {step}; expected 0..3 (ADVERTISE, SHARE, UNMASK_REQUEST, UNMASK)")
+    def reply(self, client_id: str, round: int, step: int) -> bytes:
+        """The answer to a ready step: the roster, the share delivery, the unmask request, or nothing."""
+        s = self.server
+        if step == ADVERTISE:
+            _member(client_id, s.state.u1, round, "advertise its keys in time")
+            return s.roster_for(client_id).to_bytes()
+        if step == SHARE:
+            _member(client_id, s.state.u2, round, "share its keys in time")
+            return s.delivery_for(client_id).to_bytes()
+        if step == UNMASK_REQUEST:
+            _member(client_id, s.state.u3, round, "send its masked input in time")
+            return s.unmask_request().to_bytes()
+        return b""
 
 
 def _member(client_id: str, members: list[str], round: int, what: str) -> None:

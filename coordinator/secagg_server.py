@@ -31,7 +31,7 @@ from fedort.protos.secagg.messages import (
     AdvertiseKeys, Roster, SecAggParams, ShareDelivery, ShareKeys, UnmaskRequest, UnmaskResponse, b64, unb64,
 )
 from fedort.protos.secagg.prg import MaskAdder
-from fedort.protos.secagg.shamir import combine_secrets
+from fedort.protos.secagg.scheme import check_echo, combine_secrets
 
 
 class ServerPhase(Enum):
@@ -173,6 +173,7 @@ class SecAggServer:
     def receive_keys(self, msg: AdvertiseKeys) -> None:
         self._expect(ServerPhase.ADVERTISE)
         self._known(msg.client_id, self.params.cohort, "keys")
+        check_echo(self.params.scheme, msg.scheme, msg.client_id)
         if msg.client_id in self.state.keys and self.state.keys[msg.client_id] != msg:
             raise SecAggError(f"client {msg.client_id} advertised different keys twice")
         self.state.keys[msg.client_id] = msg
@@ -273,8 +274,9 @@ class SecAggServer:
         for v, shares in key_shares.items():
             if len(shares) < t:
                 raise self._abort(f"{len(shares)} shares of dropped {v}'s mask key arrived, {t} needed")
-        secrets = combine_secrets([*seed_shares.values(), *key_shares.values()], t)
-        bits, total, adder = self.params.fixed_point.bits, self.accumulator.copy(), MaskAdder(len(self.accumulator))
+        secrets = combine_secrets(self.params.scheme, [*seed_shares.values(), *key_shares.values()], t)
+        bits, total = self.params.fixed_point.bits, self.accumulator.copy()
+        adder = MaskAdder(len(self.accumulator), scheme=self.params.scheme)
         for u, seed in zip(seed_shares, secrets):
             adder.add(total, self_key(self.params, seed), -1, bits)
         for v, seed in zip(key_shares, secrets[len(seed_shares):]):

@@ -242,5 +242,20 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         return pb.SecAggReply(ready=ready, payload=payload)
 
     @unary
+    async def SecAggBatch(self, request: pb.SecAggBatchRequest, context) -> pb.SecAggBatchReply:
+        from fedort.coordinator.secagg_batch import StepCall
+
+        for step in request.steps:
+            check_identity(_caller.get(), step.client_id)
+        answers = await self.engine.secagg_batch([StepCall(s.client_id, s.model_id, s.round, int(s.step), bytes(s.payload))
+                                                  for s in request.steps], request.wait_ms)
+        entries = []
+        for a in answers:
+            code, message = status_for(a.error) if a.error is not None else (None, "")
+            entries.append(pb.SecAggBatchEntry(client_id=a.client_id, ready=a.ready, payload=a.payload,
+                                               error_code=code.name if code else "", error_message=message))
+        return pb.SecAggBatchReply(entries=entries)
+
+    @unary
     async def Status(self, request: pb.StatusRequest, context) -> pb.StatusReply:
         return self.engine.status().to_pb()

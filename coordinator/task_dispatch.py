@@ -134,6 +134,12 @@ class TaskDispatch:
             raise StaleRoundError("this run does not use secure aggregation (no --secagg)")
         return await self.secagg.step(client_id, model_id, round, step, payload, wait_ms)
 
+    async def secagg_batch(self, calls, wait_ms: int):
+        """Many clients' steps in one call (`coordinator.secagg_batch`): a StepAnswer per StepCall."""
+        from fedort.coordinator.secagg_batch import run_batch
+
+        return await run_batch(self.secagg, calls, wait_ms)
+
     def submit_evaluation(self, client_id: str, model_id: str, round: int, num_examples: int,
                           metrics: Mapping[str, Metric]) -> SubmitResult:
         return self.evaluation.submit(client_id, model_id, round, num_examples, metrics)

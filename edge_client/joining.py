@@ -37,8 +37,11 @@ class Joining:
     def _capabilities(self) -> dict[str, str]:
         import onnxruntime
 
+        from fedort.protos.secagg.scheme import CAPABILITY, SUPPORTED   # constants only: no crypto loaded
+
         return {"platform": f"{sys.platform}-{platform.machine()}", "python": platform.python_version(),
-                "onnxruntime": onnxruntime.__version__, "examples": str(self.data.num_examples)}
+                "onnxruntime": onnxruntime.__version__, "examples": str(self.data.num_examples),
+                CAPABILITY: ",".join(SUPPORTED)}
 
     def join(self) -> JoinInfo:
         """Check the data, join (keeping a saved identity), fetch missing artifacts, open the session.

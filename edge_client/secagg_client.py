@@ -26,7 +26,7 @@ from fedort.protos.secagg.messages import (
     AdvertiseKeys, Roster, SecAggParams, ShareDelivery, ShareKeys, UnmaskRequest, UnmaskResponse, b64, unb64,
 )
 from fedort.protos.secagg.prg import MaskAdder
-from fedort.protos.secagg.shamir import split_secret
+from fedort.protos.secagg.scheme import split_secret
 
 
 class ClientPhase(Enum):
@@ -68,7 +68,7 @@ class SecAggClient:
     def advertise(self) -> AdvertiseKeys:
         self._expect(ClientPhase.ADVERTISE)
         self.phase = ClientPhase.SHARE_KEYS
-        return AdvertiseKeys(self.client_id, self._cipher.public, self._mask.public)
+        return AdvertiseKeys(self.client_id, self._cipher.public, self._mask.public, self.params.scheme)
 
     def share_keys(self, roster: Roster) -> ShareKeys:
         """Shamir-share the seeds of s_sk and of b among the neighbours in `roster`, one sealed bundle each."""
@@ -87,8 +87,9 @@ class SecAggClient:
             raise SecAggError("roster repeats a public key (every client must have its own)")
         self._roster = dict(peers)
         holders = sorted(peers)
-        key_shares = split_secret(self._mask_seed, self.params.threshold, len(holders))
-        seed_shares = split_secret(self._seed, self.params.threshold, len(holders))
+        scheme = self.params.scheme
+        key_shares = split_secret(scheme, self._mask_seed, self.params.threshold, len(holders))
+        seed_shares = split_secret(scheme, self._seed, self.params.threshold, len(holders))
         sealed = {}
         for holder, (index, k_share), (_, b_share) in zip(holders, key_shares, seed_shares):
             body = json.dumps({"i": index, "k": b64(k_share), "b": b64(b_share)}).encode()
@@ -113,7 +114,7 @@ class SecAggClient:
             body = json.loads(open_sealed(key, delivery.sealed[sender], _aad(self.params, sender, self.client_id)))
             self._held[sender] = (int(body["i"]), unb64(body["k"]), unb64(body["b"]))
         masked, bits = self.params.fixed_point.encode(vector, weight), self.params.fixed_point.bits
-        adder = MaskAdder(len(masked))
+        adder = MaskAdder(len(masked), scheme=self.params.scheme)
         adder.add(masked, self_key(self.params, self._seed), 1, bits)
         masks = Agreement(self._mask.private)
         for v in senders:

@@ -7,7 +7,8 @@
 
 Each step is one `SecAgg` call that the coordinator holds until the phase closes (ready=false:
 send the same request again). Steps are idempotent, so a call lost to a coordinator restart is
-simply retried with the same message. Nothing but the masked vector leaves the device; its
+simply retried with the same message. A round under a secure-aggregation scheme this device does
+not compute (`protos.secagg.scheme`) ends as `stale` before any step. Nothing but the masked vector leaves the device; its
 protocol secrets live in memory only (a device restart drops it from this round). A coordinator
 that says the client is no longer part of the round (FAILED_PRECONDITION) or aborted the round
 (ABORTED) ends it as `stale`.
@@ -15,6 +16,7 @@ that says the client is no longer part of the round (FAILED_PRECONDITION) or abo
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 from typing import Any, Callable, Mapping
@@ -65,7 +67,6 @@ class SecAggFlow:
         self.transport, self.client_id, self.model_id, self.task = transport, client_id, model_id, task
         self.call = call
         self.wait_ms = max(poll_wait_ms, MIN_STEP_WAIT_MS)   # steps are long-polls, even for a client that never waits
-        self.spec = SecAggTask.from_bytes(task.secagg)
 
     def _step(self, step: int, payload: bytes) -> bytes:
         while True:
@@ -77,9 +78,16 @@ class SecAggFlow:
     def run(self, global_vector: np.ndarray, trained: np.ndarray, num_examples: int,
             metrics: Mapping[str, Metric], chunk_size: int) -> tuple[str, str]:
         """Every phase for this round; (outcome, message) as the client reports an upload."""
-        spec, length = self.spec, len(global_vector)
-        client = SecAggClient(self.client_id, spec.params)
+        steps = getattr(self.transport, "secagg_steps", None)     # the worker's batcher (a test's wrapper has none)
+        with steps.flow() if steps is not None else contextlib.nullcontext():
+            return self._run(global_vector, trained, num_examples, metrics, chunk_size)
+
+    def _run(self, global_vector: np.ndarray, trained: np.ndarray, num_examples: int,
+             metrics: Mapping[str, Metric], chunk_size: int) -> tuple[str, str]:
+        length = len(global_vector)
         try:
+            spec = SecAggTask.from_bytes(self.task.secagg)   # a scheme this device does not compute: SchemeError
+            client = SecAggClient(self.client_id, spec.params)
             roster = Roster.from_bytes(self._step(ADVERTISE, client.advertise().to_bytes()))
             delivery = ShareDelivery.from_bytes(self._step(SHARE, client.share_keys(roster).to_bytes()))
             masked = client.masked_input(delivery, private_delta(spec, global_vector, trained),

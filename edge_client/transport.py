@@ -28,6 +28,7 @@ from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
 from fedort.protos.codec import CHUNK_BYTES, VectorAssembler, iter_chunks
 from fedort.edge_client.channel import ChannelConfig
 from fedort.edge_client.download_delta import DeltaDownload
+from fedort.edge_client.secagg_wire import StepBatcher
 from fedort.edge_client.tls_hints import with_tls_hint
 from fedort.protos.codecs import iter_payload_chunks
 from fedort.protos.codecs.xor_delta import DOWNLOAD_DELTA
@@ -82,6 +83,7 @@ class Transport:
         self._inflight: set = set()
         self._uses: dict[grpc.Channel, int] = {}   # calls in progress per channel (a retired one closes at 0)
         self._closed = False
+        self.secagg_steps = StepBatcher(self)
 
     @classmethod
     def connect(cls, address: str, **options) -> "Transport":
@@ -253,10 +255,9 @@ class Transport:
 
     def secagg_step(self, client_id: str, model_id: str, round: int, step: int, payload: bytes,
                     wait_ms: int) -> tuple[bool, bytes]:
-        """One secure-aggregation step (held up to wait_ms until its phase closes): (ready, reply payload)."""
-        r = self._long_poll("SecAgg", lambda w: pb.SecAggRequest(
-            client_id=client_id, model_id=model_id, round=round, step=step, payload=payload, wait_ms=w), wait_ms)
-        return r.ready, bytes(r.payload)
+        """One secure-aggregation step (held up to wait_ms until its phase closes): (ready, reply payload).
+        Steps that clients sharing this transport send together travel in one SecAggBatch (edge_client.secagg_wire)."""
+        return self.secagg_steps.submit(client_id, model_id, round, step, payload, wait_ms)
 
     def download_vector(self, client_id: str, model_id: str, round: int, *,
                         expected_length: int | None = None, expected_sha256: bytes | None = None) -> np.ndarray:

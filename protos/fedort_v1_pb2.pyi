@@ -293,6 +293,34 @@ class SecAggReply(_message.Message):
     payload: bytes
     def __init__(self, ready: bool = ..., payload: _Optional[bytes] = ...) -> None: ...
 
+class SecAggBatchRequest(_message.Message):
+    __slots__ = ("steps", "wait_ms")
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    steps: _containers.RepeatedCompositeFieldContainer[SecAggRequest]
+    wait_ms: int
+    def __init__(self, steps: _Optional[_Iterable[_Union[SecAggRequest, _Mapping]]] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+
+class SecAggBatchEntry(_message.Message):
+    __slots__ = ("client_id", "ready", "payload", "error_code", "error_message")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    ready: bool
+    payload: bytes
+    error_code: str
+    error_message: str
+    def __init__(self, client_id: _Optional[str] = ..., ready: bool = ..., payload: _Optional[bytes] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class SecAggBatchReply(_message.Message):
+    __slots__ = ("entries",)
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[SecAggBatchEntry]
+    def __init__(self, entries: _Optional[_Iterable[_Union[SecAggBatchEntry, _Mapping]]] = ...) -> None: ...
+
 class EvaluationResult(_message.Message):
     __slots__ = ("client_id", "model_id", "round", "num_examples", "metrics")
     class MetricsEntry(_message.Message):

@@ -69,6 +69,11 @@ class CoordinatorStub(object):
                 request_serializer=fedort_dot_protos_dot_fedort__v1__pb2.SecAggRequest.SerializeToString,
                 response_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.SecAggReply.FromString,
                 )
+        self.SecAggBatch = channel.unary_unary(
+                '/fedort.v1.Coordinator/SecAggBatch',
+                request_serializer=fedort_dot_protos_dot_fedort__v1__pb2.SecAggBatchRequest.SerializeToString,
+                response_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.SecAggBatchReply.FromString,
+                )
 
 
 class CoordinatorServicer(object):
@@ -152,6 +157,17 @@ class CoordinatorServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SecAggBatch(self, request, context):
+        """SecAgg steps of many clients at once (a simulation worker hosting virtual clients, a gateway): each
+        entry is what one SecAgg call would carry. Held up to wait_ms until at least one entry is ready (or
+        failed), then every entry is answered: ready ones with their reply, the others ready=false (send
+        again), a failed one with the status code and message its own SecAgg call would have got. Added
+        in protocol 1.3; an older coordinator answers UNIMPLEMENTED and the caller sends one SecAgg per step.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -209,6 +225,11 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.SecAgg,
                     request_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.SecAggRequest.FromString,
                     response_serializer=fedort_dot_protos_dot_fedort__v1__pb2.SecAggReply.SerializeToString,
+            ),
+            'SecAggBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.SecAggBatch,
+                    request_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.SecAggBatchRequest.FromString,
+                    response_serializer=fedort_dot_protos_dot_fedort__v1__pb2.SecAggBatchReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -404,5 +425,22 @@ class Coordinator(object):
         return grpc.experimental.unary_unary(request, target, '/fedort.v1.Coordinator/SecAgg',
             fedort_dot_protos_dot_fedort__v1__pb2.SecAggRequest.SerializeToString,
             fedort_dot_protos_dot_fedort__v1__pb2.SecAggReply.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def SecAggBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/fedort.v1.Coordinator/SecAggBatch',
+            fedort_dot_protos_dot_fedort__v1__pb2.SecAggBatchRequest.SerializeToString,
+            fedort_dot_protos_dot_fedort__v1__pb2.SecAggBatchReply.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

@@ -77,3 +77,11 @@ def _retry_after(err: grpc.RpcError, details: str) -> float | None:
 
 
 __all__ = ["grpc_code", "status_for", "from_rpc_error"]
+
+
+def from_status(name: str, message: str) -> FedortError:
+    """The fedort error for a status code name and message carried inside a reply (e.g. a SecAggBatch entry)."""
+    cls = _BY_CODE.get(grpc_code(name), FedortError)
+    exc = cls(f"{name}: {message}")
+    exc.code = name
+    return exc

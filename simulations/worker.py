@@ -168,7 +168,9 @@ def serve_clients(plan: WorkerPlan, transport: Transport, clients: list[EdgeClie
     deadline = time.monotonic() + plan.timeout_s
     done: set[str] = set()
     backoff = Backoff(give_up_after_s=plan.timeout_s)
-    with ThreadPoolExecutor(max(1, plan.uploads_in_flight), thread_name_prefix="fedort-upload") as uploads:
+    # secure aggregation: one thread per selected client's protocol run, kept across rounds (threads start on demand)
+    with ThreadPoolExecutor(max(1, plan.uploads_in_flight), thread_name_prefix="fedort-upload") as uploads, \
+            ThreadPoolExecutor(len(clients), thread_name_prefix="fedort-secagg") as secagg:
         while time.monotonic() < deadline:
             ids = [c.client_id for c in clients if c.client_id not in done]
             try:
@@ -181,7 +183,7 @@ def serve_clients(plan: WorkerPlan, transport: Transport, clients: list[EdgeClie
                 log.info("the coordinator predates PollTasks; polling each client")
                 return _serve_by_heartbeat(plan, transport, clients, stats, deadline)
             stats.polls += 1
-            _work(plan, clients, tasks, done, uploads)
+            _work(plan, clients, tasks, done, uploads, secagg)
             if len(done) == len(clients) or state.final:
                 return
             if not tasks:   # the hold ran out (or the coordinator is stopping): do not spin
@@ -190,28 +192,23 @@ def serve_clients(plan: WorkerPlan, transport: Transport, clients: list[EdgeClie
 
 
 def _work(plan: WorkerPlan, clients: list[EdgeClient], tasks: dict, done: set[str],
-          uploads: ThreadPoolExecutor) -> None:
+          uploads: ThreadPoolExecutor, secagg: ThreadPoolExecutor) -> None:
     """Do the polled tasks: train one client after another, each update uploaded while the next trains.
 
     Secure aggregation: a phase closes only when the whole cohort got there, so every masked
-    upload (the client's whole protocol run) gets its own thread, started as soon as it trained."""
+    upload (the client's whole protocol run) gets its own thread of `secagg` (one per client),
+    started as soon as it trained."""
     inflight: list[Future] = []
     masked: list[Future] = []    # never waited on inside the loop: they finish only with the whole cohort
     vector_bytes = 4 * clients[0].manifest.parameter_count if clients else 1
-    cohort = sum(1 for t in tasks.values() if t.kind == TaskKind.FIT and t.secagg)
-    secagg = ThreadPoolExecutor(cohort, thread_name_prefix="fedort-secagg") if cohort else None
-    try:
-        limit = max(1, min(plan.uploads_in_flight, plan.upload_budget_bytes // max(1, vector_bytes)))
-        _train_and_upload(clients, tasks, done, uploads, limit, secagg, inflight, masked)
-        for f in inflight + masked:
-            f.result()
-    finally:
-        if secagg is not None:
-            secagg.shutdown(wait=True)
+    limit = max(1, min(plan.uploads_in_flight, plan.upload_budget_bytes // max(1, vector_bytes)))
+    _train_and_upload(clients, tasks, done, uploads, limit, secagg, inflight, masked)
+    for f in inflight + masked:
+        f.result()
 
 
 def _train_and_upload(clients: list[EdgeClient], tasks: dict, done: set[str], uploads: ThreadPoolExecutor,
-                      limit: int, secagg: ThreadPoolExecutor | None, inflight: list[Future],
+                      limit: int, secagg: ThreadPoolExecutor, inflight: list[Future],
                       masked: list[Future]) -> None:
     for client in clients:
         task = tasks.get(client.client_id)
@@ -219,7 +216,7 @@ def _train_and_upload(clients: list[EdgeClient], tasks: dict, done: set[str], up
             continue
         if task.kind == TaskKind.DONE:
             done.add(client.client_id)
-        elif task.kind == TaskKind.FIT and task.secagg and secagg is not None:
+        elif task.kind == TaskKind.FIT and task.secagg:
             client.train(task)
             masked.append(secagg.submit(client.upload))
         elif task.kind == TaskKind.FIT:

@@ -19,6 +19,10 @@ from fedort.edge_client.secagg_flow import SHARE, UNMASK_REQUEST, SecAggFlow
 from fedort.edge_client.transport import ChannelConfig, Transport
 from fedort.protos.codec import CHUNK_BYTES
 from fedort.protos.messages import TaskKind
+from fedort.protos.secagg.scheme import CAPABILITY, SUPPORTED
+
+CURRENT = {CAPABILITY: ",".join(SUPPORTED)}   # what a device of this build announces at Join
+OLD = {}                                       # a device before protocol 1.3 announces no scheme
 
 DROP_STEPS = {"share": SHARE, "unmask": UNMASK_REQUEST}
 
@@ -45,14 +49,17 @@ class VanishingTransport:
 
 
 def run_device(port: int, client_id: str, delta: np.ndarray, num_examples: int = 10, drop: str | None = None,
-               timeout_s: float = 60.0, rounds: int = 1, wrap=None) -> list[tuple[str, str]]:
+               timeout_s: float = 60.0, rounds: int = 1, wrap=None,
+               capabilities: dict[str, str] | None = None) -> list[tuple[str, str]]:
     """One device for `rounds` FIT tasks (or until DONE); its (outcome, message) per round, 'vanished' if it did.
-    `wrap(transport)` may put a test's transport (same methods) in front of the real one."""
+    `wrap(transport)` may put a test's transport (same methods) in front of the real one; `capabilities`
+    are announced at Join (default: this build's secagg schemes)."""
     real = Transport(ChannelConfig(f"127.0.0.1:{port}", insecure=True, rpc_timeout_s=timeout_s))
     transport = wrap(real) if wrap is not None else real
     out: list[tuple[str, str]] = []
     try:
-        info = transport.join("secagg-test", client_id=client_id)
+        info = transport.join("secagg-test", client_id=client_id,
+                              capabilities=CURRENT if capabilities is None else capabilities)
         while len(out) < rounds:
             task = transport.poll(client_id, info.model_id, 2000)
             if task.kind == TaskKind.DONE:
@@ -74,12 +81,12 @@ def run_device(port: int, client_id: str, delta: np.ndarray, num_examples: int =
 
 def run_devices(port: int, deltas: dict[str, np.ndarray], drops: dict[str, str] | None = None,
                 examples: dict[str, int] | None = None, rounds: int = 1,
-                wraps: dict | None = None) -> dict[str, list[tuple[str, str]]]:
-    """Every device in its own thread; their outcomes by client id (`wraps`: per device, see run_device)."""
-    drops, examples, wraps = drops or {}, examples or {}, wraps or {}
+                wraps: dict | None = None, capabilities: dict | None = None) -> dict[str, list[tuple[str, str]]]:
+    """Every device in its own thread; their outcomes by client id (`wraps`, `capabilities`: per device, see run_device)."""
+    drops, examples, wraps, capabilities = drops or {}, examples or {}, wraps or {}, capabilities or {}
     with ThreadPoolExecutor(max_workers=len(deltas)) as pool:
         futures = {c: pool.submit(run_device, port, c, d, examples.get(c, 10), drops.get(c), 60.0, rounds,
-                                  wraps.get(c))
+                                  wraps.get(c), capabilities.get(c))
                    for c, d in deltas.items()}
         return {c: f.result(timeout=180) for c, f in futures.items()}
 
@@ -89,4 +96,4 @@ def deltas_for(ids, length: int, seed: int = 0, scale: float = 0.01) -> dict[str
     return {c: (rng.standard_normal(length) * scale).astype(np.float32) for c in ids}
 
 
-__all__ = ["Vanished", "deltas_for", "run_device", "run_devices", "threading"]
+__all__ = ["CURRENT", "OLD", "Vanished", "deltas_for", "run_device", "run_devices", "threading"]

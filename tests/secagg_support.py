@@ -10,15 +10,16 @@ import numpy as np
 from fedort.coordinator.secagg_server import SecAggResult, SecAggServer
 from fedort.edge_client.secagg_client import SecAggClient
 from fedort.protos.secagg import FixedPoint, SecAggParams, default_threshold, effective_degree
+from fedort.protos.secagg.scheme import LEGACY
 
 
 def make_params(n: int, length: int, degree: int | None = None, threshold: int | None = None,
-                clip: float = 1.0, scale: float = 2.0**16, round_id: int = 1) -> SecAggParams:
+                clip: float = 1.0, scale: float = 2.0**16, round_id: int = 1, scheme: str = LEGACY) -> SecAggParams:
     ids = tuple(f"c{i:03d}" for i in range(n))
     degree = n - 1 if degree is None else degree
     deg = effective_degree(n, degree)
     return SecAggParams(round_id, ids, threshold or default_threshold(deg), degree, os.urandom(16),
-                        FixedPoint.for_cohort(n, clip, scale), length)
+                        FixedPoint.for_cohort(n, clip, scale), length, scheme)
 
 
 def run_round(params: SecAggParams, updates: dict[str, np.ndarray], *,

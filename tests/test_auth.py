@@ -110,6 +110,9 @@ async def test_a_device_cannot_act_as_another_and_nothing_changes(secured):
         stub.Leave(pb.LeaveRequest(client_id="client-b", reason="x"), metadata=as_a, timeout=RPC_TIMEOUT),
         stub.SubmitEvaluation(pb.EvaluationResult(client_id="client-b", model_id=model, round=1, num_examples=1),
                               metadata=as_a, timeout=RPC_TIMEOUT),
+        stub.SecAggBatch(pb.SecAggBatchRequest(steps=[pb.SecAggRequest(client_id="client-a", model_id=model, round=1),
+                                                      pb.SecAggRequest(client_id="client-b", model_id=model, round=1)]),
+                         metadata=as_a, timeout=RPC_TIMEOUT),
     ]
     for call in calls:
         details = await expect(grpc.StatusCode.PERMISSION_DENIED, call)

@@ -3,6 +3,7 @@
     ProtocolError
      +-- SecAggError          a peer sent something the protocol forbids      INVALID_ARGUMENT
           +-- SecAggAborted   the round cannot finish (too few survivors)     ABORTED
+          +-- SchemeError     the device computes another mask/sharing scheme FAILED_PRECONDITION
 """
 
 from __future__ import annotations
@@ -18,3 +19,10 @@ class SecAggAborted(SecAggError):
     """Fewer than the threshold survived a phase: the round fails, the global model is unchanged."""
 
     code = "ABORTED"
+
+
+class SchemeError(SecAggError):
+    """The two sides would compute masks or shares differently (another mask PRG or Shamir field):
+    the device cannot take part in this round; an older device needs an update."""
+
+    code = "FAILED_PRECONDITION"

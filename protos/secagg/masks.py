@@ -27,18 +27,19 @@ def pairwise_seed(params: SecAggParams, mine: Agreement, peer_public: bytes, u: 
 
 
 def self_key(params: SecAggParams, seed: bytes) -> bytes:
-    """The PRG key of the self mask: the 16-byte seed b_u stretched to a ChaCha20 key with HKDF."""
+    """The PRG key of the self mask: the 16-byte seed b_u stretched to a 32-byte cipher key with HKDF."""
     return derive(seed, params.info("self", "", ""))
 
 
 def pairwise_mask(params: SecAggParams, private: bytes, peer_public: bytes, u: str, v: str) -> np.ndarray:
     """PRG(s_uv) for the pair (u, v), reduced mod 2^b."""
-    return expand(pairwise_seed(params, Agreement(private), peer_public, u, v), params.length + 1, params.fixed_point.bits)
+    return expand(pairwise_seed(params, Agreement(private), peer_public, u, v), params.length + 1,
+                  params.fixed_point.bits, params.scheme)
 
 
 def self_mask(params: SecAggParams, seed: bytes) -> np.ndarray:
     """PRG(b_u), reduced mod 2^b."""
-    return expand(self_key(params, seed), params.length + 1, params.fixed_point.bits)
+    return expand(self_key(params, seed), params.length + 1, params.fixed_point.bits, params.scheme)
 
 
 def add_signed(acc: np.ndarray, mask: np.ndarray, sign: int) -> None:

@@ -19,12 +19,14 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
+from types import MappingProxyType
 from typing import Any, Mapping
 
 from fedort.protos.errors import ConfigError
 from fedort.protos.secagg.graph import effective_degree, neighbour_graph
 from fedort.protos.secagg.quantize import FixedPoint
+from fedort.protos.secagg.scheme import LEGACY, require_known
 
 
 def b64(data: bytes) -> str:
@@ -47,6 +49,13 @@ class _Json:
         return cls.from_dict(json.loads(data))  # type: ignore[attr-defined]
 
 
+@lru_cache(maxsize=8)
+def _graph(cohort: tuple[str, ...], degree: int, seed: bytes) -> Mapping[str, tuple[str, ...]]:
+    """The round's graph, computed once per process: a simulation worker hosts many of the cohort's
+    devices, each parsing its own copy of the parameters (the graph costs ~1 ms at 100 clients)."""
+    return MappingProxyType(neighbour_graph(cohort, degree, seed))
+
+
 def default_threshold(degree: int) -> int:
     """Shares needed to recover a secret: a strict majority of each client's neighbours."""
     return degree // 2 + 1
@@ -63,9 +72,11 @@ class SecAggParams(_Json):
     graph_seed: bytes
     fixed_point: FixedPoint
     length: int
+    scheme: str = LEGACY            # mask PRG + Shamir field (`scheme.py`); absent on the wire: the legacy one
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cohort", tuple(sorted(self.cohort)))
+        require_known(self.scheme)
         deg = effective_degree(len(self.cohort), self.degree)
         if len(self.cohort) < 2:
             raise ConfigError(f"secure aggregation needs a cohort of >= 2 clients, got {len(self.cohort)}")
@@ -79,7 +90,7 @@ class SecAggParams(_Json):
 
     @cached_property
     def neighbours(self) -> Mapping[str, tuple[str, ...]]:
-        return neighbour_graph(self.cohort, self.degree, self.graph_seed)
+        return _graph(self.cohort, self.degree, self.graph_seed)
 
     def info(self, purpose: str, a: str, b: str) -> bytes:
         """HKDF info binding a derived key to this round, a purpose and an ordered pair of ids."""
@@ -90,7 +101,7 @@ class SecAggParams(_Json):
         return {
             "round_id": self.round_id, "cohort": list(self.cohort), "threshold": self.threshold,
             "degree": self.degree, "graph_seed": b64(self.graph_seed),
-            "fixed_point": self.fixed_point.to_dict(), "length": self.length,
+            "fixed_point": self.fixed_point.to_dict(), "length": self.length, "scheme": self.scheme,
         }
 
     @classmethod
@@ -98,6 +109,7 @@ class SecAggParams(_Json):
         return cls(
             int(d["round_id"]), tuple(d["cohort"]), int(d["threshold"]), int(d["degree"]),
             unb64(d["graph_seed"]), FixedPoint.from_dict(d["fixed_point"]), int(d["length"]),
+            str(d.get("scheme", LEGACY)),
         )
 
 
@@ -106,13 +118,15 @@ class AdvertiseKeys(_Json):
     client_id: str
     cipher_public: bytes  # c_pk: derives the share-encryption keys
     mask_public: bytes    # s_pk: derives the pairwise mask seeds
+    scheme: str = ""      # the scheme the device computes (protocol 1.3); "" from older devices: the legacy one
 
     def to_dict(self) -> dict[str, Any]:
-        return {"client_id": self.client_id, "c": b64(self.cipher_public), "s": b64(self.mask_public)}
+        d = {"client_id": self.client_id, "c": b64(self.cipher_public), "s": b64(self.mask_public)}
+        return {**d, "v": self.scheme} if self.scheme else d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "AdvertiseKeys":
-        return cls(d["client_id"], unb64(d["c"]), unb64(d["s"]))
+        return cls(d["client_id"], unb64(d["c"]), unb64(d["s"]), str(d.get("v", "")))
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,10 @@
     SecAggTask(params, weighting, dp_clip, dp_noise_std, codec)
 
 The device trains, then encodes its delta d = trained − global in fixed point with weight w
-(`weighting`: "examples" → w = min(num_examples, MAX_WEIGHT), FedAvg; "unit" → w = 1, DP-FedAvg),
+(`weighting`: "examples" → w = min(num_examples, w_max), FedAvg; "unit" → w = 1, DP-FedAvg; w_max is
+the round's `fixed_point.max_weight`: MAX_WEIGHT, or under the scheme aes128ctr-p130 the largest
+example count the cohort announced at Join (`weight_cap`), which keeps b — and every masked upload —
+small: 100 clients of ≤ 64 examples need 30 bits a word instead of 40),
 after clipping d to L2 norm `dp_clip` and adding N(0, dp_noise_std²) per value when DP is on
 (distributed DP: dp_noise_std = z·C/√n_exp, so the n_exp clients' noise sums to N(0, (zC)²)).
 The masked vector (P + 1 words mod 2^b) travels over the ordinary upload stream in the `codec`
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable, Mapping
 
 from fedort.protos.errors import ProtocolError, VectorError
 from fedort.protos.secagg.messages import SecAggParams
@@ -25,6 +28,18 @@ from fedort.protos.secagg.pack import U64_CODEC, is_masked, packed_bits
 
 SECAGG_CODEC = U64_CODEC
 MAX_WEIGHT = 65536.0        # FedAvg weights (example counts) are capped here under secure aggregation
+
+
+def weight_cap(devices: Iterable[Mapping[str, str]]) -> float:
+    """w_max for a cohort: the largest `examples` its devices announced at Join (MAX_WEIGHT if any did not).
+    A device whose data grew since clamps its weight to it (`SecAggTask.weight`)."""
+    cap = 1
+    for caps in devices:
+        try:
+            cap = max(cap, int(caps["examples"]))
+        except (KeyError, ValueError):
+            return MAX_WEIGHT
+    return float(min(cap, MAX_WEIGHT))
 
 
 def _fits(codec: str, bits: int) -> bool:
@@ -44,7 +59,8 @@ class SecAggTask:
     codec: str = SECAGG_CODEC          # the masked upload's wire codec (secagg-u64 | secagg-packed:b)
 
     def weight(self, num_examples: int) -> float:
-        return 1.0 if self.weighting == "unit" else float(min(max(num_examples, 1), MAX_WEIGHT))
+        cap = min(MAX_WEIGHT, self.params.fixed_point.max_weight)
+        return 1.0 if self.weighting == "unit" else float(min(max(num_examples, 1), cap))
 
     def to_bytes(self) -> bytes:
         return json.dumps({"params": self.params.to_dict(), "weighting": self.weighting, "dp_clip": self.dp_clip,
