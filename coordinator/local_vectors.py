@@ -30,7 +30,6 @@ its length and sha256 against the Task. The two newest stay.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import os
 import re
@@ -46,6 +45,7 @@ from fedort.coordinator.admission import AdmittedUpdate
 from fedort.coordinator.aggregation.decode import DensePiece, check_reconstructed
 from fedort.coordinator.join_limits import clip
 from fedort.coordinator.upload_stream import spool_error
+from fedort.protos import digests
 from fedort.protos.errors import ConfigError, ProtocolError, VectorError
 
 log = logging.getLogger(__name__)
@@ -146,7 +146,7 @@ def _check_file(st: os.stat_result, want: int, what: str) -> None:
 def _verify(fd: int, admitted: AdmittedUpdate, what: str) -> None:
     """One pass over the file: its sha256 and the codec's decode check, as a streamed upload gets them."""
     meta, n = admitted.header.vector, admitted.payload_bytes
-    digest = hashlib.sha256()
+    digest = digests.new(meta.digest)   # sha256, or BLAKE3 where announced (admission checked it)
     stream = admitted.decoder.stream(meta.length, n) if admitted.decoder.streams else None
     # raw's stream decoder refuses non-finite values itself; a second pass only matters for codecs and deltas
     again = admitted.base is not None or (meta.codec or "raw") != "raw"
@@ -168,7 +168,7 @@ def _verify(fd: int, admitted: AdmittedUpdate, what: str) -> None:
             if again:
                 check_reconstructed(piece, admitted.base, what)
     if digest.digest() != meta.sha256:
-        raise VectorError(f"vector sha256 mismatch: header says {meta.sha256.hex()[:16]}…, {what} hashes to "
+        raise VectorError(f"vector {meta.digest or 'sha256'} mismatch: header says {meta.sha256.hex()[:16]}…, {what} hashes to "
                           f"{digest.hexdigest()[:16]}…")
     if stream is None:    # a decoder that cannot stream: validate the complete payload once
         payload = np.frombuffer(os.pread(fd, n, 0), dtype=np.uint8)

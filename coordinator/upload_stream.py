@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import hashlib
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -32,6 +31,7 @@ import numpy as np
 from fedort.coordinator.admission import AdmittedUpdate
 from fedort.coordinator.storage import storage_error
 from fedort.coordinator.aggregation.decode import DensePiece, check_reconstructed
+from fedort.protos import digests
 from fedort.protos.errors import ProtocolError, ResourceExhaustedError, VectorError
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ class UpdateReceiver:
         self._length = meta.length
         self._stream = admitted.decoder.stream(meta.length, admitted.payload_bytes) if admitted.decoder.streams else None
         self._max_chunk = max_chunk_bytes
-        self._hash = hashlib.sha256()
+        self._hash = digests.new(meta.digest)   # sha256, or BLAKE3 where announced (admission checked it)
         self.received = 0
         self._fd = -1
         self._syncer: ThreadPoolExecutor | None = None
@@ -136,7 +136,7 @@ class UpdateReceiver:
         digest = self._hash.digest()
         expected = self.admitted.header.vector.sha256
         if digest != expected:
-            raise VectorError(f"vector sha256 mismatch: header says {expected.hex()[:16]}…, "
+            raise VectorError(f"vector {self.admitted.header.vector.digest or 'sha256'} mismatch: header says {expected.hex()[:16]}…, "
                               f"received bytes hash to {digest.hex()[:16]}…")
         await asyncio.to_thread(self._seal)
 

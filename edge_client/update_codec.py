@@ -64,15 +64,16 @@ class EncodedUpdate:
         return self.vector.nbytes if self.vector is not None else len(self.payload)
 
     def stream(self, client_id: str, model_id: str, round: int, num_examples: int, metrics: Mapping[str, Metric],
-               chunk_size: int) -> tuple[UpdateHeader, np.ndarray | bytes]:
-        """The update stream's header and body (what `Transport.submit_update` sends)."""
+               chunk_size: int, digest: str = "") -> tuple[UpdateHeader, np.ndarray | bytes]:
+        """The update stream's header and body (what `Transport.submit_update` sends); `digest`: the payload
+        digest's algorithm ("" = sha256; "blake3" only to a coordinator that announced it)."""
         if self.vector is not None:
             header = update_header(client_id, model_id, round, self.vector, num_examples, metrics, chunk_size,
-                                   self.trained_from)
+                                   self.trained_from, digest=digest)
             return header, self.vector
         return encoded_update_header(client_id, model_id, round, self.payload, codec=self.codec, length=self.length,
                                      base_sha256=self.base_sha256, num_examples=num_examples, metrics=metrics,
-                                     chunk_size=chunk_size), self.payload
+                                     chunk_size=chunk_size, digest=digest), self.payload
 
 
 class ResidualStore:
