@@ -9,6 +9,7 @@ baselines, and prints the best either target could reach if fedort did nothing b
   it) and, when the `blake3` package is installed, BLAKE3 (one thread);
 - page-cache write of a 20 MB file (no fsync); fsync of 10 such files written just before
   (what a round's 10 updates cost the disk); reading a 20 MB vector file back (page cache);
+  the same 10 files overwritten in place and fsynced, then unlinked (what recycling update files saves);
 - the finiteness check of 5 M float32 and the float64 fold of 10 × 5 M (`WeightedSum`, the
   accumulator the coordinator uses);
 - the raw gRPC upload floor: `bench_transfer.py`'s drain-only server (the coordinator's own
@@ -114,6 +115,33 @@ def micro_trial(work: Path, reps: int) -> dict[str, float]:
         return time.perf_counter() - t0
     out["fsync_10x20MB"] = min(fsync10() for _ in range(max(1, reps // 2)))
     out["read_20MB"] = _best(lambda: np.fromfile(paths[0], dtype="<f4"), reps)
+
+    def overwrite10() -> tuple[float, float, float]:
+        """Rewrite the 10 (synced) files in place, fsync them, then unlink them: seconds per file / for all."""
+        t0 = time.perf_counter()
+        fds = []
+        for p in paths:
+            fd = os.open(p, os.O_WRONLY)
+            done = 0
+            while done < len(buf):
+                done += os.pwrite(fd, buf[done:], done)
+            fds.append(fd)
+        t1 = time.perf_counter()
+        for fd in fds:
+            os.fsync(fd)
+            os.close(fd)
+        t2 = time.perf_counter()
+        for p in paths:
+            p.unlink()
+        t3 = time.perf_counter()
+        for p in paths:
+            write(p)
+        os.sync()
+        return (t1 - t0) / 10, t2 - t1, (t3 - t2) / 10
+    runs = [overwrite10() for _ in range(max(1, reps // 2))]
+    out["overwrite_20MB"] = min(r[0] for r in runs)             # page-cache write into an existing file's pages
+    out["fsync_overwrite_10x20MB"] = min(r[1] for r in runs)
+    out["unlink_20MB"] = min(r[2] for r in runs)                # freeing a cached 20 MB file
 
     acc = WeightedSum(P, np.dtype(np.float64))
     vectors = [vec + i for i in range(10)]
@@ -223,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\n| floor (20 MB = one 5 M float32 vector) | median | range over trials | throughput |")
     print("| --- | --- | --- | --- |")
     for k, v in med.items():
-        mb = {"fold_f64_10x5M": 10 * NBYTES, "fsync_10x20MB": 10 * NBYTES, "mean_5M": 8 * P}.get(k, NBYTES)
+        mb = {"fold_f64_10x5M": 10 * NBYTES, "fsync_10x20MB": 10 * NBYTES, "fsync_overwrite_10x20MB": 10 * NBYTES,
+              "mean_5M": 8 * P}.get(k, NBYTES)
         print(f"| {k} | {1000 * v:.1f} ms | {1000 * rng[k][0]:.1f}–{1000 * rng[k][1]:.1f} ms | {mb / v / 1e9:.2f} GB/s |")
 
     digests = ["sha256"] + (["blake3"] if "blake3_20MB" in med else [])
