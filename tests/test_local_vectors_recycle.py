@@ -43,6 +43,7 @@ def test_a_device_overwrites_a_recycled_file_and_the_run_matches_a_streamed_one_
     recycled = run(mlp_artifacts, tmp_path, "recycled", local=True, stale=stale)
     streamed = run(mlp_artifacts, tmp_path, "streamed", local=False)
     assert not (recycled / "local-vectors" / ".free" / "old.f32").exists()       # claimed by the device
+    assert list((recycled / "local-vectors" / ".free").iterdir()) == []          # cleared when the coordinator closed
     final = "vectors/round-0003.f32"
     assert (recycled / final).read_bytes() == (streamed / final).read_bytes()
 
@@ -59,6 +60,13 @@ def test_committed_spool_files_are_recycled_up_to_the_bound_and_the_rest_is_left
     assert left == files[3:]                                                  # 3 kept; a temp file is never recycled
     assert len(list((tmp_path / "lv" / ".free").iterdir())) == 3
     assert lv.recycle([spool / "c3.f32"]) == [spool / "c3.f32"]              # full: the caller deletes it
+
+
+def test_a_coordinator_start_clears_recycled_files_left_by_an_earlier_run(tmp_path):
+    (tmp_path / "lv" / ".free").mkdir(parents=True)
+    (tmp_path / "lv" / ".free" / "1-0.f32").write_bytes(b"\0" * 64)
+    LocalVectorDir.open(tmp_path / "lv", tmp_path)
+    assert list((tmp_path / "lv" / ".free").iterdir()) == []
 
 
 def test_recycling_is_bounded_by_bytes_too(tmp_path, monkeypatch):
