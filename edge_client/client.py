@@ -44,7 +44,6 @@ import numpy as np
 from fedort.protos.codec import CHUNK_BYTES, vector_digest
 from fedort.protos.errors import ConfigError, FedortError, NotFoundError, ProtocolError
 from fedort.protos.messages import Metric, Task, TaskKind
-from fedort.protos import digests
 from fedort.edge_client import local_round
 from fedort.edge_client.artifacts import Manifest
 from fedort.edge_client.cache import ArtifactCache, IdentityLock
@@ -265,8 +264,7 @@ class EdgeClient(Joining):
         if p.secagg is not None:
             return self._submit_masked(p, chunk)
         u = p.update
-        header, body = u.stream(self.client_id, self.model_id, p.round, p.num_examples, p.metrics, chunk,
-                                digest=digests.choose(self._join.update_digests))   # BLAKE3 where announced
+        header, body = u.stream(self.client_id, self.model_id, p.round, p.num_examples, p.metrics, chunk, self._join.update_digests)
         send = functools.partial(self.transport.submit_update, header, body)
         if self._local is not None:   # co-located with the coordinator: the update as a file, if it can
             send = functools.partial(self._local.submit, self.transport, header, body, send)
