@@ -50,8 +50,6 @@ log = logging.getLogger(__name__)
 #: The authenticated client id of the call being served (None with open auth); set by the boundary.
 _caller: contextvars.ContextVar[str | None] = contextvars.ContextVar("fedort_caller", default=None)
 
-_timeout = getattr(asyncio, "timeout", None)   # asyncio.timeout: Python 3.11+
-
 
 async def _abort(context: grpc.aio.ServicerContext, method: str, exc: BaseException, monitor: Monitoring) -> None:
     exc = storage_error(exc) or exc      # disk full -> UNAVAILABLE "coordinator storage full" (clients retry)
@@ -196,10 +194,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         """
         limit = self.engine.config.stream_idle_timeout_s
         try:
-            if _timeout is None:      # Python 3.10
-                return await asyncio.wait_for(context.read(), limit)
-            async with _timeout(limit):   # a timer per message, not wait_for's Task per message (every chunk)
-                return await context.read()
+            return await asyncio.wait_for(context.read(), limit)
         except asyncio.TimeoutError:
             raise ResourceExhaustedError(f"upload stalled: nothing received for {limit:g} s "
                                          "(stream_idle_timeout_s); the upload was dropped, send it again") from None
