@@ -37,13 +37,15 @@ def trial_cpu(side: str, size: int, rounds: int, py) -> tuple[float, float]:
     if side == "flower":
         overhead.flower_trial(py, overhead.hidden_for(size) * 75 + 10, rounds, 10, 1)
     else:
-        overhead.run_fedort(size, rounds, 10, 2, None, stream=side == "stream")
+        overhead.run_fedort(size, rounds, 10, 2, None, stream=side.startswith("stream"),
+                            digests="" if side.endswith("-sha256") else None)
     return children_cpu() - c0, time.time() - t0
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sides", nargs="+", default=["files", "stream", "flower"], choices=["files", "stream", "flower"])
+    ap.add_argument("--sides", nargs="+", default=["files", "stream", "flower"], choices=["files", "stream", "flower", "files-sha256", "stream-sha256"],
+                    help="-sha256: the coordinator announces no BLAKE3 (update digests as before protocol 1.3)")
     ap.add_argument("--size", type=int, default=5_000_000, help="float32 values (default 5000000)")
     ap.add_argument("--rounds", type=int, nargs=2, default=[4, 10], metavar=("R1", "R2"))
     ap.add_argument("--repeats", type=int, default=2)
@@ -60,7 +62,7 @@ def main() -> int:
     for _ in range(args.repeats):
         for side in args.sides:
             (c1, w1), (c2, w2) = (trial_cpu(side, args.size, r, py) for r in (r1, r2))
-            print(f"{side:6s} CPU {1000 * (c2 - c1) / (r2 - r1):6.0f} ms per round  (trials: {c1:.1f} s CPU / {w1:.1f} s "
+            print(f"{side:13s} CPU {1000 * (c2 - c1) / (r2 - r1):6.0f} ms per round  (trials: {c1:.1f} s CPU / {w1:.1f} s "
                   f"wall for {r1} rounds, {c2:.1f} s / {w2:.1f} s for {r2})", flush=True)
     print(f"# load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     return 0

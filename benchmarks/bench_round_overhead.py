@@ -108,7 +108,7 @@ def _noop_worker(plan) -> dict:
 
 
 def fedort_trial(params: int, rounds: int, clients: int, workers: int, state_root: Path | None = None,
-                 stream: bool = False) -> dict:
+                 stream: bool = False, digests: tuple[str, ...] | None = None) -> dict:
     """One fedort run; returns per-round starts and a breakdown of where a round's time went."""
     import numpy as np
 
@@ -128,7 +128,8 @@ def fedort_trial(params: int, rounds: int, clients: int, workers: int, state_roo
             artifacts=art, state_dir=state_dir, address="127.0.0.1:0", rounds=rounds,
             min_clients=clients, min_available_clients=clients, fraction=1.0, round_timeout_s=300,
             local_epochs=1, batch_size=1, lr=0.01, reset_optimizer=False, seed=0, client_timeout_s=0,
-            insecure=True, auth="open", submissions_per_minute=0)
+            insecure=True, auth="open", submissions_per_minute=0,
+            **({} if digests is None else {"update_digests": digests}))
         source = DataSource("digits")                     # each client holds one example (row 0)
         ids = [VirtualClient(client_id(i), indices=np.array([0])) for i in range(clients)]
         t0, cpu0 = time.time(), time.process_time()
@@ -262,8 +263,9 @@ def flower_trial(py: Path, params: int, rounds: int, clients: int, cpus: int) ->
 
 
 def run_fedort(params: int, rounds: int, clients: int, workers: int, state_root: Path | None = None,
-               stream: bool = False) -> dict:
-    extra = (["--state-root", str(state_root)] if state_root else []) + (["--_stream"] if stream else [])
+               stream: bool = False, digests: str | None = None) -> dict:
+    extra = (["--state-root", str(state_root)] if state_root else []) + (["--_stream"] if stream else []) + \
+        ([f"--update-digests={digests}"] if digests is not None else [])
     proc = subprocess.run([sys.executable, __file__, "--_fedort-trial", str(params), str(rounds), str(clients),
                            str(workers), *extra], capture_output=True, text=True, timeout=900, cwd=ROOT)
     for line in proc.stdout.splitlines():
@@ -309,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--with-stream", action="store_true",
                     help="also run fedort with every vector streamed over gRPC (simulate --no-local-vectors, the "
                          "deployed path) in the same ABBA order")
+    ap.add_argument("--update-digests", help="fedort: the coordinator's update_digests, comma-separated ('' = sha256 "
+                    "only, as before protocol 1.3; default: the config's default, blake3)")
     ap.add_argument("--_fedort-trial", nargs=4, type=int, help=argparse.SUPPRESS)
     ap.add_argument("--_stream", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -316,7 +320,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args._fedort_trial:
         p, r, c, w = args._fedort_trial
-        print("RESULT " + json.dumps(fedort_trial(p, r, c, w, args.state_root, args._stream)), flush=True)
+        dg = None if args.update_digests is None else tuple(d for d in args.update_digests.split(",") if d)
+        print("RESULT " + json.dumps(fedort_trial(p, r, c, w, args.state_root, args._stream, dg)), flush=True)
         return 0
 
     if args.quick:
@@ -339,7 +344,8 @@ def main(argv: list[str] | None = None) -> int:
         for side in order:
             t = time.time()
             if side in ("fedort", "stream"):
-                res = run_fedort(size, rounds, args.clients, args.workers, args.state_root, side == "stream")
+                res = run_fedort(size, rounds, args.clients, args.workers, args.state_root, side == "stream",
+                                 args.update_digests)
             else:
                 res = flower_trial(py, hidden_for(size) * 75 + 10, rounds, args.clients, args.flower_cpus)
             res["per_round_s"] = per_round(res["starts"])

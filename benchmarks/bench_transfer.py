@@ -50,6 +50,7 @@ from fedort.edge_client.artifacts import build_artifacts, load_manifest  # noqa:
 from fedort.edge_client.models import mlp  # noqa: E402
 from fedort.protos import fedort_v1_pb2 as pb  # noqa: E402
 from fedort.protos import fedort_v1_pb2_grpc as pb_grpc  # noqa: E402
+from fedort.protos import digests  # noqa: E402
 from fedort.protos.codec import VectorAssembler, describe, iter_chunks  # noqa: E402
 from fedort.protos.messages import meta_from_pb, meta_to_pb  # noqa: E402
 
@@ -110,8 +111,8 @@ def download(stub, cid: str, model: str, round: int) -> np.ndarray:
 
 
 def upload(stub, cid: str, model: str, round: int, vector: np.ndarray, sha: bytes, chunk: int,
-           trained_from: bytes) -> pb.SubmitReply:
-    meta = describe(vector, model, round, chunk_size=chunk, sha256=sha)
+           trained_from: bytes, digest: str = "") -> pb.SubmitReply:
+    meta = describe(vector, model, round, chunk_size=chunk, sha256=sha, digest=digest)
     header = pb.UpdateHeader(client_id=cid, vector=meta_to_pb(meta), num_examples=1, trained_from_sha256=trained_from)
 
     def parts():
@@ -182,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--download-chunk-kib", type=int, default=1024, help="the coordinator's download chunk size")
     ap.add_argument("--server-log", action="store_true", help="print the coordinator's DEBUG log afterwards")
     ap.add_argument("--quick", action="store_true", help="10 MB, 2 rounds")
+    ap.add_argument("--digest", choices=["auto", "sha256"], default="auto",
+                    help="update digest: auto = what the coordinator announces (BLAKE3 since protocol 1.3, as a "
+                         "device picks it), sha256 = as before")
     ap.add_argument("--raw-server", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.quick:
@@ -246,6 +250,8 @@ def run_rounds(port: int, raw_port: int, args, nbytes: int) -> dict:
         stubs = {"fedort": pb_grpc.CoordinatorStub(channel), "raw": pb_grpc.CoordinatorStub(raw_channel)}
         join = stubs["fedort"].Join(pb.JoinRequest(client_id="bench"), timeout=30)
         model, cid = join.model_id, join.client_id
+        algorithm = digests.choose(join.update_digests) if args.digest == "auto" else digests.SHA256
+        print(f"update digest: {algorithm} (the coordinator announces {list(join.update_digests) or 'sha256 only'})")
         chunk_kib = [k for k in args.upload_chunk_kib for _ in range(args.reps)]
         for r, kib in enumerate(chunk_kib, start=1):
             task = stubs["fedort"].PollTask(pb.PollRequest(client_id=cid, model_id=model, wait_ms=30_000), timeout=120)
@@ -258,10 +264,11 @@ def run_rounds(port: int, raw_port: int, args, nbytes: int) -> dict:
                 rows.setdefault((name, "download", args.download_chunk_kib * 1024), []).append(m)
                 line.append(f"{name} down {nbytes / 1e6 / m.seconds:5.0f} MB/s")
             # the client hashes its update before sending (the header carries the digest); not in the timing
-            sha = hashlib.sha256(memoryview(vector).cast("B")).digest()
+            sha = digests.digest(algorithm, memoryview(vector).cast("B"))
             for name in order:
                 with Measure() as m:
-                    reply = upload(stubs[name], cid, model, r, vector, sha, kib * 1024, task.vector_sha256)
+                    reply = upload(stubs[name], cid, model, r, vector, sha, kib * 1024, task.vector_sha256,
+                                   "" if algorithm == digests.SHA256 else algorithm)
                 assert reply.accepted, reply
                 rows.setdefault((name, "upload", kib * 1024), []).append(m)
                 line.append(f"{name} up {nbytes / 1e6 / m.seconds:5.0f} MB/s")

@@ -31,6 +31,7 @@ from fedort.coordinator.aggregation import Decoder, codecs, decoder_for
 from fedort.coordinator.aggregation.decode import family
 from fedort.coordinator.config import CoordinatorConfig
 from fedort.coordinator.training_round import GlobalVector, TrainingRound
+from fedort.protos import digests
 from fedort.protos.codec import DTYPES
 from fedort.protos.codecs import parse_codec
 from fedort.protos.errors import (ProtocolError, ResourceExhaustedError, StaleRoundError, UnavailableError,
@@ -78,6 +79,13 @@ def allowed_codecs(config: CoordinatorConfig) -> list[str]:
     family; entries with a parameter in canonical spelling (`int8:256` -> `int8`, as devices send it)."""
     listed = [_canonical(c) for c in config.codecs] or [c for c in codecs() if not is_masked(c)]
     return listed if "raw" in listed else ["raw", *listed]
+
+
+def accepted_digests(config: CoordinatorConfig) -> list[str]:
+    """The update digests this coordinator takes besides sha256 (JoinReply.update_digests): the configured ones
+    this process can compute."""
+    have = digests.available()
+    return [d for d in dict.fromkeys(config.update_digests) if d != digests.SHA256 and d in have]
 
 
 def _canonical(spec: str) -> str:
@@ -141,8 +149,9 @@ def check_update(h: UpdateHeader, *, length: int, config: CoordinatorConfig, tra
         raise VectorError(f"vector must have {length} elements for this model, header says {meta.length}")
     if meta.length > config.max_vector_length:
         raise ResourceExhaustedError(f"vector of {meta.length} elements exceeds the limit of {config.max_vector_length}")
+    digests.check_accepted(meta.digest, accepted_digests(config))
     if len(meta.sha256) != 32:
-        raise VectorError(f"header sha256 must be 32 bytes, got {len(meta.sha256)}")
+        raise VectorError(f"header {meta.digest or 'sha256'} must be 32 bytes, got {len(meta.sha256)}")
     codec = meta.codec or "raw"
     decoder = decoder_for(codec)
     allowed = allowed_codecs(config)

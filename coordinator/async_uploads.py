@@ -40,6 +40,7 @@ from fedort.durable import fsync_dir
 from fedort.protos.errors import ProtocolError, StaleRoundError
 from fedort.protos.messages import SubmitResult, UpdateHeader
 from fedort.protos.round_state import RoundState
+from fedort.protos import digests
 
 if TYPE_CHECKING:
     from fedort.coordinator.async_engine import AsyncEngine
@@ -125,7 +126,7 @@ class AsyncUploads:
                 raise spool_error(err, "place the spooled update") from err
             metrics = metrics_json(h.metrics)
             e.ledger.record(version, client, base)
-            e.store.add_submission(SubmissionRow(version, client, h.num_examples, metrics, h.vector.sha256.hex(),
+            e.store.add_submission(SubmissionRow(version, client, h.num_examples, metrics, digests.stored(h.vector.digest, h.vector.sha256),
                                                  e.store.layout.relative(path), now_ms(), codec))
             # durable from here on: it counts, and a restart replays it from the spool
             r.record(client, h.num_examples, metrics)

@@ -55,6 +55,7 @@ expected and what arrived.
 | joins_per_minute | 10 | per-client rate of Join calls, token bucket (0 disables) |
 | joins_per_minute_per_address | 600 | per-peer-address rate of Join calls, token bucket (0 disables) |
 | local_vector_dir | none | co-located devices only: a directory on the state dir's filesystem where devices on this host hand over updates as files (by name) and read global vectors, instead of gRPC streams (`coordinator.local_vectors`). Off: a deployed coordinator never opens a client-named file. `fedort simulate` sets it to STATE/local-vectors |
+| update_digests | blake3 | digests of update payloads accepted besides sha256 (protocol 1.3, `protos.digests`; announced at Join; only those installed here are announced); `[]`: sha256 only |
 | secagg, secagg_* , dp_* | off | privacy: see `coordinator.privacy_config`, applied by `coordinator.privacy_round` |
 """
 
@@ -73,6 +74,7 @@ from fedort.coordinator.staleness import parse_staleness_weight
 from fedort.coordinator.privacy_config import privacy_problems
 from fedort.protos.codec import CHUNK_BYTES, MAX_CHUNK_BYTES
 from fedort.edge_client.tomlfile import read_table
+from fedort.protos import digests
 from fedort.protos.errors import ConfigError
 
 
@@ -136,6 +138,7 @@ class CoordinatorConfig:
     local_vector_dir: Path | None = None
     commit_delay_ms: float = 0.0
     inline_update_bytes: int = 256 << 10
+    update_digests: tuple[str, ...] = ("blake3",)
     secagg: bool = False
     secagg_threshold: int | None = None
     secagg_neighbours: int | None = None
@@ -156,6 +159,11 @@ class CoordinatorConfig:
             object.__setattr__(self, "codecs", tuple(c.strip() for c in self.codecs.split(",") if c.strip()))
         elif not isinstance(self.codecs, tuple):
             object.__setattr__(self, "codecs", tuple(self.codecs))
+        if isinstance(self.update_digests, str):
+            object.__setattr__(self, "update_digests",
+                               tuple(c.strip() for c in self.update_digests.split(",") if c.strip()))
+        elif not isinstance(self.update_digests, tuple):
+            object.__setattr__(self, "update_digests", tuple(self.update_digests))
         if self.min_available_clients is None:
             object.__setattr__(self, "min_available_clients", self.min_clients)
         self.validate()
@@ -273,6 +281,8 @@ class CoordinatorConfig:
             need(isinstance(spec, str) and family in codecs(),
                  f"codecs: each entry must be a registered codec family ({', '.join(codecs())}) with an optional "
                  f":PARAMETER", spec)
+        for name in self.update_digests:
+            need(name in digests.KNOWN, f"update_digests: each entry must be one of {list(digests.KNOWN)}", name)
         problems = privacy_problems({f.name: getattr(self, f.name) for f in dataclasses.fields(self)}, self.strategy)
         private = self.secagg or self.dp_noise_multiplier > 0 or self.dp_clip is not None
         central_dp = not self.secagg and (self.dp_noise_multiplier > 0 or self.dp_clip is not None)

@@ -5,7 +5,7 @@ silently wrong model.
 | file | recorded in | checked when |
 | --- | --- | --- |
 | `vectors/round-000N.f32` | `rounds.vector_sha256` of round N-1 (`meta.initial_vector_sha256` for N=1) | recovery, re-export, a download of an older round |
-| `spool/round-000N/<client>.f32` (bytes as received, in their codec) | `submissions.sha256` | replay after a restart |
+| `spool/round-000N/<client>.f32` (bytes as received, in their codec) | `submissions.sha256` (hex; `blake3:<hex>` for a BLAKE3 update, protocol 1.3) | replay after a restart |
 | `models/round-000N/model.onnx` | `model_sha256` in its `model.json` (whose `vector_sha256` must match the round's row) | recovery (else re-exported), `status` |
 
 A mismatch is a `CorruptStateError` naming the file, the hash it has and the hash expected.
@@ -22,6 +22,7 @@ import numpy as np
 
 from fedort.coordinator.state import read_vector
 from fedort.protos.errors import CorruptStateError, VectorError
+from fedort.protos import digests
 
 
 def sha256_hex(vector: np.ndarray) -> str:
@@ -46,12 +47,14 @@ def read_verified_vector(path: Path, length: int, expected_sha256: str | None) -
 
 
 def read_verified_bytes(path: Path, expected_sha256: str) -> np.ndarray:
-    """The bytes of `path` (uint8), after checking their sha256; CorruptStateError naming the file if not."""
+    """The bytes of `path` (uint8), after checking their recorded digest (sha256 hex, or "blake3:<hex>" for an
+    update that arrived with a BLAKE3 digest, protos.digests); CorruptStateError naming the file if not."""
     try:
         payload = np.fromfile(path, dtype=np.uint8)
     except FileNotFoundError:
         raise CorruptStateError(f"state dir is corrupt: {path} is missing") from None
-    actual = sha256_hex(payload)
+    algorithm, expected_sha256 = digests.parse_stored(expected_sha256)
+    actual = digests.digest(algorithm, memoryview(payload)).hex()
     if actual != expected_sha256:
         raise CorruptStateError(f"state dir is corrupt: {path} hashes to {actual[:16]}…, the database recorded "
                                 f"{expected_sha256[:16]}…")

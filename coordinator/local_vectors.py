@@ -22,6 +22,13 @@ by the device, and the fold memory-maps the spooled file. Trust: the directory i
 trusted like the coordinator's own state dir (same host, same user, as in a simulation); a writer
 that keeps the file open could still change it after the check.
 
+Recycling (`recycle`): a committed round's spool files are moved into FREE (at most KEEP_FREE files,
+KEEP_FREE_BYTES; emptied when the coordinator starts and closes) instead of being deleted, and a device claims one by renaming it to its update's
+name and overwrites it in place (edge_client/local_vectors.py). Overwriting pages the page cache
+already holds, on blocks the file already has, costs a 20 MB update ≈ 12 ms less than a new file
+(no page allocation, no block allocation in the fsync, no unlink freeing 5,000 pages later). The
+checks above are the same whatever file the device wrote into.
+
 Download (`publish`): each new global vector is hard-linked as global/<sha256 hex>.f32 (the files
 in vectors/ are written once and replaced by rename, never changed in place); the device checks
 its length and sha256 against the Task. The two newest stay.
@@ -30,7 +37,7 @@ its length and sha256 against the Task. The two newest stay.
 from __future__ import annotations
 
 import asyncio
-import hashlib
+import itertools
 import logging
 import os
 import re
@@ -46,15 +53,20 @@ from fedort.coordinator.admission import AdmittedUpdate
 from fedort.coordinator.aggregation.decode import DensePiece, check_reconstructed
 from fedort.coordinator.join_limits import clip
 from fedort.coordinator.upload_stream import spool_error
+from fedort.protos import digests
 from fedort.protos.errors import ConfigError, ProtocolError, VectorError
 
 log = logging.getLogger(__name__)
 
 GLOBAL = "global"                        # sub-folder of published global vectors
+FREE = ".free"                           # committed rounds' spool files that devices may overwrite (recycle)
+KEEP_FREE = 32                           # at most this many recycled files ...
+KEEP_FREE_BYTES = 1 << 30                # ... holding at most this many bytes
 KEEP_GLOBALS = 2                         # published global vectors kept (the current one and the previous)
 READ_STEP = 1 << 20                      # bytes hashed and decoded per read
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,255}")
 _GLOBAL_NAME = re.compile(r"[0-9a-f]{64}\.f32")
+_RECYCLED = itertools.count()
 
 
 class LocalVectorDir:
@@ -76,7 +88,9 @@ class LocalVectorDir:
         if os.stat(path).st_dev != os.stat(state_dir).st_dev:
             raise ConfigError(f"local_vector_dir {path} must be on the same filesystem as state_dir {state_dir}: "
                               "the coordinator moves a device's file into its spool by renaming it")
-        return cls(path)
+        directory = cls(path)
+        directory.clear_free()    # an earlier run's recycled files: nothing refers to them
+        return directory
 
     # ---- download ---------------------------------------------------------------------------
 
@@ -97,6 +111,39 @@ class LocalVectorDir:
         except OSError as e:
             log.warning("cannot publish global vector %s… in %s (%s); co-located devices download it instead",
                         sha256.hex()[:12], self.globals, e)
+
+    # ---- recycling --------------------------------------------------------------------------
+
+    def recycle(self, files: list[Path]) -> list[Path]:
+        """Move committed spool `files` into FREE while it holds < KEEP_FREE files and KEEP_FREE_BYTES;
+        returns the files not moved (the caller deletes them)."""
+        free = self.path / FREE
+        try:
+            free.mkdir(exist_ok=True)
+            held = [e.stat().st_size for e in os.scandir(free) if e.is_file(follow_symlinks=False)]
+        except OSError:
+            return files
+        count, size, left = len(held), sum(held), []
+        for f in files:
+            try:
+                n = f.lstat().st_size
+                if count >= KEEP_FREE or size + n > KEEP_FREE_BYTES or f.name.endswith(".tmp"):
+                    raise OSError("full")
+                os.rename(f, free / f"{os.getpid()}-{next(_RECYCLED)}.f32")
+                count, size = count + 1, size + n
+            except OSError:
+                left.append(f)
+        return left
+
+    def clear_free(self) -> None:
+        """Delete the recycled files (at start and when the coordinator closes: they hold no one's data)."""
+        free = self.path / FREE
+        try:
+            for e in os.scandir(free):
+                if e.is_file(follow_symlinks=False) or e.is_symlink():
+                    os.unlink(e.path)
+        except OSError:
+            pass
 
     # ---- upload -----------------------------------------------------------------------------
 
@@ -146,7 +193,7 @@ def _check_file(st: os.stat_result, want: int, what: str) -> None:
 def _verify(fd: int, admitted: AdmittedUpdate, what: str) -> None:
     """One pass over the file: its sha256 and the codec's decode check, as a streamed upload gets them."""
     meta, n = admitted.header.vector, admitted.payload_bytes
-    digest = hashlib.sha256()
+    digest = digests.new(meta.digest)   # sha256, or BLAKE3 where announced (admission checked it)
     stream = admitted.decoder.stream(meta.length, n) if admitted.decoder.streams else None
     # raw's stream decoder refuses non-finite values itself; a second pass only matters for codecs and deltas
     again = admitted.base is not None or (meta.codec or "raw") != "raw"
@@ -168,7 +215,7 @@ def _verify(fd: int, admitted: AdmittedUpdate, what: str) -> None:
             if again:
                 check_reconstructed(piece, admitted.base, what)
     if digest.digest() != meta.sha256:
-        raise VectorError(f"vector sha256 mismatch: header says {meta.sha256.hex()[:16]}…, {what} hashes to "
+        raise VectorError(f"vector {meta.digest or 'sha256'} mismatch: header says {meta.sha256.hex()[:16]}…, {what} hashes to "
                           f"{digest.hexdigest()[:16]}…")
     if stream is None:    # a decoder that cannot stream: validate the complete payload once
         payload = np.frombuffer(os.pread(fd, n, 0), dtype=np.uint8)

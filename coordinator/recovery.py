@@ -109,12 +109,15 @@ async def replay(engine: "RoundEngine", round: int) -> None:
 
 
 def drop_spool(engine: "RoundEngine", round: int) -> None:
-    """Delete a committed round's spool (unless the config keeps spools)."""
+    """Delete a committed round's spool (unless the config keeps spools); with co-located devices, their
+    files are recycled first (`LocalVectorDir.recycle`: overwritten next round instead of re-created)."""
     if engine.config.keep_spool:
         return
     spool = engine.store.spool_dir(round)
     if spool.is_dir():
-        for f in spool.iterdir():
+        files = list(spool.iterdir())
+        local = getattr(engine, "local_vectors", None)
+        for f in (local.recycle(files) if local is not None else files):
             f.unlink(missing_ok=True)
         spool.rmdir()
 

@@ -378,3 +378,5 @@ class RoundEngine(TaskDispatch):
         if self._export_task is not None:
             self._export_task.cancel()   # an unfinished export is redone on restart
         self.uploads.close()
+        if self.local_vectors is not None:
+            self.local_vectors.clear_free()   # recycled update files (coordinator.local_vectors) hold no one's data

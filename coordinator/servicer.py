@@ -27,7 +27,7 @@ from typing import AsyncIterator, Callable
 
 import grpc
 
-from fedort.coordinator.admission import allowed_codecs
+from fedort.coordinator.admission import accepted_digests, allowed_codecs
 from fedort.coordinator.malformed import reject_malformed
 from fedort.coordinator.auth import Authenticator, check_identity
 from fedort.coordinator.join_limits import JoinGate, clip
@@ -136,7 +136,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         return pb.JoinReply(client_id=cid, model_id=self.engine.model_id, manifest_json=self._manifest_json,
                             artifacts=list(self._artifacts.values()), heartbeat_interval_ms=cfg.heartbeat_interval_ms,
                             max_chunk_bytes=cfg.max_chunk_bytes, upload_codecs=allowed_codecs(cfg),
-                            local_vector_dir=str(local.path) if (local := self.engine.local_vectors) else "")
+                            local_vector_dir=str(local.path) if (local := self.engine.local_vectors) else "",
+                            update_digests=accepted_digests(cfg))
 
     @streaming
     async def DownloadArtifact(self, request: pb.ArtifactRequest, context) -> AsyncIterator[pb.ArtifactPart]:

@@ -39,6 +39,7 @@ from fedort.coordinator.metrics import metrics_json
 from fedort.coordinator.state import SubmissionRow, now_ms
 from fedort.coordinator.upload_slots import UploadSlots
 from fedort.coordinator.upload_stream import UpdateReceiver
+from fedort.protos import digests
 from fedort.protos.errors import ProtocolError, ResourceExhaustedError, StaleRoundError
 from fedort.protos.messages import SubmitResult, UpdateHeader
 from fedort.protos.secagg.pack import is_masked
@@ -168,7 +169,7 @@ class Uploads:
         path = e.store.spool_path(round, client)
         metrics = metrics_json(h.metrics)
         codec = h.vector.codec or "raw"
-        row = SubmissionRow(round, client, h.num_examples, metrics, h.vector.sha256.hex(),
+        row = SubmissionRow(round, client, h.num_examples, metrics, digests.stored(h.vector.digest, h.vector.sha256),
                             e.store.layout.relative(path), now_ms(), codec, payload)
         r.pending.add(client)                 # until the group commit resolves (see counted)
         durable = self.commits.add(Arrival(tmp, path, row))

@@ -264,7 +264,7 @@ class EdgeClient(Joining):
         if p.secagg is not None:
             return self._submit_masked(p, chunk)
         u = p.update
-        header, body = u.stream(self.client_id, self.model_id, p.round, p.num_examples, p.metrics, chunk)
+        header, body = u.stream(self.client_id, self.model_id, p.round, p.num_examples, p.metrics, chunk, self._join.update_digests)
         send = functools.partial(self.transport.submit_update, header, body)
         if self._local is not None:   # co-located with the coordinator: the update as a file, if it can
             send = functools.partial(self._local.submit, self.transport, header, body, send)

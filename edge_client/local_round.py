@@ -88,7 +88,7 @@ def fit(session: TrainingSession, global_vector: np.ndarray, data: ClientData, i
     result = trainer.fit(module, data.arrays_for(inputs), val)
     if stop is not None and stop.is_set():
         raise StoppedError("stopped during local training")
-    vector = np.array(session.to_buffer(), dtype=np.float32, copy=True)
+    vector = np.ascontiguousarray(session.to_buffer(), dtype=np.float32)   # to_buffer's array is already our own copy
     if not np.isfinite(vector).all():
         raise TrainingError(f"local training produced NaN or infinite parameters (learning rate "
                             f"{config.learning_rate} too high?); the update is not uploaded")

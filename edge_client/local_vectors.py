@@ -7,6 +7,7 @@ a deployed coordinator only with `--local-vector-dir`), the device
   model's length and the Task's sha256 (otherwise it downloads it, as always);
 - hands an update over as a file when the global vector it trained from is visible there (so it
   does share the coordinator's filesystem): DIR/<client_id>.<random>.f32 is written and fsynced
+  (into one of the coordinator's recycled files, DIR/.free/*, claimed by renaming it, when there is one)
   (the coordinator only renames it into its spool, so it must be durable before it is named),
   then SubmitUpdate carries the header alone with `local_file` = that name. The file is removed
   whatever the answer (after an acceptance the coordinator has already moved it), and every retry
@@ -22,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import stat
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
@@ -34,6 +36,8 @@ from fedort.protos.errors import FedortError
 from fedort.protos.messages import SubmitResult, UpdateHeader
 
 log = logging.getLogger("fedort.edge.local")
+FREE = ".free"                     # the coordinator's recycled files (coordinator.local_vectors.FREE)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 class LocalVectors:
@@ -78,7 +82,7 @@ class LocalVectors:
         path = self.path / name
         try:
             try:
-                _write_durably(path, body)
+                _write_durably(path, body, self.path / FREE)
             except OSError as e:
                 self._give_up(f"cannot write {path} ({e.strerror or e})")
                 return stream()
@@ -97,16 +101,47 @@ class LocalVectors:
         log.warning("co-located vector path off for this session (%s); streaming updates instead", why)
 
 
-def _write_durably(path: Path, body: np.ndarray | bytes) -> None:
-    """Create `path` (it must not exist), write `body`, fsync."""
+def _write_durably(path: Path, body: np.ndarray | bytes, free: Path | None = None) -> None:
+    """Write `body` to `path` (it must not exist) and fsync: into a recycled file claimed from `free` if
+    there is one (overwritten in place, cut to size), else into a new file."""
     data = memoryview(np.ascontiguousarray(body)).cast("B") if isinstance(body, np.ndarray) else memoryview(body)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o640)
+    fd = _claim(free, path) if free is not None else -1
+    if fd < 0:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o640)
     try:
-        while data:
-            data = data[os.write(fd, data):]
+        size = len(data)
+        done = 0
+        while done < size:
+            done += os.pwrite(fd, data[done:], done)
+        os.ftruncate(fd, size)
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _claim(free: Path, path: Path) -> int:
+    """Rename one of the coordinator's recycled files (coordinator.local_vectors.recycle) to `path` and open it
+    for writing; -1 if none could be claimed (another device may take the same one first: then the next)."""
+    try:
+        names = os.listdir(free)
+    except OSError:
+        return -1
+    for name in names:
+        try:
+            os.rename(free / name, path)
+        except OSError:
+            continue
+        try:
+            fd = os.open(path, os.O_WRONLY | _NOFOLLOW)
+        except OSError:
+            path.unlink(missing_ok=True)
+            continue
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+            return fd
+        os.close(fd)
+        path.unlink(missing_ok=True)
+    return -1
 
 
 __all__ = ["LocalVectors"]

@@ -300,8 +300,20 @@ class TrainingSession:
         return self._param_count[trainable_only]
 
     def to_buffer(self, trainable_only: bool = True) -> np.ndarray:
-        """The parameters as one flat float32 vector, in the training model's parameter order."""
-        return self._module.get_contiguous_parameters(trainable_only).numpy().reshape(-1)
+        """The parameters as one flat float32 vector (the caller's own array), in the training model's parameter order.
+
+        One copy, straight into a fresh numpy array that ORT writes through an OrtValue sharing its memory
+        (what `Module.get_contiguous_parameters` does into an ORT-allocated buffer, which `.numpy()` would
+        then copy again: 6-8 ms instead of 1-2 ms for 5 M values)."""
+        out = np.empty(self._param_count[trainable_only], dtype=np.float32)
+        copy = getattr(getattr(self._module, "_model", None), "copy_parameters_to_buffer", None)
+        if copy is None:    # not the Module layout of onnxruntime-training 1.19: its public (two-copy) call
+            return self._module.get_contiguous_parameters(trainable_only).numpy().reshape(-1)
+        try:
+            copy(ort.OrtValue.ortvalue_from_numpy(out)._ortvalue, trainable_only)
+        except Exception as e:
+            raise _ort_error("copy the parameters out", e) from e
+        return out
 
     def from_buffer(self, vector: np.ndarray, trainable_only: bool = True) -> None:
         """Load a flat float32 vector (as made by `to_buffer`) into the parameters."""

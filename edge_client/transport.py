@@ -67,6 +67,7 @@ class JoinInfo:
     max_chunk_bytes: int
     upload_codecs: tuple[str, ...] = ()   # codec specs the run accepts for updates (empty: raw only)
     local_vector_dir: str = ""            # co-located devices may pass vectors as files here (edge_client.local_vectors)
+    update_digests: tuple[str, ...] = ()  # update digests accepted besides sha256 (protocol 1.3, protos.digests)
 
 
 class Transport:
@@ -216,6 +217,7 @@ class Transport:
             artifacts=tuple(ArtifactRef(a.name, bytes(a.sha256).hex(), a.size) for a in r.artifacts),
             heartbeat_interval_ms=r.heartbeat_interval_ms, max_chunk_bytes=r.max_chunk_bytes,
             upload_codecs=tuple(r.upload_codecs), local_vector_dir=r.local_vector_dir,
+            update_digests=tuple(r.update_digests),
         )
 
     def iter_artifact(self, client_id: str, model_id: str, name: str) -> Iterator[ArtifactRef | bytes]:

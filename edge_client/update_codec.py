@@ -40,6 +40,7 @@ from fedort.protos.messages import Metric, UpdateHeader
 from fedort.protos.codec import vector_digest
 from fedort.protos.codecs import CodecSpec, allows, get_codec, parse_codec
 from fedort.protos.errors import VectorError
+from fedort.protos import digests
 
 log = logging.getLogger("fedort.edge.codec")
 _ROUNDING_STREAM = 0x1C0DEC   # keeps the rounding stream apart from the shuffling stream of the same seed
@@ -64,15 +65,17 @@ class EncodedUpdate:
         return self.vector.nbytes if self.vector is not None else len(self.payload)
 
     def stream(self, client_id: str, model_id: str, round: int, num_examples: int, metrics: Mapping[str, Metric],
-               chunk_size: int) -> tuple[UpdateHeader, np.ndarray | bytes]:
-        """The update stream's header and body (what `Transport.submit_update` sends)."""
+               chunk_size: int, announced: Sequence[str] = ()) -> tuple[UpdateHeader, np.ndarray | bytes]:
+        """The update stream's header and body (what `Transport.submit_update` sends); its digest is BLAKE3 if the
+        coordinator `announced` it (JoinReply.update_digests) and this device has it, else sha256."""
+        digest = digests.choose(announced)
         if self.vector is not None:
             header = update_header(client_id, model_id, round, self.vector, num_examples, metrics, chunk_size,
-                                   self.trained_from)
+                                   self.trained_from, digest=digest)
             return header, self.vector
         return encoded_update_header(client_id, model_id, round, self.payload, codec=self.codec, length=self.length,
                                      base_sha256=self.base_sha256, num_examples=num_examples, metrics=metrics,
-                                     chunk_size=chunk_size), self.payload
+                                     chunk_size=chunk_size, digest=digest), self.payload
 
 
 class ResidualStore:

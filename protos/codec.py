@@ -18,6 +18,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
+from fedort.protos import digests
 from fedort.protos.errors import ProtocolError, ResourceExhaustedError, VectorError
 
 CHUNK_BYTES = 1 << 20
@@ -39,6 +40,7 @@ class VectorMeta:
     chunk_size: int = CHUNK_BYTES
     base_sha256: bytes = b""   # non-empty: the payload encodes vector - base (the vector with this digest)
     payload_bytes: int = 0     # bytes of the encoded payload; 0 means length * itemsize (raw)
+    digest: str = ""           # algorithm of `sha256` (protos/digests.py): "" = sha256, "blake3" (updates, 1.3)
 
     @property
     def nbytes(self) -> int:
@@ -50,9 +52,12 @@ class VectorMeta:
         return bool(self.base_sha256)
 
 
-def vector_digest(vector: np.ndarray) -> bytes:
-    """sha256 of the vector's little-endian bytes (what the header's sha256 covers)."""
-    return hashlib.sha256(_as_bytes(vector)).digest()
+def vector_digest(vector: np.ndarray, algorithm: str = "") -> bytes:
+    """The digest (sha256 unless `algorithm` names another, protos/digests.py) of the vector's little-endian
+    bytes (what the header's sha256 field covers)."""
+    if not algorithm:
+        return hashlib.sha256(_as_bytes(vector)).digest()
+    return digests.digest(algorithm, _as_bytes(vector))
 
 
 def _as_bytes(vector: np.ndarray) -> memoryview:
@@ -62,11 +67,12 @@ def _as_bytes(vector: np.ndarray) -> memoryview:
 
 
 def describe(vector: np.ndarray, model_id: str, round: int, chunk_size: int = CHUNK_BYTES,
-             sha256: bytes | None = None) -> VectorMeta:
-    """The header for sending `vector` (computes the sha256 unless given)."""
+             sha256: bytes | None = None, digest: str = "") -> VectorMeta:
+    """The header for sending `vector` (computes its digest unless given; `digest`: the algorithm, "" = sha256)."""
     _as_bytes(vector)
-    return VectorMeta(model_id, int(round), int(vector.shape[0]), sha256 or vector_digest(vector),
-                      chunk_size=int(chunk_size))
+    algorithm = "" if digest in ("", digests.SHA256) else digests.canonical(digest)
+    return VectorMeta(model_id, int(round), int(vector.shape[0]), sha256 or vector_digest(vector, algorithm),
+                      chunk_size=int(chunk_size), digest=algorithm)
 
 
 def iter_chunks(vector: np.ndarray, chunk_size: int = CHUNK_BYTES) -> Iterator[bytes]:
@@ -115,7 +121,7 @@ class VectorAssembler:
         self._array = np.empty(meta.length, dtype=DTYPES[meta.dtype])
         self._buffer = memoryview(self._array).cast("B")
         self._filled = 0
-        self._hash = hashlib.sha256()
+        self._hash = digests.new(meta.digest)
 
     @property
     def received_bytes(self) -> int:
@@ -143,7 +149,7 @@ class VectorAssembler:
             )
         if self._hash.digest() != self.meta.sha256:
             raise VectorError(
-                f"vector sha256 mismatch: header says {self.meta.sha256.hex()[:16]}…, "
+                f"vector {self.meta.digest or digests.SHA256} mismatch: header says {self.meta.sha256.hex()[:16]}…, "
                 f"received bytes hash to {self._hash.hexdigest()[:16]}…"
             )
         return self._array

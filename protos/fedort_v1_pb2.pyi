@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Map
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class VectorHeader(_message.Message):
-    __slots__ = ("model_id", "round", "length", "dtype", "codec", "sha256", "chunk_size", "base_sha256", "payload_bytes")
+    __slots__ = ("model_id", "round", "length", "dtype", "codec", "sha256", "chunk_size", "base_sha256", "payload_bytes", "digest")
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     LENGTH_FIELD_NUMBER: _ClassVar[int]
@@ -17,6 +17,7 @@ class VectorHeader(_message.Message):
     CHUNK_SIZE_FIELD_NUMBER: _ClassVar[int]
     BASE_SHA256_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
     model_id: str
     round: int
     length: int
@@ -26,7 +27,8 @@ class VectorHeader(_message.Message):
     chunk_size: int
     base_sha256: bytes
     payload_bytes: int
-    def __init__(self, model_id: _Optional[str] = ..., round: _Optional[int] = ..., length: _Optional[int] = ..., dtype: _Optional[str] = ..., codec: _Optional[str] = ..., sha256: _Optional[bytes] = ..., chunk_size: _Optional[int] = ..., base_sha256: _Optional[bytes] = ..., payload_bytes: _Optional[int] = ...) -> None: ...
+    digest: str
+    def __init__(self, model_id: _Optional[str] = ..., round: _Optional[int] = ..., length: _Optional[int] = ..., dtype: _Optional[str] = ..., codec: _Optional[str] = ..., sha256: _Optional[bytes] = ..., chunk_size: _Optional[int] = ..., base_sha256: _Optional[bytes] = ..., payload_bytes: _Optional[int] = ..., digest: _Optional[str] = ...) -> None: ...
 
 class VectorPart(_message.Message):
     __slots__ = ("header", "chunk")
@@ -66,7 +68,7 @@ class JoinRequest(_message.Message):
     def __init__(self, device_name: _Optional[str] = ..., credential: _Optional[str] = ..., capabilities: _Optional[_Mapping[str, str]] = ..., client_id: _Optional[str] = ...) -> None: ...
 
 class JoinReply(_message.Message):
-    __slots__ = ("client_id", "model_id", "manifest_json", "artifacts", "heartbeat_interval_ms", "max_chunk_bytes", "upload_codecs", "local_vector_dir")
+    __slots__ = ("client_id", "model_id", "manifest_json", "artifacts", "heartbeat_interval_ms", "max_chunk_bytes", "upload_codecs", "local_vector_dir", "update_digests")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     MANIFEST_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -75,6 +77,7 @@ class JoinReply(_message.Message):
     MAX_CHUNK_BYTES_FIELD_NUMBER: _ClassVar[int]
     UPLOAD_CODECS_FIELD_NUMBER: _ClassVar[int]
     LOCAL_VECTOR_DIR_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_DIGESTS_FIELD_NUMBER: _ClassVar[int]
     client_id: str
     model_id: str
     manifest_json: str
@@ -83,7 +86,8 @@ class JoinReply(_message.Message):
     max_chunk_bytes: int
     upload_codecs: _containers.RepeatedScalarFieldContainer[str]
     local_vector_dir: str
-    def __init__(self, client_id: _Optional[str] = ..., model_id: _Optional[str] = ..., manifest_json: _Optional[str] = ..., artifacts: _Optional[_Iterable[_Union[ArtifactInfo, _Mapping]]] = ..., heartbeat_interval_ms: _Optional[int] = ..., max_chunk_bytes: _Optional[int] = ..., upload_codecs: _Optional[_Iterable[str]] = ..., local_vector_dir: _Optional[str] = ...) -> None: ...
+    update_digests: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, client_id: _Optional[str] = ..., model_id: _Optional[str] = ..., manifest_json: _Optional[str] = ..., artifacts: _Optional[_Iterable[_Union[ArtifactInfo, _Mapping]]] = ..., heartbeat_interval_ms: _Optional[int] = ..., max_chunk_bytes: _Optional[int] = ..., upload_codecs: _Optional[_Iterable[str]] = ..., local_vector_dir: _Optional[str] = ..., update_digests: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ArtifactRequest(_message.Message):
     __slots__ = ("client_id", "model_id", "name")

@@ -89,12 +89,12 @@ def metrics_from_pb(metrics: Mapping[str, pb.Metric]) -> dict[str, Metric]:
 def meta_to_pb(meta: VectorMeta) -> pb.VectorHeader:
     return pb.VectorHeader(model_id=meta.model_id, round=meta.round, length=meta.length, dtype=meta.dtype,
                            codec=meta.codec, sha256=meta.sha256, chunk_size=meta.chunk_size,
-                           base_sha256=meta.base_sha256, payload_bytes=meta.payload_bytes)
+                           base_sha256=meta.base_sha256, payload_bytes=meta.payload_bytes, digest=meta.digest)
 
 
 def meta_from_pb(m: pb.VectorHeader) -> VectorMeta:
     return VectorMeta(m.model_id, m.round, m.length, bytes(m.sha256), m.dtype, m.codec, m.chunk_size,
-                      bytes(m.base_sha256), m.payload_bytes)
+                      bytes(m.base_sha256), m.payload_bytes, m.digest)
 
 
 @dataclass(frozen=True)

@@ -256,6 +256,16 @@ def test_to_buffer_is_the_trainable_parameters_in_training_model_order(session):
     np.testing.assert_array_equal(vector, expected)
 
 
+def test_to_buffer_returns_an_array_of_the_caller_s_own(session):
+    first = session.to_buffer()
+    kept = first.copy()
+    first[:] = 7.0                       # writing into it changes neither the parameters nor the next copy
+    second = session.to_buffer()
+    np.testing.assert_array_equal(second, kept)
+    assert not np.shares_memory(first, second) and second.flags.writeable and second.flags.c_contiguous
+    assert session.to_buffer(trainable_only=False).shape == (session.parameter_count(trainable_only=False),)
+
+
 def test_from_buffer_then_to_buffer_round_trips(session, batch):
     vector = np.random.default_rng(1).standard_normal(9610).astype(np.float32)
     before = session.eval_step(*batch)["logits"]

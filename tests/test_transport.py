@@ -127,8 +127,9 @@ def test_a_coordinator_without_poll_tasks_answers_unimplemented():
 
 class Relay:
     """A loopback TCP relay to `target`, both ways. With `silent_first` its first connection is accepted and
-    then never answered (a half-open peer: nothing sent, nothing reset). `ended[i]` is set once the device
-    closed connection i."""
+    then never answered (a half-open peer: nothing sent, nothing reset). `stall(i)` makes connection i drop
+    whatever it receives from then on (a peer that went silent). `ended[i]` is set once the device closed
+    connection i."""
 
     def __init__(self, target: str, silent_first: bool = False) -> None:
         import socket
@@ -139,6 +140,7 @@ class Relay:
         self.port = self.listener.getsockname()[1]
         self.connections: list = []
         self.ended: list[threading.Event] = []
+        self.stalled: list[threading.Event] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -151,18 +153,23 @@ class Relay:
                 return
             self.connections.append(conn)
             self.ended.append(ended := threading.Event())
+            self.stalled.append(stalled := threading.Event())
             if self.silent_first and len(self.connections) == 1:
                 continue                                    # held open, never answered
             upstream = socket.create_connection((self.target[0], int(self.target[1])))
             self.connections.append(upstream)
-            threading.Thread(target=self._pipe, args=(conn, upstream, ended), daemon=True).start()
-            threading.Thread(target=self._pipe, args=(upstream, conn, None), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(conn, upstream, stalled, ended), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, conn, stalled, None), daemon=True).start()
+
+    def stall(self, i: int) -> None:
+        self.stalled[i].set()
 
     @staticmethod
-    def _pipe(src, dst, ended: threading.Event | None) -> None:
+    def _pipe(src, dst, stalled: threading.Event, ended: threading.Event | None) -> None:
         try:
             while data := src.recv(65536):
-                dst.sendall(data)
+                if not stalled.is_set():
+                    dst.sendall(data)
         except OSError:
             pass
         if ended is not None:
@@ -191,9 +198,10 @@ def test_a_connection_left_behind_by_a_redial_is_closed_once_its_calls_ended(add
     relay = Relay(address)
     try:
         with Transport.connect(f"127.0.0.1:{relay.port}", insecure=True, rpc_timeout_s=10) as t:
-            client_id = t.join("dev").client_id                # connection 0, healthy
+            client_id = t.join("dev").client_id                # connection 0, healthy ...
+            relay.stall(0)                                      # ... until it goes silent
             with pytest.raises(FedortError) as e:
-                t.heartbeat(client_id, timeout_s=1e-4)          # runs out of time: later calls use a new connection
+                t.heartbeat(client_id, timeout_s=1.0)           # runs out of time: later calls use a new connection
             assert e.value.code == "DEADLINE_EXCEEDED"
             assert relay.ended[0].wait(10)                      # ... and the old one is closed, not kept until close()
             assert t.heartbeat(client_id)[0] >= 0

@@ -17,6 +17,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
+from fedort.protos import digests
 from fedort.protos.codec import DTYPES, MAX_CHUNK_BYTES, CHUNK_BYTES, VectorMeta
 from fedort.protos.errors import ProtocolError, ResourceExhaustedError, VectorError
 from fedort.protos.codecs.base import Piece
@@ -24,17 +25,25 @@ from fedort.protos.codecs.registry import get_codec
 
 
 def describe_payload(payload: bytes, *, model_id: str, round: int, length: int, codec: str,
-                     base_sha256: bytes = b"", chunk_size: int = CHUNK_BYTES) -> VectorMeta:
-    """The header for sending an encoded payload (its sha256 covers the payload bytes)."""
+                     base_sha256: bytes = b"", chunk_size: int = CHUNK_BYTES, digest: str = "") -> VectorMeta:
+    """The header for sending an encoded payload (its digest, sha256 unless `digest` names another, covers
+    the payload bytes)."""
     spec = get_codec(codec).spec.canonical
-    return VectorMeta(model_id, int(round), int(length), hashlib.sha256(payload).digest(), codec=spec,
-                      chunk_size=int(chunk_size), base_sha256=bytes(base_sha256), payload_bytes=len(payload))
+    algorithm = "" if digest in ("", digests.SHA256) else digests.canonical(digest)
+    value = hashlib.sha256(payload).digest() if not algorithm else digests.digest(algorithm, payload)
+    return VectorMeta(model_id, int(round), int(length), value, codec=spec, chunk_size=int(chunk_size),
+                      base_sha256=bytes(base_sha256), payload_bytes=len(payload), digest=algorithm)
 
 
 def iter_payload_chunks(payload: bytes, chunk_size: int = CHUNK_BYTES) -> Iterator[bytes]:
     view = memoryview(payload)
     for start in range(0, len(view), chunk_size):
         yield bytes(view[start:start + chunk_size])
+
+
+def meta_digest_name(meta: VectorMeta) -> str:
+    """The name of a header's digest algorithm, for messages."""
+    return meta.digest or digests.SHA256
 
 
 class VectorDecoder:
@@ -77,7 +86,7 @@ class VectorDecoder:
         self.codec = get_codec(meta.codec or "raw")
         self._decoder = self.codec.decoder(meta.length, meta.payload_bytes or self.codec.payload_size(meta.length))
         self._max_chunk = max_chunk_bytes
-        self._hash = hashlib.sha256()
+        self._hash = digests.new(meta.digest)
 
     @property
     def delta(self) -> bool:
@@ -100,7 +109,7 @@ class VectorDecoder:
     def finish(self) -> list[Piece]:
         pieces = self._decoder.finish()
         if self._hash.digest() != self.meta.sha256:
-            raise VectorError(f"payload sha256 mismatch: header says {self.meta.sha256.hex()[:16]}…, "
+            raise VectorError(f"payload {meta_digest_name(self.meta)} mismatch: header says {self.meta.sha256.hex()[:16]}…, "
                               f"received bytes hash to {self._hash.hexdigest()[:16]}…")
         return pieces
 
