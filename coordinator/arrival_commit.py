@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from fedort.coordinator.state import StateStore, SubmissionRow, SubmissionWriter
+from fedort.coordinator.side_writer import SideWriter
+from fedort.coordinator.state import StateStore, SubmissionRow
 from fedort.coordinator.upload_stream import spool_error
 from fedort.durable import fsync_dir
 
@@ -54,7 +55,7 @@ class ArrivalCommit:
                  complete: Callable[[Sequence[Arrival]], bool] = lambda group: False,
                  on_commit: Callable[[int], None] = lambda size: None) -> None:
         self._store = store
-        self._writer: SubmissionWriter | None = None
+        self._writer: SideWriter | None = None
         self._delay_s = delay_s
         self._complete = complete
         self._on_commit = on_commit
