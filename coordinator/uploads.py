@@ -30,6 +30,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, AsyncIterator
 
+import numpy as np
+
 from fedort.coordinator.arrival_commit import Arrival, ArrivalCommit
 from fedort.coordinator.admission import AdmittedUpdate, admit_update, check_not_pending, check_open
 from fedort.coordinator.aggregation import Update
@@ -178,7 +180,8 @@ class Uploads:
             if not f.cancelled() and f.exception() is None:
                 r.record(client, h.num_examples, metrics)
                 self.bytes_received[round] = self.bytes_received.get(round, 0) + nbytes
-                update = Update(client, h.num_examples, codec, path)
+                update = Update(client, h.num_examples, codec, path,   # inline: folded from memory
+                                None if payload is None else np.frombuffer(payload, np.uint8))
                 fold = asyncio.wrap_future(self._pool.submit(r.aggregator.add, update))
                 self._folds.add(fold)
                 fold.add_done_callback(self._fold_done)
