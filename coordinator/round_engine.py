@@ -327,13 +327,16 @@ class RoundEngine(TaskDispatch, RoundExports):
         sha = vector_digest(vector)
         metrics = {**r.metrics.means(), **self.strategy.server_update.metrics(), **self.privacy.round_metrics(self)}
 
+        # a small vector is durable inside the commit's row; its file is fsynced by the export, off the critical path
+        inline = vector.tobytes() if 0 < vector.nbytes <= self.config.inline_update_bytes else None
+
         def write_files() -> None:
-            atomic_write(self.store.vector_path(self.round + 1), vector)
+            atomic_write(self.store.vector_path(self.round + 1), vector, durable=inline is None)
             save_server_state(self, self.round + 1)
 
         async def persist() -> None:   # computed once above (a stateful server update must not step twice)
             await asyncio.to_thread(write_files)
-            self.store.commit_round(self.round, sha.hex(), len(r.reported), r.examples, metrics, defer)
+            self.store.commit_round(self.round, sha.hex(), len(r.reported), r.examples, metrics, defer, inline)
 
         await retry_when_full(persist, f"round {self.round} commit")   # disk full: wait for space, not die
         log.info("round %d: committed %d updates over %d examples; metrics %s", self.round, len(r.reported),

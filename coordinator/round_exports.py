@@ -16,6 +16,7 @@ import numpy as np
 from fedort.coordinator.integrity import read_verified_vector
 from fedort.coordinator.recovery import drop_spool
 from fedort.coordinator.storage import retry_when_full
+from fedort.durable import fsync_dir, fsync_file
 
 
 class RoundExports:
@@ -30,12 +31,13 @@ class RoundExports:
         if previous is not None and previous.done():
             previous.result()   # an export failed: end the run visibly now
             previous = None
-        vector, record = self._export_inputs(round)   # now: the global vector moves on with the next round
+        vector, record, inline = self._export_inputs(round)   # now: the global vector moves on with the next round
 
         async def after_previous() -> None:
             if previous is not None:
                 await previous
-            await retry_when_full(lambda: self._write_export(round, vector, record), f"round {round} export")
+            await retry_when_full(lambda: self._write_export(round, vector, record, inline),
+                                   f"round {round} export")
             await asyncio.to_thread(drop_spool, self, round)   # 10 x 20 MB unlinks: not on the event loop
 
         self._export_task = asyncio.ensure_future(after_previous())
@@ -50,7 +52,7 @@ class RoundExports:
         """Write round `round`'s inference model and record (redone on restart if a crash interrupted it)."""
         await self._write_export(round, *self._export_inputs(round))
 
-    def _export_inputs(self, round: int) -> tuple[np.ndarray, dict]:
+    def _export_inputs(self, round: int) -> tuple[np.ndarray, dict, bool]:
         row = next(r for r in self.store.rounds() if r.round == round)
         g = self.global_vector
         vector = g.vector if g and g.round == round + 1 else \
@@ -64,11 +66,14 @@ class RoundExports:
             "vector_sha256": row.vector_sha256, "vector": self.store.vector_path(round + 1).name,
             "training_config": self.config.training_json(),
         }
-        return vector, record
+        return vector, record, row.vector is not None
 
-    async def _write_export(self, round: int, vector: np.ndarray, record: dict) -> None:
+    async def _write_export(self, round: int, vector: np.ndarray, record: dict, inline: bool = True) -> None:
         def write() -> None:   # its row too, through a side connection: the event loop never waits on this fsync
             path = self.exporter.export(round, vector, record, self.config.exports_model(round))
+            if inline:   # the committed vector was durable in its row: make its file durable before the row drops it
+                fsync_file(self.store.vector_path(round + 1))
+                fsync_dir(self.store.vector_path(round + 1).parent)
             if self._export_writer is None:
                 self._export_writer = self.store.submission_writer()
             self.store.mark_exported(round, self.store.layout.relative(path), self._export_writer)

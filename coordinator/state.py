@@ -41,7 +41,7 @@ CREATE TABLE IF NOT EXISTS rounds (
     round INTEGER PRIMARY KEY, state TEXT NOT NULL, attempt INTEGER NOT NULL, selected TEXT NOT NULL,
     deadline_ms INTEGER NOT NULL, opened_ms INTEGER NOT NULL, closed_ms INTEGER,
     vector_sha256 TEXT, clients INTEGER NOT NULL DEFAULT 0, examples INTEGER NOT NULL DEFAULT 0,
-    metrics TEXT NOT NULL DEFAULT '{}', model_path TEXT, message TEXT NOT NULL DEFAULT '');
+    metrics TEXT NOT NULL DEFAULT '{}', model_path TEXT, message TEXT NOT NULL DEFAULT '', vector BLOB);
 CREATE TABLE IF NOT EXISTS submissions (
     round INTEGER NOT NULL, client_id TEXT NOT NULL, num_examples INTEGER NOT NULL, metrics TEXT NOT NULL,
     sha256 TEXT NOT NULL, spool_path TEXT NOT NULL, received_ms INTEGER NOT NULL, codec TEXT NOT NULL DEFAULT 'raw',
@@ -99,6 +99,7 @@ class RoundRow:
     metrics: dict[str, float]
     model_path: str | None
     message: str
+    vector: bytes | None = None   # a small committed vector's bytes, durable here until its export fsyncs its file
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,8 @@ class StateStore:
                 self._db.execute("ALTER TABLE submissions ADD COLUMN codec TEXT NOT NULL DEFAULT 'raw'")
             if "payload" not in columns:  # ... or before small updates were kept inline
                 self._db.execute("ALTER TABLE submissions ADD COLUMN payload BLOB")
+            if "vector" not in {r[1] for r in self._db.execute("PRAGMA table_info(rounds)")}:   # ... or small vectors
+                self._db.execute("ALTER TABLE rounds ADD COLUMN vector BLOB")
         self._db.execute("SELECT COUNT(*) FROM meta").fetchone()   # reads a page: garbage fails here, not later
 
     def close(self) -> None:
@@ -289,14 +292,16 @@ class StateStore:
         )])
 
     def commit_round(self, round: int, vector_sha256: str, clients: int, examples: int,
-                     metrics: dict[str, float], defer: bool = False) -> None:
+                     metrics: dict[str, float], defer: bool = False, vector: bytes | None = None) -> None:
         """Mark round `round` committed: its result vector file (round+1) is durable and final (its inline
         update payloads are not needed any more). `defer`: in the next transaction instead (the next
         round's `open_round`, one fsync for both; `flush()` if nothing may follow soon): until then
-        the round is not committed on disk, and nothing may act on it (no task of the next round)."""
+        the round is not committed on disk, and nothing may act on it (no task of the next round).
+        `vector`: a small result vector's bytes, durable in the row (its file need not be fsynced yet)."""
         statements = [(
-            "UPDATE rounds SET state=?, closed_ms=?, vector_sha256=?, clients=?, examples=?, metrics=? WHERE round=?",
-            (COMMITTED, now_ms(), vector_sha256, clients, examples, json.dumps(metrics, sort_keys=True), round),
+            "UPDATE rounds SET state=?, closed_ms=?, vector_sha256=?, clients=?, examples=?, metrics=?, vector=? "
+            "WHERE round=?",
+            (COMMITTED, now_ms(), vector_sha256, clients, examples, json.dumps(metrics, sort_keys=True), vector, round),
         ), ("UPDATE submissions SET payload = NULL WHERE round = ? AND payload IS NOT NULL", (round,))]
         if defer:
             self._deferred += statements
@@ -314,8 +319,9 @@ class StateStore:
             self._tx(())
 
     def mark_exported(self, round: int, model_path: str, writer: "SideWriter | None" = None) -> None:
-        """Round `round`'s export is complete (through `writer`, a side connection, from the export's thread)."""
-        statement = ("UPDATE rounds SET state=?, model_path=? WHERE round=?", (EXPORTED, model_path, round))
+        """Round `round`'s export is complete (through `writer`, a side connection, from the export's thread);
+        its vector file is durable by then, so the row drops the vector's bytes."""
+        statement = ("UPDATE rounds SET state=?, model_path=?, vector=NULL WHERE round=?", (EXPORTED, model_path, round))
         writer.execute([statement]) if writer is not None else self._tx([statement])
 
     def fail_round(self, round: int, message: str) -> None:
@@ -334,7 +340,8 @@ class StateStore:
         rows = self._db.execute("SELECT * FROM rounds ORDER BY round").fetchall()
         return [RoundRow(r["round"], r["state"], r["attempt"], tuple(json.loads(r["selected"])), r["deadline_ms"],
                          r["opened_ms"], r["closed_ms"], r["vector_sha256"], r["clients"], r["examples"],
-                         json.loads(r["metrics"]), r["model_path"], r["message"]) for r in rows]
+                         json.loads(r["metrics"]), r["model_path"], r["message"],
+                         r["vector"] if "vector" in r.keys() else None) for r in rows]
 
     # ---- submissions ----------------------------------------------------------------------------
 
