@@ -8,8 +8,9 @@ arrivals queue instead, and one commit thread takes every queued arrival at once
     renames of the (already fsynced) temp files -> one fsync per folder -> one transaction with every row
 
 (A small update's bytes travel inside its row, `inline_update_bytes`: it has no temp file; its
-spool file is written here from the row, neither it nor its folder fsynced, so a group of small
-updates costs one WAL fsync; recovery rewrites their files.)
+spool file is written here from the row, neither it nor its folder fsynced, and only if a spool
+combiner will read it (`copy_inline`; a streaming one folds the bytes from memory), so a group of
+small updates costs one WAL fsync; recovery rewrites their files.)
 
 then resolves every member together: all durable, or all failed with the same error (none is
 acknowledged; the transaction rolled back, and a file already renamed is an orphan that no row
@@ -54,12 +55,13 @@ class ArrivalCommit:
 
     def __init__(self, store: StateStore, delay_s: float = 0.0,
                  complete: Callable[[Sequence[Arrival]], bool] = lambda group: False,
-                 on_commit: Callable[[int], None] = lambda size: None) -> None:
+                 on_commit: Callable[[int], None] = lambda size: None, copy_inline: bool = True) -> None:
         self._store = store
         self._writer: SideWriter | None = None
         self._delay_s = delay_s
         self._complete = complete
         self._on_commit = on_commit
+        self._copy_inline = copy_inline   # False: nothing reads an inline update's spool file (replay rewrites it)
         self._queue: list[tuple[Arrival, asyncio.Future]] = []
         self._task: asyncio.Future | None = None
         self._more: asyncio.Event | None = None
@@ -112,13 +114,13 @@ class ArrivalCommit:
 
     def _write(self, arrivals: list[Arrival]) -> None:
         """In the commit thread: place every file, fsync each folder once, commit every row in one transaction."""
-        copies = [a.path for a in arrivals if a.row.payload is not None]
+        copies = [a.path for a in arrivals if a.row.payload is not None] if self._copy_inline else []
         try:
             try:
                 for a in arrivals:
                     if a.row.payload is None:
                         os.replace(a.spooled, a.path)
-                    else:   # inline: the row makes it durable; the file (not fsynced) is for the fold and replay
+                    elif self._copy_inline:   # inline: the row makes it durable; the file (unsynced) is for a spool combiner
                         _write_copy(a.path, a.row.payload)
                 for folder in {a.path.parent for a in arrivals if a.row.payload is None}:   # inline: the row holds it
                     fsync_dir(folder)

@@ -114,7 +114,8 @@ class Uploads:
         self.slots = UploadSlots(cfg.max_concurrent_uploads, cfg.uploads_per_client)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedort-fold")
         self.commits = ArrivalCommit(engine.store, cfg.commit_delay_ms / 1000, self._completes_round,
-                                     on_commit=engine.monitor.group_committed)
+                                     on_commit=engine.monitor.group_committed,
+                                     copy_inline=not engine.strategy.combiner.streaming)
         self._folds: set[asyncio.Future] = set()
         self.fold_error: BaseException | None = None
         self._temp_counter = 0
@@ -182,9 +183,12 @@ class Uploads:
                 self.bytes_received[round] = self.bytes_received.get(round, 0) + nbytes
                 update = Update(client, h.num_examples, codec, path,   # inline: folded from memory
                                 None if payload is None else np.frombuffer(payload, np.uint8))
-                fold = asyncio.wrap_future(self._pool.submit(r.aggregator.add, update))
-                self._folds.add(fold)
-                fold.add_done_callback(self._fold_done)
+                if payload is not None and not self._folds and e.secagg is None:
+                    self._fold_here(r, update)   # small, and no fold in the thread: microseconds, no hop
+                else:
+                    fold = asyncio.wrap_future(self._pool.submit(r.aggregator.add, update))
+                    self._folds.add(fold)
+                    fold.add_done_callback(self._fold_done)
             e.notify()
 
         durable.add_done_callback(counted)
@@ -192,6 +196,12 @@ class Uploads:
         log.info("round %d: accepted %s update of %s (%d examples, %d bytes; %d of %d selected reported)", round,
                  codec, client, h.num_examples, nbytes, len(r.reported), len(r.selected))
         return SubmitResult(True, False, round, "accepted")
+
+    def _fold_here(self, r, update: Update) -> None:
+        try:
+            r.aggregator.add(update)
+        except Exception as err:  # noqa: BLE001 - as a fold in the thread: the round's close raises it
+            self.fold_error = err
 
     def _fold_done(self, fold: asyncio.Future) -> None:
         self._folds.discard(fold)
