@@ -214,7 +214,8 @@ class RoundEngine(TaskDispatch, RoundExports):
                 if not await self._train():
                     return self._outcome
                 # the commit of a round the next one follows shares the next open's fsync (see _commit)
-                defer = self.round < self.config.rounds and self.secagg is None
+                # (not with privacy accounting: its budget check before the next open reads committed rows)
+                defer = self.round < self.config.rounds and self.secagg is None and not self.privacy.accounting
                 await self._commit(defer)
                 if defer:
                     export_next = self.round - 1   # its export reads the committed row: after the open
