@@ -120,7 +120,7 @@ class ArrivalCommit:
                 for a in arrivals:
                     if a.row.payload is None:
                         os.replace(a.spooled, a.path)
-                    elif self._copy_inline:   # inline: the row makes it durable; the file (unsynced) is for a spool combiner
+                    elif self._copy_inline:   # inline, durable in its row: the (unsynced) file is for a spool combiner
                         _write_copy(a.path, a.row.payload)
                 for folder in {a.path.parent for a in arrivals if a.row.payload is None}:   # inline: the row holds it
                     fsync_dir(folder)

@@ -321,7 +321,8 @@ class StateStore:
     def mark_exported(self, round: int, model_path: str, writer: "SideWriter | None" = None) -> None:
         """Round `round`'s export is complete (through `writer`, a side connection, from the export's thread);
         its vector file is durable by then, so the row drops the vector's bytes."""
-        statement = ("UPDATE rounds SET state=?, model_path=?, vector=NULL WHERE round=?", (EXPORTED, model_path, round))
+        statement = ("UPDATE rounds SET state=?, model_path=?, vector=NULL WHERE round=?",
+                     (EXPORTED, model_path, round))
         writer.execute([statement]) if writer is not None else self._tx([statement])
 
     def fail_round(self, round: int, message: str) -> None:
