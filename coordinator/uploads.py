@@ -51,6 +51,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+LOOP_FOLD_BYTES = 256 << 10   # an inline update this small is folded on the event loop (no thread hop)
+
 
 @asynccontextmanager
 async def received(admitted: AdmittedUpdate, tmp: Path, chunks: AsyncIterator[bytes], *, slots: UploadSlots,
@@ -183,7 +185,7 @@ class Uploads:
                 self.bytes_received[round] = self.bytes_received.get(round, 0) + nbytes
                 update = Update(client, h.num_examples, codec, path,   # inline: folded from memory
                                 None if payload is None else np.frombuffer(payload, np.uint8))
-                if payload is not None and not self._folds and e.secagg is None:
+                if payload is not None and len(payload) <= LOOP_FOLD_BYTES and not self._folds and e.secagg is None:
                     self._fold_here(r, update)   # small, and no fold in the thread: microseconds, no hop
                 else:
                     fold = asyncio.wrap_future(self._pool.submit(r.aggregator.add, update))
