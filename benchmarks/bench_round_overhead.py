@@ -8,7 +8,8 @@ Trials alternate fedort / Flower (ABBA per size), each in its own subprocess, in
 fedort side: the simulation's public machinery — the deployment `Coordinator` in a thread of the
 trial process (`fedort.simulations.LocalCoordinator`), 2 spawned worker processes hosting 5
 `EdgeClient`s each (`fedort.simulations.run_worker`), talking over loopback gRPC while the vectors
-pass as files in the state dir (the co-located vector path, `fedort simulate`'s default; `--with-stream`
+pass as files in the state dir (the co-located vector path, `fedort simulate`'s default; updates
+below `local_file_min_bytes`, e.g. the 5 k ones, stream and are kept inline in their rows; `--with-stream`
 adds trials that stream every vector over gRPC, the deployed path, in the same run); phase times come from
 the round transitions the coordinator records (`LocalCoordinator.timeline()`). The model
 is the built-in MLP with a hidden width that gives ~P parameters (`mlp(hidden=h)` has 75 h + 10).

@@ -7,8 +7,10 @@ arrivals queue instead, and one commit thread takes every queued arrival at once
 
     renames of the (already fsynced) temp files -> one fsync per folder -> one transaction with every row
 
-(A small update's bytes travel inside its row, `inline_update_bytes`: its file is neither fsynced
-nor its folder, so a group of small updates costs one WAL fsync; recovery rewrites their files.)
+(A small update's bytes travel inside its row, `inline_update_bytes`: it has no temp file; its
+spool file is written here from the row, neither it nor its folder fsynced, and only if a spool
+combiner will read it (`copy_inline`; a streaming one folds the bytes from memory), so a group of
+small updates costs one WAL fsync; recovery rewrites their files.)
 
 then resolves every member together: all durable, or all failed with the same error (none is
 acknowledged; the transaction rolled back, and a file already renamed is an orphan that no row
@@ -31,7 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from fedort.coordinator.state import StateStore, SubmissionRow, SubmissionWriter
+from fedort.coordinator.side_writer import SideWriter
+from fedort.coordinator.state import StateStore, SubmissionRow
 from fedort.coordinator.upload_stream import spool_error
 from fedort.durable import fsync_dir
 
@@ -52,12 +55,13 @@ class ArrivalCommit:
 
     def __init__(self, store: StateStore, delay_s: float = 0.0,
                  complete: Callable[[Sequence[Arrival]], bool] = lambda group: False,
-                 on_commit: Callable[[int], None] = lambda size: None) -> None:
+                 on_commit: Callable[[int], None] = lambda size: None, copy_inline: bool = True) -> None:
         self._store = store
-        self._writer: SubmissionWriter | None = None
+        self._writer: SideWriter | None = None
         self._delay_s = delay_s
         self._complete = complete
         self._on_commit = on_commit
+        self._copy_inline = copy_inline   # False: nothing reads an inline update's spool file (replay rewrites it)
         self._queue: list[tuple[Arrival, asyncio.Future]] = []
         self._task: asyncio.Future | None = None
         self._more: asyncio.Event | None = None
@@ -110,16 +114,25 @@ class ArrivalCommit:
 
     def _write(self, arrivals: list[Arrival]) -> None:
         """In the commit thread: place every file, fsync each folder once, commit every row in one transaction."""
+        copies = [a.path for a in arrivals if a.row.payload is not None] if self._copy_inline else []
         try:
-            for a in arrivals:
-                os.replace(a.spooled, a.path)
-            for folder in {a.path.parent for a in arrivals if a.row.payload is None}:   # inline: the row holds it
-                fsync_dir(folder)
-        except OSError as e:
-            raise spool_error(e, "place the spooled update") from e
-        if self._writer is None:
-            self._writer = self._store.submission_writer()
-        self._writer.add([a.row for a in arrivals])
+            try:
+                for a in arrivals:
+                    if a.row.payload is None:
+                        os.replace(a.spooled, a.path)
+                    elif self._copy_inline:   # inline, durable in its row: the (unsynced) file is for a spool combiner
+                        _write_copy(a.path, a.row.payload)
+                for folder in {a.path.parent for a in arrivals if a.row.payload is None}:   # inline: the row holds it
+                    fsync_dir(folder)
+            except OSError as e:
+                raise spool_error(e, "place the spooled update") from e
+            if self._writer is None:
+                self._writer = self._store.submission_writer()
+            self._writer.add([a.row for a in arrivals])
+        except BaseException:
+            for path in copies:   # a failed group leaves no inline copy behind (nothing names them)
+                path.unlink(missing_ok=True)
+            raise
 
     def close(self) -> None:
         """Wait for a commit in progress and release the thread and the connection."""
@@ -127,3 +140,18 @@ class ArrivalCommit:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+
+
+def _write_copy(path: Path, payload: bytes) -> None:
+    """An inline update's spool file, written from its row's bytes (no fsync: recovery rewrites it from the row)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)

@@ -48,7 +48,7 @@ expected and what arrived.
 | upload_slot_wait_s | 30 | an upload waits this long for a slot, then is refused UNAVAILABLE (the device retries) |
 | upload_min_rate_bytes_s | 65536 | a whole upload must arrive within upload_grace_s + payload bytes / this rate |
 | upload_grace_s | 10 | the fixed part of that deadline |
-| inline_update_bytes | 262144 | an update of at most this many payload bytes is made durable inside its SQLite row (no spool-file and folder fsync; one WAL fsync per group commit); 0 (and with keep_spool, whose files must stay durable after the commit): always through the fsynced spool file |
+| inline_update_bytes | 262144 | an update of at most this many payload bytes is made durable inside its SQLite row (no spool-file and folder fsync; one WAL fsync per group commit); so is a committed global vector this small (its file is fsynced by the background export); 0 (and with keep_spool, whose files must stay durable after the commit): always through the fsynced spool file |
 | commit_delay_ms | 0 | arrivals wait up to this long to share a group commit (ends early once the round's last update is in); 0: a commit starts with the first arrival, later ones join the next |
 | submissions_per_minute | 60 | per-client rate of updates and evaluations, token bucket (0 disables) |
 | metrics_address | none | HOST:PORT serving Prometheus metrics at /metrics (coordinator.monitoring) |

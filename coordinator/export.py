@@ -94,7 +94,6 @@ class Exporter:
             self._session.from_buffer(vector)
             onnx = self._session.export_model_for_inference(out_dir / MODEL_FILE)
             fsync_file(onnx)
-            fsync_dir(out_dir)
         else:
             out_dir.mkdir(parents=True, exist_ok=True)
         evaluation = self.evaluate(vector)
@@ -111,7 +110,8 @@ class Exporter:
                 "num_examples": evaluation.num_examples,
             },
         }
-        atomic_write_json(out_dir / RECORD_FILE, full)
+        atomic_write_json(out_dir / RECORD_FILE, full, sync_dir=False)
+        fsync_dir(out_dir)   # once for both entries, model.onnx and model.json
         if onnx is None:
             return out_dir / RECORD_FILE
         if round >= self.latest_round():
@@ -132,15 +132,15 @@ class Exporter:
         """Atomically move `models/latest.json` and the `models/latest` symlink to round `round`."""
         name = round_name(round)
         atomic_write_json(self._models / LATEST_JSON, {"round": round, "dir": name, "model": f"{name}/{MODEL_FILE}",
-                                                       "record": f"{name}/{RECORD_FILE}"})
+                                                       "record": f"{name}/{RECORD_FILE}"}, sync_dir=False)
         tmp = self._models / f".{LATEST_LINK}.tmp-{os.getpid()}"
         try:
             tmp.unlink(missing_ok=True)
             os.symlink(name, tmp)
             os.replace(tmp, self._models / LATEST_LINK)
-            fsync_dir(self._models)
         except OSError as e:  # e.g. a filesystem without symlinks: latest.json alone is the pointer
             log.debug("could not update the latest symlink: %s", e)
+        fsync_dir(self._models)   # once for both renames, latest.json and the symlink
 
 
 def _finite(x: float) -> float | None:

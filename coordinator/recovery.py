@@ -1,7 +1,8 @@
 """Restart replay: rebuild the round engine's memory from the state directory before serving.
 
 1. Round 1's global vector is written (once) from the checkpoint.
-2. Committed rounds whose export a crash interrupted are exported again; their spools dropped.
+2. Committed rounds whose export a crash interrupted are exported again; their spools dropped
+   (a small committed vector's file is first rewritten from the bytes its row holds).
    So are exported rounds whose model.onnx does not match its model.json (`integrity.export_problem`).
 3. The global vector of the next round is checked against the sha256 its commit recorded, and a
    stateful server update gets the state that round starts from.
@@ -51,6 +52,8 @@ async def recover(engine: "RoundEngine") -> bool:
         row = rows[r]
         if row.state in (COMMITTED, EXPORTED):
             last = r
+            if row.vector is not None:   # a small vector durable in its row: its unsynced file may be lost or torn
+                await asyncio.to_thread(atomic_write, store.vector_path(r + 1), row.vector)
             problem = None if row.state == COMMITTED else export_problem(store.layout.model_dir(r), row.vector_sha256)
             if problem:
                 log.warning("round %d: export not intact (%s); exporting it again", r, problem)

@@ -39,10 +39,9 @@ from fedort.coordinator.download_delta import DownloadDeltas
 from fedort.coordinator.evaluation import EvaluationPhase
 from fedort.coordinator.privacy_round import PrivacyPlan
 from fedort.coordinator.export import Exporter
-from fedort.coordinator.integrity import read_verified_vector
 from fedort.coordinator.local_vectors import LocalVectorDir
 from fedort.coordinator.monitoring import Monitoring
-from fedort.coordinator.recovery import drop_spool, recover, save_server_state
+from fedort.coordinator.recovery import recover, save_server_state
 from fedort.coordinator.registry import ClientRegistry
 from fedort.coordinator.round_deadline import wait_for_close
 from fedort.coordinator.selection import sample_size, select_clients
@@ -51,6 +50,7 @@ from fedort.coordinator.state import StateStore, TransitionRow, now_ms
 from fedort.coordinator.storage import retry_when_full
 from fedort.durable import atomic_write
 from fedort.coordinator.task_dispatch import TaskDispatch
+from fedort.coordinator.round_exports import RoundExports
 from fedort.coordinator.training_round import GlobalVector, TrainingRound
 from fedort.coordinator.uploads import Uploads
 from fedort.protos.codec import vector_digest
@@ -60,6 +60,7 @@ from fedort.protos.round_state import RoundRowState, RoundState, RunState
 log = logging.getLogger(__name__)
 
 S = RoundState
+SMALL_VECTOR = 1 << 16   # values: a round result this small is computed on the event loop
 _ALLOWED: dict[RoundState, frozenset[RoundState]] = {
     S.WAITING_FOR_CLIENTS: frozenset({S.TRAINING, S.EVALUATING, S.DONE, S.FAILED}),
     S.TRAINING: frozenset({S.TRAINING, S.AGGREGATING, S.FAILED}),
@@ -84,7 +85,7 @@ class RunOutcome:
     message: str = ""
 
 
-class RoundEngine(TaskDispatch):
+class RoundEngine(TaskDispatch, RoundExports):
     """Runs rounds 1..config.rounds over the clients in `registry`, durably in `store`."""
 
     def __init__(self, config: CoordinatorConfig, store: StateStore, exporter: Exporter,
@@ -120,7 +121,6 @@ class RoundEngine(TaskDispatch):
         self._released: set[str] = set()   # clients told DONE
         self._recovered = self._resumed = False
         self._stopping = False
-        self._export_task: asyncio.Future | None = None   # the newest background export (each awaits its predecessor)
 
     # ---- state machine ------------------------------------------------------------------------
 
@@ -196,7 +196,7 @@ class RoundEngine(TaskDispatch):
             resumed = self._resumed if self._recovered else await self.recover()
             if self._finished.is_set():
                 return self._outcome
-            stopped = None
+            stopped, export_next = None, None
             while self.round <= self.config.rounds:
                 if not resumed:
                     await self._wait_for_clients()
@@ -204,15 +204,28 @@ class RoundEngine(TaskDispatch):
                         log.warning("%s", stopped)
                         break
                     self.begin_round()
-                    # disk full: wait for space, not die (each step below is idempotent)
+                    # disk full: wait for space, not die (each step below is idempotent); the open's
+                    # transaction also commits the previous round if its commit was deferred
                     await retry_when_full(lambda: self.select(attempt=1), f"round {self.round} open")
+                    if export_next is not None:
+                        self.start_export(export_next)
+                        export_next = None
                 resumed = False
                 if not await self._train():
                     return self._outcome
-                await self._commit()
-                self.start_export(self.round - 1)
+                # the commit of a round the next one follows shares the next open's fsync (see _commit)
+                # (not with privacy accounting: its budget check before the next open reads committed rows)
+                defer = self.round < self.config.rounds and self.secagg is None and not self.privacy.accounting
+                await self._commit(defer)
+                if defer:
+                    export_next = self.round - 1   # its export reads the committed row: after the open
+                else:
+                    self.start_export(self.round - 1)
                 if self.round <= self.config.rounds:
                     self.transition(RoundState.WAITING_FOR_CLIENTS, f"round {self.round} is next")
+            self.store.flush()
+            if export_next is not None:
+                self.start_export(export_next)
             await self.exports_done()
             await self.evaluation.run()
             done = {"run_state": RunState.DONE.value, **({"run_message": stopped} if stopped else {})}
@@ -240,6 +253,8 @@ class RoundEngine(TaskDispatch):
     async def _wait_for_clients(self) -> None:
         need = self.config.min_available_clients
         last_log = 0.0
+        if self.store.deferred and len(self.registry.available()) < need:
+            self.store.flush()   # a deferred commit does not wait for clients
         while (n := len(self.registry.available())) < need:
             if time.monotonic() - last_log > 30:
                 log.info("round %d: waiting for clients: %d of %d available", self.round, n, need)
@@ -297,11 +312,16 @@ class RoundEngine(TaskDispatch):
                         cfg.min_clients)
             self.select(r.attempt + 1)
 
-    async def _commit(self) -> None:
-        """Aggregate, write the next global vector (and server state) durably, then mark the round committed."""
+    async def _commit(self, defer: bool = False) -> None:
+        """Aggregate, write the next global vector (and server state) durably, then mark the round committed.
+
+        `defer`: the round's row is committed with the next transaction, the next round's open (one WAL
+        fsync for both); no task of the next round exists before that transaction, so nothing acts on
+        an uncommitted round, and a crash in between replays it from its durable updates."""
         r = self.training
         t0 = time.perf_counter()
-        result = await asyncio.to_thread(r.aggregator.result)
+        small = self.length <= SMALL_VECTOR and not self.strategy.needs_all_updates   # microseconds: no thread hop
+        result = r.aggregator.result() if small else await asyncio.to_thread(r.aggregator.result)
         if self.strategy.needs_all_updates:
             log.info("round %d: %s aggregated %d spooled updates in %.1f ms", self.round, self.strategy,
                      result.updates, 1000 * (time.perf_counter() - t0))
@@ -309,10 +329,16 @@ class RoundEngine(TaskDispatch):
         sha = vector_digest(vector)
         metrics = {**r.metrics.means(), **self.strategy.server_update.metrics(), **self.privacy.round_metrics(self)}
 
+        # a small vector is durable inside the commit's row; its file is fsynced by the export, off the critical path
+        inline = vector.tobytes() if 0 < vector.nbytes <= self.config.inline_update_bytes else None
+
+        def write_files() -> None:
+            atomic_write(self.store.vector_path(self.round + 1), vector, durable=inline is None)
+            save_server_state(self, self.round + 1)
+
         async def persist() -> None:   # computed once above (a stateful server update must not step twice)
-            await asyncio.to_thread(atomic_write, self.store.vector_path(self.round + 1), vector)
-            await asyncio.to_thread(save_server_state, self, self.round + 1)
-            self.store.commit_round(self.round, sha.hex(), len(r.reported), r.examples, metrics)
+            await asyncio.to_thread(write_files)
+            self.store.commit_round(self.round, sha.hex(), len(r.reported), r.examples, metrics, defer, inline)
 
         await retry_when_full(persist, f"round {self.round} commit")   # disk full: wait for space, not die
         log.info("round %d: committed %d updates over %d examples; metrics %s", self.round, len(r.reported),
@@ -323,60 +349,13 @@ class RoundEngine(TaskDispatch):
         self.set_global(self.round, vector, sha)
         self.training = None
 
-    def start_export(self, round: int) -> None:
-        """Export round `round` in the background, after the previous export (raises a failed previous one)."""
-        previous = self._export_task
-        if previous is not None and previous.done():
-            previous.result()   # an export failed: end the run visibly now
-            previous = None
-        vector, record = self._export_inputs(round)   # now: the global vector moves on with the next round
-
-        async def after_previous() -> None:
-            if previous is not None:
-                await previous
-            await retry_when_full(lambda: self._write_export(round, vector, record), f"round {round} export")
-            await asyncio.to_thread(drop_spool, self, round)   # 10 x 20 MB unlinks: not on the event loop
-
-        self._export_task = asyncio.ensure_future(after_previous())
-
-    async def exports_done(self) -> None:
-        """Wait for the background exports (raising the error of a failed one)."""
-        task, self._export_task = self._export_task, None
-        if task is not None:
-            await task
-
-    async def export(self, round: int) -> None:
-        """Write round `round`'s inference model and record (redone on restart if a crash interrupted it)."""
-        await self._write_export(round, *self._export_inputs(round))
-
-    def _export_inputs(self, round: int) -> tuple[np.ndarray, dict]:
-        row = next(r for r in self.store.rounds() if r.round == round)
-        g = self.global_vector
-        vector = g.vector if g and g.round == round + 1 else \
-            read_verified_vector(self.store.vector_path(round + 1), self.length, row.vector_sha256)
-        submissions = self.store.submissions(round)
-        record = {
-            "clients": row.clients, "client_ids": [s.client_id for s in submissions],
-            "codecs": sorted({s.codec for s in submissions}),
-            "bytes_up": self.uploads.bytes_received.pop(round, None),   # payload bytes (None after a restart)
-            "examples": row.examples, "metrics": row.metrics, "attempts": row.attempt,
-            "vector_sha256": row.vector_sha256, "vector": self.store.vector_path(round + 1).name,
-            "training_config": self.config.training_json(),
-        }
-        return vector, record
-
-    async def _write_export(self, round: int, vector: np.ndarray, record: dict) -> None:
-        path = await asyncio.to_thread(self.exporter.export, round, vector, record, self.config.exports_model(round))
-        self.store.mark_exported(round, self.store.layout.relative(path))
-
     def release_polls(self) -> None:
         """Answer every held long-poll now (WAIT) and hold no new ones: the server is stopping."""
         self._stopping = True
         self.notify()
 
     def close(self) -> None:
-        if self._export_task is not None:
-            self._export_task.cancel()   # an unfinished export is redone on restart
+        self.close_exports()
         self.uploads.close()
         if self.local_vectors is not None:
             self.local_vectors.clear_free()   # recycled update files (coordinator.local_vectors) hold no one's data

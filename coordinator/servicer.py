@@ -45,6 +45,8 @@ from fedort.protos.errors import FedortError, NotFoundError, ProtocolError, Reso
 from fedort.protos.messages import UpdateHeader, meta_to_pb, metrics_from_pb
 from fedort.protos.status_codes import status_for
 
+_timeout = getattr(asyncio, "timeout", None)   # Python >= 3.11
+
 log = logging.getLogger(__name__)
 
 #: The authenticated client id of the call being served (None with open auth); set by the boundary.
@@ -194,6 +196,9 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         """
         limit = self.engine.config.stream_idle_timeout_s
         try:
+            if _timeout is not None:   # 3.11+: a deadline on this task, not a new task per message (wait_for)
+                async with _timeout(limit):
+                    return await context.read()
             return await asyncio.wait_for(context.read(), limit)
         except asyncio.TimeoutError:
             raise ResourceExhaustedError(f"upload stalled: nothing received for {limit:g} s "

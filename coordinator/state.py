@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 
@@ -24,6 +24,9 @@ from fedort.coordinator.state_layout import DB_NAME, StateLayout
 from fedort.coordinator.storage import raise_if_full, storage_error
 from fedort.protos.errors import ConfigError, CorruptStateError, StorageError, VectorError
 from fedort.protos.round_state import RoundRowState, RunState
+
+if TYPE_CHECKING:
+    from fedort.coordinator.side_writer import SideWriter
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +41,7 @@ CREATE TABLE IF NOT EXISTS rounds (
     round INTEGER PRIMARY KEY, state TEXT NOT NULL, attempt INTEGER NOT NULL, selected TEXT NOT NULL,
     deadline_ms INTEGER NOT NULL, opened_ms INTEGER NOT NULL, closed_ms INTEGER,
     vector_sha256 TEXT, clients INTEGER NOT NULL DEFAULT 0, examples INTEGER NOT NULL DEFAULT 0,
-    metrics TEXT NOT NULL DEFAULT '{}', model_path TEXT, message TEXT NOT NULL DEFAULT '');
+    metrics TEXT NOT NULL DEFAULT '{}', model_path TEXT, message TEXT NOT NULL DEFAULT '', vector BLOB);
 CREATE TABLE IF NOT EXISTS submissions (
     round INTEGER NOT NULL, client_id TEXT NOT NULL, num_examples INTEGER NOT NULL, metrics TEXT NOT NULL,
     sha256 TEXT NOT NULL, spool_path TEXT NOT NULL, received_ms INTEGER NOT NULL, codec TEXT NOT NULL DEFAULT 'raw',
@@ -96,6 +99,7 @@ class RoundRow:
     metrics: dict[str, float]
     model_path: str | None
     message: str
+    vector: bytes | None = None   # a small committed vector's bytes, durable here until its export fsyncs its file
 
 
 @dataclass(frozen=True)
@@ -126,7 +130,7 @@ class StateStore:
     """The SQLite side of a state directory (use from one thread: the event loop's).
 
     The one exception is `submission_writer()`: a second connection for the group commit of
-    arrivals (`coordinator.arrival_commit`) in its own thread. Both connections write under
+    arrivals (`coordinator.arrival_commit`) or the background export, in their own thread. Both connections write under
     `write_lock`, so they never meet SQLite's busy handler (which sleeps in milliseconds).
     """
 
@@ -135,6 +139,7 @@ class StateStore:
         self.layout = StateLayout(self.dir)
         self.readonly = readonly
         self._transitions: list[TransitionRow] = []
+        self._deferred: list[tuple[str, tuple]] = []   # statements for the next transaction (commit_round(defer=True))
         self.write_lock = threading.Lock()
         db = self.layout.db
         try:
@@ -161,11 +166,13 @@ class StateStore:
                 self._db.execute("ALTER TABLE submissions ADD COLUMN codec TEXT NOT NULL DEFAULT 'raw'")
             if "payload" not in columns:  # ... or before small updates were kept inline
                 self._db.execute("ALTER TABLE submissions ADD COLUMN payload BLOB")
+            if "vector" not in {r[1] for r in self._db.execute("PRAGMA table_info(rounds)")}:   # ... or small vectors
+                self._db.execute("ALTER TABLE rounds ADD COLUMN vector BLOB")
         self._db.execute("SELECT COUNT(*) FROM meta").fetchone()   # reads a page: garbage fails here, not later
 
     def close(self) -> None:
         try:
-            if self._transitions and not self.readonly:
+            if (self._transitions or self._deferred) and not self.readonly:
                 self._tx(())
         except StorageError as e:   # the last transitions only: closing must not fail on a full disk
             log.warning("%s: the last %d round transitions were not recorded: %s", self.layout.db,
@@ -182,13 +189,13 @@ class StateStore:
         db = self._db
         try:
             db.execute("BEGIN IMMEDIATE")
-            for sql, args in statements:
+            for sql, args in [*self._deferred, *statements]:
                 db.execute(sql, args)
             for t in self._transitions:
                 db.execute("INSERT INTO transitions (round, from_state, to_state, at_unix_s, why) VALUES (?, ?, ?, ?, ?)",
                            (t.round, t.from_state, t.to_state, t.at_unix_s, t.why))
             db.execute("COMMIT")
-            self._transitions = []   # kept for the next transaction if this one failed (e.g. disk full)
+            self._transitions, self._deferred = [], []   # kept for the next transaction if this one failed
         except BaseException as e:
             # a failed COMMIT (e.g. disk full) may already have rolled back: a second ROLLBACK would
             # raise "cannot rollback - no transaction is active" and hide the real cause
@@ -285,16 +292,38 @@ class StateStore:
         )])
 
     def commit_round(self, round: int, vector_sha256: str, clients: int, examples: int,
-                     metrics: dict[str, float]) -> None:
+                     metrics: dict[str, float], defer: bool = False, vector: bytes | None = None) -> None:
         """Mark round `round` committed: its result vector file (round+1) is durable and final (its inline
-        update payloads are not needed any more)."""
-        self._tx([(
-            "UPDATE rounds SET state=?, closed_ms=?, vector_sha256=?, clients=?, examples=?, metrics=? WHERE round=?",
-            (COMMITTED, now_ms(), vector_sha256, clients, examples, json.dumps(metrics, sort_keys=True), round),
-        ), ("UPDATE submissions SET payload = NULL WHERE round = ? AND payload IS NOT NULL", (round,))])
+        update payloads are not needed any more). `defer`: in the next transaction instead (the next
+        round's `open_round`, one fsync for both; `flush()` if nothing may follow soon): until then
+        the round is not committed on disk, and nothing may act on it (no task of the next round).
+        `vector`: a small result vector's bytes, durable in the row (its file need not be fsynced yet)."""
+        statements = [(
+            "UPDATE rounds SET state=?, closed_ms=?, vector_sha256=?, clients=?, examples=?, metrics=?, vector=? "
+            "WHERE round=?",
+            (COMMITTED, now_ms(), vector_sha256, clients, examples, json.dumps(metrics, sort_keys=True), vector, round),
+        ), ("UPDATE submissions SET payload = NULL WHERE round = ? AND payload IS NOT NULL", (round,))]
+        if defer:
+            self._deferred += statements
+        else:
+            self._tx(statements)
 
-    def mark_exported(self, round: int, model_path: str) -> None:
-        self._tx([("UPDATE rounds SET state=?, model_path=? WHERE round=?", (EXPORTED, model_path, round))])
+    @property
+    def deferred(self) -> bool:
+        """A deferred commit waits for the next transaction."""
+        return bool(self._deferred)
+
+    def flush(self) -> None:
+        """Commit what waits for the next transaction (deferred statements, transitions) now."""
+        if self._deferred or self._transitions:
+            self._tx(())
+
+    def mark_exported(self, round: int, model_path: str, writer: "SideWriter | None" = None) -> None:
+        """Round `round`'s export is complete (through `writer`, a side connection, from the export's thread);
+        its vector file is durable by then, so the row drops the vector's bytes."""
+        statement = ("UPDATE rounds SET state=?, model_path=?, vector=NULL WHERE round=?",
+                     (EXPORTED, model_path, round))
+        writer.execute([statement]) if writer is not None else self._tx([statement])
 
     def fail_round(self, round: int, message: str) -> None:
         self._tx([
@@ -312,16 +341,21 @@ class StateStore:
         rows = self._db.execute("SELECT * FROM rounds ORDER BY round").fetchall()
         return [RoundRow(r["round"], r["state"], r["attempt"], tuple(json.loads(r["selected"])), r["deadline_ms"],
                          r["opened_ms"], r["closed_ms"], r["vector_sha256"], r["clients"], r["examples"],
-                         json.loads(r["metrics"]), r["model_path"], r["message"]) for r in rows]
+                         json.loads(r["metrics"]), r["model_path"], r["message"],
+                         r["vector"] if "vector" in r.keys() else None) for r in rows]
 
     # ---- submissions ----------------------------------------------------------------------------
 
     def add_submission(self, row: SubmissionRow) -> None:
-        self._tx([(_INSERT_SUBMISSION, _submission_args(row))])
+        from fedort.coordinator.side_writer import INSERT_SUBMISSION, submission_args
 
-    def submission_writer(self) -> "SubmissionWriter":
-        """A second connection that commits submission rows from another thread (see the class docstring)."""
-        return SubmissionWriter(self)
+        self._tx([(INSERT_SUBMISSION, submission_args(row))])
+
+    def submission_writer(self) -> "SideWriter":
+        """A second connection that commits from another thread (see the class docstring)."""
+        from fedort.coordinator.side_writer import SideWriter
+
+        return SideWriter(self)
 
     def submissions(self, round: int) -> list[SubmissionRow]:
         rows = self._db.execute("SELECT * FROM submissions WHERE round = ? ORDER BY client_id", (round,)).fetchall()
@@ -352,37 +386,3 @@ def _writable(db: Path, any_thread: bool = False) -> sqlite3.Connection:
     con.execute("PRAGMA journal_mode=WAL")
     con.execute("PRAGMA synchronous=FULL")
     return con
-
-
-_INSERT_SUBMISSION = ("INSERT INTO submissions (round, client_id, num_examples, metrics, sha256, spool_path, "
-                      "received_ms, codec, payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
-
-
-def _submission_args(row: SubmissionRow) -> tuple:
-    return (row.round, row.client_id, row.num_examples, json.dumps(row.metrics, sort_keys=True), row.sha256,
-            row.spool_path, row.received_ms, row.codec, row.payload)
-
-
-class SubmissionWriter:
-    """Commits groups of submission rows in one durable transaction each, from one (any) thread at a time."""
-
-    def __init__(self, store: StateStore) -> None:
-        self._lock = store.write_lock
-        self._db = _writable(store.layout.db, any_thread=True)
-
-    def add(self, rows: Iterable[SubmissionRow]) -> None:
-        """Insert every row or none (durable on return); a full disk raises StorageError."""
-        db = self._db
-        with self._lock:
-            try:
-                db.execute("BEGIN IMMEDIATE")
-                db.executemany(_INSERT_SUBMISSION, [_submission_args(r) for r in rows])
-                db.execute("COMMIT")
-            except BaseException as e:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise_if_full(e)
-                raise
-
-    def close(self) -> None:
-        self._db.close()

@@ -12,7 +12,8 @@ Every SYNC_EVERY bytes an fdatasync is started in a helper thread, so the disk w
 next chunks arrive and the final fsync has little left to flush. A payload of at most
 `inline_max` bytes is also kept in memory (`payload`) and its file is not fsynced: the engine
 makes those bytes durable inside the submission row instead (one WAL fsync for a whole group
-commit; recovery rewrites the spool file from the row), which saves a small update two fsyncs. `finish()` checks completeness
+commit; recovery rewrites the spool file from the row), which saves a small update two fsyncs;
+such a payload gets no temp file either (the group commit writes its spool file from the row). `finish()` checks completeness
 and the digest and makes the file durable; the round engine renames it into place once it
 accepts the update. A write that fails for lack of space (ENOSPC, EDQUOT) raises StorageError
 (UNAVAILABLE "coordinator storage full"): the temp file is removed by `close()`, nothing changed.
@@ -73,6 +74,8 @@ class UpdateReceiver:
         self._sync: Future | None = None
         self._unsynced = 0
         self._kept = bytearray() if admitted.payload_bytes <= inline_max else None
+        if self._kept is not None:   # inline: no temp file; the group commit writes the spool file from the row
+            return
         try:
             tmp_path.parent.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -97,6 +100,7 @@ class UpdateReceiver:
         self.received += n
         if self._kept is not None:
             self._kept += chunk
+            return
         view = memoryview(chunk)
         try:
             while view:
@@ -128,7 +132,8 @@ class UpdateReceiver:
         except OSError as e:
             raise spool_error(e, "make the spooled update durable") from e
         if self._stream is None:    # a decoder that cannot stream: validate the complete payload once
-            payload = np.fromfile(self.tmp_path, dtype=np.uint8)
+            payload = np.frombuffer(self._kept, np.uint8) if self._kept is not None else \
+                np.fromfile(self.tmp_path, dtype=np.uint8)
             values = self.admitted.decoder.decode(payload, self._length)
             self._check([DensePiece(0, np.asarray(values, dtype=np.float32))])
 
@@ -146,7 +151,8 @@ class UpdateReceiver:
         if digest != expected:
             raise VectorError(f"vector {self.admitted.header.vector.digest or 'sha256'} mismatch: header says {expected.hex()[:16]}…, "
                               f"received bytes hash to {digest.hex()[:16]}…")
-        await asyncio.to_thread(self._seal)
+        if self._kept is None or self._stream is None:   # (an inline payload checked as it streamed: nothing left)
+            await asyncio.to_thread(self._seal)
 
     def close(self) -> None:
         """Release the helper thread and the file descriptor; remove the temp file if it was not renamed."""
@@ -155,4 +161,5 @@ class UpdateReceiver:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
-        self.tmp_path.unlink(missing_ok=True)
+        if self._kept is None:
+            self.tmp_path.unlink(missing_ok=True)

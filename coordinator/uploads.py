@@ -30,6 +30,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, AsyncIterator
 
+import numpy as np
+
 from fedort.coordinator.arrival_commit import Arrival, ArrivalCommit
 from fedort.coordinator.admission import AdmittedUpdate, admit_update, check_not_pending, check_open
 from fedort.coordinator.aggregation import Update
@@ -49,6 +51,8 @@ if TYPE_CHECKING:
     from fedort.coordinator.round_engine import RoundEngine
 
 log = logging.getLogger(__name__)
+
+LOOP_FOLD_BYTES = 256 << 10   # an inline update this small is folded on the event loop (no thread hop)
 
 
 @asynccontextmanager
@@ -113,7 +117,8 @@ class Uploads:
         self.slots = UploadSlots(cfg.max_concurrent_uploads, cfg.uploads_per_client)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedort-fold")
         self.commits = ArrivalCommit(engine.store, cfg.commit_delay_ms / 1000, self._completes_round,
-                                     on_commit=engine.monitor.group_committed)
+                                     on_commit=engine.monitor.group_committed,
+                                     copy_inline=not engine.strategy.combiner.streaming)
         self._folds: set[asyncio.Future] = set()
         self.fold_error: BaseException | None = None
         self._temp_counter = 0
@@ -179,10 +184,14 @@ class Uploads:
             if not f.cancelled() and f.exception() is None:
                 r.record(client, h.num_examples, metrics)
                 self.bytes_received[round] = self.bytes_received.get(round, 0) + nbytes
-                update = Update(client, h.num_examples, codec, path)
-                fold = asyncio.wrap_future(self._pool.submit(r.aggregator.add, update))
-                self._folds.add(fold)
-                fold.add_done_callback(self._fold_done)
+                update = Update(client, h.num_examples, codec, path,   # inline: folded from memory
+                                None if payload is None else np.frombuffer(payload, np.uint8))
+                if payload is not None and len(payload) <= LOOP_FOLD_BYTES and not self._folds and e.secagg is None:
+                    self._fold_here(r, update)   # small, and no fold in the thread: microseconds, no hop
+                else:
+                    fold = asyncio.wrap_future(self._pool.submit(r.aggregator.add, update))
+                    self._folds.add(fold)
+                    fold.add_done_callback(self._fold_done)
             e.notify()
 
         durable.add_done_callback(counted)
@@ -190,6 +199,12 @@ class Uploads:
         log.info("round %d: accepted %s update of %s (%d examples, %d bytes; %d of %d selected reported)", round,
                  codec, client, h.num_examples, nbytes, len(r.reported), len(r.selected))
         return SubmitResult(True, False, round, "accepted")
+
+    def _fold_here(self, r, update: Update) -> None:
+        try:
+            r.aggregator.add(update)
+        except Exception as err:  # noqa: BLE001 - as a fold in the thread: the round's close raises it
+            self.fold_error = err
 
     def _fold_done(self, fold: asyncio.Future) -> None:
         self._folds.discard(fold)

@@ -266,7 +266,8 @@ class EdgeClient(Joining):
         u = p.update
         header, body = u.stream(self.client_id, self.model_id, p.round, p.num_examples, p.metrics, chunk, self._join.update_digests)
         send = functools.partial(self.transport.submit_update, header, body)
-        if self._local is not None:   # co-located with the coordinator: the update as a file, if it can
+        if self._local is not None and u.nbytes >= self.config.local_file_min_bytes:
+            # co-located with the coordinator: the update as a file, if it can (a small one streams: see EdgeConfig)
             send = functools.partial(self._local.submit, self.transport, header, body, send)
         self.phase = "uploading"
         try:

@@ -50,6 +50,12 @@ class EdgeConfig:
     | codec | "raw" | update codec: `fp16`, `bf16`, `int8`, `topk:0.01`, `zstd+int8`, ... (protos/codecs), if allowed |
     | topk_warmup | "3x45" | top-k: FACTOR x F in round 1 decaying to F by round ROUNDS (`off`: F always; edge_client/topk_warmup.py) |
     | local_dp_clip / local_dp_noise | none / 0 | local DP: clip the delta to L2 norm C, add N(0, (Z·C)²) before upload |
+    | local_file_min_bytes | 262144 | co-located with the coordinator: smaller updates stream anyway (see below) |
+
+    `local_file_min_bytes`: on the coordinator's host (its JoinReply names a local vector dir) an
+    update is handed over as a file only from this size on. A smaller one streams: the coordinator
+    keeps it durable inside its submission row (`inline_update_bytes`, 256 KiB by default), so a group
+    of them costs one WAL fsync, where a file costs the device a file fsync and the coordinator a folder fsync.
     """
 
     coordinator: str
@@ -77,6 +83,7 @@ class EdgeConfig:
     topk_warmup: str = DEFAULT_WARMUP
     local_dp_clip: float | None = None
     local_dp_noise: float = 0.0
+    local_file_min_bytes: int = 256 * 1024
 
     def __post_init__(self) -> None:
         if self.local_dp_clip is not None or self.local_dp_noise:

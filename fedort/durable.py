@@ -49,13 +49,14 @@ def _chunks(data: Data) -> Iterable[bytes | memoryview]:
     return data
 
 
-def atomic_write(path: str | os.PathLike, data: Data, *, durable: bool = True) -> None:
+def atomic_write(path: str | os.PathLike, data: Data, *, durable: bool = True, sync_dir: bool = True) -> None:
     """Write `data` (bytes, a numpy array's raw bytes, or an iterable of byte chunks) to `path` atomically.
 
     Creates the parent folder if needed. If writing fails (or the chunk iterator raises), the old
     file is untouched, the temp file is removed and the exception propagates. `durable=False` skips
     both fsyncs: still atomic for other processes and a crash of this one, but a power cut may lose
     or tear the file — only for caches that verify what they read (e.g. by its sha256).
+    `sync_dir=False`: the caller fsyncs the folder itself (once for several files written into it).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -72,13 +73,13 @@ def atomic_write(path: str | os.PathLike, data: Data, *, durable: bool = True) -
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    if durable:
+    if durable and sync_dir:
         fsync_dir(path.parent)
 
 
-def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
-    """`obj` as indented, key-sorted JSON, written atomically."""
-    atomic_write(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+def atomic_write_json(path: str | os.PathLike, obj: Any, *, sync_dir: bool = True) -> None:
+    """`obj` as indented, key-sorted JSON, written atomically (`sync_dir` as for `atomic_write`)."""
+    atomic_write(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode(), sync_dir=sync_dir)
 
 
 def fsync_tree(root: str | os.PathLike, skip: Collection[str] = ()) -> int:

@@ -123,6 +123,7 @@ async def test_an_orphan_spool_file_is_removed_on_replay_and_not_counted(start_c
     await coord.stop(grace=0)
     spool = coord.state_dir / "spool" / "round-0001"
     orphan = spool / "client-b.f32"                     # written but never acknowledged (no row)
+    spool.mkdir(parents=True, exist_ok=True)             # (client-a's small update left none: FedAvg folded it)
     orphan.write_bytes(np.zeros(9610, "<f4").tobytes())
     coord = await start_coordinator(rounds=2)
     assert not orphan.exists() and (spool / "client-a.f32").exists()

@@ -23,12 +23,14 @@ def data(seed: int) -> dict[str, np.ndarray]:
     return {"x": rng.normal(size=(16, 64)).astype(np.float32), "labels": rng.integers(0, 10, 16).astype(np.int64)}
 
 
-def run_clients(coordinator: LocalCoordinator, tmp_path, n: int = 2) -> list:
+def run_clients(coordinator: LocalCoordinator, tmp_path, n: int = 2, local_file_min_bytes: int = 0) -> list:
+    """Run n clients; by default every update is handed over as a file if it can (the MLP's are small)."""
     summaries = []
     for i in range(n):   # one after the other: min_clients=1, each client trains every round it is given
         client = EdgeClient(EdgeConfig(coordinator=coordinator.address, name=f"c{i}", client_id=f"c{i}",
                                        insecure=True, cache_dir=tmp_path / f"cache-{i}", heartbeats=False,
-                                       persist_identity=False), data=data(i))
+                                       persist_identity=False, local_file_min_bytes=local_file_min_bytes),
+                            data=data(i))
         summaries.append(client.run())
     return summaries
 
@@ -53,6 +55,21 @@ def test_a_co_located_client_reads_global_vectors_and_hands_updates_over_as_file
     assert [r.bytes_down for r in summary.reports] == [0, 0]           # nor a global vector
     local = tmp_path / "state" / "local-vectors"
     assert sorted(p.name for p in local.iterdir() if p.name != ".free") == ["global"]  # every update file was taken
+
+
+def test_a_co_located_update_below_local_file_min_bytes_streams_and_the_global_vector_is_still_read(
+        mlp_artifacts, tmp_path):
+    """The default threshold (256 KiB) is above the MLP's 38 KB update: it streams, and the coordinator
+    keeps it inline in its row (one WAL fsync per group, no file fsyncs); the download stays a file read."""
+    config = make_config(mlp_artifacts, tmp_path / "state", rounds=2, min_clients=1)
+    default = EdgeConfig(coordinator="x:1").local_file_min_bytes
+    assert 4 * P_MLP < default
+    with LocalCoordinator(config) as coordinator:
+        (summary,) = run_clients(coordinator, tmp_path, n=1, local_file_min_bytes=default)
+        assert coordinator.wait(timeout=30).rounds_completed == 2
+        assert bytes_in(coordinator) == 2 * 4 * P_MLP                  # both updates crossed gRPC
+    assert [r.outcome for r in summary.reports] == ["accepted", "accepted"]
+    assert [r.bytes_down for r in summary.reports] == [0, 0]           # the global vectors were read from files
 
 
 def test_a_client_that_cannot_see_the_directory_downloads_and_streams(mlp_artifacts, tmp_path):

@@ -39,7 +39,9 @@ def full_spool(tmp_path):
 
 async def test_a_full_disk_while_spooling_is_unavailable_and_the_retry_succeeds_once_space_returns(
         start_coordinator, stub_client, full_spool, tmp_path):
-    coord = await start_coordinator(min_clients=1, rounds=1, state_dir=tmp_path / "state")
+    # inline_update_bytes=0: the update goes through the spool (a small one kept in its row under FedAvg
+    # never touches the spool folder's filesystem)
+    coord = await start_coordinator(min_clients=1, rounds=1, state_dir=tmp_path / "state", inline_update_bytes=0)
     client = stub_client(coord.port)
     model = (await client.join("client-a")).model_id
     task = await client.poll("client-a", model)
@@ -55,3 +57,20 @@ async def test_a_full_disk_while_spooling_is_unavailable_and_the_retry_succeeds_
 
     full_spool.unlink()                                                # space returns
     assert (await client.submit("client-a", model, task.round, update, 10)).accepted
+
+
+async def test_a_small_update_under_fedavg_is_durable_in_its_row_and_needs_no_spool_space(
+        start_coordinator, stub_client, full_spool, tmp_path):
+    """FedAvg folds a small (inline) update from memory: no spool file is written, so a full spool
+    folder does not stop it (its bytes are durable in its row, which replay rewrites a spool file from)."""
+    coord = await start_coordinator(min_clients=1, rounds=2, state_dir=tmp_path / "state")
+    client = stub_client(coord.port)
+    model = (await client.join("client-a")).model_id
+    task = await client.poll("client-a", model)
+    _, g = await client.download_vector("client-a", model, task.round)
+    update = (g + np.float32(0.5)).astype(np.float32)
+    assert (await client.submit("client-a", model, task.round, update, 10)).accepted
+    spool = coord.engine.store.spool_dir(task.round)
+    assert not spool.exists() or [p.name for p in spool.iterdir()] == []
+    assert (await client.poll("client-a", model)).round == 2          # round 1 committed the update itself
+    assert coord.engine.global_vector.vector.tobytes() == update.tobytes()

@@ -1,0 +1,89 @@
+"""A committed round's export (inference model, server eval, model.json) and spool deletion, in the background.
+
+One export at a time, each after its predecessor, overlapped with the next round; the round row
+stays COMMITTED until its export is complete, so a crash before then redoes it on restart
+(`recovery`). The EXPORTED mark is committed from the export's own thread through a side
+connection (`side_writer`), so the event loop never waits on its fsync.
+(A mixin of `round_engine.RoundEngine`: every attribute used here is the engine's.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+
+from fedort.coordinator.integrity import read_verified_vector
+from fedort.coordinator.recovery import drop_spool
+from fedort.coordinator.storage import retry_when_full
+from fedort.durable import fsync_dir, fsync_file
+
+
+class RoundExports:
+    """The engine's background exports."""
+
+    _export_task: asyncio.Future | None = None   # the newest background export (each awaits its predecessor)
+    _export_writer = None                        # the exports' own SQLite connection (side_writer.SideWriter)
+
+    def start_export(self, round: int) -> None:
+        """Export round `round` in the background, after the previous export (raises a failed previous one)."""
+        previous = self._export_task
+        if previous is not None and previous.done():
+            previous.result()   # an export failed: end the run visibly now
+            previous = None
+        vector, record, inline = self._export_inputs(round)   # now: the global vector moves on with the next round
+
+        async def after_previous() -> None:
+            if previous is not None:
+                await previous
+            await retry_when_full(lambda: self._write_export(round, vector, record, inline),
+                                   f"round {round} export")
+            await asyncio.to_thread(drop_spool, self, round)   # 10 x 20 MB unlinks: not on the event loop
+
+        self._export_task = asyncio.ensure_future(after_previous())
+
+    async def exports_done(self) -> None:
+        """Wait for the background exports (raising the error of a failed one)."""
+        task, self._export_task = self._export_task, None
+        if task is not None:
+            await task
+
+    async def export(self, round: int) -> None:
+        """Write round `round`'s inference model and record (redone on restart if a crash interrupted it)."""
+        await self._write_export(round, *self._export_inputs(round))
+
+    def _export_inputs(self, round: int) -> tuple[np.ndarray, dict, bool]:
+        row = next(r for r in self.store.rounds() if r.round == round)
+        g = self.global_vector
+        vector = g.vector if g and g.round == round + 1 else \
+            read_verified_vector(self.store.vector_path(round + 1), self.length, row.vector_sha256)
+        submissions = self.store.submissions(round)
+        record = {
+            "clients": row.clients, "client_ids": [s.client_id for s in submissions],
+            "codecs": sorted({s.codec for s in submissions}),
+            "bytes_up": self.uploads.bytes_received.pop(round, None),   # payload bytes (None after a restart)
+            "examples": row.examples, "metrics": row.metrics, "attempts": row.attempt,
+            "vector_sha256": row.vector_sha256, "vector": self.store.vector_path(round + 1).name,
+            "training_config": self.config.training_json(),
+        }
+        return vector, record, row.vector is not None
+
+    async def _write_export(self, round: int, vector: np.ndarray, record: dict, inline: bool = True) -> None:
+        def write() -> None:   # its row too, through a side connection: the event loop never waits on this fsync
+            path = self.exporter.export(round, vector, record, self.config.exports_model(round))
+            if inline:   # the committed vector was durable in its row: make its file durable before the row drops it
+                fsync_file(self.store.vector_path(round + 1))
+                fsync_dir(self.store.vector_path(round + 1).parent)
+            if self._export_writer is None:
+                self._export_writer = self.store.submission_writer()
+            self.store.mark_exported(round, self.store.layout.relative(path), self._export_writer)
+
+        await asyncio.to_thread(write)
+
+    def close_exports(self) -> None:
+        """Cancel an unfinished export (redone on restart) and release the exports' connection."""
+        running = self._export_task is not None and not self._export_task.done()
+        if running:
+            self._export_task.cancel()
+        if self._export_writer is not None and not running:   # (a thread still exporting keeps it: garbage-collected)
+            self._export_writer.close()
