@@ -27,7 +27,8 @@ from fedort.protos import fedort_v1_pb2 as pb
 from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
 
 CLIENTS = ("client-0000", "client-0001", "client-0002", "client-0003")
-EXAMPLES = {c: 10 * (i + 1) for i, c in enumerate(CLIENTS)}
+LATE = "client-0099"
+EXAMPLES = {c: 10 * (i + 1) for i, c in enumerate((*CLIENTS, LATE))}
 GROUPED = dict(min_clients=len(CLIENTS), rounds=2, commit_delay_ms=30_000)
 
 
@@ -97,14 +98,14 @@ async def test_a_failed_group_commit_acknowledges_none_of_its_members(start_coor
 class Server:
     def __init__(self, artifacts: Path, state_dir: Path, tmp: Path, inline_update_bytes: int) -> None:
         config = tmp / "grouped.toml"
-        config.write_text(f"[coordinator]\ncommit_delay_ms = 30000\ninline_update_bytes = {inline_update_bytes}\n")
+        config.write_text(f"[coordinator]\ncommit_delay_ms = 3000\ninline_update_bytes = {inline_update_bytes}\n")
         port_file = tmp / "port"
         port_file.unlink(missing_ok=True)
         fedort = Path(sys.executable).with_name("fedort")
         self.proc = subprocess.Popen(
             [str(fedort), "coordinator", "serve", "--config", str(config), "--artifacts", str(artifacts),
              "--state-dir", str(state_dir), "--address", "127.0.0.1:0", "--port-file", str(port_file),
-             "--rounds", "2", "--min-clients", str(len(CLIENTS)), "--round-timeout", "60", "--client-timeout", "0",
+             "--rounds", "2", "--min-clients", str(len(CLIENTS) + 1), "--round-timeout", "60", "--client-timeout", "0",
              "--insecure", "--auth", "open"],
             stdout=subprocess.DEVNULL, stderr=open(tmp / "coordinator.log", "ab"))
         deadline = time.monotonic() + 30
@@ -141,7 +142,9 @@ def test_updates_acknowledged_in_one_group_commit_all_survive_a_sigkill_right_af
     state = tmp_path / "state"
     limit = 1 << 20 if inline else 0   # the MLP's updates (38 KB) travel inside their rows, or only in spool files
     server = server_process(state, limit)
-    model = [server.stub.Join(pb.JoinRequest(client_id=c), timeout=10) for c in CLIENTS][0].model_id
+    # LATE is selected too and reports only after the restart: round 1 cannot commit (and drop the
+    # acknowledged bytes) before the SIGKILL
+    model = [server.stub.Join(pb.JoinRequest(client_id=c), timeout=10) for c in (*CLIENTS, LATE)][0].model_id
     for cid in CLIENTS:
         task = server.stub.PollTask(pb.PollRequest(client_id=cid, model_id=model, wait_ms=10_000), timeout=20)
         assert (task.kind, task.round) == (pb.Task.FIT, 1)
@@ -177,11 +180,15 @@ def test_updates_acknowledged_in_one_group_commit_all_survive_a_sigkill_right_af
             assert (spool / f"{cid}.f32").read_bytes() == u.tobytes()
 
     server.stop()
-    server = server_process(state, limit)             # the restart replays them: round 1 commits their mean
+    server = server_process(state, limit)             # the restart replays them once: with LATE's, round 1 commits
+    task = server.stub.PollTask(pb.PollRequest(client_id=LATE, model_id=model, wait_ms=10_000), timeout=20)
+    assert (task.kind, task.round) == (pb.Task.FIT, 1)
+    updates[LATE] = update_of(LATE, initial)
+    assert submit(LATE).accepted
     for cid in CLIENTS:
         task = server.stub.PollTask(pb.PollRequest(client_id=cid, model_id=model, wait_ms=10_000), timeout=20)
         assert (task.kind, task.round) == (pb.Task.FIT, 2)
     committed = np.fromfile(state / "vectors" / "round-0002.f32", dtype="<f4")
-    total = sum(EXAMPLES[c] * updates[c].astype(np.float64) for c in CLIENTS)
+    total = sum(EXAMPLES[c] * updates[c].astype(np.float64) for c in (*CLIENTS, LATE))
     np.testing.assert_allclose(committed, (total / sum(EXAMPLES.values())).astype(np.float32), atol=1e-6)
     assert all(s.payload is None for s in submissions(state, 1))   # a committed round keeps no update bytes
