@@ -285,7 +285,7 @@ class EdgeClient(Joining):
         self.phase = "secure aggregation"
         try:
             reply = SecAggFlow(self.transport, self.client_id, self.model_id, task, self._call, self.config.poll_wait_ms,
-                               local=self._local, announced=self._join.update_digests).run(
+                               announced=self._join.update_digests).run(
                 vector, trained, p.num_examples, p.metrics, chunk)
         finally:
             self.phase = "idle"

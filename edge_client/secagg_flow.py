@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -55,24 +55,25 @@ def masked_header(client_id: str, model_id: str, round: int, payload: bytes, cod
     """Header of a masked upload: the model's length P, the masked codec, the payload bytes' digest (sha256,
     or BLAKE3 where the coordinator announced it), and the global vector it was trained from (admission
     refuses an update that names none)."""
-    meta = VectorMeta(model_id, int(round), int(length), digests.digest(digest, payload), codec=codec, chunk_size=int(chunk_size),
-                      payload_bytes=len(payload), digest="" if digest == digests.SHA256 else digest)
+    meta = VectorMeta(model_id, int(round), int(length), digests.digest(digest, payload), codec=codec,
+                      chunk_size=int(chunk_size), payload_bytes=len(payload),
+                      digest="" if digest == digests.SHA256 else digest)
     return UpdateHeader(client_id, meta, int(num_examples), dict(metrics), bytes(trained_from_sha256))
 
 
 class SecAggFlow:
     """One device's protocol run for one round, over `transport` with `call` (retries, stop).
 
-    `local` (edge_client.local_vectors.LocalVectors, a device co-located with the coordinator) hands the
-    masked vector over as a file, as a plain update would be: only masked words are ever written there.
-    `announced` = the coordinator's JoinReply.update_digests (BLAKE3 used when listed)."""
+    `announced` = the coordinator's JoinReply.update_digests (the masked payload's digest is BLAKE3 when
+    listed). The masked vector always streams, also from a device co-located with the coordinator: at
+    100 devices uploading at once the file path's fsyncs made the masked phase slower, not faster."""
 
     def __init__(self, transport: Any, client_id: str, model_id: str, task: Task,
                  call: Callable[[str, Callable[[], Any]], Any], poll_wait_ms: int = 20_000, *,
-                 local: Any = None, announced: tuple[str, ...] = ()) -> None:
+                 announced: Sequence[str] = ()) -> None:
         self.transport, self.client_id, self.model_id, self.task = transport, client_id, model_id, task
         self.call = call
-        self.local, self.digest = local, digests.choose(announced)
+        self.digest = digests.choose(announced)
         self.wait_ms = max(poll_wait_ms, MIN_STEP_WAIT_MS)   # steps are long-polls, even for a client that never waits
 
     def _step(self, step: int, payload: bytes) -> bytes:
@@ -103,13 +104,9 @@ class SecAggFlow:
             header = masked_header(self.client_id, self.model_id, self.task.round, wire, spec.codec, length,
                                    num_examples, metrics, chunk_size,
                                    self.task.vector_sha256 or vector_digest(global_vector), self.digest)
-
-            def send() -> SubmitResult:
-                stream = lambda: self.transport.submit_update(header, wire)   # noqa: E731
-                return stream() if self.local is None else self.local.submit(self.transport, header, wire, stream)
-
             try:
-                result: SubmitResult | None = self.call(f"SubmitUpdate (masked) round {self.task.round}", send)
+                result: SubmitResult | None = self.call(f"SubmitUpdate (masked) round {self.task.round}",
+                                                        lambda: self.transport.submit_update(header, wire))
             except FedortError as e:
                 if getattr(e, "code", None) != "FAILED_PRECONDITION":
                     raise

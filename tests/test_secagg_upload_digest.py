@@ -1,8 +1,8 @@
-"""Secure aggregation with co-located devices: the masked vector takes the local-vector file path.
+"""A masked upload streams, with the update digest the coordinator announced (BLAKE3 where both have it).
 
-Real EdgeClients (real ORT sessions) in threads against `LocalCoordinator` (the co-located path on, as
-in `fedort simulate`) with `--secagg`; the coordinator's byte counter tells whether an upload crossed
-gRPC, the submissions table which codec and digest it came with.
+Real EdgeClients (real ORT sessions) in threads against `LocalCoordinator` (the co-located vector path
+on, as in `fedort simulate`) with `--secagg`; the coordinator's byte counter tells what crossed gRPC,
+the submissions table which codec and digest each upload came with.
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import threading
 
 import numpy as np
 
-from coordinator_fixtures import make_config, mlp_artifacts  # noqa: F401 (fixture)
+from coordinator_fixtures import P_MLP, make_config, mlp_artifacts  # noqa: F401 (fixture)
 from fedort.edge_client import EdgeClient, EdgeConfig
 from fedort.protos import digests
+from fedort.protos.secagg.pack import payload_size
 from fedort.simulations import LocalCoordinator
 
 
@@ -46,17 +47,16 @@ def bytes_in(coordinator: LocalCoordinator) -> float:
     return coordinator.coordinator.monitoring.registry.get_sample_value("fedort_bytes_total", {"direction": "in"})
 
 
-def test_co_located_devices_hand_their_masked_vectors_over_as_files(mlp_artifacts, tmp_path):
+def test_masked_uploads_stream_with_the_announced_digest_even_from_co_located_devices(mlp_artifacts, tmp_path):
     config = make_config(mlp_artifacts, tmp_path / "state", rounds=1, min_clients=3, secagg=True, round_timeout_s=60)
     with LocalCoordinator(config) as coordinator:
         summaries = run_cohort(coordinator, tmp_path, 3)
         assert coordinator.wait(timeout=60).rounds_completed == 1
-        assert bytes_in(coordinator) == 0                              # no masked upload crossed gRPC
+        streamed = bytes_in(coordinator)
     assert [s.reports[0].outcome for s in summaries] == ["accepted"] * 3
     with sqlite3.connect(tmp_path / "state" / "state.db") as db:
         rows = db.execute("SELECT codec, sha256 FROM submissions WHERE round = 1").fetchall()
     assert len(rows) == 3 and all(codec.startswith("secagg-packed:") for codec, _ in rows)
+    assert streamed == sum(payload_size(codec, P_MLP) for codec, _ in rows)   # every masked payload crossed gRPC
     if digests.BLAKE3 in digests.available():                          # the digest the coordinator announced
         assert all(sha.startswith("blake3:") for _, sha in rows)
-    local = tmp_path / "state" / "local-vectors"
-    assert sorted(p.name for p in local.iterdir() if p.name != ".free") == ["global"]   # every file was taken
