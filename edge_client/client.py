@@ -282,12 +282,12 @@ class EdgeClient(Joining):
     def _submit_masked(self, p: _Pending, chunk: int) -> RoundReport:
         """Run the secure-aggregation phases for the pending update (edge_client.secagg_flow)."""
         from fedort.edge_client.secagg_flow import SecAggFlow   # its crypto stack loads only for a masked round
-
         task, vector, trained = p.secagg
         self.phase = "secure aggregation"
         try:
-            reply = SecAggFlow(self.transport, self.client_id, self.model_id, task, self._call,
-                               self.config.poll_wait_ms).run(vector, trained, p.num_examples, p.metrics, chunk)
+            reply = SecAggFlow(self.transport, self.client_id, self.model_id, task, self._call, self.config.poll_wait_ms,
+                               announced=self._join.update_digests).run(
+                vector, trained, p.num_examples, p.metrics, chunk)
         finally:
             self.phase = "idle"
         self._pending = None

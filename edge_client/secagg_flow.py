@@ -17,13 +17,13 @@ that says the client is no longer part of the round (FAILED_PRECONDITION) or abo
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from fedort.edge_client.secagg_client import SecAggClient
+from fedort.protos import digests
 from fedort.protos.codec import VectorMeta, vector_digest
 from fedort.protos.dp_noise import clip_to_norm, gaussian
 from fedort.protos.errors import FedortError
@@ -51,21 +51,29 @@ def private_delta(task: SecAggTask, global_vector: np.ndarray, trained: np.ndarr
 
 def masked_header(client_id: str, model_id: str, round: int, payload: bytes, codec: str, length: int,
                   num_examples: int, metrics: Mapping[str, Metric], chunk_size: int,
-                  trained_from_sha256: bytes) -> UpdateHeader:
-    """Header of a masked upload: the model's length P, the masked codec, sha256 of the payload bytes,
-    and the global vector it was trained from (admission refuses an update that names none)."""
-    meta = VectorMeta(model_id, int(round), int(length), hashlib.sha256(payload).digest(), codec=codec,
-                      chunk_size=int(chunk_size), payload_bytes=len(payload))
+                  trained_from_sha256: bytes, digest: str = digests.SHA256) -> UpdateHeader:
+    """Header of a masked upload: the model's length P, the masked codec, the payload bytes' digest (sha256,
+    or BLAKE3 where the coordinator announced it), and the global vector it was trained from (admission
+    refuses an update that names none)."""
+    meta = VectorMeta(model_id, int(round), int(length), digests.digest(digest, payload), codec=codec,
+                      chunk_size=int(chunk_size), payload_bytes=len(payload),
+                      digest="" if digest == digests.SHA256 else digest)
     return UpdateHeader(client_id, meta, int(num_examples), dict(metrics), bytes(trained_from_sha256))
 
 
 class SecAggFlow:
-    """One device's protocol run for one round, over `transport` with `call` (retries, stop)."""
+    """One device's protocol run for one round, over `transport` with `call` (retries, stop).
+
+    `announced` = the coordinator's JoinReply.update_digests (the masked payload's digest is BLAKE3 when
+    listed). The masked vector always streams, also from a device co-located with the coordinator: at
+    100 devices uploading at once the file path's fsyncs made the masked phase slower, not faster."""
 
     def __init__(self, transport: Any, client_id: str, model_id: str, task: Task,
-                 call: Callable[[str, Callable[[], Any]], Any], poll_wait_ms: int = 20_000) -> None:
+                 call: Callable[[str, Callable[[], Any]], Any], poll_wait_ms: int = 20_000, *,
+                 announced: Sequence[str] = ()) -> None:
         self.transport, self.client_id, self.model_id, self.task = transport, client_id, model_id, task
         self.call = call
+        self.digest = digests.choose(announced)
         self.wait_ms = max(poll_wait_ms, MIN_STEP_WAIT_MS)   # steps are long-polls, even for a client that never waits
 
     def _step(self, step: int, payload: bytes) -> bytes:
@@ -95,7 +103,7 @@ class SecAggFlow:
             wire = pack(masked, spec.codec)
             header = masked_header(self.client_id, self.model_id, self.task.round, wire, spec.codec, length,
                                    num_examples, metrics, chunk_size,
-                                   self.task.vector_sha256 or vector_digest(global_vector))
+                                   self.task.vector_sha256 or vector_digest(global_vector), self.digest)
             try:
                 result: SubmitResult | None = self.call(f"SubmitUpdate (masked) round {self.task.round}",
                                                         lambda: self.transport.submit_update(header, wire))

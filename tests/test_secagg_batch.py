@@ -16,7 +16,7 @@ from fedort.protos import fedort_v1_pb2 as pb
 from fedort.protos.codec import CHUNK_BYTES
 from fedort.protos.messages import TaskKind
 from fedort.protos.secagg import AdvertiseKeys
-from fedort.protos.secagg.scheme import AES_PRIME
+from fedort.protos.secagg.scheme import AES_PRIME_W32
 from coordinator_fixtures import P_MLP, mlp_artifacts, start_coordinator, stub_client  # noqa: F401
 from secagg_devices import CURRENT, deltas_for
 
@@ -67,8 +67,8 @@ async def test_a_failing_entry_gets_its_own_status_at_once_and_the_others_are_no
     for c in ids:
         model = (await client.stub.Join(pb.JoinRequest(device_name="t", client_id=c, capabilities=CURRENT))).model_id
     tasks = {c: await client.poll(c, model) for c in ids}
-    assert json.loads(tasks["dev-a"].secagg)["params"]["scheme"] == AES_PRIME
-    good = AdvertiseKeys("dev-a", os.urandom(32), os.urandom(32), AES_PRIME)
+    assert json.loads(tasks["dev-a"].secagg)["params"]["scheme"] == AES_PRIME_W32
+    good = AdvertiseKeys("dev-a", os.urandom(32), os.urandom(32), AES_PRIME_W32)
     old = AdvertiseKeys("dev-b", os.urandom(32), os.urandom(32))            # a device before protocol 1.3
     steps = [pb.SecAggRequest(client_id=k.client_id, model_id=model, round=tasks[k.client_id].round,
                               step=pb.SecAggRequest.ADVERTISE, payload=k.to_bytes()) for k in (good, old)]

@@ -19,7 +19,7 @@ from fedort.protos import fedort_v1_pb2 as pb
 from fedort.protos.messages import Task, TaskKind
 from fedort.protos.secagg import AdvertiseKeys, SecAggParams
 from fedort.protos.secagg.errors import SchemeError
-from fedort.protos.secagg.scheme import AES_PRIME, CAPABILITY, LEGACY, SUPPORTED, negotiate
+from fedort.protos.secagg.scheme import AES_PRIME, AES_PRIME_W32, CAPABILITY, LEGACY, SUPPORTED, negotiate
 from fedort.protos.secagg.task import SecAggTask
 from coordinator_fixtures import P_MLP, mlp_artifacts, start_coordinator, stub_client  # noqa: F401
 from secagg_devices import CURRENT, OLD, deltas_for, run_devices
@@ -34,15 +34,20 @@ def _updates(params, seed=0):
 
 
 def test_negotiation_picks_the_newest_scheme_every_device_announced():
-    assert negotiate([NEW, NEW]) == AES_PRIME
+    assert negotiate([NEW, NEW]) == AES_PRIME_W32
+    assert negotiate([NEW, {CAPABILITY: AES_PRIME}]) == AES_PRIME     # a 1.3 device without 32-bit words
     assert negotiate([NEW, {}]) == LEGACY                           # a device before protocol 1.3
     assert negotiate([NEW, {CAPABILITY: f"{LEGACY},some-future-scheme"}]) == LEGACY
     assert negotiate([{CAPABILITY: "some-future-scheme," + AES_PRIME}]) == AES_PRIME
-    assert negotiate([]) == AES_PRIME
+    assert negotiate([]) == AES_PRIME_W32
 
 
-def test_masked_sum_equals_the_plain_quantized_sum_exactly_under_aes_and_prime_shares():
-    params = make_params(20, 3000, degree=12, scheme=AES_PRIME)
+@pytest.mark.parametrize("scheme, scale, wide", [(AES_PRIME, 2.0**16, False), (AES_PRIME_W32, 2.0**16, False),
+                                                 (AES_PRIME_W32, 2.0**30, True)])
+def test_masked_sum_equals_the_plain_quantized_sum_exactly_under_aes_and_prime_shares(scheme, scale, wide):
+    """aes128ctr32-p130 reads 32-bit mask words when b <= 32 and 64-bit ones above: exact either way."""
+    params = make_params(20, 3000, degree=12, scheme=scheme, scale=scale)
+    assert (params.fixed_point.bits > 32) is wide
     updates = _updates(params, 5)
     dropped, late = params.cohort[::9][:2], params.cohort[1:2]       # before upload: left out; after: counted
     result = run_round(params, updates, drop_before_upload=dropped, drop_before_unmask=late)
@@ -106,13 +111,13 @@ async def test_an_old_device_under_the_new_scheme_gets_failed_precondition_namin
     coord = await start_coordinator(rounds=1, min_clients=3, secagg=True, round_timeout_s=30)
     client, model, tasks = await _secagg_round(coord, stub_client, ids, {c: NEW for c in ids})
     params = SecAggParams.from_dict(json.loads(tasks["dev-a"].secagg)["params"])
-    assert params.scheme == AES_PRIME
+    assert params.scheme == AES_PRIME_W32
     keys = AdvertiseKeys("dev-a", os.urandom(32), os.urandom(32))      # what a pre-1.3 device sends: no scheme
     with pytest.raises(grpc.aio.AioRpcError) as e:
         await client.stub.SecAgg(pb.SecAggRequest(client_id="dev-a", model_id=model, round=tasks["dev-a"].round,
                                                   step=pb.SecAggRequest.ADVERTISE, payload=keys.to_bytes(), wait_ms=0))
     assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert AES_PRIME in e.value.details() and "protocol >= 1.3" in e.value.details()
+    assert AES_PRIME_W32 in e.value.details() and "protocol >= 1.3" in e.value.details()
 
 
 async def test_a_cohort_with_an_old_device_runs_the_legacy_scheme_and_sums_exactly(start_coordinator, stub_client):
@@ -140,7 +145,7 @@ async def test_a_cohort_of_current_devices_runs_the_new_scheme(start_coordinator
     assert all(o == [("accepted", "accepted")] for o in outcomes.values()), outcomes
     assert (await asyncio.wait_for(coord.wait_done(), 30)).state is RoundState.DONE
     state = (coord.config.state_dir / "secagg" / "round-0001.state").read_bytes()[8:]
-    assert json.loads(state)["params"]["scheme"] == AES_PRIME
+    assert json.loads(state)["params"]["scheme"] == AES_PRIME_W32
 
 
 async def test_the_weight_bound_is_the_cohorts_announced_examples_and_a_larger_count_is_clamped(

@@ -13,7 +13,7 @@ from Crypto.Math import Primality
 from fedort.protos.errors import ConfigError
 from fedort.protos.secagg import SecAggError
 from fedort.protos.secagg.prg import MaskAdder, expand
-from fedort.protos.secagg.scheme import AES_PRIME, LEGACY
+from fedort.protos.secagg.scheme import AES_PRIME, AES_PRIME_W32, LEGACY
 from fedort.protos.secagg.shamir_prime import PRIME, SHARE_BYTES, combine_secret, combine_secrets, split_secret
 
 
@@ -114,3 +114,17 @@ def test_aes_masks_added_in_place_equal_the_expanded_masks(block):
         adder.add(acc, seed, sign, 33)
     mask = np.uint64(2**33 - 1)
     assert np.array_equal(acc & mask, expected & mask)
+
+
+@pytest.mark.parametrize("bits", [24, 32, 40])
+def test_32_bit_word_masks_added_in_place_equal_the_expanded_masks(bits):
+    seeds, acc = [os.urandom(32) for _ in range(2)], np.arange(70_001, dtype=np.uint64)
+    mask = np.uint64(2**bits - 1)
+    expected = acc + expand(seeds[0], 70_001, bits, AES_PRIME_W32) - expand(seeds[1], 70_001, bits, AES_PRIME_W32)
+    adder = MaskAdder(70_001, 1000, scheme=AES_PRIME_W32)
+    for seed, sign in zip(seeds, (1, -1)):
+        adder.add(acc, seed, sign, bits)
+    assert np.array_equal(acc & mask, expected & mask)
+    words = expand(seeds[0], 70_001, bits, AES_PRIME_W32)
+    assert int(words.max()) < 2**bits and int(words.max()) >= 2**(bits - 1)     # the whole range is used
+    assert np.array_equal(words, expand(seeds[0], 70_001, bits, AES_PRIME)) is (bits > 32)  # 64-bit words above 32

@@ -67,6 +67,8 @@ def unpack(payload: bytes | memoryview | np.ndarray, codec: str, length: int) ->
     if codec == U64_CODEC:
         return raw.view("<u8")
     width = expected // (length + 1)
-    words = np.zeros((length + 1, 8), dtype=np.uint8)
-    words[:, :width] = raw.reshape(length + 1, width)
-    return words.view("<u8").reshape(-1)
+    # one padded copy, read as overlapping little-endian uint64 at a stride of b/8 bytes, high bytes cut
+    padded = np.zeros(raw.nbytes + 8, dtype=np.uint8)
+    padded[:raw.nbytes] = raw
+    words = np.ndarray(shape=(length + 1,), dtype="<u8", buffer=padded, strides=(width,))
+    return words & np.uint64((1 << (8 * width)) - 1)

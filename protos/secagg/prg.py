@@ -4,8 +4,9 @@ The round's scheme (`scheme.py`) names the cipher: ChaCha20 (legacy; key = seed,
 nonce) or AES-128 in CTR mode (key = the seed's first 16 bytes, counter block starting at zero;
 faster than ChaCha20 where the CPU has AES instructions), both from `cryptography`. 128 bits of key
 match the rest of the protocol: X25519 and the 16-byte self-mask seeds b_u. The keystream is read as
-little-endian uint64 words and reduced mod 2^b by masking the low bits, which keeps the result
-uniform because 2^b divides 2^64. A fixed nonce is safe because every seed is used for one
+little-endian uint64 words (uint32 words under aes128ctr32-p130 when b ≤ 32: `word_bytes`) and
+reduced mod 2^b by masking the low bits, which keeps the result uniform because 2^b divides 2^64
+(2^32). A fixed nonce is safe because every seed is used for one
 mask only: seeds are fresh per round (self masks) or derived per round and pair (pairwise masks).
 
 `MaskAdder` adds (or subtracts) many such masks into one uint64 accumulator without allocating:
@@ -22,7 +23,7 @@ import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from fedort.protos.errors import ConfigError
-from fedort.protos.secagg.scheme import AES_PRIME, LEGACY, require_known
+from fedort.protos.secagg.scheme import AES_PRIME_W32, AES_SCHEMES, LEGACY, require_known
 
 SEED_BYTES = 32
 _NONCE = bytes(16)
@@ -37,17 +38,23 @@ def _check(seed: bytes, bits: int) -> None:
 
 def _keystream(seed: bytes, scheme: str):
     """The keystream encryptor of `seed` in `scheme` (encrypting zeros yields the keystream)."""
-    if require_known(scheme) == AES_PRIME:
+    if require_known(scheme) in AES_SCHEMES:
         return Cipher(algorithms.AES(seed[:16]), modes.CTR(_NONCE)).encryptor()
     return Cipher(algorithms.ChaCha20(seed, _NONCE), mode=None).encryptor()
+
+
+def word_bytes(scheme: str, bits: int) -> int:
+    """Keystream bytes per mask word: 4 under aes128ctr32-p130 with b ≤ 32, else 8."""
+    return 4 if scheme == AES_PRIME_W32 and bits <= 32 else 8
 
 
 def expand(seed: bytes, length: int, bits: int, scheme: str = LEGACY) -> np.ndarray:
     """`length` pseudo-random integers in [0, 2^bits) as uint64, determined by `seed` (and the scheme)."""
     _check(seed, bits)
     encryptor = _keystream(seed, scheme)
-    stream = encryptor.update(bytes(8 * length))
-    words = np.frombuffer(stream, dtype="<u8").astype(np.uint64, copy=True)
+    width = word_bytes(scheme, bits)
+    stream = encryptor.update(bytes(width * length))
+    words = np.frombuffer(stream, dtype=f"<u{width}").astype(np.uint64, copy=True)
     words &= np.uint64((1 << bits) - 1)
     return words
 
@@ -65,7 +72,8 @@ class MaskAdder:
         self.length, self.block, self.scheme = length, max(1, min(block, length)), require_known(scheme)
         self._zeros = memoryview(bytes(8 * self.block))
         self._buf = bytearray(8 * self.block + 64)   # slack: some versions want len(data) + block - 1
-        self._words = np.frombuffer(self._buf, dtype="<u8", count=self.block)
+        self._words = {8: np.frombuffer(self._buf, dtype="<u8", count=self.block),
+                       4: np.frombuffer(self._buf, dtype="<u4", count=self.block)}
 
     def add(self, acc: np.ndarray, seed: bytes, sign: int, bits: int) -> None:
         """acc += sign · PRG(seed) (mod 2^64, hence mod 2^bits once reduced)."""
@@ -74,8 +82,10 @@ class MaskAdder:
             raise ConfigError(f"mask accumulator must be uint64 of shape ({self.length},), got {acc.dtype} {acc.shape}")
         encryptor = _keystream(seed, self.scheme)
         op = np.add if sign > 0 else np.subtract
+        width = word_bytes(self.scheme, bits)
+        words = self._words[width]
         for start in range(0, self.length, self.block):
             n = min(self.block, self.length - start)
-            encryptor.update_into(self._zeros[:8 * n], self._buf)
+            encryptor.update_into(self._zeros[:width * n], self._buf)
             part = acc[start:start + n]
-            op(part, self._words[:n], out=part)
+            op(part, words[:n], out=part)

@@ -4,6 +4,9 @@
                        scheme of fedort before protocol 1.3, and of any round whose parameters name none.
     aes128ctr-p130     masks: AES-128-CTR keystream; seeds shared over Z_p, p = 2^130 − 5 (`shamirs`).
                        ~2.4× faster masks (AES-NI) and ~20× cheaper sharing than pure-Python GF(2^128).
+    aes128ctr32-p130   as aes128ctr-p130, but when b ≤ 32 the keystream is read as 32-bit words (not 64):
+                       half the keystream and half the memory traffic per mask, as uniform mod 2^b
+                       (2^b divides 2^32); b > 32 reads 64-bit words as before. Same key, field, shares.
 
 Both sides must compute the same masks and shares, or the coordinator would unmask a wrong sum
 without noticing. So the scheme is negotiated: a device announces the schemes it can run in its
@@ -22,9 +25,12 @@ from fedort.protos.secagg.errors import SchemeError
 
 LEGACY = "chacha20-gf2^128"
 AES_PRIME = "aes128ctr-p130"
-SUPPORTED = (AES_PRIME, LEGACY)      # newest first: what this build computes
+AES_PRIME_W32 = "aes128ctr32-p130"
+SUPPORTED = (AES_PRIME_W32, AES_PRIME, LEGACY)      # newest first: what this build computes
+AES_SCHEMES = (AES_PRIME_W32, AES_PRIME)            # AES-128-CTR masks, Shamir over Z_p
 CAPABILITY = "secagg_schemes"         # Join capability listing a device's schemes
-_NEEDS = {AES_PRIME: "fedort protocol >= 1.3 (AES-128-CTR masks, Shamir shares mod 2^130 - 5)",
+_NEEDS = {AES_PRIME_W32: "fedort protocol >= 1.3 with 32-bit mask words (AES-128-CTR, shares mod 2^130 - 5)",
+          AES_PRIME: "fedort protocol >= 1.3 (AES-128-CTR masks, Shamir shares mod 2^130 - 5)",
           LEGACY: "fedort protocol 1.0-1.2 secure aggregation (ChaCha20 masks, Shamir over GF(2^128))"}
 
 
@@ -65,7 +71,7 @@ def check_echo(round_scheme: str, echoed: str, client_id: str) -> None:
 
 def split_secret(scheme: str, secret: bytes, threshold: int, holders: int) -> list[tuple[int, bytes]]:
     """Shamir shares of a 16-byte seed in `scheme`'s field (index 1..holders)."""
-    if require_known(scheme) == AES_PRIME:
+    if require_known(scheme) in AES_SCHEMES:
         from fedort.protos.secagg import shamir_prime as field
     else:
         from fedort.protos.secagg import shamir as field
@@ -74,7 +80,7 @@ def split_secret(scheme: str, secret: bytes, threshold: int, holders: int) -> li
 
 def combine_secrets(scheme: str, share_lists, threshold: int) -> list[bytes]:
     """The 16-byte seeds from their shares (>= `threshold` distinct each) in `scheme`'s field."""
-    if require_known(scheme) == AES_PRIME:
+    if require_known(scheme) in AES_SCHEMES:
         from fedort.protos.secagg import shamir_prime as field
     else:
         from fedort.protos.secagg import shamir as field
