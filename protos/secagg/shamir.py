@@ -36,11 +36,16 @@ Share = tuple[int, bytes]
 
 def split_secret(secret: bytes, threshold: int, holders: int) -> list[Share]:
     """`holders` shares (index 1..holders, 16 bytes each); any `threshold` recover the secret."""
+    check_split(secret, threshold, holders)
+    return list(Shamir.split(threshold, holders, secret))
+
+
+def check_split(secret: bytes, threshold: int, holders: int) -> None:
+    """ConfigError unless `secret` is a 16-byte seed and 1 <= threshold <= holders (both schemes' split)."""
     if len(secret) != SECRET_BYTES:
         raise ConfigError(f"Shamir secret must be {SECRET_BYTES} bytes, got {len(secret)}")
     if not 1 <= threshold <= holders:
         raise ConfigError(f"Shamir needs 1 <= threshold <= holders, got {threshold} of {holders}")
-    return list(Shamir.split(threshold, holders, secret))
 
 
 def _chosen(shares: Sequence[Share], threshold: int) -> list[Share]:

@@ -21,21 +21,17 @@ from typing import Sequence
 
 import shamirs
 
-from fedort.protos.errors import ConfigError
 from fedort.protos.secagg.errors import SecAggError
+from fedort.protos.secagg.shamir import SECRET_BYTES, check_split
 
 PRIME = 2**130 - 5
-SECRET_BYTES = 16
 SHARE_BYTES = 17
 Share = tuple[int, bytes]
 
 
 def split_secret(secret: bytes, threshold: int, holders: int) -> list[Share]:
     """`holders` shares (index 1..holders, 17 bytes each); any `threshold` recover the secret."""
-    if len(secret) != SECRET_BYTES:
-        raise ConfigError(f"Shamir secret must be {SECRET_BYTES} bytes, got {len(secret)}")
-    if not 1 <= threshold <= holders:
-        raise ConfigError(f"Shamir needs 1 <= threshold <= holders, got {threshold} of {holders}")
+    check_split(secret, threshold, holders)
     value = int.from_bytes(secret, "big")
     if holders == 1:                      # threshold 1: the constant polynomial (shamirs wants >= 2 shares)
         return [(1, value.to_bytes(SHARE_BYTES, "big"))]
