@@ -9,6 +9,7 @@ an export interrupted by a crash is simply redone on restart.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -21,14 +22,16 @@ from typing import Any
 import numpy as np
 
 from fedort.coordinator.state_layout import LATEST_JSON, LATEST_LINK, MODEL_FILE, RECORD_FILE, round_name
-from fedort.durable import atomic_write_json, fsync_dir, fsync_file
-from fedort.edge_client.artifacts import Manifest, sha256_file
+from fedort.coordinator.export_splice import ModelSplice
+from fedort.durable import atomic_write, atomic_write_json, fsync_dir, fsync_file
+from fedort.edge_client.artifacts import Manifest
 from fedort.edge_client.client_data import ClientData
 from fedort.edge_client.session import TrainingSession
 
 log = logging.getLogger(__name__)
 
 EVAL_BATCH = 512
+SPLICE_TRIES = 3   # ORT exports at most spent trying to locate the parameters (export_splice)
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,8 @@ class Exporter:
         self.manifest: Manifest = self._session.manifest
         self._models = models_dir
         self._eval = load_eval_data(eval_data, self.manifest) if eval_data else None
+        self._splice: ModelSplice | None = None
+        self._learn_tries = 0
 
     def initial_vector(self) -> np.ndarray:
         """The checkpoint's trainable vector (round 1's global vector), as an owned copy."""
@@ -89,11 +94,9 @@ class Exporter:
         """
         start = time.perf_counter()
         out_dir = self._models / round_name(round)
-        onnx = None
+        onnx = model_sha256 = None
         if model:
-            self._session.from_buffer(vector)
-            onnx = self._session.export_model_for_inference(out_dir / MODEL_FILE)
-            fsync_file(onnx)
+            onnx, model_sha256 = self._write_model(out_dir / MODEL_FILE, vector)
         else:
             out_dir.mkdir(parents=True, exist_ok=True)
         evaluation = self.evaluate(vector)
@@ -102,7 +105,7 @@ class Exporter:
             "round": round,
             "model_id": self.manifest.model_id,
             "model": MODEL_FILE if onnx else None,
-            "model_sha256": sha256_file(onnx) if onnx else None,
+            "model_sha256": model_sha256,
             "inference_outputs": list(self.manifest.inference_outputs),
             "exported_unix_ms": int(time.time() * 1000),
             "server_eval": None if evaluation is None else {
@@ -121,6 +124,22 @@ class Exporter:
                  f" (server eval: loss {evaluation.loss:.4f}"
                  + ("" if evaluation.accuracy is None else f", accuracy {evaluation.accuracy:.4f}") + ")")
         return onnx
+
+    def _write_model(self, path: Path, vector: np.ndarray) -> tuple[Path, str]:
+        """model.onnx for `vector`, fsynced (its folder is the caller's), and its sha256: spliced from the
+        last ORT export once the parameters' places are known (export_splice), else through ORT."""
+        if self._splice is not None:
+            data = self._splice.render(vector)
+            atomic_write(path, data, sync_dir=False)
+            return path, hashlib.sha256(data).hexdigest()
+        self._session.from_buffer(vector)
+        onnx = self._session.export_model_for_inference(path)
+        fsync_file(onnx)
+        data = onnx.read_bytes()
+        if self._learn_tries < SPLICE_TRIES:
+            self._learn_tries += 1
+            self._splice = ModelSplice.learn(data, vector)
+        return onnx, hashlib.sha256(data).hexdigest()
 
     def latest_round(self) -> int:
         try:
