@@ -31,7 +31,6 @@ from fedort.edge_client.session import TrainingSession
 log = logging.getLogger(__name__)
 
 EVAL_BATCH = 512
-SPLICE_TRIES = 3   # ORT exports at most spent trying to locate the parameters (export_splice)
 
 
 @dataclass(frozen=True)
@@ -63,7 +62,7 @@ class Exporter:
         self._models = models_dir
         self._eval = load_eval_data(eval_data, self.manifest) if eval_data else None
         self._splice: ModelSplice | None = None
-        self._learn_tries = 0
+        self._learned = False
 
     def initial_vector(self) -> np.ndarray:
         """The checkpoint's trainable vector (round 1's global vector), as an owned copy."""
@@ -136,10 +135,29 @@ class Exporter:
         onnx = self._session.export_model_for_inference(path)
         fsync_file(onnx)
         data = onnx.read_bytes()
-        if self._learn_tries < SPLICE_TRIES:
-            self._learn_tries += 1
-            self._splice = ModelSplice.learn(data, vector)
+        if not self._learned:
+            self._learned = True
+            self._splice = self._learn_splice(path.parent, vector, data)
         return onnx, hashlib.sha256(data).hexdigest()
+
+    def _learn_splice(self, folder: Path, vector: np.ndarray, exported: bytes) -> ModelSplice | None:
+        """Once: ORT's export of the probe vector gives the parameters' places; kept only if it renders
+        `exported` (ORT's export of `vector`) byte for byte."""
+        probe = folder / ".probe.onnx"
+        try:
+            self._session.from_buffer(ModelSplice.probe(vector.size))
+            splice = ModelSplice.learn(self._session.export_model_for_inference(probe).read_bytes(), vector.size)
+        except Exception as e:   # an optimisation only: ORT keeps exporting
+            log.warning("per-round export stays with ORT: the probe export failed (%s)", e)
+            return None
+        finally:
+            probe.unlink(missing_ok=True)
+            self._session.from_buffer(vector)
+        if splice is not None and splice.render(vector) != exported:
+            splice = None
+        log.info("per-round export: %s", "spliced from here on (export_splice)" if splice else "through ORT (the "
+                 "parameters could not be located exactly in the exported model)")
+        return splice
 
     def latest_round(self) -> int:
         try:
