@@ -9,6 +9,7 @@ an export interrupted by a crash is simply redone on restart.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -21,8 +22,9 @@ from typing import Any
 import numpy as np
 
 from fedort.coordinator.state_layout import LATEST_JSON, LATEST_LINK, MODEL_FILE, RECORD_FILE, round_name
-from fedort.durable import atomic_write_json, fsync_dir, fsync_file
-from fedort.edge_client.artifacts import Manifest, sha256_file
+from fedort.coordinator.export_splice import ModelSplice
+from fedort.durable import atomic_write, atomic_write_json, fsync_dir, fsync_file
+from fedort.edge_client.artifacts import Manifest
 from fedort.edge_client.client_data import ClientData
 from fedort.edge_client.session import TrainingSession
 
@@ -59,6 +61,8 @@ class Exporter:
         self.manifest: Manifest = self._session.manifest
         self._models = models_dir
         self._eval = load_eval_data(eval_data, self.manifest) if eval_data else None
+        self._splice: ModelSplice | None = None
+        self._learned = False
 
     def initial_vector(self) -> np.ndarray:
         """The checkpoint's trainable vector (round 1's global vector), as an owned copy."""
@@ -89,11 +93,9 @@ class Exporter:
         """
         start = time.perf_counter()
         out_dir = self._models / round_name(round)
-        onnx = None
+        onnx = model_sha256 = None
         if model:
-            self._session.from_buffer(vector)
-            onnx = self._session.export_model_for_inference(out_dir / MODEL_FILE)
-            fsync_file(onnx)
+            onnx, model_sha256 = self._write_model(out_dir / MODEL_FILE, vector)
         else:
             out_dir.mkdir(parents=True, exist_ok=True)
         evaluation = self.evaluate(vector)
@@ -102,7 +104,7 @@ class Exporter:
             "round": round,
             "model_id": self.manifest.model_id,
             "model": MODEL_FILE if onnx else None,
-            "model_sha256": sha256_file(onnx) if onnx else None,
+            "model_sha256": model_sha256,
             "inference_outputs": list(self.manifest.inference_outputs),
             "exported_unix_ms": int(time.time() * 1000),
             "server_eval": None if evaluation is None else {
@@ -121,6 +123,41 @@ class Exporter:
                  f" (server eval: loss {evaluation.loss:.4f}"
                  + ("" if evaluation.accuracy is None else f", accuracy {evaluation.accuracy:.4f}") + ")")
         return onnx
+
+    def _write_model(self, path: Path, vector: np.ndarray) -> tuple[Path, str]:
+        """model.onnx for `vector`, fsynced (its folder is the caller's), and its sha256: spliced from the
+        last ORT export once the parameters' places are known (export_splice), else through ORT."""
+        if self._splice is not None:
+            data = self._splice.render(vector)
+            atomic_write(path, data, sync_dir=False)
+            return path, hashlib.sha256(data).hexdigest()
+        self._session.from_buffer(vector)
+        onnx = self._session.export_model_for_inference(path)
+        fsync_file(onnx)
+        data = onnx.read_bytes()
+        if not self._learned:
+            self._learned = True
+            self._splice = self._learn_splice(path.parent, vector, data)
+        return onnx, hashlib.sha256(data).hexdigest()
+
+    def _learn_splice(self, folder: Path, vector: np.ndarray, exported: bytes) -> ModelSplice | None:
+        """Once: ORT's export of the probe vector gives the parameters' places; kept only if it renders
+        `exported` (ORT's export of `vector`) byte for byte."""
+        probe = folder / ".probe.onnx"
+        try:
+            self._session.from_buffer(ModelSplice.probe(vector.size))
+            splice = ModelSplice.learn(self._session.export_model_for_inference(probe).read_bytes(), vector.size)
+        except Exception as e:   # an optimisation only: ORT keeps exporting
+            log.warning("per-round export stays with ORT: the probe export failed (%s)", e)
+            return None
+        finally:
+            probe.unlink(missing_ok=True)
+            self._session.from_buffer(vector)
+        if splice is not None and splice.render(vector) != exported:
+            splice = None
+        log.info("per-round export: %s", "spliced from here on (export_splice)" if splice else "through ORT (the "
+                 "parameters could not be located exactly in the exported model)")
+        return splice
 
     def latest_round(self) -> int:
         try:

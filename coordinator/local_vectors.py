@@ -13,7 +13,7 @@ directory (`local_file`) and no chunks follow. It is accepted only if
     -> renamed to the update's spool temp name (the device can no longer swap what the name points to)
     -> opened O_NOFOLLOW, fstat again: regular, one link, same size
     -> read once: sha256 = the header's, the codec's streaming decode gives finite values (the checks
-       a streamed upload gets), fsync (the device fsynced it: cheap) -> the usual rename into place + row
+       a streamed upload gets), fdatasync (the device synced it: cheap) -> the usual rename into place + row
 
 Anything else is INVALID_ARGUMENT with the reason and changes nothing, except that a file which
 failed after the move (digest, codec, size changed) is deleted. The directory must be on the
@@ -175,7 +175,9 @@ class LocalVectorDir:
             if st.st_nlink != 1:
                 raise VectorError(f"{what} has {st.st_nlink} hard links; hand over a file of its own")
             _verify(fd, admitted, what)
-            os.fsync(fd)
+            # the data (and the size needed to read it back) durable; the name is the group commit's folder
+            # fsync. fdatasync, not fsync: the rename only touched the inode's ctime, which needs no journal commit
+            os.fdatasync(fd)
         finally:
             os.close(fd)
         log.debug("%s of %s taken into the spool (%d bytes)", what, h.client_id, want)

@@ -114,7 +114,7 @@ def _write_durably(path: Path, body: np.ndarray | bytes, free: Path | None = Non
         while done < size:
             done += os.pwrite(fd, data[done:], done)
         os.ftruncate(fd, size)
-        os.fsync(fd)
+        os.fdatasync(fd)   # data + size; a recycled file's new mtime alone needs no journal commit
     finally:
         os.close(fd)
 
