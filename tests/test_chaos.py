@@ -48,7 +48,7 @@ def query(state: Path, sql: str, *args) -> list[tuple]:
 
 CRASH_CLIENTS = ("client-00", "client-01", "client-02")
 CRASH_EXAMPLES = {"client-00": 10, "client-01": 20, "client-02": 30}
-CRASH_ROUNDS = 10
+CRASH_ROUNDS = 14
 KILLS = 12
 
 
@@ -124,10 +124,10 @@ class CrashClient(threading.Thread):
 def kill_plan(rng: np.random.Generator, kills: int) -> list[tuple[str, float, int]]:
     """Seeded kill moments: a quarter during start-up (`delay` s after spawn: recovery, redone
     exports), the rest once `threshold` distinct updates were acknowledged, + `delay` s (mid-upload,
-    mid-commit, mid-export, mid-poll...), spread over the run but for its last two rounds (head room:
-    a kill may be pushed past its threshold by a burst of acks)."""
+    mid-commit, mid-export, mid-poll...), spread over the run but for its last four rounds (head room:
+    a kill may be pushed past its threshold by a burst of acks, and rounds are fast)."""
     starting = kills // 4
-    thresholds = sorted(rng.choice(np.arange(1, 3 * CRASH_ROUNDS - 6), size=kills - starting, replace=False))
+    thresholds = sorted(rng.choice(np.arange(1, 3 * CRASH_ROUNDS - 12), size=kills - starting, replace=False))
     plan = [("serving", float(rng.uniform(0, 0.02)), int(t)) for t in thresholds]
     for _ in range(starting):
         plan.insert(int(rng.integers(len(plan) + 1)), ("starting", float(rng.uniform(0.05, 0.3)), 0))
