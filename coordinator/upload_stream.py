@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -40,9 +39,6 @@ log = logging.getLogger(__name__)
 
 SYNC_EVERY = 8 << 20      # start an fdatasync of the spool file every this many bytes (the tail left to the
                           # final fsync, after the last byte, stays ≤ 8 MB: ≈ 5 ms at this VM's 1.6-2.5 GB/s)
-THREAD_MIN = 4 << 20      # a spooled payload at least this big does its per-byte work (digest, decode check,
-                          # write) on one helper thread, in order, so the event loop only receives
-IN_FLIGHT = 4             # chunks handed to that thread and not yet done (bounds the memory it adds)
 
 
 def spool_error(e: OSError, what: str) -> BaseException:
@@ -78,9 +74,6 @@ class UpdateReceiver:
         self._sync: Future | None = None
         self._unsynced = 0
         self._kept = bytearray() if admitted.payload_bytes <= inline_max else None
-        self._worker: ThreadPoolExecutor | None = None
-        self._queued: deque[Future] = deque()
-        self._failed = False
         if self._kept is not None:   # inline: no temp file; the group commit writes the spool file from the row
             return
         try:
@@ -88,8 +81,6 @@ class UpdateReceiver:
             self._fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         except OSError as e:
             raise spool_error(e, "create a spool file") from e
-        if admitted.payload_bytes >= THREAD_MIN:
-            self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedort-spool-work")
 
     def add(self, chunk: bytes) -> None:
         """Check, hash, validate and spool one chunk (raises for a bad chunk, too many bytes, a malformed payload)."""
@@ -101,34 +92,12 @@ class UpdateReceiver:
         if self.received + n > self.admitted.payload_bytes:
             raise VectorError(f"{self._what} carries more than the {self.admitted.payload_bytes} bytes its header "
                               f"declares")
-        self.received += n
-        if self._worker is not None:
-            self._queued.append(self._worker.submit(self._work, chunk))
-        else:
-            self._work(chunk)
-
-    async def room(self) -> None:
-        """Wait until fewer than IN_FLIGHT chunks await the helper thread; raise the first chunk's error."""
-        while self._queued and (self._queued[0].done() or len(self._queued) >= IN_FLIGHT):
-            await asyncio.wrap_future(self._queued[0])
-            self._queued.popleft().result()
-
-    def _work(self, chunk: bytes) -> None:
-        if self._failed:        # an earlier chunk failed: its error is the one reported
-            return
-        try:
-            self._spool(chunk)
-        except BaseException:
-            self._failed = True
-            raise
-
-    def _spool(self, chunk: bytes) -> None:
-        n = len(chunk)
         self._hash.update(chunk)
         if self._stream is not None:
             pieces = self._stream.feed(chunk)
             if self._again:
                 self._check(pieces)
+        self.received += n
         if self._kept is not None:
             self._kept += chunk
             return
@@ -170,9 +139,6 @@ class UpdateReceiver:
 
     async def finish(self) -> None:
         """Return once all bytes arrived, the digest matches, the payload decodes to finite values and is on disk."""
-        while self._queued:
-            await asyncio.wrap_future(self._queued[0])
-            self._queued.popleft().result()
         want = self.admitted.payload_bytes
         if self.received != want:
             raise VectorError(f"{self._what} ended after {self.received} of {want} bytes (the size its header declares)")
@@ -189,9 +155,7 @@ class UpdateReceiver:
             await asyncio.to_thread(self._seal)
 
     def close(self) -> None:
-        """Release the helper threads and the file descriptor; remove the temp file if it was not renamed."""
-        if self._worker is not None:
-            self._worker.shutdown(wait=True, cancel_futures=True)
+        """Release the helper thread and the file descriptor; remove the temp file if it was not renamed."""
         if self._syncer is not None:
             self._syncer.shutdown(wait=True)
         if self._fd >= 0:

@@ -80,7 +80,6 @@ async def received(admitted: AdmittedUpdate, tmp: Path, chunks: AsyncIterator[by
             async for chunk in chunks:
                 receiver.add(chunk)
                 monitor.bytes_in(len(chunk))
-                await receiver.room()
             await receiver.finish()
 
         # The receive loop runs as its own task so that the round's close (slots.abort_round) and the
