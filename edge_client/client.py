@@ -23,10 +23,9 @@ Many clients, one process: pass the same `transport`, `session` and `cache` to e
 `EdgeClient` and give each its own `client_id` and in-memory `data` (and `heartbeats=False`,
 `persist_identity=False` in its EdgeConfig). A client object then holds only its id, its data
 and a few counters; the shared session is reset per task by `from_buffer` (+
-`reset_optimizer_state` when the task asks for it — with `reset_optimizer=False` a shared
-session carries optimizer moments from one virtual client to the next). The shared cache
-downloads each round's global vector once. `handle(WAIT)` sleeps `retry_after_ms`; a driver
-juggling many clients should skip WAIT tasks instead.
+`reset_optimizer_state` when the task asks for it — with `reset_optimizer=False` a shared session carries
+optimizer moments from one virtual client to the next). The shared cache downloads each round's global vector
+once. `handle(WAIT)` sleeps `retry_after_ms`; a driver juggling many clients should skip WAIT tasks instead.
 """
 
 from __future__ import annotations
@@ -264,10 +263,10 @@ class EdgeClient(Joining):
         if p.secagg is not None:
             return self._submit_masked(p, chunk)
         u = p.update
-        header, body = u.stream(self.client_id, self.model_id, p.round, p.num_examples, p.metrics, chunk, self._join.update_digests)
+        header, body = u.stream(self.client_id, self.model_id, p.round, p.num_examples, p.metrics, chunk,
+                                self._join.update_digests)
         send = functools.partial(self.transport.submit_update, header, body)
-        if self._local is not None and u.nbytes >= self.config.local_file_min_bytes:
-            # co-located with the coordinator: the update as a file, if it can (a small one streams: see EdgeConfig)
+        if self._local is not None and u.nbytes >= self.config.local_file_min_bytes:   # co-located: as a file
             send = functools.partial(self._local.submit, self.transport, header, body, send)
         self.phase = "uploading"
         try:
@@ -283,11 +282,11 @@ class EdgeClient(Joining):
         """Run the secure-aggregation phases for the pending update (edge_client.secagg_flow)."""
         from fedort.edge_client.secagg_flow import SecAggFlow   # its crypto stack loads only for a masked round
         task, vector, trained = p.secagg
+        flow = SecAggFlow(self.transport, self.client_id, self.model_id, task, self._call, self.config.poll_wait_ms,
+                          announced=self._join.update_digests)
         self.phase = "secure aggregation"
         try:
-            reply = SecAggFlow(self.transport, self.client_id, self.model_id, task, self._call, self.config.poll_wait_ms,
-                               announced=self._join.update_digests).run(
-                vector, trained, p.num_examples, p.metrics, chunk)
+            reply = flow.run(vector, trained, p.num_examples, p.metrics, chunk)
         finally:
             self.phase = "idle"
         self._pending = None
