@@ -8,8 +8,8 @@
 
 `SecAggServer` (coordinator/secagg_server.py) holds the protocol state; this module drives it,
 answers the `SecAgg` RPC and makes it durable: after every accepted message and phase close the
-protocol state is written atomically to `secagg/round-NNNN.state` before the client is answered,
-and the uint64 sum with it (`.sum`) when masked-input collection closes. Masked inputs are durable
+protocol state is written atomically to `secagg/round-NNNN.state` before any client hears of it, and
+the uint64 sum with it (`.sum`) when masked-input collection closes. Masked inputs are durable
 like any update (spool file + row, acknowledged after both); a restart during their collection
 folds them again from the spool into a fresh accumulator, after it the recorded sum is used, so
 each is counted exactly once. A restarted coordinator resumes in the phase it recorded. The spool
@@ -74,10 +74,10 @@ class SecAggRound:
         self._task_bytes = b""
         self.result: SecAggResult | None = None
         self.lock = threading.Lock()
-        self._seq = 0
-        self._sealed_saved = False                   # this round's `.sealed` is written (see _write)
+        self._seq, self._sealed_saved = 0, False     # `.sealed`: this round's is written (see _write)
         self._changes = self._persisted = 0          # group commit of the protocol state (see persist)
         self._persisting = asyncio.Lock()
+        self._closing = False                        # a phase close is being made durable (see _close)
         engine.strategy.combiner.bind(self)
 
     # ---- durable state -----------------------------------------------------------------------------
@@ -249,10 +249,15 @@ class SecAggRound:
             await self.engine.wait_change(remaining / 1000)
 
     async def _close(self, close: Callable[[], object], what: str) -> None:
+        """Close a phase; its answers (`ready`) wait until the close is durable, so a restart never closes it anew."""
         old = self.server.phase
-        with self.lock:
-            close()
-        await self.persist(with_sum=old is ServerPhase.MASKED_INPUT)
+        self._closing = True
+        try:
+            with self.lock:
+                close()
+            await self.persist(with_sum=old is ServerPhase.MASKED_INPUT)
+        finally:
+            self._closing = False
         self._note(old, self.server.phase, what)
 
     async def train(self) -> bool:
@@ -344,9 +349,10 @@ class SecAggRound:
             raise ProtocolError(f"unknown secagg step {step}; expected 0..3 (ADVERTISE, SHARE, UNMASK_REQUEST, UNMASK)")
         return False
 
-    @staticmethod
-    def ready(s: SecAggServer, step: int) -> bool:
-        """Whether `step` can be answered: the phase it waits for has closed (UNMASK: at once)."""
+    def ready(self, s: SecAggServer, step: int) -> bool:
+        """Whether `step` can be answered: the phase it waits for has closed, durably (UNMASK: at once)."""
+        if self._closing:
+            return False
         if step == ADVERTISE:
             return s.phase is not ServerPhase.ADVERTISE
         if step == SHARE:

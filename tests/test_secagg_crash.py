@@ -137,3 +137,32 @@ def test_spool_and_state_never_hold_an_individual_clear_update(mlp_artifacts, tm
         quantized = np.rint(deltas[c][:8].astype(np.float64) * 10 * 65536).astype("<i8")
         packed = pack(quantized.view("<u8") & np.uint64(2**int(codec.split(":")[1]) - 1), codec)
         assert clear not in everything and quantized.tobytes() not in everything and packed not in everything
+
+
+
+def test_a_phase_close_is_answered_only_once_it_is_durable(mlp_artifacts, tmp_path):
+    """Whoever hears a closed phase's answer (here the roster) finds the close already on disk, so a crash
+    cannot make the restarted coordinator close the phase again and answer differently (every phase
+    closes through the same `SecAggRound._close`)."""
+    import json
+
+    state_dir, log = tmp_path / "state", tmp_path / "coordinator.log"
+    deltas = deltas_for(IDS, P_MLP, seed=3)
+    devices = [Device(c, deltas[c]) for c in IDS]
+    server = _start(mlp_artifacts, state_dir, log)
+    state_file = state_dir / "secagg" / "round-0001.state"
+
+    def advertise_then_read(d: Device) -> str:
+        d.send(server.stub, "advertise", 10_000)
+        return json.loads(state_file.read_bytes()[8:])["phase"]    # what a crash right now would resume from
+
+    try:
+        model = [server.stub.Join(pb.JoinRequest(client_id=c, device_name="t"), timeout=TIMEOUT) for c in IDS][0].model_id
+        for d in devices:
+            d.fit(server.stub, model)
+        with ThreadPoolExecutor(len(devices)) as pool:
+            on_disk = list(pool.map(advertise_then_read, devices))
+    finally:
+        server.kill()
+    assert all(d.roster is not None for d in devices)
+    assert on_disk == ["share_keys"] * len(IDS)
