@@ -180,6 +180,25 @@ class StubClient:
         return task, vector, reply
 
 
+async def opened_round(start_coordinator, stub_client, **config):
+    """A started coordinator (1 round, 1 client) whose round 1 is open for "client-a", which has joined, polled
+    and downloaded the global vector: (coordinator, client, model id, round, global vector, local vector dir or
+    None)."""
+    coord = await start_coordinator(min_clients=1, rounds=1, **config)
+    client = stub_client(coord.port)
+    join = await client.join("client-a")
+    task = await client.poll("client-a", join.model_id)
+    _, g = await client.download_vector("client-a", join.model_id, task.round)
+    return coord, client, join.model_id, task.round, g, Path(join.local_vector_dir) if join.local_vector_dir else None
+
+
+def nothing_changed(coord: Coordinator, round: int) -> None:
+    """A refused update left no trace: no submission row, no reported client, nothing spooled."""
+    assert coord.engine.store.submissions(round) == [] and coord.engine.training.reported == {}
+    spool = coord.engine.store.spool_dir(round)
+    assert not spool.exists() or list(spool.iterdir()) == []
+
+
 async def wait_for_metric(coordinator: Coordinator, name: str, ok, labels: dict[str, str] | None = None,
                           timeout: float = 60.0) -> float:
     """Until the coordinator's own metric `name` satisfies `ok(value)`: observable state, not a sleep."""
