@@ -17,8 +17,6 @@ import numpy as np
 import pytest
 
 from fedort.coordinator import Coordinator, CoordinatorConfig
-from fedort.edge_client.artifacts import build_artifacts
-from fedort.edge_client.models import mlp
 from fedort.protos import fedort_v1_pb2 as pb
 from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
 from fedort.protos.codec import CHUNK_BYTES
@@ -28,11 +26,11 @@ P_MLP = 9610
 
 
 @pytest.fixture(scope="session")
-def mlp_artifacts(tmp_path_factory) -> Path:
-    """Training artifacts of the built-in digits MLP (9610 trainable parameters)."""
-    folder = tmp_path_factory.mktemp("mlp-artifacts")
-    build_artifacts(mlp(), folder)
-    return folder
+def mlp_artifacts(mlp_artifacts) -> Path:
+    """conftest's session-wide artifacts of the built-in digits MLP (9610 trainable parameters), which no test
+    writes into. Defined here too so modules can import it by name; each importing module registers its own
+    copy of this fixture, so building here would build once per module."""
+    return mlp_artifacts
 
 
 def make_config(artifacts: Path, state_dir: Path, **overrides) -> CoordinatorConfig:
