@@ -26,7 +26,7 @@ acknowledged; the workers hold one PollTasks long-poll each and upload while the
 Flower side: `flwr.simulation.run_simulation` (flwr 1.42, Ray backend, 1 CPU per client so 2
 actors on 2 cores, like fedort's 2 workers) with 10 `NumPyClient`s whose `fit` returns the
 received ndarray unchanged, the legacy `FedAvg` strategy (fraction_fit 1, fraction_evaluate 0,
-initial parameters given, no server eval). It runs in benchmarks/.work/venv-flwr (kept apart from
+initial parameters given, no server eval); both from flower_echo.py. It runs in benchmarks/.work/venv-flwr (kept apart from
 fedort's dev venv; see flower_venv.py), created/extended with flwr[simulation] on first use.
 
 Per-round time = median interval between consecutive round starts (fedort: the coordinator's
@@ -204,44 +204,20 @@ def _fedort_breakdown(timeline, accepted: dict[int, list[float]], rounds: int) -
 # ---------------------------------------------------------------------------------------------
 
 FLOWER_TRIAL = textwrap.dedent('''
-    import json, os, sys, time, logging
-    import numpy as np
+    import json, sys, time
     params, rounds, clients, cpus = (int(a) for a in sys.argv[1:5])
-    from flwr.client import ClientApp, NumPyClient
-    from flwr.common import Context, ndarrays_to_parameters
     from flwr.server import ServerApp, ServerAppComponents, ServerConfig
-    from flwr.server.strategy import FedAvg
     from flwr.simulation import run_simulation
+    from flower_echo import echo_client_app, timed_fedavg
 
     starts, ends = [], []
 
-    class Echo(NumPyClient):
-        """Trains nothing: returns the received parameters unchanged."""
-        def fit(self, parameters, config):
-            return parameters, 1, {}
-
-    class TimedFedAvg(FedAvg):
-        def configure_fit(self, server_round, parameters, client_manager):
-            starts.append(time.time())
-            return super().configure_fit(server_round, parameters, client_manager)
-        def aggregate_fit(self, server_round, results, failures):
-            out = super().aggregate_fit(server_round, results, failures)
-            ends.append(time.time())
-            if failures:
-                print(f"round {server_round}: {len(failures)} failures", file=sys.stderr)
-            return out
-
-    def client_fn(context: Context):
-        return Echo().to_client()
-
-    def server_fn(context: Context):
-        strategy = TimedFedAvg(fraction_fit=1.0, fraction_evaluate=0.0, min_fit_clients=clients,
-                               min_evaluate_clients=0, min_available_clients=clients,
-                               initial_parameters=ndarrays_to_parameters([np.zeros(params, np.float32)]))
+    def server_fn(context):
+        strategy = timed_fedavg(params, clients, starts, ends)
         return ServerAppComponents(strategy=strategy, config=ServerConfig(num_rounds=rounds))
 
     t0 = time.time()
-    run_simulation(server_app=ServerApp(server_fn=server_fn), client_app=ClientApp(client_fn=client_fn),
+    run_simulation(server_app=ServerApp(server_fn=server_fn), client_app=echo_client_app(),
                    num_supernodes=clients,
                    backend_config={"client_resources": {"num_cpus": cpus, "num_gpus": 0.0}})
     import flwr
@@ -251,16 +227,9 @@ FLOWER_TRIAL = textwrap.dedent('''
 
 
 def flower_trial(py: Path, params: int, rounds: int, clients: int, cpus: int) -> dict:
-    script = WORK / "flower_trial.py"
-    script.write_text(FLOWER_TRIAL)
-    env = dict(os.environ, RAY_DEDUP_LOGS="0", RAY_ENABLE_UV_RUN_RUNTIME_ENV="0", PYTHONWARNINGS="ignore")
-    env.pop("PYTHONPATH", None)
-    proc = subprocess.run([str(py), str(script), str(params), str(rounds), str(clients), str(cpus)],
-                          capture_output=True, text=True, env=env, timeout=900, cwd=WORK)
-    for line in proc.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
-    raise RuntimeError(f"Flower trial failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    import flower_venv
+
+    return flower_venv.run_trial(py, WORK / "flower_trial.py", FLOWER_TRIAL, [params, rounds, clients, cpus], 900)
 
 
 def run_fedort(params: int, rounds: int, clients: int, workers: int, state_root: Path | None = None,

@@ -11,8 +11,8 @@ Flower: `flwr.simulation.run_simulation` (Ray backend, 1 CPU per client: 2 actor
 fedort's 2 workers) with `DefaultWorkflow(fit_workflow=SecAggPlusWorkflow(num_shares=K + 1,
 reconstruction_threshold=T))` on the server and `secaggplus_mod` on each `ClientApp`, whose
 `NumPyClient.fit` returns the received vector unchanged (1 example); legacy `FedAvg`
-(fraction_fit 1, no evaluation). Flower's `num_shares` counts the client's own share, so K + 1
-gives each client the same K neighbours as fedort. Flower's own fixed point: clip 8, 2^22
+(fraction_fit 1, no evaluation); both from flower_echo.py. Flower's `num_shares` counts the
+client's own share, so K + 1 gives each client the same K neighbours as fedort. Flower's own fixed point: clip 8, 2^22
 levels, masks mod 2^32. With `--flower-plain`, Flower's plain FedAvg round is timed as well (its
 own secagg / plain ratio).
 
@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -43,44 +42,26 @@ WORK = _ROUND_WORK.parent / "secagg-vs-flower"
 
 FLOWER_TRIAL = textwrap.dedent('''
     import json, sys, time
-    import numpy as np
     params, rounds, clients, shares, threshold, secagg = (int(a) for a in sys.argv[1:7])
-    from flwr.client import ClientApp, NumPyClient
     from flwr.client.mod import secaggplus_mod
-    from flwr.common import Context, ndarrays_to_parameters
+    from flwr.common import Context
     from flwr.server import Grid, LegacyContext, ServerApp, ServerConfig
-    from flwr.server.strategy import FedAvg
     from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
     from flwr.simulation import run_simulation
+    from flower_echo import echo_client_app, timed_fedavg
 
     starts = []
-
-    class Echo(NumPyClient):
-        def fit(self, parameters, config):
-            return parameters, 1, {}
-
-    class TimedFedAvg(FedAvg):
-        def configure_fit(self, server_round, parameters, client_manager):
-            starts.append(time.time())
-            return super().configure_fit(server_round, parameters, client_manager)
-
-    def client_fn(context: Context):
-        return Echo().to_client()
-
     server = ServerApp()
 
     @server.main()
     def main(grid: Grid, context: Context) -> None:
-        strategy = TimedFedAvg(fraction_fit=1.0, fraction_evaluate=0.0, min_fit_clients=clients,
-                               min_evaluate_clients=0, min_available_clients=clients,
-                               initial_parameters=ndarrays_to_parameters([np.zeros(params, np.float32)]))
+        strategy = timed_fedavg(params, clients, starts)
         legacy = LegacyContext(context=context, config=ServerConfig(num_rounds=rounds), strategy=strategy)
         fit = SecAggPlusWorkflow(num_shares=shares, reconstruction_threshold=threshold) if secagg else None
         (DefaultWorkflow(fit_workflow=fit) if fit else DefaultWorkflow())(grid, legacy)
 
     t0 = time.time()
-    run_simulation(server_app=server,
-                   client_app=ClientApp(client_fn=client_fn, mods=[secaggplus_mod] if secagg else []),
+    run_simulation(server_app=server, client_app=echo_client_app((secaggplus_mod,) if secagg else ()),
                    num_supernodes=clients, backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}})
     import flwr
     print("RESULT " + json.dumps({"side": "flower", "params": params, "clients": clients, "secagg": bool(secagg),
@@ -99,21 +80,15 @@ def graph(clients: int) -> tuple[int, int]:
 
 
 def flower_trial(py: Path, params: int, rounds: int, clients: int, secagg: bool) -> dict:
+    import flower_venv
+
     k, t = graph(clients)
-    script = WORK / "flower_secagg_trial.py"
-    script.write_text(FLOWER_TRIAL)
-    env = dict(os.environ, RAY_DEDUP_LOGS="0", RAY_ENABLE_UV_RUN_RUNTIME_ENV="0", PYTHONWARNINGS="ignore")
-    env.pop("PYTHONPATH", None)
     load0 = os.getloadavg()[0]
-    proc = subprocess.run([str(py), str(script), str(params), str(rounds), str(clients), str(k + 1), str(t),
-                           str(int(secagg))], capture_output=True, text=True, env=env, timeout=3600, cwd=WORK)
-    for line in proc.stdout.splitlines():
-        if line.startswith("RESULT "):
-            r = json.loads(line[len("RESULT "):])
-            gaps = [b - a for a, b in zip(r["starts"][1:], r["starts"][2:])]
-            return dict(r, round_s=round(statistics.median(gaps), 3) if gaps else None, K=k, T=t,
-                        load=round((load0 + os.getloadavg()[0]) / 2, 1))
-    raise RuntimeError(f"Flower trial failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    r = flower_venv.run_trial(py, WORK / "flower_secagg_trial.py", FLOWER_TRIAL,
+                              [params, rounds, clients, k + 1, t, int(secagg)], 3600)
+    gaps = [b - a for a, b in zip(r["starts"][1:], r["starts"][2:])]
+    return dict(r, round_s=round(statistics.median(gaps), 3) if gaps else None, K=k, T=t,
+                load=round((load0 + os.getloadavg()[0]) / 2, 1))
 
 
 def main() -> None:

@@ -69,9 +69,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from fedort.coordinator.aggregation import codecs, parse_strategy
+from fedort.coordinator.async_config import AsyncSettings
 from fedort.coordinator.server_optimizers import canonical_spec, parse_server_optimizer
 from fedort.coordinator.staleness import parse_staleness_weight
-from fedort.coordinator.privacy_config import privacy_problems
+from fedort.coordinator.privacy_config import PrivacySettings, privacy_problems
 from fedort.protos.codec import CHUNK_BYTES, MAX_CHUNK_BYTES
 from fedort.edge_client.tomlfile import read_table
 from fedort.protos import digests
@@ -83,8 +84,10 @@ _PATH_FIELDS = ("artifacts", "state_dir", "eval_data", "port_file", "tls_cert", 
 
 
 @dataclass(frozen=True)
-class CoordinatorConfig:
-    """How one coordinator runs: where its state lives, the round plan and the clients' recipe."""
+class CoordinatorConfig(AsyncSettings, PrivacySettings):
+    """How one coordinator runs: where its state lives, the round plan and the clients' recipe; the async
+    (`mode`, `buffer_size`, `max_staleness`, `staleness_weight`) and privacy (`secagg*`, `dp_*`) fields are
+    inherited, keyword-only, from the settings `fedort simulate` shares."""
 
     artifacts: Path
     state_dir: Path
@@ -113,10 +116,6 @@ class CoordinatorConfig:
     export_every: int = 1
     strategy: str = "fedavg"
     server_optimizer: str = "fedavg"
-    mode: str = "sync"
-    buffer_size: int = 10
-    max_staleness: int = 10
-    staleness_weight: str = "poly:0.5"
     port_file: Path | None = None
     tls_cert: Path | None = None
     tls_key: Path | None = None
@@ -139,15 +138,6 @@ class CoordinatorConfig:
     commit_delay_ms: float = 0.0
     inline_update_bytes: int = 256 << 10
     update_digests: tuple[str, ...] = ("blake3",)
-    secagg: bool = False
-    secagg_threshold: int | None = None
-    secagg_neighbours: int | None = None
-    secagg_clip: float = 1.0
-    secagg_scale: float = 65536.0
-    dp_noise_multiplier: float = 0.0
-    dp_clip: str | None = None
-    dp_delta: float = 1e-5
-    dp_target_epsilon: float | None = None
     extra: Mapping[str, str] = field(default_factory=dict)  # passed to clients in TrainConfig.extra
 
     def __post_init__(self) -> None:

@@ -15,13 +15,29 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from fedort.protos.errors import ConfigError
 
-PRIVACY_KEYS = ("secagg", "secagg_threshold", "secagg_neighbours", "secagg_clip", "secagg_scale",
-                "dp_noise_multiplier", "dp_clip", "dp_delta", "dp_target_epsilon")
+
+@dataclass(frozen=True, kw_only=True)
+class PrivacySettings:
+    """The privacy fields (the table above), declared once: `CoordinatorConfig` and `SimulationConfig`
+    inherit them, so both take the same keys with the same defaults; `privacy_problems` checks them."""
+
+    secagg: bool = False
+    secagg_threshold: int | None = None
+    secagg_neighbours: int | None = None
+    secagg_clip: float = 1.0
+    secagg_scale: float = 65536.0
+    dp_noise_multiplier: float = 0.0
+    dp_clip: str | None = None
+    dp_delta: float = 1e-5
+    dp_target_epsilon: float | None = None
+
+
+PRIVACY_KEYS = tuple(f.name for f in fields(PrivacySettings))
 
 # strategies that need individual updates in the clear; refused with --secagg
 ROBUST_PREFIXES = ("median", "trimmed-mean", "krum", "multi-krum")

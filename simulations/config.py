@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from fedort.coordinator.async_config import AsyncSettings
+from fedort.coordinator.privacy_config import PrivacySettings
 from fedort.edge_client.tomlfile import read_table
 from fedort.protos.errors import ConfigError
 
@@ -21,7 +23,10 @@ BACKENDS = ("local", "ray")
 
 
 @dataclass(frozen=True)
-class SimulationConfig:
+class SimulationConfig(AsyncSettings, PrivacySettings):
+    """A simulation run; the async (`mode`, `buffer_size`, ...) and privacy (`secagg*`, `dp_*`) fields are
+    the coordinator's own, inherited (keyword-only) from the settings both declare once."""
+
     name: str = "digits"
     clients: int = 10
     clients_per_round: int | None = None      # exact count per round; overrides fraction
@@ -57,23 +62,9 @@ class SimulationConfig:
     export_every: int = 1                     # inference model every N rounds and after the last (0: last only)
     state_dir: Path | None = None             # coordinator state elsewhere (e.g. tmpfs: /dev/shm/...); default OUT/state
     local_vectors: bool = True                # vectors as files in the state dir, not gRPC streams (clients on this host)
-    mode: str = "sync"                        # "sync" rounds | "async" FedBuff versions (rounds = versions)
-    buffer_size: int = 10                     # async: updates per version (K)
-    max_staleness: int = 10                   # async: refuse updates more than S versions behind
-    staleness_weight: str = "poly:0.5"        # async: constant | poly:A | hinge:A,B
     device_speed: str = "uniform"             # simulated compute speed per client (simulations.device_speed)
     step_seconds: float = 0.01                # simulated seconds per local step at speed factor 1
     progress: bool = True
-    # privacy (issue 10): validated by coordinator.privacy_config, applied by coordinator.privacy_round
-    secagg: bool = False
-    secagg_threshold: int | None = None
-    secagg_neighbours: int | None = None
-    secagg_clip: float = 1.0
-    secagg_scale: float = 65536.0
-    dp_noise_multiplier: float = 0.0
-    dp_clip: str | None = None
-    dp_delta: float = 1e-5
-    dp_target_epsilon: float | None = None
     out: Path = field(default_factory=lambda: Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
 
     def __post_init__(self) -> None:

@@ -17,8 +17,6 @@ import numpy as np
 import pytest
 
 from fedort.coordinator import Coordinator, CoordinatorConfig
-from fedort.edge_client.artifacts import build_artifacts
-from fedort.edge_client.models import mlp
 from fedort.protos import fedort_v1_pb2 as pb
 from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
 from fedort.protos.codec import CHUNK_BYTES
@@ -28,11 +26,11 @@ P_MLP = 9610
 
 
 @pytest.fixture(scope="session")
-def mlp_artifacts(tmp_path_factory) -> Path:
-    """Training artifacts of the built-in digits MLP (9610 trainable parameters)."""
-    folder = tmp_path_factory.mktemp("mlp-artifacts")
-    build_artifacts(mlp(), folder)
-    return folder
+def mlp_artifacts(mlp_artifacts) -> Path:
+    """conftest's session-wide artifacts of the built-in digits MLP (9610 trainable parameters), which no test
+    writes into. Defined here too so modules can import it by name; each importing module registers its own
+    copy of this fixture, so building here would build once per module."""
+    return mlp_artifacts
 
 
 def make_config(artifacts: Path, state_dir: Path, **overrides) -> CoordinatorConfig:
@@ -178,6 +176,25 @@ class StubClient:
         update = (vector + np.float32(delta)).astype(np.float32)
         reply = await self.submit(client_id, model_id, task.round, update, num_examples, metrics)
         return task, vector, reply
+
+
+async def opened_round(start_coordinator, stub_client, **config):
+    """A started coordinator (1 round, 1 client) whose round 1 is open for "client-a", which has joined, polled
+    and downloaded the global vector: (coordinator, client, model id, round, global vector, local vector dir or
+    None)."""
+    coord = await start_coordinator(min_clients=1, rounds=1, **config)
+    client = stub_client(coord.port)
+    join = await client.join("client-a")
+    task = await client.poll("client-a", join.model_id)
+    _, g = await client.download_vector("client-a", join.model_id, task.round)
+    return coord, client, join.model_id, task.round, g, Path(join.local_vector_dir) if join.local_vector_dir else None
+
+
+def nothing_changed(coord: Coordinator, round: int) -> None:
+    """A refused update left no trace: no submission row, no reported client, nothing spooled."""
+    assert coord.engine.store.submissions(round) == [] and coord.engine.training.reported == {}
+    spool = coord.engine.store.spool_dir(round)
+    assert not spool.exists() or list(spool.iterdir()) == []
 
 
 async def wait_for_metric(coordinator: Coordinator, name: str, ok, labels: dict[str, str] | None = None,

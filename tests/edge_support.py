@@ -14,8 +14,6 @@ import pytest
 from fedort.coordinator.config import CoordinatorConfig
 from fedort.coordinator.server import Coordinator
 from fedort.edge_client import EdgeClient, EdgeConfig
-from fedort.edge_client.artifacts import build_artifacts
-from fedort.edge_client.models import mlp
 from fedort.edge_client.retry import Backoff
 
 FAST = Backoff(initial_s=0.05, max_delay_s=0.3, give_up_after_s=60)
@@ -57,13 +55,6 @@ class CoordinatorThread:
 
 
 @pytest.fixture(scope="module")
-def artifacts(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("mlp")
-    build_artifacts(mlp(), folder)
-    return folder
-
-
-@pytest.fixture(scope="module")
 def digits() -> dict[str, np.ndarray]:
     from sklearn.datasets import load_digits
 
@@ -77,12 +68,13 @@ def part(digits, i: int, n: int, rows: int | None = None) -> dict[str, np.ndarra
 
 
 @pytest.fixture
-def server(tmp_path, artifacts):
-    """start(**config) -> address; the coordinator is stopped after the test."""
+def server(tmp_path, mlp_artifacts):
+    """start(**config) -> address; the coordinator is stopped after the test (conftest's session-wide
+    MLP artifacts, which no test writes into)."""
     ct = CoordinatorThread()
 
     def start(**overrides) -> str:
-        values = dict(artifacts=artifacts, state_dir=tmp_path / "state", address="127.0.0.1:0", rounds=2,
+        values = dict(artifacts=mlp_artifacts, state_dir=tmp_path / "state", address="127.0.0.1:0", rounds=2,
                       min_clients=2, round_timeout_s=20, local_epochs=1, batch_size=32, lr=0.05,
                       insecure=True, auth="open")
         values.update(overrides)

@@ -12,7 +12,7 @@ import time
 import numpy as np
 
 from edge_support import (  # noqa: F401 (fixtures)
-    FAST, artifacts, config, db, digits, part, run_in_threads, server, start_in_threads,
+    FAST, config, db, digits, part, run_in_threads, server, start_in_threads,
 )
 from fedort.protos.messages import TaskKind
 from fedort.edge_client import EdgeClient, EdgeConfig
@@ -102,10 +102,10 @@ def test_artifacts_are_downloaded_once_per_cache(server, tmp_path, digits):
 
 # ---- many virtual clients in one process --------------------------------------------------------
 
-def test_virtual_clients_share_one_channel_one_session_and_one_vector_download(server, tmp_path, artifacts, digits):
+def test_virtual_clients_share_one_channel_one_session_and_one_vector_download(server, tmp_path, mlp_artifacts, digits):
     address = server.start_with(rounds=2, min_clients=2, min_available_clients=6, fraction=0.5)
     transport = Transport(ChannelConfig(address, insecure=True))
-    session = TrainingSession.from_artifacts(artifacts)
+    session = TrainingSession.from_artifacts(mlp_artifacts)
     cache = ArtifactCache(tmp_path / "cache")
     clients = [
         EdgeClient(EdgeConfig(address, insecure=True, client_id=f"client-{i:04d}", heartbeats=False, persist_identity=False,
@@ -195,12 +195,12 @@ def test_stop_cuts_a_long_poll_short_and_leaves(server, tmp_path, digits):
     assert db(tmp_path, "SELECT active, left_reason FROM clients") == [(0, "test stop")]
 
 
-def test_clients_resume_after_the_coordinator_restarts(tmp_path, artifacts, digits):
+def test_clients_resume_after_the_coordinator_restarts(tmp_path, mlp_artifacts, digits):
     # a real crash: the coordinator process is SIGKILLed after round 1 and started again on the same port
     from chaos_support import CoordinatorProcess
 
     flags = dict(rounds=3, min_clients=2, round_timeout=20, local_epochs=1, batch_size=32, lr=0.05)
-    first = CoordinatorProcess(artifacts, tmp_path / "state", tmp_path / "coordinator.log", **flags)
+    first = CoordinatorProcess(mlp_artifacts, tmp_path / "state", tmp_path / "coordinator.log", **flags)
     address = f"127.0.0.1:{first.port}"
     clients = [EdgeClient(config(address, tmp_path, f"dev{i}"), data=part(digits, i, 2, 300)) for i in range(2)]
     threads, results = start_in_threads(clients)
@@ -210,7 +210,7 @@ def test_clients_resume_after_the_coordinator_restarts(tmp_path, artifacts, digi
         while time.monotonic() < deadline and not db(tmp_path, "SELECT * FROM rounds WHERE round = 1 AND closed_ms"):
             time.sleep(0.02)
         first.kill()
-        again = CoordinatorProcess(artifacts, tmp_path / "state", tmp_path / "coordinator.log", address=address,
+        again = CoordinatorProcess(mlp_artifacts, tmp_path / "state", tmp_path / "coordinator.log", address=address,
                                    **flags)
         for t in threads:
             t.join(60)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from edge_support import (  # noqa: F401 (fixtures)
-    FAST, artifacts, config, db, digits, part, server,
+    FAST, config, db, digits, part, server,
 )
 from fedort.protos.errors import DataError, WrongModelError
 from fedort.edge_client import EdgeClient, EdgeConfig
@@ -93,10 +93,10 @@ def test_unknown_config_keys_are_refused(tmp_path):
         EdgeConfig("no-port").channel_config()
 
 
-def test_a_shared_session_refuses_bad_data_before_joining(server, tmp_path, artifacts, digits):
+def test_a_shared_session_refuses_bad_data_before_joining(server, tmp_path, mlp_artifacts, digits):
     address = server.start_with()
     client = EdgeClient(EdgeConfig(address, insecure=True, client_id="client-0001", persist_identity=False),
-                        session=TrainingSession.from_artifacts(artifacts), cache=ArtifactCache(tmp_path / "c"),
+                        session=TrainingSession.from_artifacts(mlp_artifacts), cache=ArtifactCache(tmp_path / "c"),
                         data={"x": digits["x"][:20]})
     with pytest.raises(DataError, match=r"lacks array\(s\) \['labels'\]"):
         client.join()

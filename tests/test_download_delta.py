@@ -13,7 +13,7 @@ from fedort.protos.codecs.xor_delta import DOWNLOAD_DELTA, decode_download, enco
 from fedort.protos.errors import VectorError
 
 from coordinator_fixtures import mlp_artifacts, start_coordinator, stub_client  # noqa: F401 (fixtures)
-from edge_support import artifacts, config, digits, part, run_in_threads, server  # noqa: F401 (fixtures)
+from edge_support import config, digits, part, run_in_threads, server  # noqa: F401 (fixtures)
 
 
 def test_the_delta_rebuilds_the_vector_bit_for_bit_and_a_corrupt_one_is_refused():

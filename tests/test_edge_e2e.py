@@ -20,17 +20,8 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from fedort.edge_client.artifacts import build_artifacts
-from fedort.edge_client.models import mlp
 
 CLI = [sys.executable, "-m", "fedort"]
-
-
-@pytest.fixture(scope="module")
-def artifacts(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("mlp")
-    build_artifacts(mlp(), folder)
-    return folder
 
 
 @pytest.fixture(scope="module")
@@ -174,9 +165,9 @@ def assert_device_modules_only(procs: Procs, name: str) -> None:
 
 # ---- the run ------------------------------------------------------------------------------------
 
-def test_three_devices_train_three_rounds_of_fedavg(procs, tmp_path, artifacts, data):
+def test_three_devices_train_three_rounds_of_fedavg(procs, tmp_path, mlp_artifacts, data):
     state = tmp_path / "state"
-    port = start_coordinator(procs, artifacts, state, rounds=3, min_clients=3, lr=0.003, round_timeout=40)
+    port = start_coordinator(procs, mlp_artifacts, state, rounds=3, min_clients=3, lr=0.003, round_timeout=40)
     edges = [start_edge(procs, port, data[i], f"dev{i}") for i in range(3)]
     for p in edges:
         assert finish(p, 50) == 0, p.err_path.read_text()[-3000:]
@@ -190,9 +181,9 @@ def test_three_devices_train_three_rounds_of_fedavg(procs, tmp_path, artifacts, 
     assert acc[0] < acc[1] < acc[2] and acc[2] > 0.8, acc
 
 
-def test_a_client_killed_mid_upload_leaves_the_round_to_the_others(procs, tmp_path, artifacts, data):
+def test_a_client_killed_mid_upload_leaves_the_round_to_the_others(procs, tmp_path, mlp_artifacts, data):
     state = tmp_path / "state"
-    port = start_coordinator(procs, artifacts, state, rounds=1, min_clients=2, min_available_clients=3,
+    port = start_coordinator(procs, mlp_artifacts, state, rounds=1, min_clients=2, min_available_clients=3,
                              fraction=1.0, round_timeout=10)
     uploader = tmp_path / "stalled_upload.py"
     uploader.write_text(STALLED_UPLOAD)
@@ -245,10 +236,10 @@ pb_grpc.CoordinatorStub(client.transport._channel).SubmitUpdate(parts(), timeout
 '''
 
 
-def test_clients_reconnect_when_the_coordinator_is_killed_and_restarted(procs, tmp_path, artifacts, data):
+def test_clients_reconnect_when_the_coordinator_is_killed_and_restarted(procs, tmp_path, mlp_artifacts, data):
     state, port = tmp_path / "state", free_port()
     flags = dict(rounds=3, min_clients=3, local_epochs=40, round_timeout=40)
-    start_coordinator(procs, artifacts, state, port, **flags)
+    start_coordinator(procs, mlp_artifacts, state, port, **flags)
     edges = [start_edge(procs, port, data[i], f"dev{i}") for i in range(3)]
     wait_for(lambda: query_when_ready(state, "SELECT 1 FROM rounds WHERE round = 2"), 40, "round 2 to open")
     # every client has cached round 2's global vector, so it trains round 2 now (40 local epochs):
@@ -260,7 +251,7 @@ def test_clients_reconnect_when_the_coordinator_is_killed_and_restarted(procs, t
     first.wait(10)
     assert all(p.poll() is None for p in edges), "a client gave up when the coordinator died"
     time.sleep(1.0)
-    start_coordinator(procs, artifacts, state, port, name="coordinator-2", **flags)
+    start_coordinator(procs, mlp_artifacts, state, port, name="coordinator-2", **flags)
     for p in edges:
         assert finish(p, 50) == 0, p.err_path.read_text()[-3000:]
     ids = {c for (c,) in query(state, "SELECT client_id FROM clients")}
@@ -272,9 +263,9 @@ def test_clients_reconnect_when_the_coordinator_is_killed_and_restarted(procs, t
 
 # ---- refusals and stopping ----------------------------------------------------------------------
 
-def test_a_bad_data_file_is_refused_before_joining(procs, tmp_path, artifacts, data):
+def test_a_bad_data_file_is_refused_before_joining(procs, tmp_path, mlp_artifacts, data):
     state = tmp_path / "state"
-    port = start_coordinator(procs, artifacts, state, rounds=1)
+    port = start_coordinator(procs, mlp_artifacts, state, rounds=1)
     bad = tmp_path / "bad.npz"
     np.savez(bad, x=np.zeros((10, 64), np.float32), labels=np.zeros(9, np.int64))
     ragged = start_edge(procs, port, bad, "ragged")
@@ -286,9 +277,9 @@ def test_a_bad_data_file_is_refused_before_joining(procs, tmp_path, artifacts, d
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_a_signal_stops_the_client_which_leaves(procs, tmp_path, artifacts, data, sig, code):
+def test_a_signal_stops_the_client_which_leaves(procs, tmp_path, mlp_artifacts, data, sig, code):
     state = tmp_path / "state"
-    port = start_coordinator(procs, artifacts, state, rounds=1, min_clients=2)   # one client waits forever
+    port = start_coordinator(procs, mlp_artifacts, state, rounds=1, min_clients=2)   # one client waits forever
     edge = start_edge(procs, port, data[0], "dev0")
     wait_for(lambda: "joined" in edge.out_path.read_text() or edge.poll() is not None, 30, "the client to join")
     time.sleep(0.3)
@@ -299,9 +290,9 @@ def test_a_signal_stops_the_client_which_leaves(procs, tmp_path, artifacts, data
     assert active == 0 and signal.Signals(sig).name in reason
 
 
-def test_a_signal_during_local_training_stops_at_once(procs, tmp_path, artifacts, data):
+def test_a_signal_during_local_training_stops_at_once(procs, tmp_path, mlp_artifacts, data):
     state = tmp_path / "state"
-    port = start_coordinator(procs, artifacts, state, rounds=1, min_clients=1, local_epochs=2000)  # minutes of work
+    port = start_coordinator(procs, mlp_artifacts, state, rounds=1, min_clients=1, local_epochs=2000)  # minutes of work
     edge = start_edge(procs, port, data[0], "dev0")
     wait_for(lambda: query_when_ready(state, "SELECT 1 FROM rounds WHERE round = 1"), 30, "round 1 to open")
     time.sleep(1.0)
@@ -322,9 +313,9 @@ def test_edge_run_help_explains_the_flags():
     assert "130 SIGINT, 143 SIGTERM" in out.stdout and "--debug-modules" not in out.stdout
 
 
-def test_out_of_range_labels_stop_the_device_before_training(procs, tmp_path, artifacts, data):
+def test_out_of_range_labels_stop_the_device_before_training(procs, tmp_path, mlp_artifacts, data):
     state = tmp_path / "state"
-    port = start_coordinator(procs, artifacts, state, rounds=1, min_clients=1)
+    port = start_coordinator(procs, mlp_artifacts, state, rounds=1, min_clients=1)
     shifted = tmp_path / "shifted.npz"
     with np.load(data[0]) as d:
         np.savez(shifted, x=d["x"], labels=d["labels"] + 10)  # labels 10..19 for a 10-class model

@@ -16,8 +16,8 @@ import grpc
 import numpy as np
 import pytest
 
-from coordinator_fixtures import (mlp_artifacts, make_config, start_coordinator, stub_client,  # noqa: F401 (fixtures)
-                                  update_header)
+from coordinator_fixtures import (mlp_artifacts, make_config, nothing_changed, opened_round,  # noqa: F401 (fixtures)
+                                  start_coordinator, stub_client, update_header)
 from fedort.coordinator import Coordinator
 from fedort.protos import fedort_v1_pb2 as pb
 from fedort.protos.errors import ConfigError
@@ -33,22 +33,6 @@ async def submit_file(client, cid: str, model: str, round: int, vector: np.ndarr
     header = update_header(cid, model, round, vector, n)
     header.local_file = name
     return await client.submit_parts([pb.UpdatePart(header=header), *(pb.UpdatePart(chunk=c) for c in chunks)])
-
-
-async def opened_round(start_coordinator, stub_client, **config):
-    """A started coordinator whose round 1 is open; (coordinator, client, model id, round, global vector, dir)."""
-    coord = await start_coordinator(min_clients=1, rounds=1, **config)
-    client = stub_client(coord.port)
-    join = await client.join("client-a")
-    task = await client.poll("client-a", join.model_id)
-    _, g = await client.download_vector("client-a", join.model_id, task.round)
-    return coord, client, join.model_id, task.round, g, Path(join.local_vector_dir) if join.local_vector_dir else None
-
-
-def nothing_changed(coord: Coordinator, round: int) -> None:
-    assert coord.engine.store.submissions(round) == [] and coord.engine.training.reported == {}
-    spool = coord.engine.store.spool_dir(round)
-    assert not spool.exists() or list(spool.iterdir()) == []
 
 
 async def test_an_update_handed_over_as_a_file_gives_the_same_global_vector_bit_for_bit_as_streamed(

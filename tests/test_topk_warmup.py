@@ -14,7 +14,7 @@ from fedort.protos.codecs import get_codec, parse_codec
 from fedort.protos.errors import ConfigError
 from fedort.simulations.config import SimulationConfig
 
-from edge_support import artifacts, config, digits, part, run_in_threads, server  # noqa: F401 (fixtures)
+from edge_support import config, digits, part, run_in_threads, server  # noqa: F401 (fixtures)
 
 P = 10_000
 

@@ -16,9 +16,8 @@ import grpc
 import numpy as np
 import pytest
 
-from coordinator_fixtures import (chunks_of, make_config, mlp_artifacts, start_coordinator,  # noqa: F401 (fixtures)
-                                  stub_client, update_header)
-from fedort.coordinator import Coordinator
+from coordinator_fixtures import (chunks_of, make_config, mlp_artifacts, nothing_changed,  # noqa: F401 (fixtures)
+                                  opened_round, start_coordinator, stub_client, update_header)
 from fedort.coordinator.integrity import read_verified_bytes
 from fedort.coordinator.state import StateStore
 from fedort.edge_client import EdgeClient, EdgeConfig
@@ -32,27 +31,12 @@ def b3(vector: np.ndarray) -> bytes:
     return blake3.blake3(np.ascontiguousarray(vector, dtype="<f4").tobytes()).digest()
 
 
-async def opened_round(start_coordinator, stub_client, **config):
-    coord = await start_coordinator(min_clients=1, rounds=1, **config)
-    client = stub_client(coord.port)
-    join = await client.join("client-a")
-    task = await client.poll("client-a", join.model_id)
-    _, g = await client.download_vector("client-a", join.model_id, task.round)
-    return coord, client, join, task.round, g
-
-
-def nothing_changed(coord: Coordinator, round: int) -> None:
-    assert coord.engine.store.submissions(round) == [] and coord.engine.training.reported == {}
-    spool = coord.engine.store.spool_dir(round)
-    assert not spool.exists() or list(spool.iterdir()) == []
-
-
 async def test_a_coordinator_announces_blake3_and_records_a_blake3_update_with_its_algorithm(
         start_coordinator, stub_client):
-    coord, client, join, round, g = await opened_round(start_coordinator, stub_client)
-    assert list(join.update_digests) == ["blake3"]
+    coord, client, model, round, g, _ = await opened_round(start_coordinator, stub_client)
+    assert list((await client.join("client-b")).update_digests) == ["blake3"]   # what every Join announces
     update = (g + np.float32(0.5)).astype(np.float32)
-    reply = await client.submit("client-a", join.model_id, round, update, 10, digest="blake3", sha256=b3(update))
+    reply = await client.submit("client-a", model, round, update, 10, digest="blake3", sha256=b3(update))
     assert reply.accepted and not reply.duplicate
     (row,) = coord.engine.store.submissions(round)
     assert row.sha256 == f"blake3:{b3(update).hex()}"
@@ -61,30 +45,30 @@ async def test_a_coordinator_announces_blake3_and_records_a_blake3_update_with_i
 
 
 async def test_a_sha256_only_coordinator_refuses_a_blake3_update_and_still_takes_sha256(start_coordinator, stub_client):
-    coord, client, join, round, g = await opened_round(start_coordinator, stub_client, update_digests=())
-    assert list(join.update_digests) == []
+    coord, client, model, round, g, _ = await opened_round(start_coordinator, stub_client, update_digests=())
+    assert list((await client.join("client-b")).update_digests) == []
     with pytest.raises(grpc.aio.AioRpcError) as e:
-        await client.submit("client-a", join.model_id, round, g, 10, digest="blake3", sha256=b3(g))
+        await client.submit("client-a", model, round, g, 10, digest="blake3", sha256=b3(g))
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "'blake3' is not accepted" in e.value.details() and "['sha256']" in e.value.details()
     nothing_changed(coord, round)
-    assert (await client.submit("client-a", join.model_id, round, g, 10)).accepted   # an older device's update
+    assert (await client.submit("client-a", model, round, g, 10)).accepted   # an older device's update
 
 
 async def test_an_unknown_digest_is_refused(start_coordinator, stub_client):
-    coord, client, join, round, g = await opened_round(start_coordinator, stub_client)
+    coord, client, model, round, g, _ = await opened_round(start_coordinator, stub_client)
     with pytest.raises(grpc.aio.AioRpcError) as e:
-        await client.submit("client-a", join.model_id, round, g, 10, digest="md5", sha256=b3(g))
+        await client.submit("client-a", model, round, g, 10, digest="md5", sha256=b3(g))
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "unknown vector digest 'md5'" in e.value.details()
     nothing_changed(coord, round)
 
 
 async def test_a_streamed_blake3_update_whose_bytes_differ_is_refused_and_nothing_counts(start_coordinator, stub_client):
-    coord, client, join, round, g = await opened_round(start_coordinator, stub_client)
+    coord, client, model, round, g, _ = await opened_round(start_coordinator, stub_client)
     sent = g.copy()
     sent[7] += np.float32(1.0)
     with pytest.raises(grpc.aio.AioRpcError) as e:
-        await client.submit("client-a", join.model_id, round, g, 10, digest="blake3", sha256=b3(g),
+        await client.submit("client-a", model, round, g, 10, digest="blake3", sha256=b3(g),
                             chunks=chunks_of(sent))
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "blake3 mismatch" in e.value.details()
     nothing_changed(coord, round)
@@ -92,12 +76,12 @@ async def test_a_streamed_blake3_update_whose_bytes_differ_is_refused_and_nothin
 
 async def test_a_corrupted_co_located_file_with_a_blake3_digest_is_refused_and_nothing_counts(
         start_coordinator, stub_client, tmp_path):
-    coord, client, join, round, g = await opened_round(start_coordinator, stub_client, local_vector_dir=tmp_path / "lv")
+    coord, client, model, round, g, _ = await opened_round(start_coordinator, stub_client, local_vector_dir=tmp_path / "lv")
     on_disk = g.copy()
     on_disk[3] = np.float32(42.0)          # the file no longer holds what the header's digest covers
     name = "client-a.corrupt.f32"
     (tmp_path / "lv" / name).write_bytes(on_disk.tobytes())
-    header = update_header("client-a", join.model_id, round, g, 10, digest="blake3", sha256=b3(g))
+    header = update_header("client-a", model, round, g, 10, digest="blake3", sha256=b3(g))
     header.local_file = name
     with pytest.raises(grpc.aio.AioRpcError) as e:
         await client.submit_parts([pb.UpdatePart(header=header)])
