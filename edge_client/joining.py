@@ -15,6 +15,7 @@ import sys
 from fedort.edge_client.artifacts import ARTIFACT_FILES, Manifest
 from fedort.edge_client.cache import identity_key
 from fedort.edge_client.local_vectors import LocalVectors
+from fedort.edge_client.pending import Pending
 from fedort.edge_client.retry import call_with_retry
 from fedort.edge_client.session import SessionConfig, TrainingSession
 from fedort.edge_client.transport import JoinInfo
@@ -106,7 +107,30 @@ class Joining:
             self._check_shared_session(manifest)
         log.info("joined %s as %s (model %s…, %d parameters)", self.config.coordinator, self.client_id,
                  self.model_id[:12], manifest.parameter_count)
+        self._settle_journal()
         return info
+
+    def _settle_journal(self) -> None:
+        """Send again the top-k update a previous process journaled but never heard back about: the
+        coordinator's answer (accepted or duplicate: counted; FAILED_PRECONDITION: it did not count, see
+        update_codec.py) settles the residual the next update adds. A refusal (INVALID_ARGUMENT, e.g.
+        the run no longer allows the codec) means it did not count either."""
+        unsettled = self._encoder.unsettled(self.manifest.parameter_count)
+        if unsettled is None:
+            return
+        entry, update = unsettled
+        log.info("round %d: sending again the top-k update whose answer was lost (the device stopped before it "
+                 "was recorded)", entry.round)
+        self._pending = Pending(entry.round, update, entry.num_examples, entry.metrics, 0.0, False)
+        try:
+            self._submit_pending()
+        except FedortError as e:
+            if getattr(e, "code", None) != "INVALID_ARGUMENT":
+                raise
+            log.warning("round %d: the coordinator refused the journaled update (%s); keeping it as residual",
+                        entry.round, e)
+            self._pending = None
+            self._encoder.settle(update, counted=False)
 
     def _rejoin(self) -> None:
         info = call_with_retry(lambda: self.transport.join(self.config.name, self.client_id, self.config.credential,
