@@ -15,7 +15,8 @@ exponential backoff (`retry.Backoff`) and raises anything else. A trained update
 the coordinator acknowledges it, so a coordinator that restarts mid-upload gets it again (a
 `duplicate` reply counts as success); a FAILED_PRECONDITION (the round closed meanwhile) drops
 it — unless a re-Join shows the coordinator now runs another model, which ends the client with
-WrongModelError. The client id is saved in the cache per coordinator + device name (+ data
+WrongModelError. A top-k update is journaled on disk, so join() after a device restart sends it
+again to learn its outcome (update_codec.py). The client id is saved in the cache per coordinator + device name (+ data
 file) and sent on every Join, so a restarted device (or coordinator) keeps its identity; a lock
 file stops two running clients from sharing one identity.
 

@@ -15,12 +15,23 @@ everything sent plus the final residual equals the sum of the true deltas. r' re
 the coordinator counted the upload (accepted or duplicate); an upload the round no longer takes
 (stale, rejected) sent nothing that counted, so r' = c. Where r lives: in memory (one
 `UpdateEncoder` per client object, so per simulated virtual client), and for a device that
-persists its identity also durably in its cache folder, `residuals/<key>.f32`, keyed by the
-identity (coordinator, device name, data file) and the model id (an atomic write per upload).
-In memory a residual costs 4P bytes per client object that trained with top-k — mind it when
-simulating many virtual clients of a large model. A device that skips rounds keeps r and adds it
-to its next delta, taken against the global it then trains from (r is a sum of deltas, not tied
-to one global). The fraction of a top-k round follows the warm-up schedule (topk_warmup.py).
+persists its identity also durably in its cache folder, keyed by the identity (coordinator,
+device name, data file) and the model id, as a journal (edge_client/feedback_journal.py):
+c, the payload and the header fields are written atomically BEFORE the upload is sent, the
+coordinator's answer (counted or not) after it. Crash semantics: a device killed anywhere in
+between finds the journal unsettled when it starts again, and `join()` sends the same update again
+before anything else: `accepted` (the round was still open and had not counted it) or `duplicate`
+(it had) settle r', FAILED_PRECONDITION settles c — a coordinator of protocol 1.4 or later
+answers `duplicate` for the same update also after its round closed (coordinator/resubmission.py),
+so its FAILED_PRECONDITION means the upload did not count. An older coordinator refuses that case
+as stale too: the device then keeps c (nothing it computed is dropped; if that upload had counted
+before the round closed, its top-k part is counted twice — once per such crash at most). The
+journal costs what the bare residual file did: one atomic 4P-byte write per top-k upload, plus
+a few bytes for the answer; raw, fp16, bf16 and int8 write nothing. In memory a residual costs
+4P bytes per client object that trained with top-k — mind it when simulating many virtual
+clients of a large model. A device that skips rounds keeps r and adds it to its next delta,
+taken against the global it then trains from (r is a sum of deltas, not tied to one global).
+The fraction of a top-k round follows the warm-up schedule (topk_warmup.py).
 """
 
 from __future__ import annotations

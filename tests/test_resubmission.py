@@ -1,0 +1,42 @@
+"""coordinator/resubmission.py: an update re-sent after its round closed is a duplicate if that exact update
+was counted, and FAILED_PRECONDITION (it did not count) otherwise; neither changes the state."""
+
+from __future__ import annotations
+
+import grpc
+import numpy as np
+import pytest
+
+from coordinator_fixtures import mlp_artifacts, start_coordinator, stub_client  # noqa: F401
+from fedort.protos import fedort_v1_pb2 as pb
+from test_servicer import snapshot
+
+
+@pytest.fixture
+async def closed_round(start_coordinator, stub_client):
+    """client-a's update counted in round 1, which closed; round 2 is open."""
+    coord = await start_coordinator(rounds=3, min_clients=1, round_timeout_s=240)
+    client = stub_client(coord.port)
+    model = (await client.join("client-a")).model_id
+    _, _, reply = await client.fit_round("client-a", model, 0.5, 10)
+    assert reply.accepted and not reply.duplicate
+    assert (await client.poll("client-a", model)).round == 2
+    _, vector = await client.download_vector("client-a", model, 1)
+    return coord, client, model, vector
+
+
+async def test_the_counted_update_sent_again_after_its_round_closed_is_a_duplicate(closed_round):
+    coord, client, model, vector = closed_round
+    before = snapshot(coord.state_dir)
+    again = await client.submit("client-a", model, 1, vector + np.float32(0.5), 10)
+    assert again.accepted and again.duplicate and again.round == 1
+    assert snapshot(coord.state_dir) == before
+
+
+async def test_another_update_for_the_closed_round_is_refused_as_stale(closed_round):
+    coord, client, model, vector = closed_round
+    before = snapshot(coord.state_dir)
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await client.submit("client-a", model, 1, vector + np.float32(0.25), 10)
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert snapshot(coord.state_dir) == before
