@@ -216,12 +216,15 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         check_identity(_caller.get(), header.client_id)
         with self.streams.stream(header.client_id, "upload"):
             self.submissions.take(header.client_id)
+            chunks = self._chunks(context)
             try:
-                return (await self.engine.submit_update(header, self._chunks(context))).to_pb()
+                return (await self.engine.submit_update(header, chunks)).to_pb()
             except StaleRoundError:
                 counted = counted_before(self.engine, header)   # resent after its round closed (resubmission.py)
                 if counted is None:
                     raise
+                async for _ in chunks:   # drained and acknowledged, as an open round's duplicate is
+                    pass
                 return counted.to_pb()
 
     async def _chunks(self, context) -> AsyncIterator[bytes]:
