@@ -40,3 +40,19 @@ async def test_another_update_for_the_closed_round_is_refused_as_stale(closed_ro
         await client.submit("client-a", model, 1, vector + np.float32(0.25), 10)
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert snapshot(coord.state_dir) == before
+
+
+async def test_async_mode_a_counted_update_sent_again_after_the_run_ended_is_a_duplicate(start_coordinator,
+                                                                                          stub_client):
+    coord = await start_coordinator(rounds=1, buffer_size=1, mode="async", min_clients=1)
+    client = stub_client(coord.port)
+    model = (await client.join("client-a")).model_id
+    _, _, reply = await client.fit_round("client-a", model, 0.5, 10)
+    assert reply.accepted and not reply.duplicate
+    assert (await client.poll("client-a", model)).kind == pb.Task.DONE   # no version takes updates any more
+    _, vector = await client.download_vector("client-a", model, 1)
+    again = await client.submit("client-a", model, 1, vector + np.float32(0.5), 10)
+    assert again.accepted and again.duplicate
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await client.submit("client-a", model, 1, vector + np.float32(0.25), 10)
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
