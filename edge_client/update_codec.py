@@ -44,7 +44,6 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from fedort.edge_client.cache import atomic_write
 from fedort.edge_client.feedback_journal import JournalEntry, new_id, read_journal, write_journal, write_outcome
 from fedort.edge_client.topk_warmup import TopkWarmup
 from fedort.edge_client.update_headers import encoded_update_header, update_header
@@ -140,12 +139,8 @@ class ResidualStore:
     def settle(self, key: str, update: "EncodedUpdate", counted: bool) -> None:
         """Keep r' (counted) or c (not counted); on disk, record the answer to the upload's journal."""
         self._memory[key] = np.ascontiguousarray(update.residual if counted else update.corrected, dtype="<f4")
-        if self.folder is None:
-            return
-        if update.journal:
+        if self.folder is not None and update.journal:
             write_outcome(self._path(key, ".done"), update.journal, counted)
-        else:   # encoded without a journal (no round): the residual itself
-            atomic_write(self._path(key, ".f32"), [memoryview(self._memory[key]).cast("B")])
 
 
 def choose_codec(configured: str, allowed: Sequence[str]) -> CodecSpec:
