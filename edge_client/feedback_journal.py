@@ -5,14 +5,14 @@ Per residual key (device identity + model), in the device's cache folder `residu
     <h>.ef    the journal, written atomically BEFORE the upload leaves the device: the round, what
               rebuilds the upload's header, the corrected delta c (4P bytes) and the payload;
     <h>.done  the coordinator's answer to that journal: its id and whether the upload counted
-              (a few bytes, written atomically after the answer).
+              (a few bytes, written atomically after the answer; not fsynced, see write_outcome).
 
 The residual is then r' = c - decode(payload) if the journal's upload counted, c if it did not
 (decoding is deterministic, so r' is bit for bit the r' the encoder computed). A journal with no
 outcome is *unsettled*: the process died between writing it and recording the answer, so nobody
 knows yet whether the coordinator counted it — `EdgeClient.join()` sends the same update again and
 settles it with the real answer (update_codec.py). This costs what the bare residual file did per
-upload (one atomic write of 4P bytes, plus a few bytes after the answer). `<h>.f32`, a bare
+upload (one durable atomic write of 4P bytes, plus a few bytes after the answer). `<h>.f32`, a bare
 residual written by fedort before the journal, is read while no journal exists.
 """
 
@@ -76,8 +76,10 @@ def write_journal(path: Path, entry: JournalEntry) -> None:
 
 
 def write_outcome(path: Path, journal_id: str, counted: bool) -> None:
-    """Durably record the coordinator's answer to journal `journal_id`."""
-    atomic_write(path, json.dumps({"id": journal_id, "counted": bool(counted)}).encode())
+    """Record the coordinator's answer to journal `journal_id`: atomically, without fsync. A process crash keeps
+    it; a power cut may lose it, and the journal is then unsettled and sent again, which the coordinator
+    answers as before (duplicate if it counted) — no fsync pair per upload for a case that asking again covers."""
+    atomic_write(path, json.dumps({"id": journal_id, "counted": bool(counted)}).encode(), durable=False)
 
 
 def read_journal(path: Path, outcome: Path, length: int) -> JournalEntry | None:
