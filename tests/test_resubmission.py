@@ -1,7 +1,10 @@
 """coordinator/resubmission.py: an update re-sent after its round closed is a duplicate if that exact update
-was counted, and FAILED_PRECONDITION (it did not count) otherwise; neither changes the state."""
+was counted, and FAILED_PRECONDITION (it did not count) otherwise; neither adds a submission or a spool file."""
 
 from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
 
 import grpc
 import numpy as np
@@ -9,7 +12,15 @@ import pytest
 
 from coordinator_fixtures import mlp_artifacts, start_coordinator, stub_client  # noqa: F401
 from fedort.protos import fedort_v1_pb2 as pb
-from test_servicer import snapshot
+
+
+def rows(state_dir: Path) -> list[tuple]:
+    with sqlite3.connect(f"file:{state_dir / 'state.db'}?mode=ro", uri=True) as db:
+        return db.execute("SELECT * FROM submissions ORDER BY round, client_id").fetchall()
+
+
+def spool_files(state_dir: Path) -> set[str]:
+    return {str(p.relative_to(state_dir)) for p in (state_dir / "spool").rglob("*") if p.is_file()}
 
 
 @pytest.fixture
@@ -27,19 +38,19 @@ async def closed_round(start_coordinator, stub_client):
 
 async def test_the_counted_update_sent_again_after_its_round_closed_is_a_duplicate(closed_round):
     coord, client, model, vector = closed_round
-    before = snapshot(coord.state_dir)
+    before, files = rows(coord.state_dir), spool_files(coord.state_dir)
     again = await client.submit("client-a", model, 1, vector + np.float32(0.5), 10)
     assert again.accepted and again.duplicate and again.round == 1
-    assert snapshot(coord.state_dir) == before
+    assert rows(coord.state_dir) == before and spool_files(coord.state_dir) <= files   # (round 1's may be cleaned)
 
 
 async def test_another_update_for_the_closed_round_is_refused_as_stale(closed_round):
     coord, client, model, vector = closed_round
-    before = snapshot(coord.state_dir)
+    before, files = rows(coord.state_dir), spool_files(coord.state_dir)
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await client.submit("client-a", model, 1, vector + np.float32(0.25), 10)
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert snapshot(coord.state_dir) == before
+    assert rows(coord.state_dir) == before and spool_files(coord.state_dir) <= files
 
 
 async def test_async_mode_a_counted_update_sent_again_after_the_run_ended_is_a_duplicate(start_coordinator,
