@@ -3,6 +3,8 @@
 Part of `EdgeClient` (a mixin: the attributes used here are the client's, see `edge_client.client`).
 Data problems raise DataError before anything is sent when they can be seen without the model,
 or against a known manifest; otherwise right after Join, and the client then leaves again.
+Last, a top-k update a previous process journaled but never heard back about is sent again, so
+that its answer settles the error-feedback residual (edge_client/feedback_journal.py).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ class Joining:
         model, or against a known manifest (a shared session's, or the one this coordinator served
         to this device last time). Otherwise the manifest only arrives with the JoinReply: the
         checks then run right after Join, and a client whose data does not fit leaves again.
+        A top-k update left unanswered by a previous process is sent again before this returns.
         """
         self.phase = "joining"
         try:
