@@ -33,6 +33,7 @@ from fedort.coordinator.auth import Authenticator, check_identity
 from fedort.coordinator.join_limits import JoinGate, clip
 from fedort.coordinator.limits import RateLimiter, StreamLimiter
 from fedort.coordinator.monitoring import Monitoring
+from fedort.coordinator.resubmission import counted_before
 from fedort.coordinator.round_engine import RoundEngine
 from fedort.coordinator.storage import storage_error
 from fedort.edge_client.artifacts import ARTIFACT_FILES
@@ -41,7 +42,7 @@ from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
 from fedort.protos.codec import CHUNK_BYTES, VectorMeta, iter_chunks
 from fedort.protos.codecs.stream import iter_payload_chunks
 from fedort.protos.codecs.xor_delta import DOWNLOAD_DELTA
-from fedort.protos.errors import FedortError, NotFoundError, ProtocolError, ResourceExhaustedError
+from fedort.protos.errors import FedortError, NotFoundError, ProtocolError, ResourceExhaustedError, StaleRoundError
 from fedort.protos.messages import UpdateHeader, meta_to_pb, metrics_from_pb
 from fedort.protos.status_codes import status_for
 
@@ -215,7 +216,16 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         check_identity(_caller.get(), header.client_id)
         with self.streams.stream(header.client_id, "upload"):
             self.submissions.take(header.client_id)
-            return (await self.engine.submit_update(header, self._chunks(context))).to_pb()
+            chunks = self._chunks(context)
+            try:
+                return (await self.engine.submit_update(header, chunks)).to_pb()
+            except StaleRoundError:
+                counted = counted_before(self.engine, header)   # resent after its round closed (resubmission.py)
+                if counted is None:
+                    raise
+                async for _ in chunks:   # drained and acknowledged, as an open round's duplicate is
+                    pass
+                return counted.to_pb()
 
     async def _chunks(self, context) -> AsyncIterator[bytes]:
         """The chunk bytes of an upload stream after its header (ProtocolError for a second header)."""

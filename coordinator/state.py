@@ -363,6 +363,12 @@ class StateStore:
                               r["spool_path"], r["received_ms"], *[r[k] for k in ("codec", "payload") if k in r.keys()])
                 for r in rows]
 
+    def submission_digest(self, round: int, client_id: str) -> str | None:
+        """The stored payload digest of `client_id`'s counted update of round `round` (None: none counted)."""
+        row = self._db.execute("SELECT sha256 FROM submissions WHERE round = ? AND client_id = ?",
+                               (round, client_id)).fetchone()
+        return None if row is None else row["sha256"]
+
     # ---- evaluations ----------------------------------------------------------------------------
 
     def add_evaluation(self, round: int, client_id: str, num_examples: int, metrics: dict[str, Any]) -> None:

@@ -15,7 +15,8 @@ exponential backoff (`retry.Backoff`) and raises anything else. A trained update
 the coordinator acknowledges it, so a coordinator that restarts mid-upload gets it again (a
 `duplicate` reply counts as success); a FAILED_PRECONDITION (the round closed meanwhile) drops
 it — unless a re-Join shows the coordinator now runs another model, which ends the client with
-WrongModelError. The client id is saved in the cache per coordinator + device name (+ data
+WrongModelError. A top-k update is journaled on disk, so join() after a device restart sends it
+again to learn its outcome (update_codec.py). The client id is saved in the cache per coordinator + device name (+ data
 file) and sent on every Join, so a restarted device (or coordinator) keeps its identity; a lock
 file stops two running clients from sharing one identity.
 
@@ -35,7 +36,7 @@ import functools
 import logging
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -57,22 +58,10 @@ from fedort.edge_client.retry import StoppedError, call_with_retry
 from fedort.edge_client.run_end import final_outcome
 from fedort.edge_client.session import TrainingSession
 from fedort.edge_client.transport import JoinInfo, SubmitResult, Transport
-from fedort.edge_client.update_codec import EncodedUpdate, UpdateEncoder
+from fedort.edge_client.pending import Pending
+from fedort.edge_client.update_codec import UpdateEncoder
 
 log = logging.getLogger("fedort.edge")
-
-
-@dataclass
-class _Pending:
-    """A trained update not yet acknowledged by the coordinator."""
-
-    round: int
-    update: EncodedUpdate | None
-    num_examples: int
-    metrics: dict[str, Metric]
-    seconds: float
-    vector_cached: bool
-    secagg: tuple[Task, np.ndarray, np.ndarray] | None = None   # (task, global, trained): masked in upload()
 
 
 class EdgeClient(Joining):
@@ -100,7 +89,7 @@ class EdgeClient(Joining):
         self.model_id = ""
         self.manifest: Manifest | None = None
         self._join: JoinInfo | None = None
-        self._pending: _Pending | None = None
+        self._pending: Pending | None = None
         self._encoder: UpdateEncoder | None = None
         self._bytes_down = 0
         self._identity_lock: IdentityLock | None = None
@@ -244,11 +233,12 @@ class EdgeClient(Joining):
             result = replace(result, vector=LocalDP(float(self.config.local_dp_clip),
                                                     float(self.config.local_dp_noise))(task, vector, result.vector))
         if task.secagg:   # secure aggregation: only a masked vector leaves the device, in upload()
-            self._pending = _Pending(task.round, None, result.num_examples, dict(result.metrics),
+            self._pending = Pending(task.round, None, result.num_examples, dict(result.metrics),
                                      time.monotonic() - started, cached, secagg=(task, vector, result.vector))
             return
-        update = self._encoder.encode(vector, task.vector_sha256, result.vector, task.config.seed, task.round)
-        self._pending = _Pending(task.round, update, result.num_examples, dict(result.metrics),
+        update = self._encoder.encode(vector, task.vector_sha256, result.vector, task.config.seed, task.round,
+                                      result.num_examples, result.metrics)   # top-k on disk: journaled here
+        self._pending = Pending(task.round, update, result.num_examples, dict(result.metrics),
                                  time.monotonic() - started, cached)
 
     def upload(self) -> RoundReport:
@@ -278,7 +268,7 @@ class EdgeClient(Joining):
         return self._report(p.round, "fit", p.num_examples, p.metrics, p.seconds, reply, p.vector_cached,
                             codec=u.codec, bytes_up=u.nbytes)
 
-    def _submit_masked(self, p: _Pending, chunk: int) -> RoundReport:
+    def _submit_masked(self, p: Pending, chunk: int) -> RoundReport:
         """Run the secure-aggregation phases for the pending update (edge_client.secagg_flow)."""
         from fedort.edge_client.secagg_flow import SecAggFlow   # its crypto stack loads only for a masked round
         task, vector, trained = p.secagg

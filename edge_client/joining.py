@@ -3,6 +3,8 @@
 Part of `EdgeClient` (a mixin: the attributes used here are the client's, see `edge_client.client`).
 Data problems raise DataError before anything is sent when they can be seen without the model,
 or against a known manifest; otherwise right after Join, and the client then leaves again.
+Last, a top-k update a previous process journaled but never heard back about is sent again, so
+that its answer settles the error-feedback residual (edge_client/feedback_journal.py).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import sys
 from fedort.edge_client.artifacts import ARTIFACT_FILES, Manifest
 from fedort.edge_client.cache import identity_key
 from fedort.edge_client.local_vectors import LocalVectors
+from fedort.edge_client.pending import Pending
 from fedort.edge_client.retry import call_with_retry
 from fedort.edge_client.session import SessionConfig, TrainingSession
 from fedort.edge_client.transport import JoinInfo
@@ -50,6 +53,7 @@ class Joining:
         model, or against a known manifest (a shared session's, or the one this coordinator served
         to this device last time). Otherwise the manifest only arrives with the JoinReply: the
         checks then run right after Join, and a client whose data does not fit leaves again.
+        A top-k update left unanswered by a previous process is sent again before this returns.
         """
         self.phase = "joining"
         try:
@@ -106,7 +110,30 @@ class Joining:
             self._check_shared_session(manifest)
         log.info("joined %s as %s (model %s…, %d parameters)", self.config.coordinator, self.client_id,
                  self.model_id[:12], manifest.parameter_count)
+        self._settle_journal()
         return info
+
+    def _settle_journal(self) -> None:
+        """Send again the top-k update a previous process journaled but never heard back about: the
+        coordinator's answer (accepted or duplicate: counted; FAILED_PRECONDITION: it did not count, see
+        update_codec.py) settles the residual the next update adds. A refusal (INVALID_ARGUMENT, e.g.
+        the run no longer allows the codec) means it did not count either."""
+        unsettled = self._encoder.unsettled(self.manifest.parameter_count)
+        if unsettled is None:
+            return
+        entry, update = unsettled
+        log.info("round %d: sending again the top-k update whose answer was lost (the device stopped before it "
+                 "was recorded)", entry.round)
+        self._pending = Pending(entry.round, update, entry.num_examples, entry.metrics, 0.0, False)
+        try:
+            self._submit_pending()
+        except FedortError as e:
+            if getattr(e, "code", None) != "INVALID_ARGUMENT":
+                raise
+            log.warning("round %d: the coordinator refused the journaled update (%s); keeping it as residual",
+                        entry.round, e)
+            self._pending = None
+            self._encoder.settle(update, counted=False)
 
     def _rejoin(self) -> None:
         info = call_with_retry(lambda: self.transport.join(self.config.name, self.client_id, self.config.credential,

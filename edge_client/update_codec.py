@@ -15,12 +15,23 @@ everything sent plus the final residual equals the sum of the true deltas. r' re
 the coordinator counted the upload (accepted or duplicate); an upload the round no longer takes
 (stale, rejected) sent nothing that counted, so r' = c. Where r lives: in memory (one
 `UpdateEncoder` per client object, so per simulated virtual client), and for a device that
-persists its identity also durably in its cache folder, `residuals/<key>.f32`, keyed by the
-identity (coordinator, device name, data file) and the model id (an atomic write per upload).
-In memory a residual costs 4P bytes per client object that trained with top-k — mind it when
-simulating many virtual clients of a large model. A device that skips rounds keeps r and adds it
-to its next delta, taken against the global it then trains from (r is a sum of deltas, not tied
-to one global). The fraction of a top-k round follows the warm-up schedule (topk_warmup.py).
+persists its identity also durably in its cache folder, keyed by the identity (coordinator,
+device name, data file) and the model id, as a journal (edge_client/feedback_journal.py):
+c, the payload and the header fields are written atomically BEFORE the upload is sent, the
+coordinator's answer (counted or not) after it. Crash semantics: a device killed anywhere in
+between finds the journal unsettled when it starts again, and `join()` sends the same update again
+before anything else: `accepted` (the round was still open and had not counted it) or `duplicate`
+(it had) settle r', FAILED_PRECONDITION settles c — a coordinator of protocol 1.4 or later
+answers `duplicate` for the same update also after its round closed (coordinator/resubmission.py),
+so its FAILED_PRECONDITION means the upload did not count. An older coordinator refuses that case
+as stale too: the device then keeps c (nothing it computed is dropped; if that upload had counted
+before the round closed, its top-k part is counted twice — once per such crash at most). The
+journal costs what the bare residual file did: one atomic 4P-byte write per top-k upload, plus
+a few bytes for the answer; raw, fp16, bf16 and int8 write nothing. In memory a residual costs
+4P bytes per client object that trained with top-k — mind it when simulating many virtual
+clients of a large model. A device that skips rounds keeps r and adds it to its next delta,
+taken against the global it then trains from (r is a sum of deltas, not tied to one global).
+The fraction of a top-k round follows the warm-up schedule (topk_warmup.py).
 """
 
 from __future__ import annotations
@@ -33,7 +44,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from fedort.edge_client.cache import atomic_write
+from fedort.edge_client.feedback_journal import JournalEntry, new_id, read_journal, write_journal, write_outcome
 from fedort.edge_client.topk_warmup import TopkWarmup
 from fedort.edge_client.update_headers import encoded_update_header, update_header
 from fedort.protos.messages import Metric, UpdateHeader
@@ -58,6 +69,7 @@ class EncodedUpdate:
     corrected: np.ndarray | None = None   # error feedback: delta + previous residual (None without feedback)
     residual: np.ndarray | None = None    # error feedback: what stays unsent if this upload counts
     trained_from: bytes = b""             # sha256 of the global vector the update was trained from
+    journal: str = ""                     # error feedback on disk: the id of this upload's journal
 
     @property
     def nbytes(self) -> int:
@@ -79,14 +91,15 @@ class EncodedUpdate:
 
 
 class ResidualStore:
-    """Error-feedback residuals by key, in memory and, when `folder` is given, durably on disk."""
+    """Error-feedback residuals by key, in memory and, when `folder` is given, durably on disk
+    (a journal per upload: edge_client/feedback_journal.py)."""
 
     def __init__(self, folder: str | Path | None = None) -> None:
         self.folder = Path(folder) if folder is not None else None
         self._memory: dict[str, np.ndarray] = {}
 
-    def _path(self, key: str) -> Path:
-        return self.folder / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.f32"
+    def _path(self, key: str, suffix: str) -> Path:
+        return self.folder / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}{suffix}"
 
     def load(self, key: str, length: int) -> np.ndarray | None:
         if key in self._memory:
@@ -94,21 +107,40 @@ class ResidualStore:
             return r if len(r) == length else None
         if self.folder is None:
             return None
-        try:
-            data = self._path(key).read_bytes()
-        except OSError:
-            return None
-        if len(data) != 4 * length:
-            return None
-        r = np.frombuffer(data, dtype="<f4").copy()
+        entry = self.journal(key, length)
+        if entry is not None:
+            if entry.counted is None:
+                log.warning("top-k upload of round %d: the coordinator's answer is unknown; keeping the whole "
+                            "corrected delta as the residual", entry.round)
+            r = entry.residual()
+        else:
+            try:
+                data = self._path(key, ".f32").read_bytes()   # a bare residual (fedort before the journal)
+            except OSError:
+                return None
+            if len(data) != 4 * length:
+                return None
+            r = np.frombuffer(data, dtype="<f4").copy()
         self._memory[key] = r
         return r
 
-    def save(self, key: str, residual: np.ndarray) -> None:
-        residual = np.ascontiguousarray(residual, dtype="<f4")
-        self._memory[key] = residual
+    def journal(self, key: str, length: int) -> JournalEntry | None:
+        """The durable journal of `key`'s last top-k upload (None in memory, or if there is none)."""
+        if self.folder is None:
+            return None
+        return read_journal(self._path(key, ".ef"), self._path(key, ".done"), length)
+
+    def begin(self, key: str, entry: JournalEntry) -> None:
+        """Durably journal an upload before it is sent (nothing to do in memory)."""
         if self.folder is not None:
-            atomic_write(self._path(key), [memoryview(residual).cast("B")])
+            write_journal(self._path(key, ".ef"), entry)
+            self._path(key, ".f32").unlink(missing_ok=True)
+
+    def settle(self, key: str, update: "EncodedUpdate", counted: bool) -> None:
+        """Keep r' (counted) or c (not counted); on disk, record the answer to the upload's journal."""
+        self._memory[key] = np.ascontiguousarray(update.residual if counted else update.corrected, dtype="<f4")
+        if self.folder is not None and update.journal:
+            write_outcome(self._path(key, ".done"), update.journal, counted)
 
 
 def choose_codec(configured: str, allowed: Sequence[str]) -> CodecSpec:
@@ -155,12 +187,15 @@ class UpdateEncoder:
         return spec if spec == self.spec or self.allowed is None or allows(self.allowed, spec) else self.spec
 
     def encode(self, global_vector: np.ndarray, global_sha256: bytes, trained: np.ndarray,
-               seed: int | None = None, round: int | None = None) -> EncodedUpdate:
+               seed: int | None = None, round: int | None = None, num_examples: int = 0,
+               metrics: Mapping[str, Metric] | None = None) -> EncodedUpdate:
         """The update to upload for `trained`, which was trained from `global_vector` (digest `global_sha256`).
 
         `seed` (the task's per-client, per-round seed) makes stochastic rounding reproducible;
         without one the encoder's own generator is used. `round` (the task's) picks the top-k
-        warm-up fraction; without one the configured spec is used."""
+        warm-up fraction; without one the configured spec is used. With error feedback and a
+        durable store, the upload (with `num_examples` and `metrics`, to send it again after a
+        restart) is journaled before this returns."""
         global_sha256 = global_sha256 or vector_digest(global_vector)
         if not self.spec.lossy:
             return EncodedUpdate("raw", vector=trained, length=len(trained), trained_from=global_sha256)
@@ -182,14 +217,31 @@ class UpdateEncoder:
         if not self.error_feedback:
             return enc
         residual = delta - codec.decode(payload, len(delta))
+        journal = ""
+        if self.store.folder is not None:
+            journal = new_id()
+            self.store.begin(self.key, JournalEntry(journal, round or 0, enc.codec, global_sha256, num_examples,
+                                                    dict(metrics or {}), delta, payload))
         return EncodedUpdate(enc.codec, payload=payload, base_sha256=global_sha256, length=len(delta),
-                             corrected=delta, residual=residual, trained_from=global_sha256)
+                             corrected=delta, residual=residual, trained_from=global_sha256, journal=journal)
 
     def settle(self, update: EncodedUpdate, counted: bool) -> None:
         """Keep the residual once the coordinator answered: r' if the upload counted, else all of c."""
         if update.corrected is None:
             return
-        self.store.save(self.key, update.residual if counted else update.corrected)
+        self.store.settle(self.key, update, counted)
+
+    def unsettled(self, length: int) -> tuple[JournalEntry, EncodedUpdate] | None:
+        """A journaled top-k upload whose answer a previous process never recorded, and the same update to send
+        again (its answer settles it); None without one (always for other codecs and in-memory residuals)."""
+        if not self.error_feedback:
+            return None
+        entry = self.store.journal(self.key, length)
+        if entry is None or entry.counted is not None:
+            return None
+        return entry, EncodedUpdate(entry.codec, payload=entry.payload, base_sha256=entry.base_sha256,
+                                    length=entry.length, corrected=entry.corrected, residual=entry.sent_residual(),
+                                    trained_from=entry.base_sha256, journal=entry.id)
 
     def residual(self, length: int) -> np.ndarray | None:
         """The residual the next update adds (None before the first counted top-k upload)."""

@@ -157,7 +157,10 @@ def test_a_second_submission_for_the_same_round_counts_once(server, tmp_path, di
 
 def test_an_update_for_a_round_that_closed_is_dropped_as_stale(server, tmp_path, digits):
     address = server.start_with(rounds=2)
-    a, b = (EdgeClient(config(address, tmp_path, n), data=part(digits, i, 2, 100)) for i, n in enumerate("ab"))
+    shifts = iter([0.0, 0.001])            # a's second round-1 update differs from the one that counted
+    hook = lambda task, g, v: v + np.float32(next(shifts))  # noqa: E731
+    a = EdgeClient(config(address, tmp_path, "a", update_hook=hook), data=part(digits, 0, 2, 100))
+    b = EdgeClient(config(address, tmp_path, "b"), data=part(digits, 1, 2, 100))
     a.join()
     b.join()
     first = a.poll()
@@ -167,6 +170,25 @@ def test_an_update_for_a_round_that_closed_is_dropped_as_stale(server, tmp_path,
     late = a.handle(first)                 # e.g. a device that trained round 1 too slowly
     assert late.outcome == "stale" and "not open" in late.message
     assert len(db(tmp_path, "SELECT * FROM submissions WHERE round = 2")) == 0
+    for c in (a, b):
+        c.close()
+
+
+def test_the_counted_update_sent_again_after_its_round_closed_is_acknowledged_as_a_duplicate(server, tmp_path,
+                                                                                              digits):
+    address = server.start_with(rounds=2)
+    same = lambda task, g, v: g + np.float32(0.001)   # noqa: E731 - the same bytes each time it trains round 1
+    a = EdgeClient(config(address, tmp_path, "a", update_hook=same), data=part(digits, 0, 2, 100))
+    b = EdgeClient(config(address, tmp_path, "b"), data=part(digits, 1, 2, 100))
+    a.join()
+    b.join()
+    first = a.poll()
+    a.handle(first)
+    b.handle(b.poll())                     # round 1 closes; round 2 opens
+    assert a.poll().round == 2
+    again = a.handle(first)                # the update it sent, again: e.g. its answer was lost
+    assert again.outcome == "duplicate" and "closed" in again.message
+    assert len(db(tmp_path, "SELECT * FROM submissions WHERE client_id = ?", a.client_id)) == 1
     for c in (a, b):
         c.close()
 
