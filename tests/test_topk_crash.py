@@ -25,7 +25,7 @@ from fedort.edge_client import EdgeClient
 from fedort.edge_client.cache import identity_key
 from fedort.edge_client.update_codec import ResidualStore
 
-from edge_support import artifacts, config, db, digits, part, server  # noqa: F401 (fixtures)
+from edge_support import config, db, digits, part, server  # noqa: F401 (fixtures)
 
 CODEC = "topk:0.05"
 
