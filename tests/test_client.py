@@ -155,10 +155,9 @@ def test_a_second_submission_for_the_same_round_counts_once(server, tmp_path, di
         c.close()
 
 
-def test_an_update_for_a_round_that_closed_is_dropped_as_stale(server, tmp_path, digits):
+def _round_one_closed(server, tmp_path, digits, hook) -> tuple[EdgeClient, EdgeClient, object]:
+    """Devices a (with `hook`) and b both report round 1, so it closes; a's round-1 task, to send again."""
     address = server.start_with(rounds=2)
-    shifts = iter([0.0, 0.001])            # a's second round-1 update differs from the one that counted
-    hook = lambda task, g, v: v + np.float32(next(shifts))  # noqa: E731
     a = EdgeClient(config(address, tmp_path, "a", update_hook=hook), data=part(digits, 0, 2, 100))
     b = EdgeClient(config(address, tmp_path, "b"), data=part(digits, 1, 2, 100))
     a.join()
@@ -167,6 +166,12 @@ def test_an_update_for_a_round_that_closed_is_dropped_as_stale(server, tmp_path,
     a.handle(first)
     b.handle(b.poll())                     # round 1 closes; round 2 opens
     assert a.poll().round == 2
+    return a, b, first
+
+
+def test_an_update_for_a_round_that_closed_is_dropped_as_stale(server, tmp_path, digits):
+    shifts = iter([0.0, 0.001])            # a's second round-1 update differs from the one that counted
+    a, b, first = _round_one_closed(server, tmp_path, digits, lambda task, g, v: v + np.float32(next(shifts)))
     late = a.handle(first)                 # e.g. a device that trained round 1 too slowly
     assert late.outcome == "stale" and "not open" in late.message
     assert len(db(tmp_path, "SELECT * FROM submissions WHERE round = 2")) == 0
@@ -176,16 +181,8 @@ def test_an_update_for_a_round_that_closed_is_dropped_as_stale(server, tmp_path,
 
 def test_the_counted_update_sent_again_after_its_round_closed_is_acknowledged_as_a_duplicate(server, tmp_path,
                                                                                               digits):
-    address = server.start_with(rounds=2)
     same = lambda task, g, v: g + np.float32(0.001)   # noqa: E731 - the same bytes each time it trains round 1
-    a = EdgeClient(config(address, tmp_path, "a", update_hook=same), data=part(digits, 0, 2, 100))
-    b = EdgeClient(config(address, tmp_path, "b"), data=part(digits, 1, 2, 100))
-    a.join()
-    b.join()
-    first = a.poll()
-    a.handle(first)
-    b.handle(b.poll())                     # round 1 closes; round 2 opens
-    assert a.poll().round == 2
+    a, b, first = _round_one_closed(server, tmp_path, digits, same)
     again = a.handle(first)                # the update it sent, again: e.g. its answer was lost
     assert again.outcome == "duplicate" and "closed" in again.message
     assert len(db(tmp_path, "SELECT * FROM submissions WHERE client_id = ?", a.client_id)) == 1
