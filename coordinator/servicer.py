@@ -41,6 +41,7 @@ from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
 from fedort.protos.codec import CHUNK_BYTES, VectorMeta, iter_chunks
 from fedort.protos.codecs.stream import iter_payload_chunks
 from fedort.protos.codecs.xor_delta import DOWNLOAD_DELTA
+from fedort.protos.update_part import part_kind
 from fedort.protos.errors import FedortError, NotFoundError, ProtocolError, ResourceExhaustedError
 from fedort.protos.messages import UpdateHeader, meta_to_pb, metrics_from_pb
 from fedort.protos.status_codes import status_for
@@ -208,9 +209,9 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     async def SubmitUpdate(self, request_iterator, context) -> pb.SubmitReply:
         first = await self._read(context)
         reject_malformed(first)
-        if first is grpc.aio.EOF or first.WhichOneof("part") != "header":
+        if first is grpc.aio.EOF or part_kind(first) != "header":
             raise ProtocolError("an update stream must start with an UpdateHeader, got "
-                                + ("an empty stream" if first is grpc.aio.EOF else f"a {first.WhichOneof('part')}"))
+                                + ("an empty stream" if first is grpc.aio.EOF else f"a {part_kind(first)}"))
         header = UpdateHeader.from_pb(first.header)
         check_identity(_caller.get(), header.client_id)
         with self.streams.stream(header.client_id, "upload"):
@@ -218,12 +219,15 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             return (await self.engine.submit_update(header, self._chunks(context))).to_pb()
 
     async def _chunks(self, context) -> AsyncIterator[bytes]:
-        """The chunk bytes of an upload stream after its header (ProtocolError for a second header)."""
+        """The chunk bytes of an upload stream after its header (ProtocolError for a second header); a plain
+        chunk message arrives as a memoryview of its payload (protos.update_part), anything else parsed."""
         while (part := await self._read(context)) is not grpc.aio.EOF:
-            reject_malformed(part)
-            if part.WhichOneof("part") != "chunk":
-                raise ProtocolError("an update stream carries one header, then only chunks; got a second header")
-            yield part.chunk
+            if type(part) is not memoryview:
+                reject_malformed(part)
+                if part.WhichOneof("part") != "chunk":
+                    raise ProtocolError("an update stream carries one header, then only chunks; got a second header")
+                part = part.chunk
+            yield part
 
     @unary
     async def SubmitEvaluation(self, request: pb.EvaluationResult, context) -> pb.SubmitReply:
