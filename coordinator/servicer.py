@@ -47,6 +47,13 @@ from fedort.protos.messages import UpdateHeader, meta_to_pb, metrics_from_pb
 from fedort.protos.status_codes import status_for
 
 _timeout = getattr(asyncio, "timeout", None)   # Python >= 3.11
+UPLOAD_WINDOW_BYTES = 256 << 10   # the per-stream receive window (server.server_options); see _chunks
+
+
+def _retrieved(read: asyncio.Future) -> None:
+    """A read-ahead whose upload ended first: its outcome is nobody's (no 'exception never retrieved')."""
+    if not read.cancelled():
+        read.exception()
 
 log = logging.getLogger(__name__)
 
@@ -220,14 +227,33 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     async def _chunks(self, context) -> AsyncIterator[bytes]:
         """The chunk bytes of an upload stream after its header (ProtocolError for a second header); a plain
-        chunk message arrives as a memoryview of its payload (protos.update_part), anything else parsed."""
-        while (part := await self._read(context)) is not grpc.aio.EOF:
-            if type(part) is not memoryview:
-                reject_malformed(part)
-                if part.WhichOneof("part") != "chunk":
-                    raise ProtocolError("an update stream carries one header, then only chunks; got a second header")
-                part = part.chunk
-            yield part
+        chunk message arrives as a memoryview of its payload (protos.update_part), anything else parsed.
+
+        A chunk larger than the stream's receive window (UPLOAD_WINDOW_BYTES) is handed on only once the
+        next message's read is posted: gRPC opens the window for a message it is asked to read, so the
+        device sends the next chunk while this one is hashed and spooled instead of stalling after one
+        window's worth (≈ 2-3 × the per-chunk work lost per 1 MiB chunk without it; benchmarks/README.md,
+        "Issue 12, part 5"). At most one message is read ahead."""
+        ahead: asyncio.Future | None = None
+        try:
+            while True:
+                part = await (ahead if ahead is not None else self._read(context))
+                ahead = None
+                if part is grpc.aio.EOF:
+                    return
+                if type(part) is not memoryview:
+                    reject_malformed(part)
+                    if part.WhichOneof("part") != "chunk":
+                        raise ProtocolError("an update stream carries one header, then only chunks; got a second header")
+                    part = part.chunk
+                if len(part) > UPLOAD_WINDOW_BYTES:
+                    ahead = asyncio.ensure_future(self._read(context))
+                    ahead.add_done_callback(_retrieved)
+                    await asyncio.sleep(0)   # the read-ahead task's first step posts the read
+                yield part
+        finally:
+            if ahead is not None:
+                ahead.cancel()
 
     @unary
     async def SubmitEvaluation(self, request: pb.EvaluationResult, context) -> pb.SubmitReply:
