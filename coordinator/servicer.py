@@ -232,8 +232,9 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         A chunk larger than the stream's receive window (UPLOAD_WINDOW_BYTES) is handed on only once the
         next message's read is posted: gRPC opens the window for a message it is asked to read, so the
         device sends the next chunk while this one is hashed and spooled instead of stalling after one
-        window's worth (≈ 2-3 × the per-chunk work lost per 1 MiB chunk without it; benchmarks/README.md,
-        "Issue 12, part 5"). At most one message is read ahead."""
+        window's worth (benchmarks/bench_upload_stall.py: 29 ms of per-chunk pauses per 100 MB in 1 MiB
+        chunks cost 21-85 ms without it, 2-17 ms with it; benchmarks/README.md, "Issue 12, part 5").
+        At most one message is read ahead."""
         ahead: asyncio.Future | None = None
         try:
             while True:
