@@ -7,6 +7,8 @@ fsync 40 → 22 ms). So `drop_spool` moves a committed round's spool files of at
 into SPOOL/.free (at most KEEP files and KEEP_BYTES; the co-located path's own pool,
 coordinator.local_vectors, comes first), and `UpdateReceiver` claims one by renaming it to its
 temp spool name and writes from offset 0, truncating to the received size before the fsync.
+The pool keeps only as many files as streamed uploads asked for since the last recycling, so a
+run whose updates do not stream (`fedort simulate`'s files) holds no extra disk.
 
 The pool is the coordinator's private directory (devices never name a file in it); it holds no
 one's data that counts: it is emptied when the engine starts and when it closes, and a claimed
@@ -31,19 +33,25 @@ class FreeSpoolFiles:
 
     def __init__(self, spool: Path) -> None:
         self.path = spool / FREE
+        self.asked = 0    # claims of MIN_BYTES or more since the last `recycle`: how many files are worth keeping
 
     def recycle(self, files: list[Path]) -> list[Path]:
-        """Move `files` (committed spool files) into the pool while it has room; returns the ones not moved."""
+        """Move `files` (committed spool files) into the pool while it has room and streamed uploads asked for
+        that many since the last call; returns the ones not moved."""
+        wanted, self.asked = self.asked, 0
+        if not wanted:
+            return files
         try:
             self.path.mkdir(exist_ok=True)
             held = [e.stat().st_size for e in os.scandir(self.path) if e.is_file(follow_symlinks=False)]
         except OSError:
             return files
         count, size, left = len(held), sum(held), []
+        limit = min(KEEP, wanted)
         for f in files:
             try:
                 n = f.lstat().st_size
-                if n < MIN_BYTES or count >= KEEP or size + n > KEEP_BYTES or f.name.endswith(".tmp"):
+                if n < MIN_BYTES or count >= limit or size + n > KEEP_BYTES or f.name.endswith(".tmp"):
                     raise OSError("not kept")
                 os.rename(f, self.path / f"{os.getpid()}-{next(_NAMES)}.f32")
                 count, size = count + 1, size + n
@@ -56,6 +64,7 @@ class FreeSpoolFiles:
         largest; False if the pool is empty or every rename lost a race (the caller creates a new file)."""
         if nbytes < MIN_BYTES:
             return False
+        self.asked += 1
         try:
             sizes = [(e.stat().st_size, e.path) for e in os.scandir(self.path) if e.is_file(follow_symlinks=False)]
         except OSError:

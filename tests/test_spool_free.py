@@ -41,8 +41,18 @@ def test_recycling_is_bounded_and_skips_small_and_temp_files(tmp_path, monkeypat
     done = [write(tmp_path / "spool" / "round-0001" / f"c{i}.f32", 100) for i in range(3)]
     small = write(tmp_path / "spool" / "round-0001" / "tiny.f32", 9)
     temp = write(tmp_path / "spool" / "round-0001" / ".c9.1.1.tmp", 100)
+    pool.asked = 5                                                        # five streamed uploads asked for a file
     assert pool.recycle([*done, small, temp]) == [done[2], small, temp]   # 2 x 100 fit in 250 bytes
     assert len(files(pool.path)) == 2
+
+
+def test_the_pool_keeps_only_as_many_files_as_streamed_uploads_asked_for(tmp_path, monkeypatch):
+    monkeypatch.setattr(spool_free, "MIN_BYTES", 10)
+    pool = FreeSpoolFiles(tmp_path / "spool")
+    done = [write(tmp_path / "spool" / "round-0001" / f"c{i}.f32", 100) for i in range(3)]
+    assert pool.recycle(done) == done                                     # nobody streamed: all deleted
+    assert not pool.claim(tmp_path / "spool" / "x.tmp", 100)              # one upload asks (the pool is empty)
+    assert pool.recycle(done) == done[1:] and len(files(pool.path)) == 1
 
 
 def test_a_claim_takes_the_smallest_file_big_enough_else_the_largest(tmp_path, monkeypatch):
