@@ -83,19 +83,39 @@ def reset_hwm() -> None:
         pass
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time all threads of process `pid` have run so far (/proc/PID/task/*/schedstat; 0 if unreadable)."""
+    total = 0
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            try:
+                total += int(Path(f"/proc/{pid}/task/{task}/schedstat").read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                pass
+    except OSError:
+        return 0.0
+    return total / 1e9
+
+
 class Measure:
-    """Wall time, tracemalloc peak beyond the start, and peak-RSS growth of one block."""
+    """Wall time, tracemalloc peak beyond the start, and peak-RSS growth of one block; with `server` (a pid),
+    also the CPU time that server process spent meanwhile (all its threads: gRPC's, the loop, helpers)."""
+
+    def __init__(self, server: int | None = None) -> None:
+        self.server = server
 
     def __enter__(self):
         reset_hwm()
         self.rss0 = vm_hwm()
         tracemalloc.reset_peak()
         self.base = tracemalloc.get_traced_memory()[0]
+        self.cpu0 = cpu_seconds(self.server) if self.server else 0.0
         self.t0 = time.perf_counter()
         return self
 
     def __exit__(self, *exc):
         self.seconds = time.perf_counter() - self.t0
+        self.server_cpu = cpu_seconds(self.server) - self.cpu0 if self.server else 0.0
         self.peak = tracemalloc.get_traced_memory()[1] - self.base
         self.rss = vm_hwm() - self.rss0
 
@@ -216,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         server, port = start(cmd, tmp / "port", tmp / "coordinator.log")
         raw, raw_port = start(raw_cmd, tmp / "raw-port", tmp / "raw.log")
         try:
-            rows = run_rounds(port, raw_port, args, nbytes)
+            rows = run_rounds(port, raw_port, args, nbytes, {"fedort": server.pid, "raw": raw.pid})
         finally:
             for proc in (server, raw):
                 proc.send_signal(signal.SIGTERM)
@@ -225,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
                 print((tmp / "coordinator.log").read_text())
 
     print(f"\n{'direction':<9} {'chunk KiB':>9} {'fedort MB/s':>11} {'raw gRPC MB/s':>13} {'fedort/raw':>10} "
-          f"{'best fedort':>11} {'client peak MB':>14} {'RSS growth MB':>13}")
+          f"{'best fedort':>11} {'client peak MB':>14} {'RSS growth MB':>13} {'server CPU ms fedort/raw':>24}")
     for (name, direction, chunk), ms in rows.items():
         if name != "fedort":
             continue
@@ -235,13 +255,14 @@ def main(argv: list[str] | None = None) -> int:
         ratio = statistics.median(f / r for f, r in zip(rates, raw_rates))
         print(f"{direction:<9} {chunk // 1024:>9} {statistics.median(rates):>11.0f} {statistics.median(raw_rates):>13.0f} "
               f"{ratio:>10.2f} {max(rates):>11.0f} {max(m.peak for m in ms) / 1e6:>14.1f} "
-              f"{max(m.rss for m in ms) / 1e6:>13.1f}")
+              f"{max(m.rss for m in ms) / 1e6:>13.1f} "
+              f"{1e3 * statistics.median(m.server_cpu for m in ms):>15.0f} / {1e3 * statistics.median(m.server_cpu for m in raw):<6.0f}")
     print(f"(vector {nbytes / 1e6:.0f} MB; medians over {args.reps} rounds; client peak = tracemalloc peak beyond the "
-          "start of the call, RSS growth = VmHWM growth)")
+          "start of the call, RSS growth = VmHWM growth; server CPU = CPU time of the server process during the call)")
     return 0
 
 
-def run_rounds(port: int, raw_port: int, args, nbytes: int) -> dict:
+def run_rounds(port: int, raw_port: int, args, nbytes: int, pids: dict[str, int] | None = None) -> dict:
     """Per round: download from both servers, then upload to both (interleaved, so load drifts hit both)."""
     rows: dict[tuple[str, str, int], list[Measure]] = {}
     tracemalloc.start()
@@ -259,14 +280,14 @@ def run_rounds(port: int, raw_port: int, args, nbytes: int) -> dict:
             line = [f"round {r}:"]
             order = ("fedort", "raw") if r % 2 else ("raw", "fedort")   # alternate, so order effects cancel
             for name in order:
-                with Measure() as m:
+                with Measure((pids or {}).get(name)) as m:
                     vector = download(stubs[name], cid, model, r)
                 rows.setdefault((name, "download", args.download_chunk_kib * 1024), []).append(m)
                 line.append(f"{name} down {nbytes / 1e6 / m.seconds:5.0f} MB/s")
             # the client hashes its update before sending (the header carries the digest); not in the timing
             sha = digests.digest(algorithm, memoryview(vector).cast("B"))
             for name in order:
-                with Measure() as m:
+                with Measure((pids or {}).get(name)) as m:
                     reply = upload(stubs[name], cid, model, r, vector, sha, kib * 1024, task.vector_sha256,
                                    "" if algorithm == digests.SHA256 else algorithm)
                 assert reply.accepted, reply

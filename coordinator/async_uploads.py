@@ -103,7 +103,7 @@ class AsyncUploads:
         # spool folder 0, which no version owns, and move into the accepting version's folder
         tmp = e.store.layout.spool_temp(0, h.client_id, self._temp_counter)
         async with received(admitted, tmp, chunks, slots=self.slots, slot_round=0, config=e.config,
-                            monitor=e.monitor):
+                            monitor=e.monitor, free=e.spool_free):
             async with e.version_lock:
                 result = await self._accept(h, tmp, admitted.payload_bytes)
         e.monitor.update_accepted(duplicate=result.duplicate)

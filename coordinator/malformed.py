@@ -5,7 +5,8 @@ there ends a unary call with UNKNOWN and makes `context.read()` of a stream rais
 both logged as server faults, although it is the peer that broke the wire contract.
 `add_servicer` registers the generated Coordinator handlers with a deserializer that turns
 unparseable bytes into a `Malformed` marker; the servicer's error boundary rejects it with
-ProtocolError (INVALID_ARGUMENT) like any other bad input.
+ProtocolError (INVALID_ARGUMENT) like any other bad input. SubmitUpdate's deserializer hands a
+plain chunk message over as a memoryview of its payload (`protos.update_part`), protobuf parses the rest.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from google.protobuf.message import DecodeError
 from fedort.protos import fedort_v1_pb2 as pb
 from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
 from fedort.protos.errors import ProtocolError
+from fedort.protos.update_part import parse_update_part
 
 SERVICE_NAME = "fedort.v1.Coordinator"
+DESERIALIZERS = {"SubmitUpdate": parse_update_part}   # an upload's chunks: the payload without protobuf's copy
 
 
 @dataclass(frozen=True)
@@ -77,7 +80,7 @@ def add_servicer(servicer: pb_grpc.CoordinatorServicer, server: grpc.aio.Server)
     """`pb_grpc.add_CoordinatorServicer_to_server`, with garbage-tolerant request deserializers."""
     capture = _Capture()
     pb_grpc.add_CoordinatorServicer_to_server(servicer, capture)
-    handlers = {name: h._replace(request_deserializer=tolerant(h.request_deserializer))
+    handlers = {name: h._replace(request_deserializer=tolerant(DESERIALIZERS.get(name, h.request_deserializer)))
                 for name, h in capture.handlers.items()}
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     if hasattr(server, "add_registered_method_handlers"):   # grpcio >= 1.63: faster dispatch

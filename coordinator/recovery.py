@@ -112,15 +112,18 @@ async def replay(engine: "RoundEngine", round: int) -> None:
 
 
 def drop_spool(engine: "RoundEngine", round: int) -> None:
-    """Delete a committed round's spool (unless the config keeps spools); with co-located devices, their
-    files are recycled first (`LocalVectorDir.recycle`: overwritten next round instead of re-created)."""
+    """Delete a committed round's spool (unless the config keeps spools); its files are recycled first, for
+    co-located devices (`LocalVectorDir.recycle`), then for streamed uploads (`FreeSpoolFiles.recycle`):
+    overwritten in a later round instead of re-created."""
     if engine.config.keep_spool:
         return
     spool = engine.store.spool_dir(round)
     if spool.is_dir():
         files = list(spool.iterdir())
         local = getattr(engine, "local_vectors", None)
-        for f in (local.recycle(files) if local is not None else files):
+        if local is not None:
+            files = local.recycle(files)
+        for f in engine.spool_free.recycle(files):
             f.unlink(missing_ok=True)
         spool.rmdir()
 

@@ -52,6 +52,7 @@ from fedort.durable import atomic_write
 from fedort.coordinator.task_dispatch import TaskDispatch
 from fedort.coordinator.round_exports import RoundExports
 from fedort.coordinator.training_round import GlobalVector, TrainingRound
+from fedort.coordinator.spool_free import FreeSpoolFiles
 from fedort.coordinator.uploads import Uploads
 from fedort.protos.codec import vector_digest
 from fedort.protos.errors import FedortError
@@ -115,6 +116,8 @@ class RoundEngine(TaskDispatch, RoundExports):
             self.secagg = SecAggRound(self)
         self.local_vectors = None if config.local_vector_dir is None else \
             LocalVectorDir.open(config.local_vector_dir, store.layout.root)   # co-located devices' files
+        self.spool_free = FreeSpoolFiles(store.layout.spool)   # committed spool files that streamed uploads overwrite
+        self.spool_free.clear()
         self._changed = asyncio.Event()
         self._finished = asyncio.Event()
         self._outcome: RunOutcome | None = None
@@ -364,3 +367,4 @@ class RoundEngine(TaskDispatch, RoundExports):
         self.uploads.close()
         if self.local_vectors is not None:
             self.local_vectors.clear_free()   # recycled update files (coordinator.local_vectors) hold no one's data
+        self.spool_free.clear()

@@ -34,7 +34,7 @@ from fedort.coordinator.malformed import add_servicer
 from fedort.coordinator.monitoring import Monitoring
 from fedort.coordinator.round_engine import RoundEngine, RunOutcome
 from fedort.protos.round_state import RoundState
-from fedort.coordinator.servicer import CoordinatorServicer
+from fedort.coordinator.servicer import UPLOAD_WINDOW_BYTES, CoordinatorServicer
 from fedort.coordinator.state import StateStore
 from fedort.coordinator.state_layout import StateLayout
 from fedort.coordinator.statelock import StateDirLock
@@ -45,7 +45,6 @@ from fedort.protos.errors import ConfigError, UnavailableError
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "fedort.v1.Coordinator"
-UPLOAD_WINDOW_BYTES = 256 << 10
 
 
 def server_options(config: CoordinatorConfig) -> list[tuple[str, int]]:

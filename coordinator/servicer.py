@@ -43,10 +43,18 @@ from fedort.protos.codec import CHUNK_BYTES, VectorMeta, iter_chunks
 from fedort.protos.codecs.stream import iter_payload_chunks
 from fedort.protos.codecs.xor_delta import DOWNLOAD_DELTA
 from fedort.protos.errors import FedortError, NotFoundError, ProtocolError, ResourceExhaustedError, StaleRoundError
+from fedort.protos.update_part import part_kind
 from fedort.protos.messages import UpdateHeader, meta_to_pb, metrics_from_pb
 from fedort.protos.status_codes import status_for
 
 _timeout = getattr(asyncio, "timeout", None)   # Python >= 3.11
+UPLOAD_WINDOW_BYTES = 256 << 10   # the per-stream receive window (server.server_options); see _chunks
+
+
+def _retrieved(read: asyncio.Future) -> None:
+    """A read-ahead whose upload ended first: its outcome is nobody's (no 'exception never retrieved')."""
+    if not read.cancelled():
+        read.exception()
 
 log = logging.getLogger(__name__)
 
@@ -209,9 +217,9 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     async def SubmitUpdate(self, request_iterator, context) -> pb.SubmitReply:
         first = await self._read(context)
         reject_malformed(first)
-        if first is grpc.aio.EOF or first.WhichOneof("part") != "header":
+        if first is grpc.aio.EOF or part_kind(first) != "header":
             raise ProtocolError("an update stream must start with an UpdateHeader, got "
-                                + ("an empty stream" if first is grpc.aio.EOF else f"a {first.WhichOneof('part')}"))
+                                + ("an empty stream" if first is grpc.aio.EOF else f"a {part_kind(first)}"))
         header = UpdateHeader.from_pb(first.header)
         check_identity(_caller.get(), header.client_id)
         with self.streams.stream(header.client_id, "upload"):
@@ -228,12 +236,35 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                 return counted.to_pb()
 
     async def _chunks(self, context) -> AsyncIterator[bytes]:
-        """The chunk bytes of an upload stream after its header (ProtocolError for a second header)."""
-        while (part := await self._read(context)) is not grpc.aio.EOF:
-            reject_malformed(part)
-            if part.WhichOneof("part") != "chunk":
-                raise ProtocolError("an update stream carries one header, then only chunks; got a second header")
-            yield part.chunk
+        """The chunk bytes of an upload stream after its header (ProtocolError for a second header); a plain
+        chunk message arrives as a memoryview of its payload (protos.update_part), anything else parsed.
+
+        A chunk larger than the stream's receive window (UPLOAD_WINDOW_BYTES) is handed on only once the
+        next message's read is posted: gRPC opens the window for a message it is asked to read, so the
+        device sends the next chunk while this one is hashed and spooled instead of stalling after one
+        window's worth (benchmarks/bench_upload_stall.py: 29 ms of per-chunk pauses per 100 MB in 1 MiB
+        chunks cost 21-85 ms without it, 2-17 ms with it; benchmarks/README.md, "Issue 12, part 5").
+        At most one message is read ahead."""
+        ahead: asyncio.Future | None = None
+        try:
+            while True:
+                part = await (ahead if ahead is not None else self._read(context))
+                ahead = None
+                if part is grpc.aio.EOF:
+                    return
+                if type(part) is not memoryview:
+                    reject_malformed(part)
+                    if part.WhichOneof("part") != "chunk":
+                        raise ProtocolError("an update stream carries one header, then only chunks; got a second header")
+                    part = part.chunk
+                if len(part) > UPLOAD_WINDOW_BYTES:
+                    ahead = asyncio.ensure_future(self._read(context))
+                    ahead.add_done_callback(_retrieved)
+                    await asyncio.sleep(0)   # the read-ahead task's first step posts the read
+                yield part
+        finally:
+            if ahead is not None:
+                ahead.cancel()
 
     @unary
     async def SubmitEvaluation(self, request: pb.EvaluationResult, context) -> pb.SubmitReply:

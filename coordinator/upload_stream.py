@@ -8,6 +8,8 @@ pieces at a time, so memory is O(concurrent uploads × chunk), never O(P) per up
 file holds the payload exactly as received (its codec's bytes): the fold decodes it again after
 the update is durable and acknowledged, and restart replay decodes it with its recorded codec.
 
+The temp file is a committed round's spool file when one is free (`coordinator.spool_free`:
+overwritten in place, truncated to the payload before the fsync), else a new file.
 Every SYNC_EVERY bytes an fdatasync is started in a helper thread, so the disk works while the
 next chunks arrive and the final fsync has little left to flush. A payload of at most
 `inline_max` bytes is also kept in memory (`payload`) and its file is not fsynced: the engine
@@ -30,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from fedort.coordinator.admission import AdmittedUpdate
+from fedort.coordinator.spool_free import FreeSpoolFiles
 from fedort.coordinator.storage import storage_error
 from fedort.coordinator.aggregation.decode import DensePiece, check_reconstructed
 from fedort.protos import digests
@@ -56,7 +59,8 @@ class UpdateReceiver:
     Always `close()` it: that stops the helper thread and removes the temp file unless it was renamed.
     """
 
-    def __init__(self, admitted: AdmittedUpdate, tmp_path: Path, max_chunk_bytes: int, inline_max: int = 0) -> None:
+    def __init__(self, admitted: AdmittedUpdate, tmp_path: Path, max_chunk_bytes: int, inline_max: int = 0,
+                 free: FreeSpoolFiles | None = None) -> None:
         self.admitted = admitted
         self.tmp_path = tmp_path
         meta = admitted.header.vector
@@ -74,11 +78,14 @@ class UpdateReceiver:
         self._sync: Future | None = None
         self._unsynced = 0
         self._kept = bytearray() if admitted.payload_bytes <= inline_max else None
+        self._recycled = False
         if self._kept is not None:   # inline: no temp file; the group commit writes the spool file from the row
             return
         try:
             tmp_path.parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            # a committed round's spool file, overwritten in place (coordinator.spool_free), else a new one
+            self._recycled = free is not None and free.claim(tmp_path, admitted.payload_bytes)
+            self._fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | (0 if self._recycled else os.O_TRUNC), 0o644)
         except OSError as e:
             raise spool_error(e, "create a spool file") from e
 
@@ -127,6 +134,8 @@ class UpdateReceiver:
         try:
             if self._sync is not None:
                 self._sync.result()
+            if self._recycled:        # whatever the recycled file held beyond this payload
+                os.ftruncate(self._fd, self.received)
             if self._kept is None:    # an inline payload becomes durable in its row
                 os.fsync(self._fd)
         except OSError as e:

@@ -39,6 +39,7 @@ from fedort.coordinator.config import CoordinatorConfig
 from fedort.coordinator.local_vectors import TakenFile, local_file_received
 from fedort.coordinator.metrics import metrics_json
 from fedort.coordinator.state import SubmissionRow, now_ms
+from fedort.coordinator.spool_free import FreeSpoolFiles
 from fedort.coordinator.upload_slots import UploadSlots
 from fedort.coordinator.upload_stream import UpdateReceiver
 from fedort.protos import digests
@@ -58,7 +59,7 @@ LOOP_FOLD_BYTES = 256 << 10   # an inline update this small is folded on the eve
 @asynccontextmanager
 async def received(admitted: AdmittedUpdate, tmp: Path, chunks: AsyncIterator[bytes], *, slots: UploadSlots,
                    slot_round: int, config: CoordinatorConfig, monitor: "Monitoring",
-                   inline_max: int = 0) -> AsyncIterator[UpdateReceiver | TakenFile]:
+                   inline_max: int = 0, free: FreeSpoolFiles | None = None) -> AsyncIterator[UpdateReceiver | TakenFile]:
     """Receive an admitted update into the temp spool file `tmp` under an upload slot and the
     whole-upload deadline; the body runs once all bytes arrived, checked and fsynced (slot already
     released; a payload of at most `inline_max` bytes is in `receiver.payload` and not fsynced), and
@@ -74,7 +75,7 @@ async def received(admitted: AdmittedUpdate, tmp: Path, chunks: AsyncIterator[by
     recv: asyncio.Future | None = None
     receiver: UpdateReceiver | None = None
     try:
-        receiver = UpdateReceiver(admitted, tmp, cfg.max_chunk_bytes, inline_max)
+        receiver = UpdateReceiver(admitted, tmp, cfg.max_chunk_bytes, inline_max, free)
 
         async def receive() -> None:
             async for chunk in chunks:
@@ -154,7 +155,7 @@ class Uploads:
         tmp = e.store.layout.spool_temp(h.vector.round, h.client_id, self._temp_counter)
         inline = 0 if cfg.keep_spool else cfg.inline_update_bytes   # kept spools must stay durable by themselves
         async with received(admitted, tmp, chunks, slots=self.slots, slot_round=h.vector.round, config=cfg,
-                            monitor=e.monitor, inline_max=inline) as receiver:
+                            monitor=e.monitor, inline_max=inline, free=e.spool_free) as receiver:
             t1 = time.perf_counter()
             result = await self._accept(h, tmp, admitted.payload_bytes, receiver.payload)
         e.monitor.update_accepted(duplicate=result.duplicate)
