@@ -185,7 +185,13 @@ class Uploads:
                 self._early.discard(future)
                 e.notify()
 
-            future.add_done_callback(lambda f: loop.call_soon_threadsafe(done, f))
+            def from_thread(f) -> None:
+                try:
+                    loop.call_soon_threadsafe(done, f)
+                except RuntimeError:   # the loop is closed: nothing waits any more
+                    pass
+
+            future.add_done_callback(from_thread)
             await asyncio.wrap_future(future)
 
         return EarlyFold(lambda blocks: aggregator.fold_early(token, blocks, h.num_examples), run)
