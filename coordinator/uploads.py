@@ -223,7 +223,8 @@ class Uploads:
                                 None if payload is None else np.frombuffer(payload, np.uint8))
                 if folded is not None:
                     r.aggregator.add(update, early=folded)   # folded while it was checked: only counted here
-                elif payload is not None and len(payload) <= LOOP_FOLD_BYTES and not self._folds and e.secagg is None:
+                elif payload is not None and len(payload) <= LOOP_FOLD_BYTES and not (self._folds or self._early) \
+                        and e.secagg is None:
                     self._fold_here(r, update)   # small, and no fold in the thread: microseconds, no hop
                 else:
                     fold = asyncio.wrap_future(self._pool.submit(r.aggregator.add, update))
