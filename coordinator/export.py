@@ -128,9 +128,15 @@ class Exporter:
         """model.onnx for `vector`, fsynced (its folder is the caller's), and its sha256: spliced from the
         last ORT export once the parameters' places are known (export_splice), else through ORT."""
         if self._splice is not None:
-            data = self._splice.render(vector)
-            atomic_write(path, data, sync_dir=False)
-            return path, hashlib.sha256(data).hexdigest()
+            digest = hashlib.sha256()
+
+            def hashed(chunks):   # each piece hashed as it is written, while in cache
+                for chunk in chunks:
+                    digest.update(chunk)
+                    yield chunk
+
+            atomic_write(path, hashed(self._splice.chunks(vector)), sync_dir=False)
+            return path, digest.hexdigest()
         self._session.from_buffer(vector)
         onnx = self._session.export_model_for_inference(path)
         fsync_file(onnx)

@@ -9,17 +9,21 @@ initializer: its first value's bits give its offset in the vector, its bytes mus
 and occur exactly once in the file, and the slices must tile the vector exactly (no gap, no
 overlap). Then `render(v)` is the template with `v`'s slices copied over those places. The caller
 also checks, once, that `render` of the real vector equals ORT's export of it byte for byte
-(tests/test_export_splice.py), and otherwise keeps exporting through ORT.
+(tests/test_export_splice.py), and otherwise keeps exporting through ORT. The exporter writes
+`chunks(v)` (the same bytes, in pieces of at most STEP, views of the template and of `v`) straight
+into the file and its sha256 while each piece is in cache: no 20 MB model copy in memory.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 
 FLOAT = 1          # onnx.TensorProto.FLOAT
 BASE = 0x00800000  # the smallest normal float32's bits: probe value i has bits BASE + i
+STEP = 1 << 20     # bytes per piece of `chunks`: written and hashed while in cache
 
 
 @dataclass(frozen=True)
@@ -75,3 +79,20 @@ class ModelSplice:
         for at, n, where in self.places:
             out[where:where + n] = vb[at:at + n]
         return out
+
+    def chunks(self, vector: np.ndarray, step: int = STEP) -> Iterator[memoryview]:
+        """`render(vector)` as consecutive views of at most `step` bytes (of the template and of `vector`)."""
+        vb = memoryview(np.ascontiguousarray(vector, dtype=np.float32)).cast("B")
+        if len(vb) != self.nbytes:
+            raise ValueError(f"vector of {len(vb)} bytes; this model's parameters take {self.nbytes}")
+        template, pos = memoryview(self.template), 0
+        for at, n, where in sorted(self.places, key=lambda p: p[2]):   # in file order
+            yield from _steps(template[pos:where], step)
+            yield from _steps(vb[at:at + n], step)
+            pos = where + n
+        yield from _steps(template[pos:], step)
+
+
+def _steps(view: memoryview, step: int) -> Iterator[memoryview]:
+    for start in range(0, len(view), step):
+        yield view[start:start + step]

@@ -15,6 +15,13 @@ directory (`local_file`) and no chunks follow. It is accepted only if
     -> read once: sha256 = the header's, the codec's streaming decode gives finite values (the checks
        a streamed upload gets), fdatasync (the device synced it: cheap) -> the usual rename into place + row
 
+With `fold` (a raw update for a streaming combiner without transforms: `uploads`), the read also
+folds: each 1 MiB read is hashed, checked finite and folded into the round's sum while in cache,
+so the 20 MB come from the page cache once, not once here and again in the fold. That fold runs in
+the fold thread before the digest is known; an update that then fails (digest, values) or is never
+counted leaves the aggregator `stale`, and the round's close refolds the counted updates from
+their durable copies (`RoundAggregator.rebuild`): what is acknowledged is still exactly what is summed.
+
 Anything else is INVALID_ARGUMENT with the reason and changes nothing, except that a file which
 failed after the move (digest, codec, size changed) is deleted. The directory must be on the
 state dir's filesystem (checked at start) so that the move is a rename: the bytes are written once,
@@ -45,7 +52,7 @@ import stat
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import AsyncIterator
+from typing import AsyncIterator, Awaitable, Callable, Iterator
 
 import numpy as np
 
@@ -147,8 +154,9 @@ class LocalVectorDir:
 
     # ---- upload -----------------------------------------------------------------------------
 
-    def take(self, admitted: AdmittedUpdate, tmp: Path) -> None:
-        """Move the update's file to the spool temp path `tmp` and check it (raises; the caller removes `tmp`)."""
+    def take(self, admitted: AdmittedUpdate, tmp: Path, fold: Fold | None = None) -> None:
+        """Move the update's file to the spool temp path `tmp` and check it (raises; the caller removes `tmp`);
+        with `fold`, a raw update's values are folded as they are checked (see the module docstring)."""
         h = admitted.header
         name, want = h.local_file, admitted.payload_bytes
         if not (_NAME.fullmatch(name) and name.startswith(f"{h.client_id}.") and name.endswith(".f32")):
@@ -174,7 +182,7 @@ class LocalVectorDir:
             _check_file(st, want, what)
             if st.st_nlink != 1:
                 raise VectorError(f"{what} has {st.st_nlink} hard links; hand over a file of its own")
-            _verify(fd, admitted, what)
+            _verify(fd, admitted, what, fold)
             # the data (and the size needed to read it back) durable; the name is the group commit's folder
             # fsync. fdatasync, not fsync: the rename only touched the inode's ctime, which needs no journal commit
             os.fdatasync(fd)
@@ -192,61 +200,115 @@ def _check_file(st: os.stat_result, want: int, what: str) -> None:
         raise VectorError(f"{what} is {st.st_size} bytes; the header declares a payload of {want} bytes")
 
 
-def _verify(fd: int, admitted: AdmittedUpdate, what: str) -> None:
-    """One pass over the file: its sha256 and the codec's decode check, as a streamed upload gets them."""
+def foldable(admitted: AdmittedUpdate) -> bool:
+    """Whether `take` can fold this update while checking it: raw float32 values, not a delta."""
+    return admitted.base is None and (admitted.header.vector.codec or "raw") == "raw" and admitted.decoder.streams
+
+
+def _verify(fd: int, admitted: AdmittedUpdate, what: str, fold: Fold | None = None) -> None:
+    """One pass over the file: its digest and the codec's decode check, as a streamed upload gets them
+    (and, with `fold` and a `foldable` update, the fold of each checked block)."""
+    if fold is not None and foldable(admitted):
+        fold(_checked_blocks(fd, admitted, what))   # raises inside the fold if a check fails
+        return
     meta, n = admitted.header.vector, admitted.payload_bytes
     digest = digests.new(meta.digest)   # sha256, or BLAKE3 where announced (admission checked it)
     stream = admitted.decoder.stream(meta.length, n) if admitted.decoder.streams else None
     # raw's stream decoder refuses non-finite values itself; a second pass only matters for codecs and deltas
     again = admitted.base is not None or (meta.codec or "raw") != "raw"
-    buf = memoryview(bytearray(min(READ_STEP, n)))
-    done = 0
-    while done < n:
-        k = os.readv(fd, [buf[:min(len(buf), n - done)]])
-        if k <= 0:
-            raise VectorError(f"{what} ended after {done} of {n} bytes")
-        part = buf[:k]
+    for part in _reads(fd, n, what):
         digest.update(part)
         if stream is not None:
             for piece in stream.feed(part):
                 if again:
                     check_reconstructed(piece, admitted.base, what)
-        done += k
     if stream is not None:
         for piece in stream.finish():
             if again:
                 check_reconstructed(piece, admitted.base, what)
-    if digest.digest() != meta.sha256:
-        raise VectorError(f"vector {meta.digest or 'sha256'} mismatch: header says {meta.sha256.hex()[:16]}…, {what} hashes to "
-                          f"{digest.hexdigest()[:16]}…")
+    _check_digest(digest, admitted, what)
     if stream is None:    # a decoder that cannot stream: validate the complete payload once
         payload = np.frombuffer(os.pread(fd, n, 0), dtype=np.uint8)
         values = admitted.decoder.decode(payload, meta.length)
         check_reconstructed(DensePiece(0, np.asarray(values, dtype=np.float32)), admitted.base, what)
 
 
+def _reads(fd: int, n: int, what: str) -> Iterator[memoryview]:
+    """The file's n bytes in reads of READ_STEP into one reused buffer (use each before the next)."""
+    buf = memoryview(bytearray(min(READ_STEP, n)))
+    done = 0
+    while done < n:
+        k = os.readv(fd, [buf[:min(len(buf), n - done)]])
+        if k <= 0:
+            raise VectorError(f"{what} ended after {done} of {n} bytes")
+        done += k
+        yield buf[:k]
+
+
+def _checked_blocks(fd: int, admitted: AdmittedUpdate, what: str) -> Iterator[tuple[int, np.ndarray]]:
+    """A raw update's values as (start, float32 block), each block hashed and checked finite (the raw
+    stream decoder) before it is yielded; raises after the last block if the digest does not match."""
+    meta, n = admitted.header.vector, admitted.payload_bytes
+    digest = digests.new(meta.digest)
+    stream = admitted.decoder.stream(meta.length, n)
+    for part in _reads(fd, n, what):
+        digest.update(part)
+        for piece in stream.feed(part):
+            yield piece.offset, piece.values
+    for piece in stream.finish():
+        yield piece.offset, piece.values
+    _check_digest(digest, admitted, what)
+
+
+def _check_digest(digest: digests.Hasher, admitted: AdmittedUpdate, what: str) -> None:
+    meta = admitted.header.vector
+    if digest.digest() != meta.sha256:
+        raise VectorError(f"vector {meta.digest or 'sha256'} mismatch: header says {meta.sha256.hex()[:16]}…, {what} hashes to "
+                          f"{digest.hexdigest()[:16]}…")
+
+
 @dataclass(frozen=True)
 class TakenFile:
-    """A co-located device's update, checked and fsynced at `path`; never kept inline in its row."""
+    """A co-located device's update, checked and fsynced at `path`; never kept inline in its row.
+    `folded`: its values are already in the round's sum (`take` with a fold)."""
     path: Path
     payload: None = None
+    folded: bool = False
+
+
+Fold = Callable[[Iterator[tuple[int, np.ndarray]]], None]   # folds (start, block) pairs; raises what they raise
+
+
+class EarlyFold:
+    """How `local_file_received` folds while taking: `fold(blocks)` and `run(fn)`, which calls fn in the fold
+    thread (the uploads'); None from `Uploads.early_fold` where the update cannot be folded before it counts."""
+
+    def __init__(self, fold: Fold, run: Callable[[Callable[[], None]], Awaitable[None]]) -> None:
+        self.fold, self.run = fold, run
 
 
 @asynccontextmanager
 async def local_file_received(admitted: AdmittedUpdate, tmp: Path, chunks: AsyncIterator[bytes],
-                              directory: str | os.PathLike | None) -> AsyncIterator[TakenFile]:
+                              directory: str | os.PathLike | None,
+                              early: Callable[[], EarlyFold | None] = lambda: None) -> AsyncIterator[TakenFile]:
     """The upload path's hook for a header naming `local_file`: like `uploads.received`, the body runs
-    once the update sits checked and fsynced at `tmp`, and must rename it into place to keep it."""
+    once the update sits checked and fsynced at `tmp`, and must rename it into place to keep it.
+    `early()` (asked once the header is alone) may fold the update while it is checked."""
     async for _ in chunks:
         raise ProtocolError("an update that names local_file carries no chunks; send the header alone")
     if directory is None:
         raise ProtocolError("this coordinator takes no local vector files (it runs without local_vector_dir, "
                             "--local-vector-dir): stream the update")
     try:
-        await asyncio.to_thread(LocalVectorDir(directory).take, admitted, tmp)
-        yield TakenFile(tmp)
+        plan = early() if foldable(admitted) else None
+        take = LocalVectorDir(directory).take
+        if plan is None:
+            await asyncio.to_thread(take, admitted, tmp)
+        else:
+            await plan.run(lambda: take(admitted, tmp, plan.fold))
+        yield TakenFile(tmp, folded=plan is not None)
     finally:
         tmp.unlink(missing_ok=True)
 
 
-__all__ = ["LocalVectorDir", "TakenFile", "local_file_received"]
+__all__ = ["EarlyFold", "LocalVectorDir", "TakenFile", "foldable", "local_file_received"]

@@ -111,6 +111,14 @@ async def replay(engine: "RoundEngine", round: int) -> None:
         log.info("round %d: replayed %d acknowledged updates from the spool", round, len(rows))
 
 
+def acknowledged_updates(engine: "RoundEngine", round: int) -> list[Update]:
+    """The acknowledged updates of `round` as the aggregator takes them, from their durable copies (spool
+    files, or the bytes a small one's row holds): what `RoundAggregator.rebuild` refolds when it is stale."""
+    return [Update(r.client_id, r.num_examples, r.codec, engine.store.dir / r.spool_path,
+                   None if r.payload is None else np.frombuffer(r.payload, np.uint8))
+            for r in engine.store.submissions(round)]
+
+
 def drop_spool(engine: "RoundEngine", round: int) -> None:
     """Delete a committed round's spool (unless the config keeps spools); its files are recycled first, for
     co-located devices (`LocalVectorDir.recycle`), then for streamed uploads (`FreeSpoolFiles.recycle`):

@@ -41,7 +41,7 @@ from fedort.coordinator.privacy_round import PrivacyPlan
 from fedort.coordinator.export import Exporter
 from fedort.coordinator.local_vectors import LocalVectorDir
 from fedort.coordinator.monitoring import Monitoring
-from fedort.coordinator.recovery import recover, save_server_state
+from fedort.coordinator.recovery import acknowledged_updates, recover, save_server_state
 from fedort.coordinator.registry import ClientRegistry
 from fedort.coordinator.round_deadline import wait_for_close
 from fedort.coordinator.selection import sample_size, select_clients
@@ -323,6 +323,11 @@ class RoundEngine(TaskDispatch, RoundExports):
         an uncommitted round, and a crash in between replays it from its durable updates."""
         r = self.training
         t0 = time.perf_counter()
+        if r.aggregator.stale:   # an update folded while checked was not counted (uploads): refold the counted ones
+            updates = acknowledged_updates(self, self.round)
+            log.warning("round %d: the sum held an update that was not counted; refolding the %d acknowledged "
+                        "updates", self.round, len(updates))
+            await asyncio.to_thread(r.aggregator.rebuild, updates)
         small = self.length <= SMALL_VECTOR and not self.strategy.needs_all_updates   # microseconds: no thread hop
         result = r.aggregator.result() if small else await asyncio.to_thread(r.aggregator.result)
         if self.strategy.needs_all_updates:

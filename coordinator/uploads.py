@@ -10,7 +10,9 @@ close before every fold finished. Durability is a group commit (`arrival_commit`
 finish receiving together share one folder fsync and one SQLite transaction, off the event loop.
 Memory: a receiving upload holds one chunk at a time, and acknowledged updates wait to be folded
 as spool files (the fold thread maps one at a time), so the coordinator stays
-O(P + concurrent uploads × chunk).
+O(P + concurrent uploads × chunk). A co-located raw update is checked in the fold thread and folded
+as it is read, before its group commit (`local_vectors`, `early_fold`); if it then is not counted,
+the round's close refolds what was (`RoundAggregator.stale`).
 
 Bounded in time as well (issue 13, starvation): an upload holds one of the run's upload slots
 (`upload_slots`) at most until its deadline, upload_grace_s + payload_bytes /
@@ -28,7 +30,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, AsyncIterator
+from typing import TYPE_CHECKING, AsyncIterator, Callable
 
 import numpy as np
 
@@ -36,7 +38,7 @@ from fedort.coordinator.arrival_commit import Arrival, ArrivalCommit
 from fedort.coordinator.admission import AdmittedUpdate, admit_update, check_not_pending, check_open
 from fedort.coordinator.aggregation import Update
 from fedort.coordinator.config import CoordinatorConfig
-from fedort.coordinator.local_vectors import TakenFile, local_file_received
+from fedort.coordinator.local_vectors import EarlyFold, TakenFile, local_file_received
 from fedort.coordinator.metrics import metrics_json
 from fedort.coordinator.state import SubmissionRow, now_ms
 from fedort.coordinator.spool_free import FreeSpoolFiles
@@ -59,14 +61,16 @@ LOOP_FOLD_BYTES = 256 << 10   # an inline update this small is folded on the eve
 @asynccontextmanager
 async def received(admitted: AdmittedUpdate, tmp: Path, chunks: AsyncIterator[bytes], *, slots: UploadSlots,
                    slot_round: int, config: CoordinatorConfig, monitor: "Monitoring",
-                   inline_max: int = 0, free: FreeSpoolFiles | None = None) -> AsyncIterator[UpdateReceiver | TakenFile]:
+                   inline_max: int = 0, free: FreeSpoolFiles | None = None,
+                   early: Callable[[], EarlyFold | None] = lambda: None) -> AsyncIterator[UpdateReceiver | TakenFile]:
     """Receive an admitted update into the temp spool file `tmp` under an upload slot and the
     whole-upload deadline; the body runs once all bytes arrived, checked and fsynced (slot already
     released; a payload of at most `inline_max` bytes is in `receiver.payload` and not fsynced), and
     must rename `tmp` into place to keep it. `slots.abort_round(slot_round)` cuts it short.
-    A header naming a co-located device's file instead of chunks goes to `coordinator.local_vectors`."""
+    A header naming a co-located device's file instead of chunks goes to `coordinator.local_vectors`
+    (which may fold it while checking it: `early`)."""
     if admitted.header.local_file:
-        async with local_file_received(admitted, tmp, chunks, config.local_vector_dir) as taken:
+        async with local_file_received(admitted, tmp, chunks, config.local_vector_dir, early) as taken:
             yield taken
         return
     cfg = config
@@ -121,6 +125,7 @@ class Uploads:
                                      on_commit=engine.monitor.group_committed,
                                      copy_inline=not engine.strategy.combiner.streaming)
         self._folds: set[asyncio.Future] = set()
+        self._early: set[object] = set()   # co-located updates being checked and folded in the fold thread
         self.fold_error: BaseException | None = None
         self._temp_counter = 0
         self.bytes_received: dict[int, int] = {}   # round -> payload bytes of accepted updates
@@ -129,7 +134,7 @@ class Uploads:
     def busy(self) -> bool:
         """Some update is being stored or folded: the open round must not close yet."""
         r = self.engine.training
-        return bool(self._folds) or (r is not None and bool(r.pending))
+        return bool(self._folds) or bool(self._early) or (r is not None and bool(r.pending))
 
     def round_closed(self, round: int) -> None:
         """The round stopped taking updates: cut short every upload still receiving (or queued) for it."""
@@ -155,15 +160,46 @@ class Uploads:
         tmp = e.store.layout.spool_temp(h.vector.round, h.client_id, self._temp_counter)
         inline = 0 if cfg.keep_spool else cfg.inline_update_bytes   # kept spools must stay durable by themselves
         async with received(admitted, tmp, chunks, slots=self.slots, slot_round=h.vector.round, config=cfg,
-                            monitor=e.monitor, inline_max=inline, free=e.spool_free) as receiver:
+                            monitor=e.monitor, inline_max=inline, free=e.spool_free,
+                            early=lambda: self.early_fold(h, tmp)) as receiver:
             t1 = time.perf_counter()
-            result = await self._accept(h, tmp, admitted.payload_bytes, receiver.payload)
+            folded = tmp if getattr(receiver, "folded", False) else None
+            result = await self._accept(h, tmp, admitted.payload_bytes, receiver.payload, folded)
         e.monitor.update_accepted(duplicate=result.duplicate)
         log.debug("update of %s: %.1f MB received in %.0f ms, stored in %.0f ms", h.client_id,
                   admitted.payload_bytes / 1e6, 1000 * (t1 - t0), 1000 * (time.perf_counter() - t1))
         return result
 
-    async def _accept(self, h: UpdateHeader, tmp: Path, nbytes: int, payload: bytes | None) -> SubmitResult:
+    def early_fold(self, h: UpdateHeader, token: object) -> EarlyFold | None:
+        """How to fold this update while it is checked (`local_vectors`), or None: only into a round still
+        open for it, whose aggregator folds float32 blocks, and not under secure aggregation. Asked on the
+        event loop, so a round cannot close between this check and the fold counting as `busy`."""
+        r, e = self.engine.training, self.engine
+        if r is None or r.closing or r.round != h.vector.round or e.secagg is not None or not r.aggregator.folds_early:
+            return None
+        aggregator, loop = r.aggregator, asyncio.get_running_loop()
+
+        async def run(fn: Callable[[], None]) -> None:
+            future = self._pool.submit(fn)   # the fold thread: after the folds queued before it
+            self._early.add(future)
+
+            def done(_) -> None:   # only once the thread is done with the sum, even if the call was cancelled
+                self._early.discard(future)
+                e.notify()
+
+            def from_thread(f) -> None:
+                try:
+                    loop.call_soon_threadsafe(done, f)
+                except RuntimeError:   # the loop is closed: nothing waits any more
+                    pass
+
+            future.add_done_callback(from_thread)
+            await asyncio.wrap_future(future)
+
+        return EarlyFold(lambda blocks: aggregator.fold_early(token, blocks, h.num_examples), run)
+
+    async def _accept(self, h: UpdateHeader, tmp: Path, nbytes: int, payload: bytes | None,
+                      folded: object = None) -> SubmitResult:
         """Make a received update durable (group commit) and count it (the round may have closed meanwhile)."""
         e = self.engine
         client, round = h.client_id, h.vector.round
@@ -187,7 +223,10 @@ class Uploads:
                 self.bytes_received[round] = self.bytes_received.get(round, 0) + nbytes
                 update = Update(client, h.num_examples, codec, path,   # inline: folded from memory
                                 None if payload is None else np.frombuffer(payload, np.uint8))
-                if payload is not None and len(payload) <= LOOP_FOLD_BYTES and not self._folds and e.secagg is None:
+                if folded is not None:
+                    r.aggregator.add(update, early=folded)   # folded while it was checked: only counted here
+                elif payload is not None and len(payload) <= LOOP_FOLD_BYTES and not (self._folds or self._early) \
+                        and e.secagg is None:
                     self._fold_here(r, update)   # small, and no fold in the thread: microseconds, no hop
                 else:
                     fold = asyncio.wrap_future(self._pool.submit(r.aggregator.add, update))

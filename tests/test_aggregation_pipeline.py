@@ -208,3 +208,36 @@ async def test_an_exception_in_the_fold_thread_ends_the_run_failed_naming_it(tmp
     assert "RuntimeError: broken combiner: cannot fold" in outcome.message
     status = offline_status(state_dir)                          # recorded, not only in memory
     assert status.state is RoundState.FAILED and "broken combiner" in status.message
+
+
+def test_an_early_fold_that_fails_part_way_or_is_never_counted_is_refolded_away(tmp_path):
+    """fold_early (a co-located update folded while it is checked) then a failure: the round is `stale`, and
+    `rebuild` from the counted updates gives the bits of a round that never saw the failed ones."""
+    vectors, weights = _vectors(4), [3, 1, 4, 2]
+    updates = _spooled(tmp_path, vectors, weights, in_memory=False)
+    clean = FedAvg().new_round(np.zeros(70_000, np.float32))
+    for u in updates[:2]:
+        clean.add(u)
+    agg = FedAvg().new_round(np.zeros(70_000, np.float32))
+    assert agg.folds_early
+    agg.fold_early("a", iter([(0, vectors[0])]), weights[0])
+    assert agg.stale                           # folded, not yet counted
+    agg.add(updates[0], early="a")
+    assert not agg.stale
+
+    def refused_after_the_first_block():       # as a non-finite second block or a digest mismatch at the end
+        yield 0, vectors[2][:65_536]
+        raise VectorError("payload contains a non-finite value")
+
+    with pytest.raises(VectorError):
+        agg.fold_early("b", refused_after_the_first_block(), weights[2])
+    agg.fold_early("c", iter([(0, vectors[3])]), weights[3])   # checked, but its group commit failed: never added
+    agg.add(updates[1])                                        # an update folded the usual way
+    assert agg.stale
+    agg.rebuild(updates[:2])
+    assert not agg.stale
+    assert agg.result().vector.tobytes() == clean.result().vector.tobytes()
+
+
+def test_a_spool_combiner_does_not_fold_early():
+    assert not Median().new_round(np.zeros(10, np.float32)).folds_early

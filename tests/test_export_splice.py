@@ -49,3 +49,14 @@ def test_a_model_not_exported_from_the_probe_gives_no_splice(mlp_artifacts, tmp_
     exporter = Exporter(mlp_artifacts, tmp_path / "models")
     (vector,) = _vectors(exporter, 1)   # its parameters' places cannot be read from their values
     assert ModelSplice.learn(_ort_export(mlp_artifacts, vector, tmp_path / "v.onnx"), vector.size) is None
+
+
+def test_chunks_are_the_rendered_model_in_file_order(mlp_artifacts, tmp_path):
+    exporter = Exporter(mlp_artifacts, tmp_path / "models")
+    (vector,) = _vectors(exporter, 1)
+    n = vector.size
+    splice = ModelSplice.learn(_ort_export(mlp_artifacts, ModelSplice.probe(n), tmp_path / "p.onnx"), n)
+    for step in (7, 4096, 1 << 20):
+        pieces = list(splice.chunks(vector, step))
+        assert max(len(p) for p in pieces) <= step
+        assert b"".join(pieces) == bytes(splice.render(vector))

@@ -74,3 +74,34 @@ def test_folding_50_updates_of_5m_params_allocates_nothing_per_update():
         tracemalloc.stop()
     assert peak < 1 << 20, f"folding allocated {peak} bytes; it must work in the preallocated accumulator"
     np.testing.assert_allclose(s.mean()[:100], vector[:100], atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_reset_sum_gives_the_bits_of_a_fresh_one(updates, dtype):
+    """reset() zeroes lazily (the first fold writes 0 + w·v): same bits as a new sum, -0.0 included."""
+    vectors, weights = updates
+    vectors = vectors.copy()
+    vectors[:, :3] = [-0.0, 0.0, -0.0]
+    fresh, reused = WeightedSum(vectors.shape[1], np.dtype(dtype)), WeightedSum(vectors.shape[1], np.dtype(dtype))
+    reused.add(np.full(vectors.shape[1], 7, np.float32), 3)   # an earlier round's sum
+    reused.reset()
+    for v, w in zip(vectors[:5], weights[:5]):
+        fresh.add(v, w)
+        reused.add(v, w)
+    assert reused.count == 5 and reused.weight == fresh.weight
+    assert fresh.total.tobytes() == reused.total.tobytes() and fresh.mean().tobytes() == reused.mean().tobytes()
+    assert not np.signbit(reused.total[:3]).any()
+
+
+def test_a_reset_sum_is_zero_for_a_merge_or_a_refused_first_update(updates):
+    vectors, weights = updates
+    n = vectors.shape[1]
+    s = WeightedSum(n, np.dtype(np.float64))
+    s.add(vectors[0], weights[0])
+    s.reset()
+    with pytest.raises(VectorError, match="elements"):   # covers only part of the vector: nothing kept
+        s.add_blocks([(0, vectors[1][: n // 2])], 5)
+    other = WeightedSum(n, np.dtype(np.float64))
+    other.add(vectors[2], weights[2])
+    s.merge(other)
+    assert s.total.tobytes() == other.total.tobytes()

@@ -215,3 +215,38 @@ def test_only_the_two_newest_global_vectors_stay_published(tmp_path):
         local.publish(vector_file, d)
     assert sorted(p.name for p in local.globals.iterdir()) == sorted(f"{d.hex()}.f32" for d in digests[2:])
     assert (local.globals / f"{digests[3].hex()}.f32").read_bytes() == bytes([3]) * 8
+
+
+async def test_a_file_refused_after_it_was_folded_changes_nothing_in_the_aggregate(start_coordinator, stub_client,
+                                                                                   tmp_path, caplog):
+    """A raw file is folded as it is read and checked; one whose digest then fails (or whose values are not
+    finite) is refused, and the round's global vector is bit for bit that of a run that never saw it."""
+    results = []
+    for mode in ("clean", "refused first"):
+        lv = tmp_path / mode / "lv"
+        coord = await start_coordinator(min_clients=2, rounds=1, state_dir=tmp_path / mode, local_vector_dir=lv)
+        client = stub_client(coord.port)
+        model = (await client.join("client-a")).model_id
+        await client.join("client-b")
+        for i, cid in enumerate(("client-a", "client-b")):
+            task = await client.poll(cid, model)
+            _, g = await client.download_vector(cid, model, task.round)
+            update = (g * np.float32(0.9) + np.float32(0.1 * (i + 1))).astype(np.float32)
+            if mode == "refused first":
+                write(lv / f"{cid}.other.f32", update + np.float32(3))         # right size, other bytes
+                with pytest.raises(grpc.aio.AioRpcError) as e:
+                    await submit_file(client, cid, model, task.round, update, f"{cid}.other.f32", 10 + 7 * i)
+                assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "mismatch" in e.value.details()
+                bad = update.copy()
+                bad[-1] = np.inf
+                write(lv / f"{cid}.inf.f32", bad)
+                with pytest.raises(grpc.aio.AioRpcError) as e:
+                    await submit_file(client, cid, model, task.round, bad, f"{cid}.inf.f32", 10 + 7 * i)
+                assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "non-finite" in e.value.details()
+            write(lv / f"{cid}.good.f32", update)
+            assert (await submit_file(client, cid, model, task.round, update, f"{cid}.good.f32", 10 + 7 * i)).accepted
+        await asyncio.wait_for(coord.wait_done(), 60)
+        assert [s.client_id for s in coord.engine.store.submissions(1)] == ["client-a", "client-b"]
+        results.append(coord.engine.store.vector_path(2).read_bytes())
+        assert ("refolding the 2 acknowledged updates" in caplog.text) == (mode == "refused first")   # it was folded
+    assert results[0] == results[1]

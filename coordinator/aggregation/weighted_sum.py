@@ -7,6 +7,10 @@ in O(k), and the global vector is added once at the end, not once per client:
 
     c = (Σ_whole nᵢ·xᵢ + Σ_delta nᵢ·dᵢ + g·Σ_delta nᵢ) / Σᵢ nᵢ
 
+The accumulator is zeroed lazily: after `reset` the first dense fold writes 0 + w·v straight into
+it (same bits as adding to zeros, -0 included) instead of a 40 MB fill at round open followed by a
+read of those zeros; anything else that needs the sum materialises the zeros first.
+
 Memory is O(P) whatever the number of clients: nothing keeps the individual updates. FedAvg is
 linear, so two partial sums over disjoint clients merge into the sum over all of them; that is
 what lets aggregation be split across processes or machines (Ray workers, a hierarchy).
@@ -32,14 +36,26 @@ class WeightedSum:
 
     length: int
     dtype: np.dtype = field(default_factory=lambda: np.dtype(np.float32))
-    total: np.ndarray = field(init=False)
     weight: float = field(default=0.0, init=False)
     count: int = field(default=0, init=False)
     delta_weight: float = field(default=0.0, init=False)   # Σ wᵢ of the updates folded as deltas from g
 
     def __post_init__(self) -> None:
-        self.total = np.zeros(self.length, dtype=self.dtype)
+        self._total = np.zeros(self.length, dtype=self.dtype)
+        self._zero = False      # True: `_total` holds stale values that stand for zeros (see `reset`)
         self._scratch = np.empty(min(self.length, _BLOCK), dtype=self.dtype)
+
+    @property
+    def total(self) -> np.ndarray:
+        """Σ wᵢ·vᵢ (the accumulator itself)."""
+        if self._zero:
+            self._total.fill(0)
+            self._zero = False
+        return self._total
+
+    @total.setter
+    def total(self, value: np.ndarray) -> None:   # `s.total += x` assigns the (same) array back
+        self._total, self._zero = value, False
 
     def add(self, vector: np.ndarray, weight: float) -> None:
         """Fold `weight * vector` into the sum."""
@@ -55,7 +71,8 @@ class WeightedSum:
         if not weight > 0:
             raise VectorError(f"update weight must be > 0, got {weight}")
         w = self.dtype.type(weight)
-        total, scratch = self.total, self._scratch
+        first = self._zero             # the accumulator stands for zeros: write 0 + w·v, do not read it
+        total, scratch, zero = self._total, self._scratch, self.dtype.type(0)
         copyto, multiply, add = np.copyto, np.multiply, np.add
         covered = 0
         for start, values in blocks:
@@ -71,10 +88,14 @@ class WeightedSum:
                 else:
                     copyto(tmp, part, casting="same_kind")
                     multiply(tmp, w, out=tmp)
-                add(acc, tmp, out=acc)  # not `acc += tmp` on a slice: that also runs __setitem__
+                if first:
+                    add(tmp, zero, out=acc)   # = 0 + w·v, bit for bit (a -0 becomes +0 as when added to zeros)
+                else:
+                    add(acc, tmp, out=acc)  # not `acc += tmp` on a slice: that also runs __setitem__
             covered += len(values)
-        if covered != self.length:
+        if covered != self.length:   # (after a first fold `_zero` stays set: the partial writes are not kept)
             raise VectorError(f"update must have {self.length} elements, got {covered}")
+        self._zero = False
         self.weight += float(weight)
         self.count += 1
 
@@ -92,8 +113,8 @@ class WeightedSum:
         self.count += 1
 
     def reset(self) -> None:
-        """Back to the empty sum, reusing the accumulator's pages."""
-        self.total.fill(0)
+        """Back to the empty sum, reusing the accumulator's pages (zeroed lazily: see the module docstring)."""
+        self._zero = True
         self.weight, self.count, self.delta_weight = 0.0, 0, 0.0
 
     def merge(self, other: "WeightedSum") -> None:
