@@ -101,6 +101,8 @@ def run_worker(plan: WorkerPlan) -> WorkerStats:
     try:
         clients = join_clients(plan, transport, cache, arrays, stats,
                                session=_preopened.pop(plan.intra_op_threads, None))
+        if clients:   # the updates in flight + the one training: their vectors' memory is reused, not remapped
+            clients[0].session.recycle_buffers(_upload_limit(plan, clients) + 1)
         if plan.speeds:
             from fedort.simulations.virtual_clock import serve_on_virtual_clock
 
@@ -200,11 +202,16 @@ def _work(plan: WorkerPlan, clients: list[EdgeClient], tasks: dict, done: set[st
     started as soon as it trained."""
     inflight: list[Future] = []
     masked: list[Future] = []    # never waited on inside the loop: they finish only with the whole cohort
-    vector_bytes = 4 * clients[0].manifest.parameter_count if clients else 1
-    limit = max(1, min(plan.uploads_in_flight, plan.upload_budget_bytes // max(1, vector_bytes)))
-    _train_and_upload(clients, tasks, done, uploads, limit, secagg, inflight, masked)
+    _train_and_upload(clients, tasks, done, uploads, _upload_limit(plan, clients), secagg, inflight, masked)
     for f in inflight + masked:
         f.result()
+
+
+def _upload_limit(plan: WorkerPlan, clients: list[EdgeClient]) -> int:
+    """How many trained updates may be uploading at once: `uploads_in_flight`, fewer if their vectors
+    would exceed `upload_budget_bytes` (at least one)."""
+    vector_bytes = 4 * clients[0].manifest.parameter_count if clients else 1
+    return max(1, min(plan.uploads_in_flight, plan.upload_budget_bytes // max(1, vector_bytes)))
 
 
 def _train_and_upload(clients: list[EdgeClient], tasks: dict, done: set[str], uploads: ThreadPoolExecutor,
