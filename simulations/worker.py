@@ -7,7 +7,8 @@ clients (PollTasks), which answers as soon as some of them have work and names o
 900 unselected clients cost nothing per round. The clients' work is pipelined: training is
 serial (one shared session) while finished updates stream to the coordinator in threads: up to
 `uploads_in_flight` of them, and no more vectors than fit in `upload_budget_bytes` (small
-updates all go at once and share the coordinator's group commits; 20 MB ones go three at a time).
+updates all go at once and share the coordinator's group commits; 20 MB ones go six at a time, so
+the fourth and fifth clients of a worker do not wait for the coordinator to acknowledge the first ones).
 Against a coordinator older than PollTasks the worker falls back to
 watching the round with a Heartbeat and polling each client once per round (and again every
 `repoll_s`, to catch a round the coordinator retried with a new selection).
@@ -56,7 +57,7 @@ class WorkerPlan:
     codec: str = "raw"                          # EdgeConfig.codec of every client
     topk_warmup: str = "3x45"                   # EdgeConfig.topk_warmup of every client
     uploads_in_flight: int = 8                  # finished updates streaming while the next client trains ...
-    upload_budget_bytes: int = 64 << 20         # ... holding at most this many vector bytes (at least one update)
+    upload_budget_bytes: int = 128 << 20        # ... holding at most this many vector bytes (at least one update)
     poll_wait_ms: int = 10_000                  # how long one PollTasks may be held by the coordinator
     speeds: tuple[tuple[str, float], ...] = ()  # (client id, compute-time factor): serve on a virtual clock
     step_seconds: float = 0.01                  # simulated seconds of one local step at factor 1
