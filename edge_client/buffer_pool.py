@@ -8,10 +8,16 @@ only when the pool holds the only reference to it (CPython's reference count: an
 caller, a view, a memoryview or a pending upload still refers to is never overwritten). The pool
 keeps at most `keep` buffers, allocated on demand, so its resident memory is the peak number of
 vectors that were alive at once (capped at `keep` of them), not a new cost.
+
+The buffers are anonymous mappings of plain pages, not numpy's huge-page memory: in side-by-side
+trials on the 2-core VM, the coordinator's write of a new 20 MB global vector file cost 15-40 ms of CPU
+instead of 5 in most trials while the workers held pooled huge-page buffers, in few without a pool and
+in none with plain pages (benchmarks/README.md, issue 12 part 5; the kernel mechanism is not pinned down).
 """
 
 from __future__ import annotations
 
+import mmap
 import sys
 import threading
 
@@ -41,7 +47,7 @@ class BufferPool:
                         buf.flags.writeable = True    # a previous holder may have frozen it
                         return buf
                     spare = i if spare is None else spare
-            buf = np.empty(length, dtype=np.float32)
+            buf = _plain_pages(length)
             if len(self._buffers) < self.keep:
                 self._buffers.append(buf)
             elif spare is not None:          # full: an unused buffer of another length makes room
@@ -50,6 +56,11 @@ class BufferPool:
 
     def __len__(self) -> int:
         return len(self._buffers)
+
+
+def _plain_pages(length: int) -> np.ndarray:
+    """A writable float32 array over a fresh anonymous mapping (unmapped when the array is freed)."""
+    return np.frombuffer(mmap.mmap(-1, max(1, 4 * length)), dtype=np.float32, count=length)
 
 
 __all__ = ["BufferPool"]
