@@ -9,10 +9,10 @@ caller, a view, a memoryview or a pending upload still refers to is never overwr
 keeps at most `keep` buffers, allocated on demand, so its resident memory is the peak number of
 vectors that were alive at once (capped at `keep` of them), not a new cost.
 
-The buffers are anonymous mappings of plain pages, not numpy's huge-page memory: in side-by-side
-trials on the 2-core VM, the coordinator's write of a new 20 MB global vector file cost 15-40 ms of CPU
-instead of 5 in most trials while the workers held pooled huge-page buffers, in few without a pool and
-in none with plain pages (benchmarks/README.md, issue 12 part 5; the kernel mechanism is not pinned down).
+The buffers are anonymous mappings of plain pages, not numpy's huge-page memory: in trials on the
+2-core VM, the coordinator's write of a new 20 MB global vector file cost 15-40 ms of CPU instead of 5
+in 13 of 17 trials while the workers held pooled huge-page buffers, against 2 of 10 without a pool and
+2 of 14 with plain pages (benchmarks/README.md, issue 12 part 5; weak evidence, mechanism not pinned down).
 """
 
 from __future__ import annotations
