@@ -252,12 +252,11 @@ class EdgeClient(Joining):
         chunk = min(CHUNK_BYTES, self._join.max_chunk_bytes or CHUNK_BYTES)
         if p.secagg is not None:
             return self._submit_masked(p, chunk)
-        u = p.update
+        u, local = p.update, self._local is not None and p.update.nbytes >= self.config.local_file_min_bytes
         header, body = u.stream(self.client_id, self.model_id, p.round, p.num_examples, p.metrics, chunk,
-                                self._join.update_digests)
-        send = functools.partial(self.transport.submit_update, header, body)
-        if self._local is not None and u.nbytes >= self.config.local_file_min_bytes:   # co-located: as a file
-            send = functools.partial(self._local.submit, self.transport, header, body, send)
+                                self._join.update_digests, digested=not local)   # co-located: hashed as it is written
+        send = functools.partial(self._local.submit, self.transport) if local else self.transport.submit_update
+        send = functools.partial(send, header, body)
         self.phase = "uploading"
         try:
             reply = self._submit(f"SubmitUpdate round {p.round}", send)

@@ -23,6 +23,7 @@ from fedort.protos.messages import Metric, TrainConfig
 from fedort.edge_client.artifacts import TensorSpec
 from fedort.edge_client.client_data import ClientData
 from fedort.edge_client.fedprox import proximal_step
+from fedort.edge_client.guards import all_finite
 from fedort.edge_client.session import TrainingSession
 
 ModuleFactory = Callable[[TrainingSession], Any]
@@ -89,7 +90,7 @@ def fit(session: TrainingSession, global_vector: np.ndarray, data: ClientData, i
     if stop is not None and stop.is_set():
         raise StoppedError("stopped during local training")
     vector = np.ascontiguousarray(session.to_buffer(), dtype=np.float32)   # to_buffer's array is already our own copy
-    if not np.isfinite(vector).all():
+    if not all_finite(vector):
         raise TrainingError(f"local training produced NaN or infinite parameters (learning rate "
                             f"{config.learning_rate} too high?); the update is not uploaded")
     return LocalResult(vector, int(result.num_examples), _metrics(result.metrics, result.sync_dist))

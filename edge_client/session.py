@@ -21,6 +21,7 @@ from fedort.edge_client import _ort
 from fedort.edge_client.artifacts import (
     CHECKPOINT, EVAL_MODEL, OPTIMIZER_MODEL, TRAINING_MODEL, Manifest, TensorSpec, load_manifest,
 )
+from fedort.edge_client.buffer_pool import BufferPool
 from fedort.edge_client.session_config import SessionConfig
 
 PathOrBytes = Union[str, os.PathLike, bytes]
@@ -63,6 +64,7 @@ class TrainingSession:
         self.manifest = manifest
         self._scheduler = None
         self._schedule: tuple[int, int, float] | None = None
+        self._buffers: BufferPool | None = None    # recycle_buffers(): to_buffer's arrays reused
         self._load(self._checkpoint_path)
         self._input_specs = self._read_input_specs()
         self._input_checks = self._compile_checks(self._input_specs)
@@ -299,13 +301,19 @@ class TrainingSession:
     def parameter_count(self, trainable_only: bool = True) -> int:
         return self._param_count[trainable_only]
 
+    def recycle_buffers(self, keep: int) -> None:
+        """Let `to_buffer` reuse up to `keep` arrays once nothing else refers to them (edge_client.buffer_pool):
+        for a host of many clients sharing this session; 0 (the default) gives a fresh array every time."""
+        self._buffers = BufferPool(keep) if keep > 0 else None
+
     def to_buffer(self, trainable_only: bool = True) -> np.ndarray:
         """The parameters as one flat float32 vector (the caller's own array), in the training model's parameter order.
 
-        One copy, straight into a fresh numpy array that ORT writes through an OrtValue sharing its memory
-        (what `Module.get_contiguous_parameters` does into an ORT-allocated buffer, which `.numpy()` would
-        then copy again: 6-8 ms instead of 1-2 ms for 5 M values)."""
-        out = np.empty(self._param_count[trainable_only], dtype=np.float32)
+        One copy, straight into a fresh numpy array (or a recycled one, `recycle_buffers`) that ORT writes
+        through an OrtValue sharing its memory (what `Module.get_contiguous_parameters` does into an ORT-allocated
+        buffer, which `.numpy()` would then copy again: 6-8 ms instead of 1-2 ms for 5 M values)."""
+        n = self._param_count[trainable_only]
+        out = self._buffers.take(n) if self._buffers is not None else np.empty(n, dtype=np.float32)
         copy = getattr(getattr(self._module, "_model", None), "copy_parameters_to_buffer", None)
         if copy is None:    # not the Module layout of onnxruntime-training 1.19: its public (two-copy) call
             return self._module.get_contiguous_parameters(trainable_only).numpy().reshape(-1)

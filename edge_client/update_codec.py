@@ -77,17 +77,19 @@ class EncodedUpdate:
         return self.vector.nbytes if self.vector is not None else len(self.payload)
 
     def stream(self, client_id: str, model_id: str, round: int, num_examples: int, metrics: Mapping[str, Metric],
-               chunk_size: int, announced: Sequence[str] = ()) -> tuple[UpdateHeader, np.ndarray | bytes]:
+               chunk_size: int, announced: Sequence[str] = (), digested: bool = True
+               ) -> tuple[UpdateHeader, np.ndarray | bytes]:
         """The update stream's header and body (what `Transport.submit_update` sends); its digest is BLAKE3 if the
-        coordinator `announced` it (JoinReply.update_digests) and this device has it, else sha256."""
-        digest = digests.choose(announced)
+        coordinator `announced` it (JoinReply.update_digests) and this device has it, else sha256. `digested=False`:
+        the header's digest value is left empty for `LocalVectors.submit`, which computes it while writing the file."""
+        digest, value = digests.choose(announced), (None if digested else b"")
         if self.vector is not None:
             header = update_header(client_id, model_id, round, self.vector, num_examples, metrics, chunk_size,
-                                   self.trained_from, digest=digest)
+                                   self.trained_from, digest=digest, value=value)
             return header, self.vector
         return encoded_update_header(client_id, model_id, round, self.payload, codec=self.codec, length=self.length,
                                      base_sha256=self.base_sha256, num_examples=num_examples, metrics=metrics,
-                                     chunk_size=chunk_size, digest=digest), self.payload
+                                     chunk_size=chunk_size, digest=digest, value=value), self.payload
 
 
 class ResidualStore:

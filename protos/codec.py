@@ -68,10 +68,12 @@ def _as_bytes(vector: np.ndarray) -> memoryview:
 
 def describe(vector: np.ndarray, model_id: str, round: int, chunk_size: int = CHUNK_BYTES,
              sha256: bytes | None = None, digest: str = "") -> VectorMeta:
-    """The header for sending `vector` (computes its digest unless given; `digest`: the algorithm, "" = sha256)."""
+    """The header for sending `vector` (computes its digest unless given; `digest`: the algorithm, "" = sha256).
+    `sha256=b""` leaves the value to whoever reads the bytes next (edge_client.local_vectors hashes them as it writes)."""
     _as_bytes(vector)
     algorithm = "" if digest in ("", digests.SHA256) else digests.canonical(digest)
-    return VectorMeta(model_id, int(round), int(vector.shape[0]), sha256 or vector_digest(vector, algorithm),
+    value = sha256 if sha256 is not None else vector_digest(vector, algorithm)
+    return VectorMeta(model_id, int(round), int(vector.shape[0]), value,
                       chunk_size=int(chunk_size), digest=algorithm)
 
 

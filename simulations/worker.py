@@ -7,7 +7,8 @@ clients (PollTasks), which answers as soon as some of them have work and names o
 900 unselected clients cost nothing per round. The clients' work is pipelined: training is
 serial (one shared session) while finished updates stream to the coordinator in threads: up to
 `uploads_in_flight` of them, and no more vectors than fit in `upload_budget_bytes` (small
-updates all go at once and share the coordinator's group commits; 20 MB ones go three at a time).
+updates all go at once and share the coordinator's group commits; 20 MB ones go six at a time, so
+the fourth and fifth clients of a worker do not wait for the coordinator to acknowledge the first ones).
 Against a coordinator older than PollTasks the worker falls back to
 watching the round with a Heartbeat and polling each client once per round (and again every
 `repoll_s`, to catch a round the coordinator retried with a new selection).
@@ -56,7 +57,7 @@ class WorkerPlan:
     codec: str = "raw"                          # EdgeConfig.codec of every client
     topk_warmup: str = "3x45"                   # EdgeConfig.topk_warmup of every client
     uploads_in_flight: int = 8                  # finished updates streaming while the next client trains ...
-    upload_budget_bytes: int = 64 << 20         # ... holding at most this many vector bytes (at least one update)
+    upload_budget_bytes: int = 128 << 20        # ... holding at most this many vector bytes (at least one update)
     poll_wait_ms: int = 10_000                  # how long one PollTasks may be held by the coordinator
     speeds: tuple[tuple[str, float], ...] = ()  # (client id, compute-time factor): serve on a virtual clock
     step_seconds: float = 0.01                  # simulated seconds of one local step at factor 1
@@ -101,6 +102,8 @@ def run_worker(plan: WorkerPlan) -> WorkerStats:
     try:
         clients = join_clients(plan, transport, cache, arrays, stats,
                                session=_preopened.pop(plan.intra_op_threads, None))
+        if clients:   # the updates in flight + the one training: their vectors' memory is reused, not remapped
+            clients[0].session.recycle_buffers(_upload_limit(plan, clients) + 1)
         if plan.speeds:
             from fedort.simulations.virtual_clock import serve_on_virtual_clock
 
@@ -200,11 +203,16 @@ def _work(plan: WorkerPlan, clients: list[EdgeClient], tasks: dict, done: set[st
     started as soon as it trained."""
     inflight: list[Future] = []
     masked: list[Future] = []    # never waited on inside the loop: they finish only with the whole cohort
-    vector_bytes = 4 * clients[0].manifest.parameter_count if clients else 1
-    limit = max(1, min(plan.uploads_in_flight, plan.upload_budget_bytes // max(1, vector_bytes)))
-    _train_and_upload(clients, tasks, done, uploads, limit, secagg, inflight, masked)
+    _train_and_upload(clients, tasks, done, uploads, _upload_limit(plan, clients), secagg, inflight, masked)
     for f in inflight + masked:
         f.result()
+
+
+def _upload_limit(plan: WorkerPlan, clients: list[EdgeClient]) -> int:
+    """How many trained updates may be uploading at once: `uploads_in_flight`, fewer if their vectors
+    would exceed `upload_budget_bytes` (at least one)."""
+    vector_bytes = 4 * clients[0].manifest.parameter_count if clients else 1
+    return max(1, min(plan.uploads_in_flight, plan.upload_budget_bytes // max(1, vector_bytes)))
 
 
 def _train_and_upload(clients: list[EdgeClient], tasks: dict, done: set[str], uploads: ThreadPoolExecutor,

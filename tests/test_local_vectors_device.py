@@ -101,7 +101,7 @@ def test_a_refused_file_reference_falls_back_to_streaming_and_turns_the_path_off
         local = LocalVectors(shared)
         update = (g + np.float32(0.25)).astype(np.float32)
         header = update_header("c0", join.model_id, task.round, update, 16, {}, 1 << 20, task.vector_sha256)
-        reply = local.submit(transport, header, update, lambda: transport.submit_update(header, update))
+        reply = local.submit(transport, header, update)
         assert reply.accepted and not local.enabled
         assert bytes_in(coordinator) == 4 * P_MLP
         assert sorted(p.name for p in shared.iterdir() if p.name != ".free") == ["global"]   # its file was removed

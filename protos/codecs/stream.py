@@ -25,12 +25,14 @@ from fedort.protos.codecs.registry import get_codec
 
 
 def describe_payload(payload: bytes, *, model_id: str, round: int, length: int, codec: str,
-                     base_sha256: bytes = b"", chunk_size: int = CHUNK_BYTES, digest: str = "") -> VectorMeta:
+                     base_sha256: bytes = b"", chunk_size: int = CHUNK_BYTES, digest: str = "",
+                     value: bytes | None = None) -> VectorMeta:
     """The header for sending an encoded payload (its digest, sha256 unless `digest` names another, covers
-    the payload bytes)."""
+    the payload bytes; computed unless `value` is given, b"" to be filled in as for `protos.codec.describe`)."""
     spec = get_codec(codec).spec.canonical
     algorithm = "" if digest in ("", digests.SHA256) else digests.canonical(digest)
-    value = hashlib.sha256(payload).digest() if not algorithm else digests.digest(algorithm, payload)
+    if value is None:
+        value = hashlib.sha256(payload).digest() if not algorithm else digests.digest(algorithm, payload)
     return VectorMeta(model_id, int(round), int(length), value, codec=spec, chunk_size=int(chunk_size),
                       base_sha256=bytes(base_sha256), payload_bytes=len(payload), digest=algorithm)
 
