@@ -21,7 +21,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / "benchmarks" / ".work" / "venv-flwr"
-REQUIREMENTS = ["flwr>=1.10,<2", "numpy>=1.26", "threadpoolctl", "zstandard>=0.22"]   # zstandard: fedort.protos.codecs (bench_aggregation loads the fold by path)
+# zstandard: bench_aggregation loads fedort's fold by path, and it imports fedort.protos.codecs
+REQUIREMENTS = ["flwr>=1.10,<2", "numpy>=1.26", "threadpoolctl", "zstandard>=0.22"]
 REEXEC_MARK = "FEDORT_BENCH_IN_FLOWER_VENV"
 
 
@@ -29,7 +30,8 @@ def python() -> Path:
     return VENV / "bin" / "python"
 
 
-def ensure(quiet: bool = True, extra: tuple[str, ...] = (), probe: str = "import flwr, threadpoolctl, zstandard") -> Path:
+def ensure(quiet: bool = True, extra: tuple[str, ...] = (),
+           probe: str = "import flwr, threadpoolctl, zstandard") -> Path:
     """Create the venv and install flwr (+ `extra`, e.g. "flwr[simulation]") unless `probe` already
     runs there; return the venv's python."""
     if not python().exists():
