@@ -49,8 +49,6 @@ import logging
 import os
 import re
 import stat
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,7 +74,6 @@ READ_STEP = 1 << 20                      # bytes hashed and decoded per read
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,255}")
 _GLOBAL_NAME = re.compile(r"[0-9a-f]{64}\.f32")
 _RECYCLED = itertools.count()
-_HASHER_LOCK = threading.Lock()
 
 
 class LocalVectorDir:
@@ -254,36 +251,13 @@ def _checked_blocks(fd: int, admitted: AdmittedUpdate, what: str) -> Iterator[tu
     meta, n = admitted.header.vector, admitted.payload_bytes
     digest = digests.new(meta.digest)
     stream = admitted.decoder.stream(meta.length, n)
-    beside = _hasher() if n > READ_STEP else None
     for part in _reads(fd, n, what):
-        if beside is None:
-            digest.update(part)
-            for piece in stream.feed(part):
-                yield piece.offset, piece.values
-            continue
-        # the hash of this read runs on the other core while it is checked and folded here (both release
-        # the GIL); the read buffer is reused only once both are done, and the updates stay in file order
-        hashed = beside.submit(digest.update, part)
-        try:
-            for piece in stream.feed(part):
-                yield piece.offset, piece.values
-        finally:
-            hashed.result()
+        digest.update(part)
+        for piece in stream.feed(part):
+            yield piece.offset, piece.values
     for piece in stream.finish():
         yield piece.offset, piece.values
     _check_digest(digest, admitted, what)
-
-
-_HASHER: list[ThreadPoolExecutor] = []
-
-
-def _hasher() -> ThreadPoolExecutor:
-    """The thread that hashes a take's reads beside its check and fold (`_checked_blocks`): one per process."""
-    if not _HASHER:
-        with _HASHER_LOCK:
-            if not _HASHER:
-                _HASHER.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedort-hash"))
-    return _HASHER[0]
 
 
 def _check_digest(digest: digests.Hasher, admitted: AdmittedUpdate, what: str) -> None:

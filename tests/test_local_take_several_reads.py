@@ -1,8 +1,9 @@
-"""coordinator.local_vectors: a co-located file of several reads is hashed on a second thread while it is
-checked and folded, and that changes no bit of the sum and no outcome of the checks.
+"""coordinator.local_vectors: a co-located raw file of several reads, folded while it is taken, gives the bits
+of the fold from its spool copy, and one whose digest fails after its fold leaves the sum to rebuild.
 
-Real files on disk, the real `LocalVectorDir.take` and a real FedAvg `RoundAggregator` (a file larger than
-`READ_STEP`, so the hash of each read runs beside the fold of that read).
+Real files on disk, the real `LocalVectorDir.take` and a real FedAvg `RoundAggregator`; the file is larger
+than `READ_STEP` (the coordinator tests' MLP fits in one read), so the per-read hash, check and fold are
+exercised across read boundaries — the place a change that splits a take over threads would break.
 """
 
 from __future__ import annotations
