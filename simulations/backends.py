@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Protocol, Sequence
 from fedort.protos.errors import ConfigError, FedortError
 
 if TYPE_CHECKING:   # the worker module (ONNX Runtime, gRPC) loads only where a worker runs or is planned
+    from pathlib import Path
+
     from fedort.simulations.config import SimulationConfig
     from fedort.simulations.worker import WorkerPlan, WorkerStats
 
