@@ -16,7 +16,7 @@ import numpy as np
 from fedort.coordinator.integrity import read_verified_vector
 from fedort.coordinator.recovery import drop_spool
 from fedort.coordinator.storage import retry_when_full
-from fedort.durable import fsync_dir, fsync_file
+from fedort.durable import drop_cached, fsync_dir, fsync_file
 
 
 class RoundExports:
@@ -77,6 +77,7 @@ class RoundExports:
             if self._export_writer is None:
                 self._export_writer = self.store.submission_writer()
             self.store.mark_exported(round, self.store.layout.relative(path), self._export_writer)
+            drop_cached(path, self.store.vector_path(round))   # durable and done with: free their page cache
 
         await asyncio.to_thread(write)
 
