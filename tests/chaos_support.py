@@ -64,6 +64,45 @@ def state_snapshot(coordinator) -> tuple[str, dict[str, bytes], list[str]]:
     return coordinator.engine.store.dump(), vector_files(state_dir), spool
 
 
+async def round_one_open(start_coordinator, stub_client, **config):
+    """Round 1 open with client-a and client-b joined and client-a's FIT task polled:
+    (coordinator, client, model id, the round's vector as client-a downloaded it)."""
+    coord = await start_coordinator(**config)
+    client = stub_client(coord.port)
+    model = (await client.join("client-a")).model_id
+    await client.join("client-b")
+    assert (await client.poll("client-a", model)).kind == pb.Task.FIT
+    _, vector = await client.download_vector("client-a", model, 1)
+    return coord, client, model, vector
+
+
+async def cut_off_after_first_chunk(coordinator, client, model: str, vector, chunk: int) -> None:
+    """A device that dies mid-upload: header and one chunk sent (and counted by the server), then the
+    stream is cancelled; returns once the coordinator's state is back to what it was (or after ~5 s)."""
+    import asyncio
+
+    from coordinator_fixtures import chunks_of, update_header, wait_for_metric
+
+    before = state_snapshot(coordinator)
+    call = client.stub.SubmitUpdate(timeout=10)
+    await call.write(pb.UpdatePart(header=update_header("client-a", model, 1, vector, 10)))
+    first = chunks_of(vector, chunk)[0]
+    await call.write(pb.UpdatePart(chunk=first))
+    # the server has the header and a chunk in hand: the chunk's bytes are counted as received
+    await wait_for_metric(coordinator, "fedort_bytes_total", lambda v: v >= len(first), {"direction": "in"})
+    call.cancel()
+    try:
+        await call
+    except asyncio.CancelledError:
+        pass
+    else:
+        raise AssertionError("a cancelled upload call returned")
+    for _ in range(250):           # the server notices the reset and removes its temp file
+        if state_snapshot(coordinator) == before:
+            return
+        await asyncio.sleep(0.02)
+
+
 def integrity_check(state_dir: Path) -> str:
     with sqlite3.connect(f"file:{state_dir / 'state.db'}?mode=ro", uri=True, timeout=10) as db:
         return db.execute("PRAGMA integrity_check").fetchone()[0]

@@ -33,9 +33,11 @@ import grpc
 import numpy as np
 import pytest
 
-from chaos_support import METHODS, open_access, raw_call, state_snapshot
+from chaos_support import (
+    METHODS, cut_off_after_first_chunk, open_access, raw_call, round_one_open, state_snapshot,
+)
 from coordinator_fixtures import (  # noqa: F401
-    P_MLP, chunks_of, mlp_artifacts, start_coordinator, stub_client, update_header, wait_for_metric,
+    P_MLP, chunks_of, mlp_artifacts, start_coordinator, stub_client, update_header,
 )
 from fedort.protos import fedort_v1_pb2 as pb
 from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
@@ -48,13 +50,8 @@ CHUNK = 16384
 @pytest.fixture
 async def open_round(start_coordinator, stub_client):
     """Round 1 of 2 open with client-a and client-b selected; client-a holds the round's vector."""
-    coord = await start_coordinator(max_examples=1000, max_chunk_bytes=CHUNK, round_timeout_s=240, **open_access())
-    client = stub_client(coord.port)
-    model = (await client.join("client-a")).model_id
-    await client.join("client-b")
-    assert (await client.poll("client-a", model)).kind == pb.Task.FIT
-    _, vector = await client.download_vector("client-a", model, 1)
-    return coord, client, model, vector
+    return await round_one_open(start_coordinator, stub_client, max_examples=1000, max_chunk_bytes=CHUNK,
+                                round_timeout_s=240, **open_access())
 
 
 async def rejected(call, code: grpc.StatusCode) -> str:
@@ -104,19 +101,7 @@ async def test_upload_cut_off_mid_stream_leaves_nothing(open_round):
     """A client that dies mid-upload (stream cancelled): no row, no spool file, and it may send again."""
     coord, client, model, vector = open_round
     before = state_snapshot(coord)
-    call = client.stub.SubmitUpdate(timeout=10)
-    await call.write(pb.UpdatePart(header=update_header("client-a", model, 1, vector, 10)))
-    first = chunks_of(vector, CHUNK)[0]
-    await call.write(pb.UpdatePart(chunk=first))
-    # the server has the header and a chunk in hand: the chunk's bytes are counted as received
-    await wait_for_metric(coord, "fedort_bytes_total", lambda v: v >= len(first), {"direction": "in"})
-    call.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await call
-    for _ in range(100):           # the server notices the reset and cleans up its temp file
-        if state_snapshot(coord) == before:
-            break
-        await asyncio.sleep(0.02)
+    await cut_off_after_first_chunk(coord, client, model, vector, CHUNK)
     assert state_snapshot(coord) == before
     await still_accepts(client, model, vector)
 

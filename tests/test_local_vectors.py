@@ -35,19 +35,30 @@ async def submit_file(client, cid: str, model: str, round: int, vector: np.ndarr
     return await client.submit_parts([pb.UpdatePart(header=header), *(pb.UpdatePart(chunk=c) for c in chunks)])
 
 
+async def _two_clients(start_coordinator, stub_client, state_dir, local_vector_dir):
+    """A one-round coordinator with a local vector dir, client-a and client-b joined: (coord, client, model)."""
+    coord = await start_coordinator(min_clients=2, rounds=1, state_dir=state_dir, local_vector_dir=local_vector_dir)
+    client = stub_client(coord.port)
+    model = (await client.join("client-a")).model_id
+    await client.join("client-b")
+    return coord, client, model
+
+
+async def _trained(client, model: str, cid: str, i: int):
+    """`cid`'s FIT task and its update: the global vector, changed in a way of its own (the i-th client's)."""
+    task = await client.poll(cid, model)
+    _, g = await client.download_vector(cid, model, task.round)
+    return task, (g * np.float32(0.9) + np.float32(0.1 * (i + 1))).astype(np.float32)
+
+
 async def test_an_update_handed_over_as_a_file_gives_the_same_global_vector_bit_for_bit_as_streamed(
         start_coordinator, stub_client, tmp_path):
     results = []
     for mode in ("stream", "file"):
-        coord = await start_coordinator(min_clients=2, rounds=1, state_dir=tmp_path / mode,
-                                        local_vector_dir=tmp_path / mode / "local-vectors")
-        client = stub_client(coord.port)
-        model = (await client.join("client-a")).model_id
-        await client.join("client-b")
+        coord, client, model = await _two_clients(start_coordinator, stub_client, tmp_path / mode,
+                                                  tmp_path / mode / "local-vectors")
         for i, cid in enumerate(("client-a", "client-b")):
-            task = await client.poll(cid, model)
-            _, g = await client.download_vector(cid, model, task.round)
-            update = (g * np.float32(0.9) + np.float32(0.1 * (i + 1))).astype(np.float32)
+            task, update = await _trained(client, model, cid, i)
             if mode == "stream":
                 reply = await client.submit(cid, model, task.round, update, 10 + 7 * i)
             else:
@@ -224,14 +235,9 @@ async def test_a_file_refused_after_it_was_folded_changes_nothing_in_the_aggrega
     results = []
     for mode in ("clean", "refused first"):
         lv = tmp_path / mode / "lv"
-        coord = await start_coordinator(min_clients=2, rounds=1, state_dir=tmp_path / mode, local_vector_dir=lv)
-        client = stub_client(coord.port)
-        model = (await client.join("client-a")).model_id
-        await client.join("client-b")
+        coord, client, model = await _two_clients(start_coordinator, stub_client, tmp_path / mode, lv)
         for i, cid in enumerate(("client-a", "client-b")):
-            task = await client.poll(cid, model)
-            _, g = await client.download_vector(cid, model, task.round)
-            update = (g * np.float32(0.9) + np.float32(0.1 * (i + 1))).astype(np.float32)
+            task, update = await _trained(client, model, cid, i)
             if mode == "refused first":
                 write(lv / f"{cid}.other.f32", update + np.float32(3))         # right size, other bytes
                 with pytest.raises(grpc.aio.AioRpcError) as e:

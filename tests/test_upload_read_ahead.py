@@ -15,7 +15,7 @@ import grpc
 import numpy as np
 import pytest
 
-from chaos_support import open_access, raw_call, state_snapshot
+from chaos_support import cut_off_after_first_chunk, open_access, raw_call, round_one_open, state_snapshot
 from coordinator_fixtures import (  # noqa: F401
     chunks_of, mlp_artifacts, start_coordinator, stub_client, update_header, wait_for_metric,
 )
@@ -28,14 +28,9 @@ CHUNK = 16384
 @pytest.fixture
 async def open_round(start_coordinator, stub_client, monkeypatch):
     monkeypatch.setattr(servicer, "UPLOAD_WINDOW_BYTES", CHUNK // 4)   # every chunk is read ahead of
-    coord = await start_coordinator(max_examples=1000, max_chunk_bytes=CHUNK, round_timeout_s=240,
-                                    stream_idle_timeout_s=1.0, inline_update_bytes=0, **open_access())
-    client = stub_client(coord.port)
-    model = (await client.join("client-a")).model_id
-    await client.join("client-b")
-    assert (await client.poll("client-a", model)).kind == pb.Task.FIT
-    _, vector = await client.download_vector("client-a", model, 1)
-    return coord, client, model, vector
+    return await round_one_open(start_coordinator, stub_client, max_examples=1000, max_chunk_bytes=CHUNK,
+                                round_timeout_s=240, stream_idle_timeout_s=1.0, inline_update_bytes=0,
+                                **open_access())
 
 
 async def test_an_update_read_ahead_of_arrives_bit_for_bit(open_round):
@@ -78,17 +73,6 @@ async def test_a_device_silent_after_a_chunk_is_dropped_and_frees_its_slot(open_
 async def test_a_device_that_gives_up_after_a_chunk_leaves_nothing(open_round):
     coord, client, model, vector = open_round
     before = state_snapshot(coord)
-    call = client.stub.SubmitUpdate(timeout=10)
-    await call.write(pb.UpdatePart(header=update_header("client-a", model, 1, vector, 10)))
-    first = chunks_of(vector, CHUNK)[0]
-    await call.write(pb.UpdatePart(chunk=first))
-    await wait_for_metric(coord, "fedort_bytes_total", lambda v: v >= len(first), {"direction": "in"})
-    call.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await call
-    for _ in range(250):           # the server notices the reset and removes its temp file
-        if state_snapshot(coord) == before:
-            break
-        await asyncio.sleep(0.02)
+    await cut_off_after_first_chunk(coord, client, model, vector, CHUNK)
     assert state_snapshot(coord) == before
     assert (await client.submit("client-a", model, 1, vector, 10, chunks=chunks_of(vector, CHUNK))).accepted
