@@ -44,7 +44,6 @@ its length and sha256 against the Task. The two newest stay.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import os
 import re
@@ -59,6 +58,7 @@ import numpy as np
 from fedort.coordinator.admission import AdmittedUpdate
 from fedort.coordinator.aggregation.decode import DensePiece, check_reconstructed
 from fedort.coordinator.join_limits import clip
+from fedort.coordinator.spool_free import empty, move_into
 from fedort.coordinator.upload_stream import spool_error
 from fedort.protos import digests
 from fedort.protos.errors import ConfigError, ProtocolError, VectorError
@@ -73,7 +73,6 @@ KEEP_GLOBALS = 2                         # published global vectors kept (the cu
 READ_STEP = 1 << 20                      # bytes hashed and decoded per read
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,255}")
 _GLOBAL_NAME = re.compile(r"[0-9a-f]{64}\.f32")
-_RECYCLED = itertools.count()
 
 
 class LocalVectorDir:
@@ -124,33 +123,11 @@ class LocalVectorDir:
     def recycle(self, files: list[Path]) -> list[Path]:
         """Move committed spool `files` into FREE while it holds < KEEP_FREE files and KEEP_FREE_BYTES;
         returns the files not moved (the caller deletes them)."""
-        free = self.path / FREE
-        try:
-            free.mkdir(exist_ok=True)
-            held = [e.stat().st_size for e in os.scandir(free) if e.is_file(follow_symlinks=False)]
-        except OSError:
-            return files
-        count, size, left = len(held), sum(held), []
-        for f in files:
-            try:
-                n = f.lstat().st_size
-                if count >= KEEP_FREE or size + n > KEEP_FREE_BYTES or f.name.endswith(".tmp"):
-                    raise OSError("full")
-                os.rename(f, free / f"{os.getpid()}-{next(_RECYCLED)}.f32")
-                count, size = count + 1, size + n
-            except OSError:
-                left.append(f)
-        return left
+        return move_into(self.path / FREE, files, KEEP_FREE, KEEP_FREE_BYTES)
 
     def clear_free(self) -> None:
         """Delete the recycled files (at start and when the coordinator closes: they hold no one's data)."""
-        free = self.path / FREE
-        try:
-            for e in os.scandir(free):
-                if e.is_file(follow_symlinks=False) or e.is_symlink():
-                    os.unlink(e.path)
-        except OSError:
-            pass
+        empty(self.path / FREE)
 
     # ---- upload -----------------------------------------------------------------------------
 

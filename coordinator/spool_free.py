@@ -39,25 +39,7 @@ class FreeSpoolFiles:
         """Move `files` (committed spool files) into the pool while it has room and streamed uploads asked for
         that many since the last call; returns the ones not moved."""
         wanted, self.asked = self.asked, 0
-        if not wanted:
-            return files
-        try:
-            self.path.mkdir(exist_ok=True)
-            held = [e.stat().st_size for e in os.scandir(self.path) if e.is_file(follow_symlinks=False)]
-        except OSError:
-            return files
-        count, size, left = len(held), sum(held), []
-        limit = min(KEEP, wanted)
-        for f in files:
-            try:
-                n = f.lstat().st_size
-                if n < MIN_BYTES or count >= limit or size + n > KEEP_BYTES or f.name.endswith(".tmp"):
-                    raise OSError("not kept")
-                os.rename(f, self.path / f"{os.getpid()}-{next(_NAMES)}.f32")
-                count, size = count + 1, size + n
-            except OSError:
-                left.append(f)
-        return left
+        return move_into(self.path, files, min(KEEP, wanted), KEEP_BYTES, MIN_BYTES) if wanted else files
 
     def claim(self, target: Path, nbytes: int) -> bool:
         """Rename a pool file to `target` (which must not exist): the smallest holding >= `nbytes`, else the
@@ -80,9 +62,36 @@ class FreeSpoolFiles:
 
     def clear(self) -> None:
         """Delete every pool file (at start and at close: they hold no update that counts)."""
+        empty(self.path)
+
+
+def move_into(folder: Path, files: list[Path], keep: int, keep_bytes: int, min_bytes: int = 0) -> list[Path]:
+    """Move committed spool `files` of at least `min_bytes` into `folder` (a recycling pool, here or
+    coordinator.local_vectors') while it holds fewer than `keep` files and `keep_bytes` bytes, each under a
+    fresh name; returns the files not moved (the caller deletes them)."""
+    try:
+        folder.mkdir(exist_ok=True)
+        held = [e.stat().st_size for e in os.scandir(folder) if e.is_file(follow_symlinks=False)]
+    except OSError:
+        return files
+    count, size, left = len(held), sum(held), []
+    for f in files:
         try:
-            for e in os.scandir(self.path):
-                if e.is_file(follow_symlinks=False) or e.is_symlink():
-                    os.unlink(e.path)
+            n = f.lstat().st_size
+            if n < min_bytes or count >= keep or size + n > keep_bytes or f.name.endswith(".tmp"):
+                raise OSError("not kept")
+            os.rename(f, folder / f"{os.getpid()}-{next(_NAMES)}.f32")
+            count, size = count + 1, size + n
         except OSError:
-            pass
+            left.append(f)
+    return left
+
+
+def empty(folder: Path) -> None:
+    """Delete every file in a recycling pool `folder` (missing: nothing to do)."""
+    try:
+        for e in os.scandir(folder):
+            if e.is_file(follow_symlinks=False) or e.is_symlink():
+                os.unlink(e.path)
+    except OSError:
+        pass
