@@ -12,6 +12,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from fedort.coordinator.state import StateStore
 
 
@@ -23,28 +25,28 @@ def states(state_dir) -> list[tuple[int, str]]:
         reader.close()
 
 
-def test_a_deferred_commit_is_written_by_the_next_open_in_the_same_transaction(tmp_path):
+@pytest.fixture
+def deferred(tmp_path):
+    """A store whose round 1 is committed with defer=True (and nothing after it yet)."""
     store = StateStore(tmp_path / "state")
     try:
         store.open_round(1, 1, ["a"], 123)
         store.commit_round(1, "ab" * 32, 1, 10, {}, defer=True)
-        assert store.deferred and states(tmp_path / "state") == [(1, "TRAINING")]
-        store.open_round(2, 1, ["a"], 456)
-        assert not store.deferred
-        assert states(tmp_path / "state") == [(1, "COMMITTED"), (2, "TRAINING")]
+        yield store
     finally:
         store.close()
 
 
-def test_flush_commits_a_deferred_commit_when_no_open_follows(tmp_path):
-    store = StateStore(tmp_path / "state")
-    try:
-        store.open_round(1, 1, ["a"], 123)
-        store.commit_round(1, "ab" * 32, 1, 10, {}, defer=True)
-        store.flush()
-        assert states(tmp_path / "state") == [(1, "COMMITTED")]
-    finally:
-        store.close()
+def test_a_deferred_commit_is_written_by_the_next_open_in_the_same_transaction(tmp_path, deferred):
+    assert deferred.deferred and states(tmp_path / "state") == [(1, "TRAINING")]
+    deferred.open_round(2, 1, ["a"], 456)
+    assert not deferred.deferred
+    assert states(tmp_path / "state") == [(1, "COMMITTED"), (2, "TRAINING")]
+
+
+def test_flush_commits_a_deferred_commit_when_no_open_follows(tmp_path, deferred):
+    deferred.flush()
+    assert states(tmp_path / "state") == [(1, "COMMITTED")]
 
 
 CHILD = textwrap.dedent("""
