@@ -60,18 +60,28 @@ class SparsePiece:
 Piece = Union[DensePiece, SparsePiece]
 
 
-FINITE_STEP = 1 << 20   # values per isfinite pass: a bounded bool temporary (1 MB)
+FINITE_STEP = 1 << 16   # values per isfinite pass, through one reused bool scratch array (64 KiB: stays in cache)
+
+
+def first_non_finite(values: np.ndarray) -> int | None:
+    """Index in `values.reshape(-1)` of the first NaN or Inf, or None. `isfinite(...).all()` block by block
+    through one small scratch array: exact, 3-4 × faster than the float64 sum it replaced, and no
+    vector-sized temporary (fresh memory, mapped and zeroed by the kernel, on every call)."""
+    flat = values.reshape(-1)
+    scratch = np.empty(min(FINITE_STEP, flat.size), dtype=bool)
+    for start in range(0, flat.size, FINITE_STEP):
+        part = flat[start:start + FINITE_STEP]
+        finite = np.isfinite(part, out=scratch[:part.size])
+        if not finite.all():
+            return start + int(np.argmin(finite))
+    return None
 
 
 def check_finite(values: np.ndarray, what: str) -> None:
-    """VectorError if any value is NaN or Inf. `isfinite(...).all()` per step of 1 M values: exact, and
-    3-4 × faster than the float64 sum it replaces (0.6 vs 2.3 ms per 5 M float32 values)."""
-    flat = values.reshape(-1)
-    for start in range(0, flat.size, FINITE_STEP):
-        part = flat[start:start + FINITE_STEP]
-        if not np.isfinite(part).all():
-            bad = start + int(np.flatnonzero(~np.isfinite(part))[0])
-            raise VectorError(f"{what} contains a non-finite value ({flat[bad]}) at position {bad} of the piece")
+    """VectorError if any value is NaN or Inf (`first_non_finite`)."""
+    bad = first_non_finite(values)
+    if bad is not None:
+        raise VectorError(f"{what} contains a non-finite value ({values.reshape(-1)[bad]}) at position {bad} of the piece")
 
 
 def check_vector(vector: np.ndarray, spec: CodecSpec) -> np.ndarray:
@@ -168,4 +178,4 @@ class Codec:
 
 
 __all__ = ["Codec", "DensePiece", "F32", "MAX_LENGTH", "Piece", "SparsePiece", "StreamDecoder",
-           "check_finite", "check_vector"]
+           "check_finite", "check_vector", "first_non_finite"]
