@@ -43,9 +43,9 @@ from fedort.protos.codec import CHUNK_BYTES, VectorMeta, iter_chunks
 from fedort.protos.codecs.stream import iter_payload_chunks
 from fedort.protos.codecs.xor_delta import DOWNLOAD_DELTA
 from fedort.protos.errors import FedortError, NotFoundError, ProtocolError, ResourceExhaustedError, StaleRoundError
-from fedort.protos.update_part import part_kind
 from fedort.protos.messages import UpdateHeader, meta_to_pb, metrics_from_pb
 from fedort.protos.status_codes import status_for
+from fedort.protos.update_part import part_kind
 
 _timeout = getattr(asyncio, "timeout", None)   # Python >= 3.11
 UPLOAD_WINDOW_BYTES = 256 << 10   # the per-stream receive window (server.server_options); see _chunks
