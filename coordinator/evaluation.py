@@ -72,7 +72,7 @@ class EvaluationPhase:
             return None
         return Task(TaskKind.EVALUATE, self.round, e.deadline_ms, TrainConfig(
             batch_size=e.config.batch_size, seed=client_seed(e.config.seed, self.round, client_id)),
-            0, e.global_vector.sha256, e.length)
+            0, e.global_vector.sha256, e.length, vector_blake3=e.global_vector.blake3)
 
     def submit(self, client_id: str, model_id: str, round: int, num_examples: int,
                metrics: Mapping[str, Metric]) -> SubmitResult:

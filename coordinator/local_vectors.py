@@ -37,7 +37,9 @@ already holds, on blocks the file already has, costs a 20 MB update ≈ 12 ms le
 checks above are the same whatever file the device wrote into.
 
 Download (`publish`): each new global vector is hard-linked as global/<sha256 hex>.f32 (the files
-in vectors/ are written once and replaced by rename, never changed in place); the device checks
+in vectors/ are written once and replaced by rename, never changed in place). FIT tasks also carry
+the vector's BLAKE3 (`file_digest`, protocol 1.5), so a device checks the file it reads in ≈ 2 ms
+instead of sha256's ≈ 10 ms per 20 MB, against a digest that came over its gRPC channel; the device checks
 its length and sha256 against the Task. The two newest stay.
 """
 
@@ -82,6 +84,13 @@ class LocalVectorDir:
         self.path = Path(path)
         self.globals = self.path / GLOBAL
         self._published: list[Path] = []
+
+    @staticmethod
+    def file_digest(vector: np.ndarray) -> bytes:
+        """The BLAKE3 FIT tasks carry for co-located devices (Task.vector_blake3); empty without `blake3`."""
+        if digests.BLAKE3 not in digests.available():
+            return b""
+        return digests.digest(digests.BLAKE3, memoryview(np.ascontiguousarray(vector, dtype="<f4")).cast("B"))
 
     @classmethod
     def open(cls, path: str | os.PathLike, state_dir: str | os.PathLike) -> "LocalVectorDir":

@@ -180,8 +180,12 @@ class RoundEngine(TaskDispatch, RoundExports):
         self._outcome = RunOutcome(state, done, message)
         self._finished.set()
 
-    def set_global(self, round: int, vector: np.ndarray, sha256: bytes) -> None:
-        self.global_vector = GlobalVector(round, vector, sha256)
+    def set_global(self, round: int, vector: np.ndarray, sha256: bytes, blake3: bytes | None = None) -> None:
+        """Make `vector` the global vector; `blake3`: its file digest if already computed (else computed here
+        when co-located devices need it)."""
+        if blake3 is None and self.local_vectors is not None:
+            blake3 = self.local_vectors.file_digest(vector)
+        self.global_vector = GlobalVector(round, vector, sha256, blake3 or b"")
         if self.local_vectors is not None:
             self.local_vectors.publish(self.store.vector_path(round), sha256)
 
@@ -337,6 +341,9 @@ class RoundEngine(TaskDispatch, RoundExports):
         # a large vector's sha256 (≈ 10 ms per 20 MB) runs in a thread while the files are written, not on the loop
         hashing = None if small else asyncio.ensure_future(asyncio.to_thread(vector_digest, vector))
         sha = vector_digest(vector) if small else b""
+        # co-located devices check the file they read with BLAKE3: computed beside the sha256 (workers idle now)
+        file_digest = None if self.local_vectors is None else \
+            asyncio.ensure_future(asyncio.to_thread(self.local_vectors.file_digest, vector))
         metrics = {**r.metrics.means(), **self.strategy.server_update.metrics(), **self.privacy.round_metrics(self)}
 
         # a small vector is durable inside the commit's row; its file is fsynced by the export, off the critical path
@@ -359,7 +366,7 @@ class RoundEngine(TaskDispatch, RoundExports):
         self.store.layout.server_state(self.round).unlink(missing_ok=True)   # superseded by round + 1's
         self.transition(RoundState.EXPORTING, f"global vector of round {self.round + 1} is {sha.hex()[:12]}")
         self.round += 1
-        self.set_global(self.round, vector, sha)
+        self.set_global(self.round, vector, sha, None if file_digest is None else await file_digest)
         self.training = None
 
     def release_polls(self) -> None:

@@ -44,8 +44,9 @@ class TaskDispatch:
             cfg = self.config
             train = TrainConfig(cfg.local_epochs, cfg.batch_size, cfg.lr, cfg.reset_optimizer,
                                 client_seed(cfg.seed, self.round, client_id), dict(cfg.extra), cfg.prox_mu)
-            return Task(TaskKind.FIT, self.round, self._fit_deadline_ms(), train, 0, self.global_vector.sha256,
-                        self.length, self.secagg.task_bytes() if self.secagg is not None else b"")
+            g = self.global_vector
+            return Task(TaskKind.FIT, self.round, self._fit_deadline_ms(), train, 0, g.sha256, self.length,
+                        self.secagg.task_bytes() if self.secagg is not None else b"", g.blake3)
         return self.evaluation.task_for(client_id)
 
     def _may_fit(self, client_id: str) -> bool:

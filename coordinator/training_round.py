@@ -18,11 +18,13 @@ from fedort.coordinator.metrics import MetricSums
 
 @dataclass(frozen=True)
 class GlobalVector:
-    """The global vector round `round` trains from, and its sha256 (what FIT tasks announce)."""
+    """The global vector round `round` trains from, and its sha256 (what FIT tasks announce); with a
+    local vector directory also its BLAKE3 (Task.vector_blake3, for co-located devices)."""
 
     round: int
     vector: np.ndarray
     sha256: bytes
+    blake3: bytes = b""
 
 
 @dataclass

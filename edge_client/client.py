@@ -187,7 +187,8 @@ class EdgeClient(Joining):
             if cached is not None:
                 return cached, True
         self.phase = "downloading"
-        local = self._local.read_global(task.vector_sha256, length) if self._local is not None else None
+        local = self._local.read_global(task.vector_sha256, length, task.vector_blake3) \
+            if self._local is not None else None
         if local is not None:   # co-located with the coordinator: read, not downloaded (edge_client.local_vectors)
             vector, self._bytes_down = local, 0
         else:

@@ -171,7 +171,7 @@ class PollTasksReply(_message.Message):
     def __init__(self, round: _Optional[int] = ..., state: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[ClientTask, _Mapping]]] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("kind", "round", "deadline_unix_ms", "config", "retry_after_ms", "vector_sha256", "vector_length", "secagg")
+    __slots__ = ("kind", "round", "deadline_unix_ms", "config", "retry_after_ms", "vector_sha256", "vector_length", "secagg", "vector_blake3")
     class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         WAIT: _ClassVar[Task.Kind]
@@ -190,6 +190,7 @@ class Task(_message.Message):
     VECTOR_SHA256_FIELD_NUMBER: _ClassVar[int]
     VECTOR_LENGTH_FIELD_NUMBER: _ClassVar[int]
     SECAGG_FIELD_NUMBER: _ClassVar[int]
+    VECTOR_BLAKE3_FIELD_NUMBER: _ClassVar[int]
     kind: Task.Kind
     round: int
     deadline_unix_ms: int
@@ -198,7 +199,8 @@ class Task(_message.Message):
     vector_sha256: bytes
     vector_length: int
     secagg: bytes
-    def __init__(self, kind: _Optional[_Union[Task.Kind, str]] = ..., round: _Optional[int] = ..., deadline_unix_ms: _Optional[int] = ..., config: _Optional[_Union[TrainConfig, _Mapping]] = ..., retry_after_ms: _Optional[int] = ..., vector_sha256: _Optional[bytes] = ..., vector_length: _Optional[int] = ..., secagg: _Optional[bytes] = ...) -> None: ...
+    vector_blake3: bytes
+    def __init__(self, kind: _Optional[_Union[Task.Kind, str]] = ..., round: _Optional[int] = ..., deadline_unix_ms: _Optional[int] = ..., config: _Optional[_Union[TrainConfig, _Mapping]] = ..., retry_after_ms: _Optional[int] = ..., vector_sha256: _Optional[bytes] = ..., vector_length: _Optional[int] = ..., secagg: _Optional[bytes] = ..., vector_blake3: _Optional[bytes] = ...) -> None: ...
 
 class VectorRequest(_message.Message):
     __slots__ = ("client_id", "model_id", "round", "cached_sha256")

@@ -60,16 +60,19 @@ class Task:
     vector_sha256: bytes = b""
     vector_length: int = 0
     secagg: bytes = b""            # secure aggregation round: protos.secagg.task.SecAggTask JSON
+    vector_blake3: bytes = b""     # protocol 1.5: the global vector's BLAKE3, for co-located devices' file check
 
     def to_pb(self) -> pb.Task:
         return pb.Task(kind=int(self.kind), round=self.round, deadline_unix_ms=self.deadline_unix_ms,
                        config=self.config.to_pb(), retry_after_ms=self.retry_after_ms,
-                       vector_sha256=self.vector_sha256, vector_length=self.vector_length, secagg=self.secagg)
+                       vector_sha256=self.vector_sha256, vector_length=self.vector_length, secagg=self.secagg,
+                       vector_blake3=self.vector_blake3)
 
     @classmethod
     def from_pb(cls, m: pb.Task) -> "Task":
         return cls(TaskKind(m.kind), m.round, m.deadline_unix_ms, TrainConfig.from_pb(m.config),
-                   m.retry_after_ms, bytes(m.vector_sha256), m.vector_length, bytes(m.secagg))
+                   m.retry_after_ms, bytes(m.vector_sha256), m.vector_length, bytes(m.secagg),
+                   bytes(m.vector_blake3))
 
 
 @dataclass(frozen=True)
