@@ -8,7 +8,9 @@ device and again by the coordinator. A coordinator lists the digests it accepts 
 `JoinReply.update_digests`; a device uses BLAKE3 only if announced there (an older coordinator
 would read the digest as a sha256 and refuse the update), and a coordinator refuses a digest it
 did not announce with INVALID_ARGUMENT before receiving anything. Global vectors, artifacts and
-`trained_from_sha256` stay sha256: they name vectors across rounds, caches and state files.
+`trained_from_sha256` stay sha256: they name vectors across rounds, caches and state files. (A FIT
+task may also carry its global vector's BLAKE3, `Task.vector_blake3`, protocol 1.5: only to check
+the co-located file a device reads, never as a name.)
 
 Stored digests (the `submissions.sha256` column): plain hex for sha256 (as before), "blake3:<hex>"
 for BLAKE3, so recovery checks a spooled update with the algorithm it arrived with.
