@@ -35,7 +35,8 @@ import numpy as np
 
 from fedort.coordinator.secagg_record import SecAggRecord
 from fedort.coordinator.secagg_server import SecAggResult, SecAggServer, ServerPhase
-from fedort.coordinator.state import TransitionRow, now_ms
+from fedort.coordinator.state import now_ms
+from fedort.coordinator.state_schema import TransitionRow
 from fedort.protos.dp_noise import distributed_noise_std
 from fedort.protos.errors import ProtocolError, StaleRoundError, VectorError
 from fedort.protos.messages import UpdateHeader
