@@ -1,10 +1,10 @@
 """fedort's FedAdam / FedYogi / FedProx against Flower's on the README's task with the same ORT clients.
 
-The task and the Flower harness are `bench_vs_flower_task.py`'s (digits, 10 clients, Dirichlet(0.5),
-E = 2, B = 16, fresh client optimizer state each round, all 10 clients every round, server-side
-test accuracy after every round): same artifacts, initial vector, client partitions, per-client
-seeds and test split on both sides; Flower's `NumPyClient.fit` is fedort's ORT training
-(`TrainingSession` + `Trainer` + `TrainingModule`). Only the strategy changes:
+The task is `bench_vs_flower_task.py`'s and the Flower side the same harness, `flower_ort.py` (digits,
+10 clients, Dirichlet(0.5), E = 2, B = 16, fresh client optimizer state each round, all 10 clients
+every round, server-side test accuracy after every round): same artifacts, initial vector, client
+partitions, per-client seeds and test split on both sides; Flower's `NumPyClient.fit` is fedort's
+ORT training (`TrainingSession` + `Trainer` + `TrainingModule`). Only the strategy changes:
 
 - fedadam: fedort `--server-optimizer fedadam:lr=0.01,beta1=0.9,beta2=0.99,tau=0.001,bias_correction=flower`
   vs Flower `FedAdam(eta=0.01, beta_1=0.9, beta_2=0.99, tau=1e-3)` (Flower's defaults are eta 0.1,
@@ -28,17 +28,13 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import bench_vs_flower_task as task_bench  # noqa: E402  (the FedAvg comparison: venv, Flower harness)
+import bench_vs_flower_task as task_bench  # noqa: E402  (the FedAvg comparison: scenario, Flower venv)
 
-ROOT = HERE.parent
 WORK = HERE / ".work" / "vs-flower-fedopt"
 SCENARIO = task_bench.SCENARIO
 SERVER = {"lr": 0.01, "beta1": 0.9, "beta2": 0.99, "tau": 1e-3}
@@ -57,71 +53,21 @@ def fedort_flags(variant: str) -> list[str]:
 
 def prepare(work: Path, variant: str, seed: int) -> dict:
     """Artifacts and per-client data exactly as `fedort simulate` builds them for this variant and seed."""
-    from fedort.edge_client.artifacts import build_artifacts
-    from fedort.edge_client.models import builtin_model
     from fedort.simulations.config import load_config
-    from fedort.simulations.datasets import load_digits_split, save_npz, subset
-    from fedort.simulations.population import digits_population
 
     sgd = variant == "fedprox"
     cfg = load_config(SCENARIO, {"progress": False, "seed": seed, "optimizer": "sgd" if sgd else None,
                                  "lr": SGD_LR if sgd else None})
-    art = work / f"artifacts-{cfg.optimizer}-seed{seed}"
-    if not (art / "manifest.json").exists():
-        build_artifacts(builtin_model(cfg.model, seed=cfg.seed), art, optimizer=cfg.optimizer)
+    art = task_bench.flower_artifacts(cfg, work / f"artifacts-{cfg.optimizer}-seed{seed}")
     data = work / f"data-seed{seed}"
     if not (data / "test.npz").exists():
-        pop = digits_population(cfg.clients, cfg.partition, cfg.seed, cfg.test_fraction)
-        train, _ = load_digits_split(cfg.test_fraction, cfg.seed)
-        data.mkdir(parents=True, exist_ok=True)
-        for i, vc in enumerate(pop.clients):
-            save_npz(data / f"client-{i:04d}.npz", subset(train, vc.indices))
-        save_npz(data / "test.npz", pop.test)
+        task_bench.flower_data(cfg, data)
     return {"clients": cfg.clients, "epochs": cfg.local_epochs, "batch": cfg.batch_size, "lr": cfg.lr,
             "seed": cfg.seed, "artifacts": str(art), "data": str(data)}
 
 
 def fedort_trial(variant: str, seed: int, rounds: int) -> dict:
-    with tempfile.TemporaryDirectory(dir=WORK) as tmp:
-        out = Path(tmp) / "run"
-        cmd = [sys.executable, "-m", "fedort", "simulate", str(SCENARIO), "--out", str(out), "--no-progress",
-               "--rounds", str(rounds), "--seed", str(seed), *fedort_flags(variant)]
-        t0 = time.time()
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-        wall = time.time() - t0
-        if proc.returncode != 0:
-            raise RuntimeError(f"fedort simulate failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
-        metrics = json.loads((out / "metrics.json").read_text())
-    return {"wall_s": wall, "accuracy": [r["accuracy"] for r in metrics["rounds"]], "command": " ".join(cmd[2:])}
-
-
-# Flower's side: bench_vs_flower_task's harness with the strategy and FedProx's client step swapped in.
-FLOWER_TASK = task_bench.FLOWER_TASK
-for old, new in (
-    ("from flwr.server.strategy import FedAvg",
-     "from flwr.server.strategy import FedAdam, FedProx, FedYogi\n"
-     "from fedort.edge_client.fedprox import proximal_step"),
-    ("rounds, clients, cpus, epochs, batch, seed = (int(a) for a in sys.argv[2:8])\nlr = float(sys.argv[8])",
-     "rounds, clients, cpus, epochs, batch, seed = (int(a) for a in sys.argv[2:8])\nlr = float(sys.argv[8])\n"
-     "spec = json.loads(sys.argv[9])\nart_dir, data_dir = Path(spec['artifacts']), Path(spec['data'])"),
-    ('TrainingSession.from_artifacts(work / "artifacts",', "TrainingSession.from_artifacts(art_dir,"),
-    ('ClientData.load(work / "flower-data" / f"client-{cid:04d}.npz")', 'ClientData.load(data_dir / f"client-{cid:04d}.npz")'),
-    ('np.load(work / "flower-data" / "test.npz")', 'np.load(data_dir / "test.npz")'),
-    ("        s.from_buffer(np.ascontiguousarray(parameters[0], dtype=np.float32))\n        s.reset_optimizer_state()",
-     "        center = np.ascontiguousarray(parameters[0], dtype=np.float32)\n"
-     "        s.from_buffer(center)\n        s.reset_optimizer_state()"),
-    ("progress=False)\n        result",
-     "progress=False,\n                          optimizer_step=proximal_step(s, center, float(config.get('proximal_mu', 0.0))))\n"
-     "        result"),
-    ("class TimedFedAvg(FedAvg):",
-     "Base = {'fedadam': FedAdam, 'fedyogi': FedYogi, 'fedprox': FedProx}[spec['variant']]\n\n"
-     "class TimedFedAvg(Base):"),
-    ("initial_parameters=ndarrays_to_parameters([initial]))",
-     "initial_parameters=ndarrays_to_parameters([initial]), **spec['strategy'])"),
-):
-    if old not in FLOWER_TASK:
-        raise RuntimeError(f"bench_vs_flower_task.FLOWER_TASK changed; cannot find {old!r}")
-    FLOWER_TASK = FLOWER_TASK.replace(old, new, 1)
+    return task_bench.fedort_trial(rounds, ["--seed", str(seed), *fedort_flags(variant)], WORK)
 
 
 def flower_strategy(variant: str) -> dict:
@@ -131,23 +77,16 @@ def flower_strategy(variant: str) -> dict:
 
 
 def flower_trial(py: Path, variant: str, task: dict, rounds: int, cpus: int) -> dict:
-    script = WORK / "flower_fedopt_task.py"
-    script.write_text(FLOWER_TASK)
-    spec = {"variant": variant, "strategy": flower_strategy(variant), "artifacts": task["artifacts"], "data": task["data"]}
-    env = dict(os.environ, RAY_DEDUP_LOGS="0", RAY_ENABLE_UV_RUN_RUNTIME_ENV="0", PYTHONWARNINGS="ignore")
-    env.pop("PYTHONPATH", None)
-    args = [WORK, rounds, task["clients"], cpus, task["epochs"], task["batch"], task["seed"], task["lr"], json.dumps(spec)]
-    t0 = time.time()
-    proc = subprocess.run([str(py), str(script), *map(str, args)], capture_output=True, text=True, env=env,
-                          timeout=1800, cwd=WORK)
-    wall = time.time() - t0
-    for line in proc.stdout.splitlines():
-        if line.startswith("RESULT "):
-            res = json.loads(line[len("RESULT "):])
-            if res.get("client_failures"):
-                raise RuntimeError(f"{res['client_failures']} Flower client fits failed:\n{proc.stderr[-3000:]}")
-            return {"wall_s": wall, "accuracy": res["accuracy"], "flwr": res["flwr"], "strategy": spec["strategy"]}
-    raise RuntimeError(f"Flower trial failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    """Flower's run of the task with the variant's strategy (flower_ort.py, shared with bench_vs_flower_task)."""
+    import flower_ort
+
+    spec = {"artifacts": task["artifacts"], "data": task["data"], "rounds": rounds, "clients": task["clients"],
+            "cpus": cpus, "epochs": task["epochs"], "batch": task["batch"], "seed": task["seed"], "lr": task["lr"],
+            "strategy": variant, "options": flower_strategy(variant)}
+    res = flower_ort.trial(py, WORK / "flower_fedopt_task.py", spec)
+    if res.get("client_failures"):
+        raise RuntimeError(f"{res['client_failures']} Flower client fits failed ({variant}, seed {task['seed']})")
+    return {"wall_s": res["wall_s"], "accuracy": res["accuracy"], "flwr": res["flwr"], "strategy": res["options"]}
 
 
 def at(acc: list[float], r: int) -> str:

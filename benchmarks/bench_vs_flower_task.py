@@ -11,13 +11,10 @@ round, FedAvg over all 10 clients, server-side test accuracy after every round, 
   the Flower side gets ready-made.
 - Flower: flwr 1.42 `run_simulation` (Ray backend, 1 CPU per client: 2 actors on the 2 cores,
   like fedort's 2 workers), legacy `FedAvg` (fraction_fit 1, no client eval, server-side
-  `evaluate_fn`), and a `NumPyClient` whose `fit` is fedort's ORT training itself:
-  `TrainingSession.from_buffer` + `reset_optimizer_state`, `Trainer(max_epochs=E, batch_size=B,
-  shuffle=True, seed=...)` on a `TrainingModule`, `to_buffer` — the modules behind
-  `edge_client.local_round.fit` (which itself cannot be imported there: it pulls in fedort's
-  protobuf-7 wire types, and flwr pins protobuf<7). Same artifacts, same initial vector, the same
-  client partitions (fedort's partitioner with the same seed, saved as one .npz per client), the
-  same test split, the same ORT thread count (1 per session). fedort is installed in Flower's venv
+  `evaluate_fn`), and a `NumPyClient` whose `fit` is fedort's ORT training itself (flower_ort.py,
+  shared with bench_vs_flower_fedopt.py, which changes only the strategy). Same artifacts, same
+  initial vector, the same client partitions (fedort's partitioner with the same seed, saved as one
+  .npz per client), the same test split, the same ORT thread count (1 per session). fedort is installed in Flower's venv
   with `pip install --no-deps -e .` plus onnxruntime-training-cpu==1.19.2 and onnx<1.18.
   Timed from launch to exit (imports, Ray start, rounds, shutdown).
 
@@ -44,9 +41,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
+from typing import Sequence
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -57,31 +54,45 @@ sys.path.insert(0, str(HERE))
 
 def prepare(work: Path) -> dict:
     """Artifacts and per-client data exactly as `fedort simulate` builds them for the scenario."""
-    from fedort.edge_client.artifacts import build_artifacts, load_manifest
-    from fedort.edge_client.models import builtin_model
+    from fedort.edge_client.artifacts import load_manifest
     from fedort.simulations.config import load_config
-    from fedort.simulations.datasets import load_digits_split, save_npz, subset
     from fedort.simulations.artifact_cache import cached_builtin_artifacts
-    from fedort.simulations.population import digits_population
 
     cfg = load_config(SCENARIO, {"progress": False})
-    art = work / "artifacts"
-    if not (art / "manifest.json").exists():
-        build_artifacts(builtin_model(cfg.model, seed=cfg.seed), art, optimizer=cfg.optimizer)
+    art = flower_artifacts(cfg, work / "artifacts")
     # as for the digits split below: fedort's runs find the built-in artifacts in the machine's cache, as every
     # run after a machine's first does (the Flower side gets them ready-made)
     with tempfile.TemporaryDirectory() as tmp:
         cached_builtin_artifacts(cfg.model, cfg.seed, cfg.optimizer, Path(tmp) / "artifacts")
+    pop = flower_data(cfg, work / "flower-data")
+    return {"clients": cfg.clients, "rounds": cfg.rounds, "epochs": cfg.local_epochs, "batch": cfg.batch_size,
+            "lr": cfg.lr, "seed": cfg.seed, "params": load_manifest(art).parameter_count,
+            "examples": int(sum(len(vc.indices) for vc in pop.clients))}
+
+
+def flower_artifacts(cfg, art: Path) -> Path:
+    """The scenario's built-in model as training artifacts in `art` (built unless already there)."""
+    from fedort.edge_client.artifacts import build_artifacts
+    from fedort.edge_client.models import builtin_model
+
+    if not (art / "manifest.json").exists():
+        build_artifacts(builtin_model(cfg.model, seed=cfg.seed), art, optimizer=cfg.optimizer)
+    return art
+
+
+def flower_data(cfg, data: Path):
+    """The clients' partitions of the scenario `cfg` (fedort's partitioner, its seed) as data/client-NNNN.npz,
+    and its test split as data/test.npz, for the Flower side; returns the population."""
+    from fedort.simulations.datasets import load_digits_split, save_npz, subset
+    from fedort.simulations.population import digits_population
+
     pop = digits_population(cfg.clients, cfg.partition, cfg.seed, cfg.test_fraction)
     train, _ = load_digits_split(cfg.test_fraction, cfg.seed)
-    data = work / "flower-data"
     data.mkdir(parents=True, exist_ok=True)
     for i, vc in enumerate(pop.clients):
         save_npz(data / f"client-{i:04d}.npz", subset(train, vc.indices))
     save_npz(data / "test.npz", pop.test)
-    return {"clients": cfg.clients, "rounds": cfg.rounds, "epochs": cfg.local_epochs, "batch": cfg.batch_size,
-            "lr": cfg.lr, "seed": cfg.seed, "params": load_manifest(art).parameter_count,
-            "examples": int(sum(len(vc.indices) for vc in pop.clients))}
+    return pop
 
 
 def compile_sources() -> str:
@@ -107,121 +118,26 @@ def _fedort_packages(fedort) -> list:
     return [fedort, fedort.coordinator, fedort.edge_client, fedort.protos, fedort.simulations]
 
 
-def fedort_trial(rounds: int) -> dict:
-    with tempfile.TemporaryDirectory(dir=WORK) as tmp:
+def fedort_trial(rounds: int, flags: Sequence[str] = (), work: Path = WORK) -> dict:
+    """`fedort simulate` of the scenario (+ `flags`) in its own process, timed from launch to exit; its accuracy
+    per round and the rounds-only time (first TRAINING transition to the last transition)."""
+    from fedort.coordinator.status import round_timeline
+
+    with tempfile.TemporaryDirectory(dir=work) as tmp:
         out = Path(tmp) / "run"
+        cmd = [sys.executable, "-m", "fedort", "simulate", str(SCENARIO), "--out", str(out), "--no-progress",
+               "--rounds", str(rounds), *flags]
         t0 = time.time()
-        proc = subprocess.run([sys.executable, "-m", "fedort", "simulate", str(SCENARIO), "--out", str(out),
-                               "--no-progress", "--rounds", str(rounds)], capture_output=True, text=True, timeout=900)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         wall = time.time() - t0
         if proc.returncode != 0:
             raise RuntimeError(f"fedort simulate failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
         metrics = json.loads((out / "metrics.json").read_text())
-        from fedort.coordinator.status import round_timeline
-
         timeline = round_timeline(out / "state")
     starts = [t.at_unix_s for t in timeline if t.to_state == "TRAINING"]
     rounds_s = max(t.at_unix_s for t in timeline) - starts[0]
     acc = [r["accuracy"] for r in metrics["rounds"]]
-    return {"side": "fedort", "wall_s": wall, "rounds_s": rounds_s, "accuracy": acc}
-
-
-FLOWER_TASK = textwrap.dedent('''
-    import hashlib, json, sys, time
-    t_start = time.time()
-    from pathlib import Path
-    import numpy as np
-    work = Path(sys.argv[1])
-    rounds, clients, cpus, epochs, batch, seed = (int(a) for a in sys.argv[2:8])
-    lr = float(sys.argv[8])
-    from flwr.client import ClientApp, NumPyClient
-    from flwr.common import Context, ndarrays_to_parameters
-    from flwr.server import ServerApp, ServerAppComponents, ServerConfig
-    from flwr.server.strategy import FedAvg
-    from flwr.simulation import run_simulation
-    from fedort.edge_client.client_data import ClientData
-    from fedort.edge_client.module import TrainingModule
-    from fedort.edge_client.session import TrainingSession
-    from fedort.edge_client.session_config import SessionConfig
-    from fedort.edge_client.trainer import Trainer
-
-    def session():
-        """One ORT session per process (as a fedort worker shares one among its clients); cached on an
-        imported module, which cloudpickle ships by reference, so Ray never tries to pickle a session."""
-        import fedort.edge_client.session as holder
-        if getattr(holder, "_bench_session", None) is None:
-            holder._bench_session = TrainingSession.from_artifacts(work / "artifacts",
-                                                                   config=SessionConfig(intra_op_threads=1))
-        return holder._bench_session
-
-    def client_seed(rnd, cid):
-        digest = hashlib.sha256(f"{seed}:{rnd}:client-{cid:04d}".encode()).digest()
-        return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
-
-    class OrtClient(NumPyClient):
-        def __init__(self, cid):
-            self.cid = cid
-            self.data = ClientData.load(work / "flower-data" / f"client-{cid:04d}.npz")
-
-        def fit(self, parameters, config):
-            s = session()
-            rnd = int(config["server_round"])
-            s.from_buffer(np.ascontiguousarray(parameters[0], dtype=np.float32))
-            s.reset_optimizer_state()
-            module = TrainingModule(s)
-            module.lr = lr
-            trainer = Trainer(max_epochs=epochs, batch_size=batch, shuffle=True, seed=client_seed(rnd, self.cid),
-                              progress=False)
-            result = trainer.fit(module, self.data.arrays_for(s.manifest.inputs))
-            return [np.array(s.to_buffer(), dtype=np.float32, copy=True)], int(result.num_examples), {}
-
-    test = np.load(work / "flower-data" / "test.npz")
-    accuracy, starts, evals, failed = {}, [], [], []
-
-    def evaluate_fn(server_round, parameters, config):
-        s = session()
-        s.from_buffer(np.ascontiguousarray(parameters[0], dtype=np.float32))
-        x, y = test["x"], test["labels"]
-        loss_sum, correct = 0.0, 0
-        for i in range(0, len(y), 512):
-            out = s.eval_step(x[i:i + 512], y[i:i + 512])
-            loss_sum += float(out[s.manifest.eval_outputs[0]]) * len(y[i:i + 512])
-            correct += int((np.argmax(out["logits"], axis=1) == y[i:i + 512]).sum())
-        if server_round > 0:
-            accuracy[server_round] = correct / len(y)
-            evals.append(time.time())
-        return loss_sum / len(y), {"accuracy": correct / len(y)}
-
-    class TimedFedAvg(FedAvg):
-        def configure_fit(self, server_round, parameters, client_manager):
-            starts.append(time.time())
-            return super().configure_fit(server_round, parameters, client_manager)
-
-        def aggregate_fit(self, server_round, results, failures):
-            failed.append(len(failures))
-            return super().aggregate_fit(server_round, results, failures)
-
-    def client_fn(context: Context):
-        return OrtClient(int(context.node_config["partition-id"])).to_client()
-
-    def server_fn(context: Context):
-        initial = np.array(session().to_buffer(), dtype=np.float32, copy=True)
-        strategy = TimedFedAvg(fraction_fit=1.0, fraction_evaluate=0.0, min_fit_clients=clients, min_evaluate_clients=0,
-                               min_available_clients=clients, evaluate_fn=evaluate_fn,
-                               on_fit_config_fn=lambda r: {"server_round": r},
-                               initial_parameters=ndarrays_to_parameters([initial]))
-        return ServerAppComponents(strategy=strategy, config=ServerConfig(num_rounds=rounds))
-
-    run_simulation(server_app=ServerApp(server_fn=server_fn), client_app=ClientApp(client_fn=client_fn),
-                   num_supernodes=clients,
-                   backend_config={"client_resources": {"num_cpus": cpus, "num_gpus": 0.0}})
-    import flwr
-    print("RESULT " + json.dumps({"side": "flower", "wall_s": time.time() - t_start,
-                                  "rounds_s": (evals[-1] - starts[0]) if evals and starts else None,
-                                  "accuracy": [accuracy.get(r) for r in range(1, rounds + 1)],
-                                  "client_failures": sum(failed),
-                                  "flwr": flwr.__version__}))
-''')
+    return {"side": "fedort", "wall_s": wall, "rounds_s": rounds_s, "accuracy": acc, "command": " ".join(cmd[2:])}
 
 
 def flower_python() -> Path:
@@ -238,19 +154,13 @@ def flower_python() -> Path:
 
 
 def flower_trial(py: Path, task: dict, rounds: int, cpus: int) -> dict:
-    script = WORK / "flower_task.py"
-    script.write_text(FLOWER_TASK)
-    env = dict(os.environ, RAY_DEDUP_LOGS="0", RAY_ENABLE_UV_RUN_RUNTIME_ENV="0", PYTHONWARNINGS="ignore")
-    env.pop("PYTHONPATH", None)
-    args = [str(WORK), rounds, task["clients"], cpus, task["epochs"], task["batch"], task["seed"], task["lr"]]
-    t0 = time.time()
-    proc = subprocess.run([str(py), str(script), *map(str, args)], capture_output=True, text=True, env=env,
-                          timeout=1800, cwd=WORK)
-    wall = time.time() - t0
-    for line in proc.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return {**json.loads(line[len("RESULT "):]), "wall_s": wall}
-    raise RuntimeError(f"Flower trial failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    """Flower's run of the task with FedAvg (flower_ort.py, the harness bench_vs_flower_fedopt shares)."""
+    import flower_ort
+
+    spec = {"artifacts": str(WORK / "artifacts"), "data": str(WORK / "flower-data"), "rounds": rounds,
+            "clients": task["clients"], "cpus": cpus, "epochs": task["epochs"], "batch": task["batch"],
+            "seed": task["seed"], "lr": task["lr"], "strategy": "fedavg"}
+    return flower_ort.trial(py, WORK / "flower_task.py", spec)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from fedort.coordinator.side_writer import SideWriter
-from fedort.coordinator.state import StateStore, SubmissionRow
+from fedort.coordinator.state import StateStore
+from fedort.coordinator.state_schema import SubmissionRow
 from fedort.coordinator.upload_stream import spool_error
 from fedort.durable import fsync_dir
 

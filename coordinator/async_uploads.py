@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, AsyncIterator
 from fedort.coordinator.admission import AdmittedUpdate, admit_async_update, check_model
 from fedort.coordinator.aggregation import Update
 from fedort.coordinator.metrics import metrics_json
-from fedort.coordinator.state import SubmissionRow, now_ms
+from fedort.coordinator.state import now_ms
+from fedort.coordinator.state_schema import SubmissionRow
 from fedort.coordinator.upload_slots import UploadSlots
 from fedort.coordinator.upload_stream import spool_error
 from fedort.coordinator.uploads import received

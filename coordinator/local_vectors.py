@@ -23,7 +23,9 @@ counted leaves the aggregator `stale`, and the round's close refolds the counted
 their durable copies (`RoundAggregator.rebuild`): what is acknowledged is still exactly what is summed.
 
 Anything else is INVALID_ARGUMENT with the reason and changes nothing, except that a file which
-failed after the move (digest, codec, size changed) is deleted. The directory must be on the
+failed after the move (digest, codec, size changed) is deleted. A file whose update is answered
+`duplicate` (already counted, in an open or a closed round: coordinator/resubmission.py) is never
+taken and is deleted too (`discard`): the coordinator owns what was handed over. The directory must be on the
 state dir's filesystem (checked at start) so that the move is a rename: the bytes are written once,
 by the device, and the fold memory-maps the spooled file. Trust: the directory is for processes
 trusted like the coordinator's own state dir (same host, same user, as in a simulation); a writer
@@ -64,6 +66,7 @@ from fedort.coordinator.spool_free import empty, move_into
 from fedort.coordinator.upload_stream import spool_error
 from fedort.protos import digests
 from fedort.protos.errors import ConfigError, ProtocolError, VectorError
+from fedort.protos.messages import UpdateHeader
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +148,7 @@ class LocalVectorDir:
         with `fold`, a raw update's values are folded as they are checked (see the module docstring)."""
         h = admitted.header
         name, want = h.local_file, admitted.payload_bytes
-        if not (_NAME.fullmatch(name) and name.startswith(f"{h.client_id}.") and name.endswith(".f32")):
+        if not _plain(h):
             raise VectorError(f"local_file must be a plain file name '<client_id>.<name>.f32' (letters, digits, '.', "
                               f"'_', '-'; no path) in the coordinator's local vector dir, got {clip(name)!r}")
         what = f"local_file {name!r}"
@@ -175,6 +178,23 @@ class LocalVectorDir:
         finally:
             os.close(fd)
         log.debug("%s of %s taken into the spool (%d bytes)", what, h.client_id, want)
+
+
+    def discard(self, h: UpdateHeader) -> None:
+        """Delete the file `h` handed over if it is still here (answered `duplicate` without being taken: the
+        coordinator owns a handed-over file, and a device that crashed would leave it behind); best effort."""
+        if not _plain(h):
+            return
+        try:
+            (self.path / h.local_file).unlink(missing_ok=True)
+        except OSError as e:
+            log.warning("cannot remove local_file %r of %s (%s)", h.local_file, h.client_id, e)
+
+
+def _plain(h: UpdateHeader) -> bool:
+    """`h.local_file` is a plain name of `h.client_id`'s in the directory itself: '<client_id>.<name>.f32'."""
+    name = h.local_file
+    return bool(_NAME.fullmatch(name)) and name.startswith(f"{h.client_id}.") and name.endswith(".f32")
 
 
 def _check_file(st: os.stat_result, want: int, what: str) -> None:

@@ -28,7 +28,7 @@ import numpy as np
 
 from fedort.coordinator.aggregation import Update
 from fedort.coordinator.integrity import export_problem, read_verified_bytes, read_verified_vector
-from fedort.coordinator.state import COMMITTED, EXPORTED, FAILED, OPEN
+from fedort.coordinator.state_schema import COMMITTED, EXPORTED, FAILED, OPEN
 from fedort.durable import atomic_write
 from fedort.protos.codec import vector_digest
 from fedort.protos.round_state import RoundState, RunState

@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
 from fedort.coordinator.join_limits import clip
-from fedort.coordinator.state import ClientRow, StateStore, now_ms
+from fedort.coordinator.state import StateStore, now_ms
+from fedort.coordinator.state_schema import ClientRow
 from fedort.protos.errors import NotFoundError, ProtocolError
 
 CLIENT_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")

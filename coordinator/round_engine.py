@@ -46,7 +46,8 @@ from fedort.coordinator.registry import ClientRegistry
 from fedort.coordinator.round_deadline import wait_for_close
 from fedort.coordinator.selection import sample_size, select_clients
 from fedort.coordinator.server_optimizers.stage import configured_strategy
-from fedort.coordinator.state import StateStore, TransitionRow, now_ms
+from fedort.coordinator.state import StateStore, now_ms
+from fedort.coordinator.state_schema import TransitionRow
 from fedort.coordinator.storage import retry_when_full
 from fedort.durable import atomic_write
 from fedort.coordinator.task_dispatch import TaskDispatch

@@ -7,9 +7,10 @@
     ─▶ AGGREGATING (the unmasked SUM only) ─▶ the usual commit
 
 `SecAggServer` (coordinator/secagg_server.py) holds the protocol state; this module drives it,
-answers the `SecAgg` RPC and makes it durable: after every accepted message and phase close the
-protocol state is written atomically to `secagg/round-NNNN.state` before any client hears of it, and
-the uint64 sum with it (`.sum`) when masked-input collection closes. Masked inputs are durable
+answers the `SecAgg` RPC and keeps it durable through `SecAggRecord` (coordinator/secagg_record.py):
+after every accepted message and phase close the protocol state is written atomically to
+`secagg/round-NNNN.state` before any client hears of it, and the uint64 sum with it (`.sum`) when
+masked-input collection closes. Masked inputs are durable
 like any update (spool file + row, acknowledged after both); a restart during their collection
 folds them again from the spool into a fresh accumulator, after it the recorded sum is used, so
 each is counted exactly once. A restarted coordinator resumes in the phase it recorded. The spool
@@ -32,9 +33,10 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from fedort.coordinator.secagg_server import SecAggResult, SecAggServer, SecAggServerState, ServerPhase
-from fedort.coordinator.state import TransitionRow, now_ms
-from fedort.durable import atomic_write
+from fedort.coordinator.secagg_record import SecAggRecord
+from fedort.coordinator.secagg_server import SecAggResult, SecAggServer, ServerPhase
+from fedort.coordinator.state import now_ms
+from fedort.coordinator.state_schema import TransitionRow
 from fedort.protos.dp_noise import distributed_noise_std
 from fedort.protos.errors import ProtocolError, StaleRoundError, VectorError
 from fedort.protos.messages import UpdateHeader
@@ -74,53 +76,13 @@ class SecAggRound:
         self._task_bytes = b""
         self.result: SecAggResult | None = None
         self.lock = threading.Lock()
-        self._seq, self._sealed_saved = 0, False     # `.sealed`: this round's is written (see _write)
-        self._changes = self._persisted = 0          # group commit of the protocol state (see persist)
-        self._persisting = asyncio.Lock()
+        self.record = SecAggRecord(engine.store.dir / "secagg", self.lock, lambda: (self.server, self.round))
         self._closing = False                        # a phase close is being made durable (see _close)
         engine.strategy.combiner.bind(self)
 
-    # ---- durable state -----------------------------------------------------------------------------
-    # Two files per round, each written atomically and tagged with a sequence number: `.state` (the
-    # protocol state as JSON, after every accepted message) and `.sum` (state + uint64 accumulator,
-    # when masked-input collection closes). While masked inputs are collected nothing is written
-    # per input: they are durable in the spool (with their rows), and a restart in that phase
-    # rebuilds the accumulator by folding them again from zero. The sealed shares (most of the
-    # state) no longer change once key sharing closed: from then on they are in `.sealed`, written
-    # once before the first state that leaves them out.
-
-    def path(self, round: int, kind: str = "state"):
-        return self.engine.store.dir / "secagg" / f"round-{round:04d}.{kind}"
-
-    def _write(self, with_sum: bool = False) -> None:
-        with self.lock:
-            self._seq += 1
-            inline = self.server.phase in (ServerPhase.ADVERTISE, ServerPhase.SHARE_KEYS)
-            if inline:                        # shares may still change: `.sealed` is rewritten once they cannot
-                self._sealed_saved = False
-            sealed = None if inline or self._sealed_saved else self.server.state.sealed_bytes()
-            state = self.server.dump(inline) if with_sum else self.server.state.to_bytes(inline)
-        path = self.path(self.round, "sum" if with_sum else "state")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if sealed is not None:
-            atomic_write(self.path(self.round, "sealed"), sealed)
-            self._sealed_saved = True
-        atomic_write(path, self._seq.to_bytes(8, "little") + state)
-
     async def persist(self, with_sum: bool = False) -> None:
-        """Durable before this returns. Group commit: messages that arrive while a write is in flight
-        are all covered by the next one (one write per burst, not one per client)."""
-        if with_sum:
-            await asyncio.to_thread(self._write, True)
-            return
-        self._changes += 1
-        mine = self._changes
-        async with self._persisting:
-            if self._persisted >= mine:
-                return                             # a write that started after our change covered it
-            covered = self._changes
-            await asyncio.to_thread(self._write)
-            self._persisted = covered
+        """The protocol state durable before this returns (group commit: `SecAggRecord.persist`)."""
+        await self.record.persist(with_sum)
 
     def _use(self, server: SecAggServer, round: int) -> None:
         cfg = self.engine.config
@@ -137,35 +99,10 @@ class SecAggRound:
                  server.params.fixed_point.bits, server.params.scheme, f", distributed DP z={dp.noise_multiplier:g} C={dp.clip:g}"
                  if dp and cfg.dp_noise_multiplier else "")
 
-    def _load(self, round: int) -> SecAggServer | None:
-        """The newest recorded protocol state of `round` (None if none, or if it failed)."""
-        state_path, sum_path = self.path(round, "state"), self.path(round, "sum")
-        if not state_path.is_file():
-            return None
-        state = state_path.read_bytes()
-        seq = int.from_bytes(state[:8], "little")
-        sealed_path = self.path(round, "sealed")
-        sealed = sealed_path.read_bytes() if sealed_path.is_file() else None
-        if sum_path.is_file():
-            blob = sum_path.read_bytes()
-            seq_sum, server = int.from_bytes(blob[:8], "little"), SecAggServer.load(blob[8:], sealed)
-            if seq_sum < seq:     # later messages (unmask responses): newer state, the same frozen sum
-                server = SecAggServer.restore(state[8:], server.accumulator, sealed)
-            seq = max(seq, seq_sum)
-        else:
-            length = SecAggServerState.from_bytes(state[8:], sealed).params.length
-            server = SecAggServer.restore(state[8:], np.zeros(length + 1, dtype=np.uint64), sealed)
-        self._sealed_saved = sealed is not None and server.phase not in (ServerPhase.ADVERTISE, ServerPhase.SHARE_KEYS)
-        if server.phase in (ServerPhase.ADVERTISE, ServerPhase.SHARE_KEYS, ServerPhase.MASKED_INPUT):
-            server.state.u3 = []                         # nothing summed yet, or the spool replay folds
-            server.accumulator[:] = 0                    # every masked input again
-        self._seq = seq
-        return None if server.phase is ServerPhase.FAILED else server
-
     def ensure(self, round: int) -> SecAggServer:
         """The round's protocol state, from the state dir after a restart (SecAggError if none)."""
         if self.server is None or self.round != round:
-            server = self._load(round)
+            server = self.record.load(round)
             if server is None:
                 raise SecAggError(f"no secure-aggregation state for round {round}")
             self._use(server, round)
@@ -174,7 +111,7 @@ class SecAggRound:
     def round_opened(self) -> None:
         """A new attempt opened: resume the recorded protocol state, or start a fresh one for its cohort."""
         e, r = self.engine, self.engine.training
-        server = self.server if self.round == r.round and self.server is not None else self._load(r.round)
+        server = self.server if self.round == r.round and self.server is not None else self.record.load(r.round)
         if server is not None and server.phase is not ServerPhase.FAILED:
             self._use(server, r.round)
             log.info("round %d: secure aggregation resumed in phase %s", r.round, server.phase.value)
@@ -190,10 +127,7 @@ class SecAggRound:
         params = SecAggParams(r.round * 1000 + r.attempt, tuple(r.selected), threshold, degree, os.urandom(16),
                               fixed, e.length, scheme)
         self._use(SecAggServer(params), r.round)
-        self.path(r.round, "sum").unlink(missing_ok=True)    # a failed earlier attempt's sum and shares
-        self.path(r.round, "sealed").unlink(missing_ok=True)
-        self._sealed_saved = False
-        self._write()
+        self.record.begin(r.round)
 
     def may_fit(self, client_id: str) -> bool:
         """A FIT task only while keys are still collected, to a client that has not advertised yet."""

@@ -226,14 +226,16 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             self.submissions.take(header.client_id)
             chunks = self._chunks(context)
             try:
-                return (await self.engine.submit_update(header, chunks)).to_pb()
+                result = await self.engine.submit_update(header, chunks)
             except StaleRoundError:
-                counted = counted_before(self.engine, header)   # resent after its round closed (resubmission.py)
-                if counted is None:
+                result = counted_before(self.engine, header)   # resent after its round closed (resubmission.py)
+                if result is None:
                     raise
                 async for _ in chunks:   # drained and acknowledged, as an open round's duplicate is
                     pass
-                return counted.to_pb()
+            if result.duplicate and header.local_file and self.engine.local_vectors is not None:
+                self.engine.local_vectors.discard(header)   # a handed-over file not taken: ours to delete
+            return result.to_pb()
 
     async def _chunks(self, context) -> AsyncIterator[bytes]:
         """The chunk bytes of an upload stream after its header (ProtocolError for a second header); a plain

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Iterable
 from fedort.coordinator.storage import raise_if_full
 
 if TYPE_CHECKING:
-    from fedort.coordinator.state import StateStore, SubmissionRow
+    from fedort.coordinator.state import StateStore
+    from fedort.coordinator.state_schema import SubmissionRow
 
 INSERT_SUBMISSION = ("INSERT INTO submissions (round, client_id, num_examples, metrics, sha256, spool_path, "
                      "received_ms, codec, payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")

@@ -1,6 +1,7 @@
 """Durable coordinator state: one SQLite database plus atomically written vector files.
 
-The directory's layout is `coordinator.state_layout.StateLayout`. Files are written temp + fsync +
+The directory's layout is `coordinator.state_layout.StateLayout`; the tables and their typed rows are
+`coordinator.state_schema`. Files are written temp + fsync +
 rename + directory fsync, so a crash leaves either the old file or the new one. The database is
 the source of truth: a file that no row names (an orphan spool file, a vector of an uncommitted
 round) is ignored or rewritten on recovery.
@@ -14,49 +15,23 @@ import os
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 
 from fedort.coordinator.state_layout import DB_NAME, StateLayout
+from fedort.coordinator.state_schema import (
+    COMMITTED, EXPORTED, FAILED, OPEN, SCHEMA_VERSION, ClientRow, RoundRow, SubmissionRow, TransitionRow, create_tables,
+)
 from fedort.coordinator.storage import raise_if_full, storage_error
 from fedort.protos.errors import ConfigError, CorruptStateError, StorageError, VectorError
-from fedort.protos.round_state import RoundRowState, RunState
+from fedort.protos.round_state import RunState
 
 if TYPE_CHECKING:
     from fedort.coordinator.side_writer import SideWriter
 
 log = logging.getLogger(__name__)
-
-SCHEMA_VERSION = 1
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS clients (
-    client_id TEXT PRIMARY KEY, device_name TEXT NOT NULL, capabilities TEXT NOT NULL,
-    joined_ms INTEGER NOT NULL, last_seen_ms INTEGER NOT NULL, active INTEGER NOT NULL, left_reason TEXT NOT NULL DEFAULT '');
-CREATE TABLE IF NOT EXISTS rounds (
-    round INTEGER PRIMARY KEY, state TEXT NOT NULL, attempt INTEGER NOT NULL, selected TEXT NOT NULL,
-    deadline_ms INTEGER NOT NULL, opened_ms INTEGER NOT NULL, closed_ms INTEGER,
-    vector_sha256 TEXT, clients INTEGER NOT NULL DEFAULT 0, examples INTEGER NOT NULL DEFAULT 0,
-    metrics TEXT NOT NULL DEFAULT '{}', model_path TEXT, message TEXT NOT NULL DEFAULT '', vector BLOB);
-CREATE TABLE IF NOT EXISTS submissions (
-    round INTEGER NOT NULL, client_id TEXT NOT NULL, num_examples INTEGER NOT NULL, metrics TEXT NOT NULL,
-    sha256 TEXT NOT NULL, spool_path TEXT NOT NULL, received_ms INTEGER NOT NULL, codec TEXT NOT NULL DEFAULT 'raw',
-    payload BLOB, PRIMARY KEY (round, client_id));
-CREATE TABLE IF NOT EXISTS evaluations (
-    round INTEGER NOT NULL, client_id TEXT NOT NULL, num_examples INTEGER NOT NULL, metrics TEXT NOT NULL,
-    received_ms INTEGER NOT NULL, PRIMARY KEY (round, client_id));
-CREATE TABLE IF NOT EXISTS transitions (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT, round INTEGER NOT NULL, from_state TEXT NOT NULL,
-    to_state TEXT NOT NULL, at_unix_s REAL NOT NULL, why TEXT NOT NULL DEFAULT '');
-"""
-
-# Round row states as stored (the in-memory engine has more; these are the durable milestones).
-OPEN, COMMITTED, EXPORTED, FAILED = (s.value for s in (RoundRowState.OPEN, RoundRowState.COMMITTED,
-                                                        RoundRowState.EXPORTED, RoundRowState.FAILED))
 
 
 def now_ms() -> int:
@@ -69,61 +44,6 @@ def read_vector(path: Path, length: int | None = None) -> np.ndarray:
     if length is not None and vec.shape[0] != length:
         raise VectorError(f"{path} holds {vec.shape[0]} elements, expected {length}")
     return vec
-
-
-# ---- rows ---------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class ClientRow:
-    client_id: str
-    device_name: str
-    capabilities: dict[str, str]
-    joined_ms: int
-    last_seen_ms: int
-    active: bool
-    left_reason: str = ""
-
-
-@dataclass(frozen=True)
-class RoundRow:
-    round: int
-    state: str
-    attempt: int
-    selected: tuple[str, ...]
-    deadline_ms: int
-    opened_ms: int
-    closed_ms: int | None
-    vector_sha256: str | None
-    clients: int
-    examples: int
-    metrics: dict[str, float]
-    model_path: str | None
-    message: str
-    vector: bytes | None = None   # a small committed vector's bytes, durable here until its export fsyncs its file
-
-
-@dataclass(frozen=True)
-class TransitionRow:
-    """One logged state change of the round engine, with its wall-clock time."""
-
-    round: int
-    from_state: str
-    to_state: str
-    at_unix_s: float
-    why: str = ""
-
-
-@dataclass(frozen=True)
-class SubmissionRow:
-    round: int
-    client_id: str
-    num_examples: int
-    metrics: dict[str, Any]    # name -> {"value": float, "sync_dist": bool}
-    sha256: str
-    spool_path: str
-    received_ms: int
-    codec: str = "raw"         # the spool file's wire codec: replay decodes it with the same decoder
-    payload: bytes | None = None   # a small update's bytes, durable here (the spool file is a copy) until commit
 
 
 class StateStore:
@@ -160,14 +80,7 @@ class StateStore:
             for sub in (self.layout.vectors, self.layout.spool, self.layout.models):
                 sub.mkdir(parents=True, exist_ok=True)
             self._db = _writable(db)
-            self._db.executescript(_SCHEMA)
-            columns = {r[1] for r in self._db.execute("PRAGMA table_info(submissions)")}
-            if "codec" not in columns:   # a state dir from before codecs were recorded: all its updates are raw
-                self._db.execute("ALTER TABLE submissions ADD COLUMN codec TEXT NOT NULL DEFAULT 'raw'")
-            if "payload" not in columns:  # ... or before small updates were kept inline
-                self._db.execute("ALTER TABLE submissions ADD COLUMN payload BLOB")
-            if "vector" not in {r[1] for r in self._db.execute("PRAGMA table_info(rounds)")}:   # ... or small vectors
-                self._db.execute("ALTER TABLE rounds ADD COLUMN vector BLOB")
+            create_tables(self._db)
         self._db.execute("SELECT COUNT(*) FROM meta").fetchone()   # reads a page: garbage fails here, not later
 
     def close(self) -> None:

@@ -12,7 +12,8 @@ import os
 from pathlib import Path
 
 from fedort.coordinator.integrity import export_problem
-from fedort.coordinator.state import StateStore, TransitionRow
+from fedort.coordinator.state import StateStore
+from fedort.coordinator.state_schema import TransitionRow
 from fedort.coordinator.state_layout import StateLayout
 from fedort.protos.messages import RoundSummary, Status
 from fedort.protos.round_state import RoundRowState, RoundState, RunState

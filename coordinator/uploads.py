@@ -40,7 +40,8 @@ from fedort.coordinator.aggregation import Update
 from fedort.coordinator.config import CoordinatorConfig
 from fedort.coordinator.local_vectors import EarlyFold, TakenFile, local_file_received
 from fedort.coordinator.metrics import metrics_json
-from fedort.coordinator.state import SubmissionRow, now_ms
+from fedort.coordinator.state import now_ms
+from fedort.coordinator.state_schema import SubmissionRow
 from fedort.coordinator.spool_free import FreeSpoolFiles
 from fedort.coordinator.upload_slots import UploadSlots
 from fedort.coordinator.upload_stream import UpdateReceiver

@@ -33,7 +33,7 @@ import numpy as np
 
 from fedort.edge_client.transport import Transport
 from fedort.protos import digests
-from fedort.protos.codec import vector_digest
+from fedort.protos.codec import byte_view, vector_digest
 from fedort.protos.errors import FedortError
 from fedort.protos.messages import SubmitResult, UpdateHeader
 
@@ -89,28 +89,27 @@ class LocalVectors:
     def submit(self, transport: Transport, header: UpdateHeader, body: np.ndarray | bytes) -> SubmitResult:
         """Hand the update over as a file if this device can, else stream it. A header whose digest value is
         empty (`EncodedUpdate.stream(digested=False)`) gets it here: from the file's write, or a pass of its own."""
-        if not self.shares_host(header.trained_from_sha256, header.vector.length):
-            return transport.submit_update(with_digest(header, body), body)
-        name = f"{header.client_id}.{secrets.token_hex(8)}.f32"
-        path = self.path / name
-        try:
+        if self.shares_host(header.trained_from_sha256, header.vector.length):
+            name = f"{header.client_id}.{secrets.token_hex(8)}.f32"
+            path = self.path / name
             try:
-                hasher = None if header.vector.sha256 else digests.new(header.vector.digest)
-                _write_durably(path, body, self.path / FREE, hasher)
-            except OSError as e:
-                self._give_up(f"cannot write {path} ({e.strerror or e})")
-                return transport.submit_update(with_digest(header, body), body)
-            if hasher is not None:
-                header = replace(header, vector=replace(header.vector, sha256=hasher.digest()))
-            try:
-                return transport.submit_update(replace(header, local_file=name), b"")
-            except FedortError as e:
-                if getattr(e, "code", None) != "INVALID_ARGUMENT":
-                    raise
-                self._give_up(f"the coordinator refused the file: {e}")
-                return transport.submit_update(header, body)
-        finally:
-            path.unlink(missing_ok=True)
+                try:
+                    hasher = None if header.vector.sha256 else digests.new(header.vector.digest)
+                    _write_durably(path, body, self.path / FREE, hasher)
+                except OSError as e:
+                    self._give_up(f"cannot write {path} ({e.strerror or e})")
+                else:
+                    if hasher is not None:
+                        header = replace(header, vector=replace(header.vector, sha256=hasher.digest()))
+                    try:
+                        return transport.submit_update(replace(header, local_file=name), b"")
+                    except FedortError as e:
+                        if getattr(e, "code", None) != "INVALID_ARGUMENT":
+                            raise
+                        self._give_up(f"the coordinator refused the file: {e}")
+            finally:
+                path.unlink(missing_ok=True)
+        return transport.submit_update(with_digest(header, body), body)   # the one streaming path (fallbacks too)
 
     def _give_up(self, why: str) -> None:
         self.enabled = False
@@ -121,18 +120,14 @@ def with_digest(header: UpdateHeader, body: np.ndarray | bytes) -> UpdateHeader:
     """`header`, its digest value computed from `body` if it was left empty."""
     if header.vector.sha256:
         return header
-    return replace(header, vector=replace(header.vector, sha256=digests.digest(header.vector.digest, _bytes(body))))
-
-
-def _bytes(body: np.ndarray | bytes) -> memoryview:
-    return memoryview(np.ascontiguousarray(body)).cast("B") if isinstance(body, np.ndarray) else memoryview(body)
+    return replace(header, vector=replace(header.vector, sha256=digests.digest(header.vector.digest, byte_view(body))))
 
 
 def _write_durably(path: Path, body: np.ndarray | bytes, free: Path | None = None,
                    hasher: digests.Hasher | None = None) -> None:
     """Write `body` to `path` (it must not exist) and fsync: into a recycled file claimed from `free` if
     there is one (overwritten in place, cut to size), else into a new file; `hasher` sees every block as it is written."""
-    data = _bytes(body)
+    data = byte_view(body)
     fd = _claim(free, path) if free is not None else -1
     if fd < 0:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o640)

@@ -60,10 +60,16 @@ def vector_digest(vector: np.ndarray, algorithm: str = "") -> bytes:
     return digests.digest(algorithm, _as_bytes(vector))
 
 
+def byte_view(data: np.ndarray | bytes) -> memoryview:
+    """The bytes of an array (any dtype; copied once only if it is not C-contiguous) or of a bytes-like
+    object, as a flat memoryview: what is hashed, written or sent without another copy."""
+    return memoryview(np.ascontiguousarray(data)).cast("B") if isinstance(data, np.ndarray) else memoryview(data)
+
+
 def _as_bytes(vector: np.ndarray) -> memoryview:
     if vector.dtype != DTYPES["float32"] or vector.ndim != 1:
         raise VectorError(f"vectors on the wire are 1-D float32, got {vector.dtype} with shape {vector.shape}")
-    return memoryview(np.ascontiguousarray(vector)).cast("B")
+    return byte_view(vector)
 
 
 def describe(vector: np.ndarray, model_id: str, round: int, chunk_size: int = CHUNK_BYTES,

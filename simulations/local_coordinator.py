@@ -23,7 +23,7 @@ import threading
 import time
 
 from fedort.coordinator import Coordinator, CoordinatorConfig, RunOutcome
-from fedort.coordinator.state import TransitionRow
+from fedort.coordinator.state_schema import TransitionRow
 from fedort.coordinator.state_layout import StateLayout
 from fedort.coordinator.status import round_timeline
 from fedort.protos.errors import FedortError

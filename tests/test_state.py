@@ -8,7 +8,8 @@ import sqlite3
 import numpy as np
 import pytest
 
-from fedort.coordinator.state import StateStore, SubmissionRow, read_vector
+from fedort.coordinator.state import StateStore, read_vector
+from fedort.coordinator.state_schema import SubmissionRow
 from fedort.durable import atomic_write
 from fedort.protos.errors import ConfigError
 

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import argparse
 
-# the CoordinatorConfig / SimulationConfig fields these flags set (= coordinator.privacy_config.PRIVACY_KEYS;
-# not imported from there: the CLI must not load the coordinator to parse flags)
-PRIVACY_KEYS = ("secagg", "secagg_threshold", "secagg_neighbours", "secagg_clip", "secagg_scale",
-                "dp_noise_multiplier", "dp_clip", "dp_delta", "dp_target_epsilon")
+# the CoordinatorConfig / SimulationConfig fields these flags set: PrivacySettings' fields. privacy_config
+# imports only the standard library and protos.errors (the coordinator package loads its parts lazily)
+from fedort.coordinator.privacy_config import PRIVACY_KEYS
 
 
 def add_privacy_flags(parser: argparse.ArgumentParser) -> None:
@@ -35,3 +34,5 @@ def add_privacy_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--dp-target-epsilon", metavar="E", type=float,
                        help="stop before the round that would exceed epsilon E")
 
+
+__all__ = ["PRIVACY_KEYS", "add_privacy_flags"]
