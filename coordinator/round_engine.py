@@ -48,7 +48,7 @@ from fedort.coordinator.selection import sample_size, select_clients
 from fedort.coordinator.server_optimizers.stage import configured_strategy
 from fedort.coordinator.state import StateStore, TransitionRow, now_ms
 from fedort.coordinator.storage import retry_when_full
-from fedort.durable import atomic_write
+from fedort.durable import atomic_write, drop_cached
 from fedort.coordinator.task_dispatch import TaskDispatch
 from fedort.coordinator.round_exports import RoundExports
 from fedort.coordinator.training_round import GlobalVector, TrainingRound
@@ -343,6 +343,8 @@ class RoundEngine(TaskDispatch, RoundExports):
         inline = vector.tobytes() if 0 < vector.nbytes <= self.config.inline_update_bytes else None
 
         def write_files() -> None:
+            if inline is None:   # the new file's page cache reuses the pages of g_{r-1}'s, freed just before (see below)
+                drop_cached(self.store.vector_path(self.round - 1))
             atomic_write(self.store.vector_path(self.round + 1), vector, durable=inline is None)
             save_server_state(self, self.round + 1)
 
