@@ -343,8 +343,8 @@ class RoundEngine(TaskDispatch, RoundExports):
         inline = vector.tobytes() if 0 < vector.nbytes <= self.config.inline_update_bytes else None
 
         def write_files() -> None:
-            if inline is None:   # the new file's page cache reuses the pages of g_{r-1}'s, freed just before (see below)
-                drop_cached(self.store.vector_path(self.round - 1))
+            if inline is None:   # its page cache takes the pages of g_{r-1}'s, freed just before (durable.drop_cached);
+                drop_cached(self.store.vector_path(self.round - 1))   # nothing reads g_{r-1} now (deltas read g_r)
             atomic_write(self.store.vector_path(self.round + 1), vector, durable=inline is None)
             save_server_state(self, self.round + 1)
 
