@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import resource
 import statistics
@@ -198,6 +199,7 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--params", type=int, default=5_000_035)
+    ap.add_argument("--json", type=Path, help="also append every steady round's figures to this file (JSON lines)")
     args = ap.parse_args()
     _patch(COORDINATOR)
     every: dict[str, list[float]] = {}
@@ -206,6 +208,9 @@ def main() -> int:
         print(f"trace P={args.params:,} rounds={args.rounds}: {summary(rows)}", flush=True)
         for k, v in rows.items():
             every.setdefault(k, []).extend(v)
+        if args.json:
+            with open(args.json, "a") as f:
+                f.write(json.dumps(rows) + "\n")
     print(f"\n| per steady round ({len(every['round ms'])} rounds) | median | max |\n| --- | --- | --- |")
     for k in sorted(every):
         print(f"| {k} | {statistics.median(every[k]):.1f} | {max(every[k]):.1f} |")
