@@ -49,7 +49,7 @@ from fedort.coordinator.server_optimizers.stage import configured_strategy
 from fedort.coordinator.state import StateStore, now_ms
 from fedort.coordinator.state_schema import TransitionRow
 from fedort.coordinator.storage import retry_when_full
-from fedort.durable import atomic_write
+from fedort.durable import atomic_write, drop_cached
 from fedort.coordinator.task_dispatch import TaskDispatch
 from fedort.coordinator.round_exports import RoundExports
 from fedort.coordinator.training_round import GlobalVector, TrainingRound
@@ -351,6 +351,8 @@ class RoundEngine(TaskDispatch, RoundExports):
         inline = vector.tobytes() if 0 < vector.nbytes <= self.config.inline_update_bytes else None
 
         def write_files() -> None:
+            if inline is None:   # its page cache takes the pages of g_{r-1}'s, freed just before (durable.drop_cached);
+                drop_cached(self.store.vector_path(self.round - 1))   # nothing reads g_{r-1} now (deltas read g_r)
             atomic_write(self.store.vector_path(self.round + 1), vector, durable=inline is None)
             save_server_state(self, self.round + 1)
 

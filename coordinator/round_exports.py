@@ -77,7 +77,7 @@ class RoundExports:
             if self._export_writer is None:
                 self._export_writer = self.store.submission_writer()
             self.store.mark_exported(round, self.store.layout.relative(path), self._export_writer)
-            drop_cached(path, self.store.vector_path(round))   # durable and done with: free their page cache
+            drop_cached(path)   # durable and done with: free its page cache (the global vectors': at the commit)
 
         await asyncio.to_thread(write)
 

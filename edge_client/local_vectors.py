@@ -3,9 +3,10 @@
 When the JoinReply names a `local_vector_dir` (the coordinator opted in: `fedort simulate` does,
 a deployed coordinator only with `--local-vector-dir`), the device
 
-- reads a task's global vector from DIR/global/<sha256 hex>.f32 and uses it only if it has the
-  model's length and the Task's digest (its BLAKE3, `vector_blake3`, when the coordinator sent one
-  (protocol 1.5), else its sha256; otherwise it downloads it, as always);
+- reads a task's global vector from DIR/global/<sha256 hex>.f32 (into an array of the process's
+  that nothing holds any more) and uses it only if it has the model's length and the Task's digest
+  (its BLAKE3, `vector_blake3`, when the coordinator sent one (protocol 1.5), else its sha256;
+  otherwise it downloads it, as always);
 - hands an update over as a file when the global vector it trained from is visible there (so it
   does share the coordinator's filesystem): DIR/<client_id>.<random>.f32 is written and fsynced
   (into one of the coordinator's recycled files, DIR/.free/*, claimed by renaming it, when there is one)
@@ -31,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fedort.buffer_pool import BufferPool
 from fedort.edge_client.transport import Transport
 from fedort.protos import digests
 from fedort.protos.codec import byte_view, vector_digest
@@ -41,6 +43,10 @@ log = logging.getLogger("fedort.edge.local")
 FREE = ".free"                     # the coordinator's recycled files (coordinator.local_vectors.FREE)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 WRITE_BLOCK = 256 << 10            # bytes hashed and written per step (stays in the CPU's cache in between)
+# global vectors are read into recycled arrays, shared by the clients of a process (a simulation worker's): the
+# one the cache holds for the round being trained and the next round's (fedort.buffer_pool; a fresh 20 MB array
+# per round may page-fault anew, as the coordinator's mean did: issue 12 part 8)
+_READS = BufferPool(2)
 
 
 def _matches(vector: np.ndarray, sha256: bytes, blake3: bytes) -> bool:
@@ -71,10 +77,10 @@ class LocalVectors:
         try:
             if os.stat(path).st_size != 4 * length:
                 return None
-            vector = np.fromfile(path, dtype="<f4")
+            vector = _read_exactly(path, _READS.take(length))
         except (OSError, ValueError):
             return None
-        if len(vector) != length or not _matches(vector, sha256, blake3):
+        if vector is None or not _matches(vector, sha256, blake3):
             log.debug("global vector %s… in %s does not match its name; downloading", sha256.hex()[:12], self.path)
             return None
         return vector
@@ -114,6 +120,18 @@ class LocalVectors:
     def _give_up(self, why: str) -> None:
         self.enabled = False
         log.warning("co-located vector path off for this session (%s); streaming updates instead", why)
+
+
+def _read_exactly(path: Path, out: np.ndarray) -> np.ndarray | None:
+    """`out` filled with the file's first out.nbytes bytes; None if the file is shorter."""
+    view, done = memoryview(out).cast("B"), 0
+    with open(path, "rb", buffering=0) as f:
+        while done < len(view):
+            n = f.readinto(view[done:])
+            if not n:
+                return None
+            done += n
+    return out
 
 
 def with_digest(header: UpdateHeader, body: np.ndarray | bytes) -> UpdateHeader:

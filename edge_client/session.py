@@ -21,7 +21,7 @@ from fedort.edge_client import _ort
 from fedort.edge_client.artifacts import (
     CHECKPOINT, EVAL_MODEL, OPTIMIZER_MODEL, TRAINING_MODEL, Manifest, TensorSpec, load_manifest,
 )
-from fedort.edge_client.buffer_pool import BufferPool
+from fedort.buffer_pool import BufferPool
 from fedort.edge_client.session_config import SessionConfig
 from fedort.edge_client.step_inputs import StepInputs
 
@@ -263,7 +263,7 @@ class TrainingSession:
         return self._param_count[trainable_only]
 
     def recycle_buffers(self, keep: int) -> None:
-        """Let `to_buffer` reuse up to `keep` arrays once nothing else refers to them (edge_client.buffer_pool):
+        """Let `to_buffer` reuse up to `keep` arrays once nothing else refers to them (fedort.buffer_pool):
         for a host of many clients sharing this session; 0 (the default) gives a fresh array every time."""
         self._buffers = BufferPool(keep) if keep > 0 else None
 

@@ -1,4 +1,4 @@
-"""Recycled parameter buffers (edge_client.buffer_pool, TrainingSession.recycle_buffers) and the blockwise
+"""Recycled parameter buffers (fedort.buffer_pool, TrainingSession.recycle_buffers) and the blockwise
 finite check (edge_client.guards.all_finite): memory is reused only when nothing holds it, the pool stays
 bounded, and non-finite values are found wherever they are."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fedort.edge_client import local_round
-from fedort.edge_client.buffer_pool import BufferPool
+from fedort.buffer_pool import BufferPool
 from fedort.edge_client.client_data import ClientData
 from fedort.edge_client.guards import BLOCK, all_finite
 from fedort.edge_client.session import TrainingSession

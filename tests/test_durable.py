@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from fedort.durable import atomic_write, atomic_write_json, drop_cached, fsync_dir, fsync_file, fsync_tree
+from page_cache_support import LINUX_ONLY, resident_pages, skip_on_tmpfs
 
 
 def test_bytes_arrays_and_chunk_iterables_are_written_whole(tmp_path):
@@ -100,41 +101,13 @@ def test_fsync_tree_counts_every_file_below_the_root_but_the_skipped_entries(tmp
     assert fsync_tree(tmp_path, skip=("state", "cache")) == 2
 
 
-def _resident_pages(path) -> int:
-    """How many of the file's pages are in the page cache (mincore over a private mapping of it)."""
-    import ctypes
-    import mmap
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY)
-    try:
-        pages = -(-size // mmap.PAGESIZE)
-        vec = (ctypes.c_ubyte * pages)()
-        addr = ctypes.addressof(ctypes.c_char.from_buffer(mm))
-        if libc.mincore(ctypes.c_void_p(addr), ctypes.c_size_t(size), vec) != 0:
-            pytest.skip(f"mincore failed: errno {ctypes.get_errno()}")
-        return sum(v & 1 for v in vec)
-    finally:
-        mm.close()
-
-
-def _on_tmpfs(path) -> bool:
-    mounts = [line.split() for line in open("/proc/mounts")]
-    best = max((m for m in mounts if str(path).startswith(m[1])), key=lambda m: len(m[1]))
-    return best[2] in ("tmpfs", "ramfs")
-
-
-@pytest.mark.skipif(not hasattr(os, "posix_fadvise") or not os.path.exists("/proc/mounts"),
-                    reason="needs Linux: posix_fadvise, mincore and /proc/mounts")
+@LINUX_ONLY
 def test_drop_cached_frees_a_durable_files_page_cache_and_keeps_its_bytes(tmp_path):
-    if _on_tmpfs(tmp_path):
-        pytest.skip(f"{tmp_path} is on tmpfs, whose page cache is the file itself")
+    skip_on_tmpfs(tmp_path)
     data = np.arange(1 << 20, dtype="<f4")                 # 4 MiB
     path = tmp_path / "round-0002.f32"
     atomic_write(path, data)                               # fsynced: no dirty page is left
-    assert path.read_bytes() == data.tobytes() and _resident_pages(path) > 0
+    assert path.read_bytes() == data.tobytes() and resident_pages(path) > 0
     drop_cached(path, tmp_path / "missing.f32")            # a missing file is skipped
-    assert _resident_pages(path) == 0
+    assert resident_pages(path) == 0
     assert path.read_bytes() == data.tobytes()

@@ -7,7 +7,8 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from fedort.coordinator.aggregation.weighted_sum import WeightedSum
+from fedort.coordinator.aggregation.update import as_blocks
+from fedort.coordinator.aggregation.weighted_sum import WeightedMean, WeightedSum
 from fedort.protos.errors import VectorError
 
 
@@ -105,3 +106,39 @@ def test_a_reset_sum_is_zero_for_a_merge_or_a_refused_first_update(updates):
     other.add(vectors[2], weights[2])
     s.merge(other)
     assert s.total.tobytes() == other.total.tobytes()
+
+
+def _fedavg_round(mean: WeightedMean, vectors: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """One round of the coordinator's FedAvg combiner: reset, fold every update, combine."""
+    mean.reset(vectors.shape[1])
+    for v, w in zip(vectors, weights):
+        mean.fold(as_blocks(v), w)
+    return mean.combine([], np.zeros(vectors.shape[1], np.float32))
+
+
+def _address(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def test_a_round_s_mean_that_is_still_held_never_changes_when_later_rounds_combine(updates):
+    vectors, weights = updates
+    mean = WeightedMean()
+    first = _fedavg_round(mean, vectors, weights)          # e.g. the global vector an export still holds
+    kept = first.copy()
+    later = [_fedavg_round(mean, vectors * k, weights) for k in (2, 3, 4, 5, 6)]   # more rounds than it recycles
+    np.testing.assert_array_equal(first, kept)
+    assert not any(np.shares_memory(first, x) for x in later)
+
+
+def test_a_released_mean_s_memory_is_reused_by_a_later_round_with_the_same_bits(updates):
+    vectors, weights = updates
+    mean = WeightedMean()
+    first = _fedavg_round(mean, vectors, weights)
+    where, expected = _address(first), WeightedSum(vectors.shape[1], np.dtype(np.float64))
+    del first
+    elsewhere = np.ones_like(vectors[0])                   # an allocator would hand this one the freed memory
+    for v, w in zip(vectors * 2, weights):
+        expected.add(v, w)
+    second = _fedavg_round(mean, vectors * 2, weights)
+    assert _address(second) == where != _address(elsewhere)
+    assert second.tobytes() == expected.mean().tobytes()   # same bits as a fresh array's mean

@@ -82,3 +82,17 @@ def test_the_process_keeps_only_the_newest_verified_vector_in_memory(tmp_path, v
     assert cache.get_vector(digests[-1], len(vector)) is not None
     assert all(cache.get_vector(d, len(vector)) is None for d in digests[:-1])   # not kept, not on disk either
     assert not (tmp_path / "cache" / "vectors").exists()
+
+
+def test_a_held_global_vector_never_changes_and_released_memory_takes_a_later_round(tmp_path, vector):
+    local = LocalVectors(tmp_path)
+    rounds = [vector + k for k in range(4)]
+    first = local.read_global(publish(tmp_path, rounds[0]), len(vector))   # e.g. a client still training from it
+    later = [local.read_global(publish(tmp_path, v), len(v)) for v in rounds[1:]]
+    np.testing.assert_array_equal(first, rounds[0])
+    assert not any(np.shares_memory(first, x) for x in later)
+    memory = [a.base for a in [first, *later]]             # what each array's bytes live in
+    del first, later
+    again = local.read_global(publish(tmp_path, vector - 1), len(vector))
+    assert any(again.base is m for m in memory if m is not None)
+    np.testing.assert_array_equal(again, vector - 1)

@@ -23,6 +23,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from fedort.buffer_pool import BufferPool
 from fedort.coordinator.aggregation.combiner import Combiner
 from fedort.coordinator.aggregation.spool import SpooledUpdate
 from fedort.coordinator.aggregation.update import BLOCK as _BLOCK, as_blocks
@@ -126,11 +127,13 @@ class WeightedSum:
         self.count += other.count
         self.delta_weight += other.delta_weight
 
-    def mean(self, base: np.ndarray | None = None) -> np.ndarray:
-        """The weighted average (Σ wᵢ·vᵢ + base·Σ_delta wᵢ) / Σ wᵢ as float32 (`base`: the global g)."""
+    def mean(self, base: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
+        """The weighted average (Σ wᵢ·vᵢ + base·Σ_delta wᵢ) / Σ wᵢ as float32 (`base`: the global g), written
+        into `out` (P float32 values) if given, else into a new array; returns it."""
         if self.count == 0:
             raise VectorError("no updates were folded in; the weighted mean is undefined")
-        out = np.empty(self.length, dtype=np.float32)  # divide straight into float32: no float64 temporary
+        if out is None:
+            out = np.empty(self.length, dtype=np.float32)  # divide straight into float32: no float64 temporary
         if not self.delta_weight:
             np.divide(self.total, self.dtype.type(self.weight), out=out, casting="same_kind")
             return out
@@ -146,14 +149,20 @@ class WeightedSum:
 
 
 class WeightedMean(Combiner):
-    """Σ nᵢ·vᵢ / Σ nᵢ, streaming in a float64 `WeightedSum` kept for the whole run."""
+    """Σ nᵢ·vᵢ / Σ nᵢ, streaming in a float64 `WeightedSum` kept for the whole run.
+
+    Each round's mean is written into a recycled array (`fedort.buffer_pool`): one that nothing holds any
+    more (not the engine's global vector, an export, a download, the next round's aggregator). A fresh
+    20 MB array per round page-faulted anew, 44-45 ms instead of 3 in 2 of 8 rounds on the 2-core VM."""
 
     name = "fedavg"
     streaming = True
     folds_deltas = True
+    KEEP = 3   # arrays recycled: the global being trained from, the one an export may still hold, the new one
 
     def __init__(self) -> None:
         self._sum: WeightedSum | None = None
+        self._outputs = BufferPool(self.KEEP)
 
     def reset(self, length: int) -> None:
         if self._sum is None or self._sum.length != length:
@@ -170,4 +179,4 @@ class WeightedMean(Combiner):
         self._sum.add_delta_pieces(pieces, weight)
 
     def combine(self, spooled: Sequence[SpooledUpdate], global_vector: np.ndarray) -> np.ndarray:
-        return self._sum.mean(global_vector)
+        return self._sum.mean(global_vector, out=self._outputs.take(self._sum.length))
