@@ -5,7 +5,8 @@ and its submission row is committed (SQLite WAL, synchronous=FULL). Done one upd
 on the event loop, that is two fsyncs per update with the loop blocked in the second. Here
 arrivals queue instead, and one commit thread takes every queued arrival at once:
 
-    renames of the (already fsynced) temp files -> one fsync per folder -> one transaction with every row
+    [fdatasync of co-located devices' files taken without one (`Arrival.sync`)] -> renames of the
+    (now fsynced) temp files -> one fsync per folder -> one transaction with every row
 
 (A small update's bytes travel inside its row, `inline_update_bytes`: it has no temp file; its
 spool file is written here from the row, neither it nor its folder fsynced, and only if a spool
@@ -44,11 +45,14 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Arrival:
-    """A received, checked and fsynced update: its temp spool file, its place, and its row."""
+    """A received, checked and fsynced update: its temp spool file, its place, and its row. `sync`: the
+    file's data is not durable yet (a co-located device's file, taken without its fdatasync): the commit
+    fdatasyncs it before placing it, in the commit thread rather than the fold thread."""
 
     spooled: Path
     path: Path
     row: SubmissionRow
+    sync: bool = False
 
 
 class ArrivalCommit:
@@ -118,6 +122,9 @@ class ArrivalCommit:
         copies = [a.path for a in arrivals if a.row.payload is not None] if self._copy_inline else []
         try:
             try:
+                for a in arrivals:   # all data durable before any name: a failed sync places nothing
+                    if a.sync:
+                        _fdatasync(a.spooled)
                 for a in arrivals:
                     if a.row.payload is None:
                         os.replace(a.spooled, a.path)
@@ -141,6 +148,15 @@ class ArrivalCommit:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+
+
+def _fdatasync(path: Path) -> None:
+    """The file's data and size durable (not its ctime: a rename changed only that, no journal commit)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
 
 
 def _write_copy(path: Path, payload: bytes) -> None:

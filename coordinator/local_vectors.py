@@ -13,7 +13,9 @@ directory (`local_file`) and no chunks follow. It is accepted only if
     -> renamed to the update's spool temp name (the device can no longer swap what the name points to)
     -> opened O_NOFOLLOW, fstat again: regular, one link, same size
     -> read once: sha256 = the header's, the codec's streaming decode gives finite values (the checks
-       a streamed upload gets), fdatasync (the device synced it: cheap) -> the usual rename into place + row
+       a streamed upload gets) -> fdatasync (the device synced it: usually cheap, but it can wait behind
+       other devices' writeback, so the round engine leaves it to the group commit's thread, before
+       the rename; the async engine does it here) -> the usual rename into place + row
 
 With `fold` (a raw update for a streaming combiner without transforms: `uploads`), the read also
 folds: each 1 MiB read is hashed, checked finite and folded into the round's sum while in cache,
@@ -143,9 +145,11 @@ class LocalVectorDir:
 
     # ---- upload -----------------------------------------------------------------------------
 
-    def take(self, admitted: AdmittedUpdate, tmp: Path, fold: Fold | None = None) -> None:
+    def take(self, admitted: AdmittedUpdate, tmp: Path, fold: Fold | None = None, sync: bool = True) -> None:
         """Move the update's file to the spool temp path `tmp` and check it (raises; the caller removes `tmp`);
-        with `fold`, a raw update's values are folded as they are checked (see the module docstring)."""
+        with `fold`, a raw update's values are folded as they are checked (see the module docstring).
+        `sync=False`: leave its fdatasync to the caller (the group commit, `Arrival.sync`), so that the fold
+        thread does not wait behind other devices' writeback before it takes the next file."""
         h = admitted.header
         name, want = h.local_file, admitted.payload_bytes
         if not _plain(h):
@@ -172,9 +176,8 @@ class LocalVectorDir:
             if st.st_nlink != 1:
                 raise VectorError(f"{what} has {st.st_nlink} hard links; hand over a file of its own")
             _verify(fd, admitted, what, fold)
-            # the data (and the size needed to read it back) durable; the name is the group commit's folder
-            # fsync. fdatasync, not fsync: the rename only touched the inode's ctime, which needs no journal commit
-            os.fdatasync(fd)
+            if sync:   # the data (and the size needed to read it back) durable; the name is the group commit's
+                os.fdatasync(fd)   # folder fsync. fdatasync: the rename only touched the ctime (no journal commit)
         finally:
             os.close(fd)
         log.debug("%s of %s taken into the spool (%d bytes)", what, h.client_id, want)
@@ -275,11 +278,12 @@ def _check_digest(digest: digests.Hasher, admitted: AdmittedUpdate, what: str) -
 
 @dataclass(frozen=True)
 class TakenFile:
-    """A co-located device's update, checked and fsynced at `path`; never kept inline in its row.
-    `folded`: its values are already in the round's sum (`take` with a fold)."""
+    """A co-located device's update, checked (and fsynced unless `synced` is False) at `path`; never kept
+    inline in its row. `folded`: its values are already in the round's sum (`take` with a fold)."""
     path: Path
     payload: None = None
     folded: bool = False
+    synced: bool = True
 
 
 Fold = Callable[[Iterator[tuple[int, np.ndarray]]], None]   # folds (start, block) pairs; raises what they raise
@@ -296,9 +300,11 @@ class EarlyFold:
 @asynccontextmanager
 async def local_file_received(admitted: AdmittedUpdate, tmp: Path, chunks: AsyncIterator[bytes],
                               directory: str | os.PathLike | None,
-                              early: Callable[[], EarlyFold | None] = lambda: None) -> AsyncIterator[TakenFile]:
+                              early: Callable[[], EarlyFold | None] = lambda: None,
+                              sync: bool = True) -> AsyncIterator[TakenFile]:
     """The upload path's hook for a header naming `local_file`: like `uploads.received`, the body runs
-    once the update sits checked and fsynced at `tmp`, and must rename it into place to keep it.
+    once the update sits checked and fsynced at `tmp` (with `sync=False` not fsynced: the body must,
+    before it acknowledges), and must rename it into place to keep it.
     `early()` (asked once the header is alone) may fold the update while it is checked."""
     async for _ in chunks:
         raise ProtocolError("an update that names local_file carries no chunks; send the header alone")
@@ -309,10 +315,10 @@ async def local_file_received(admitted: AdmittedUpdate, tmp: Path, chunks: Async
         plan = early() if foldable(admitted) else None
         take = LocalVectorDir(directory).take
         if plan is None:
-            await asyncio.to_thread(take, admitted, tmp)
+            await asyncio.to_thread(take, admitted, tmp, None, sync)
         else:
-            await plan.run(lambda: take(admitted, tmp, plan.fold))
-        yield TakenFile(tmp, folded=plan is not None)
+            await plan.run(lambda: take(admitted, tmp, plan.fold, sync))
+        yield TakenFile(tmp, folded=plan is not None, synced=sync)
     finally:
         tmp.unlink(missing_ok=True)
 

@@ -63,15 +63,17 @@ LOOP_FOLD_BYTES = 256 << 10   # an inline update this small is folded on the eve
 async def received(admitted: AdmittedUpdate, tmp: Path, chunks: AsyncIterator[bytes], *, slots: UploadSlots,
                    slot_round: int, config: CoordinatorConfig, monitor: "Monitoring",
                    inline_max: int = 0, free: FreeSpoolFiles | None = None,
-                   early: Callable[[], EarlyFold | None] = lambda: None) -> AsyncIterator[UpdateReceiver | TakenFile]:
+                   early: Callable[[], EarlyFold | None] = lambda: None,
+                   sync_local: bool = True) -> AsyncIterator[UpdateReceiver | TakenFile]:
     """Receive an admitted update into the temp spool file `tmp` under an upload slot and the
     whole-upload deadline; the body runs once all bytes arrived, checked and fsynced (slot already
     released; a payload of at most `inline_max` bytes is in `receiver.payload` and not fsynced), and
     must rename `tmp` into place to keep it. `slots.abort_round(slot_round)` cuts it short.
     A header naming a co-located device's file instead of chunks goes to `coordinator.local_vectors`
-    (which may fold it while checking it: `early`)."""
+    (which may fold it while checking it: `early`; with `sync_local=False` it is not fsynced there, and
+    the body must before it acknowledges: the group commit does, `Arrival.sync`)."""
     if admitted.header.local_file:
-        async with local_file_received(admitted, tmp, chunks, config.local_vector_dir, early) as taken:
+        async with local_file_received(admitted, tmp, chunks, config.local_vector_dir, early, sync_local) as taken:
             yield taken
         return
     cfg = config
@@ -162,10 +164,11 @@ class Uploads:
         inline = 0 if cfg.keep_spool else cfg.inline_update_bytes   # kept spools must stay durable by themselves
         async with received(admitted, tmp, chunks, slots=self.slots, slot_round=h.vector.round, config=cfg,
                             monitor=e.monitor, inline_max=inline, free=e.spool_free,
-                            early=lambda: self.early_fold(h, tmp)) as receiver:
+                            early=lambda: self.early_fold(h, tmp), sync_local=False) as receiver:
             t1 = time.perf_counter()
             folded = tmp if getattr(receiver, "folded", False) else None
-            result = await self._accept(h, tmp, admitted.payload_bytes, receiver.payload, folded)
+            result = await self._accept(h, tmp, admitted.payload_bytes, receiver.payload, folded,
+                                        unsynced=not getattr(receiver, "synced", True))
         e.monitor.update_accepted(duplicate=result.duplicate)
         log.debug("update of %s: %.1f MB received in %.0f ms, stored in %.0f ms", h.client_id,
                   admitted.payload_bytes / 1e6, 1000 * (t1 - t0), 1000 * (time.perf_counter() - t1))
@@ -200,8 +203,9 @@ class Uploads:
         return EarlyFold(lambda blocks: aggregator.fold_early(token, blocks, h.num_examples), run)
 
     async def _accept(self, h: UpdateHeader, tmp: Path, nbytes: int, payload: bytes | None,
-                      folded: object = None) -> SubmitResult:
-        """Make a received update durable (group commit) and count it (the round may have closed meanwhile)."""
+                      folded: object = None, unsynced: bool = False) -> SubmitResult:
+        """Make a received update durable (group commit; `unsynced`: its file's data too) and count it (the round
+        may have closed meanwhile)."""
         e = self.engine
         client, round = h.client_id, h.vector.round
         check_open(e.state, e.round, e.training, client, round)
@@ -215,7 +219,7 @@ class Uploads:
         row = SubmissionRow(round, client, h.num_examples, metrics, digests.stored(h.vector.digest, h.vector.sha256),
                             e.store.layout.relative(path), now_ms(), codec, payload)
         r.pending.add(client)                 # until the group commit resolves (see counted)
-        durable = self.commits.add(Arrival(tmp, path, row))
+        durable = self.commits.add(Arrival(tmp, path, row, sync=unsynced))
 
         def counted(f: asyncio.Future) -> None:   # also when this call was cancelled meanwhile: durable means counted
             r.pending.discard(client)
