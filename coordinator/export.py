@@ -117,7 +117,8 @@ class Exporter:
             "model": MODEL_FILE if onnx else None,
             "model_sha256": model_sha256,
             # external data (export_external): the data file is the committed vector, so its sha256 is the vector's
-            "model_data": data, "model_data_sha256": record.get("vector_sha256") if data else None,
+            "model_data": data,
+            "model_data_sha256": None if data is None else record.get("vector_sha256") or _sha256(vector),
             "inference_outputs": list(self.manifest.inference_outputs),
             "exported_unix_ms": int(time.time() * 1000),
             "server_eval": None if evaluation is None else {
@@ -221,6 +222,10 @@ class Exporter:
 def _drop_data_file(folder: Path) -> None:
     """A self-contained model.onnx was written: an earlier export's external data file is no longer part of it."""
     (folder / DATA_FILE).unlink(missing_ok=True)
+
+
+def _sha256(vector: np.ndarray) -> str:
+    return hashlib.sha256(memoryview(np.ascontiguousarray(vector)).cast("B")).hexdigest()
 
 
 def _finite(x: float) -> float | None:

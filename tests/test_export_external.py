@@ -71,6 +71,8 @@ def test_onnx_load_gives_the_vector_s_slices_as_the_trainable_initializers(mlp_a
     assert sum(n for _, n in places.values()) == v.size
     for name, (start, n) in places.items():
         np.testing.assert_array_equal(loaded[name].ravel(), v[start:start + n])
+    record = json.loads((path.parent / "model.json").read_text())   # no vector_sha256 given: hashed here
+    assert record["model_data_sha256"] == hashlib.sha256(v.tobytes()).hexdigest()
 
 
 def test_data_file_is_a_hard_link_of_the_committed_vector_and_model_onnx_never_changes(mlp_artifacts, tmp_path):
@@ -99,7 +101,7 @@ def test_older_exports_still_load_their_own_parameters_after_later_rounds(mlp_ar
 
 
 def test_a_model_below_the_threshold_is_one_self_contained_file(mlp_artifacts, tmp_path):
-    exporter = Exporter(mlp_artifacts, tmp_path / "models")   # default threshold 1 MiB; the MLP's 9610 values take 38 KB
+    exporter = Exporter(mlp_artifacts, tmp_path / "models")   # default threshold 1 MiB; the MLP's 9610 take 38 KB
     for r, v in enumerate(_vectors(exporter, 2), start=1):
         path = exporter.export(r, v, {}, vector_file=_committed(tmp_path, r + 1, v))
         assert path.read_bytes() == _ort_export(mlp_artifacts, v, tmp_path / f"o{r}.onnx").read_bytes()
