@@ -53,13 +53,14 @@ class ExternalModel:
         proto = onnx.ModelProto()
         proto.ParseFromString(splice.template)
         wanted = {(at, n) for at, n, _ in splice.places}
+        probe = ModelSplice.probe(splice.nbytes // 4).tobytes()   # what the template's trainable bytes are
         moved = set()
         for init in proto.graph.initializer:
             raw = init.raw_data
             if init.data_type != FLOAT or len(raw) < 4:
                 continue
             place = (4 * (int.from_bytes(raw[:4], "little") - BASE), len(raw))
-            if place not in wanted:
+            if place not in wanted or raw != probe[place[0]:place[0] + place[1]]:
                 continue   # a frozen initializer: stays inline
             if place in moved:
                 return None   # two initializers claim one place (learn rules this out)
