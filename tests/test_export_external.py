@@ -90,6 +90,9 @@ def test_data_file_is_a_hard_link_of_the_committed_vector_and_model_onnx_never_c
         assert [p.name for p in path.parent.iterdir() if p.name.startswith(".")] == []   # no temporary left
         models.add(path.read_bytes())
     assert len(models) == 1   # serialized once: the graph and the parameters' places are the same every round
+    latest = tmp_path / "models" / "latest" / "model.onnx"   # through the `latest` symlink, data file and all
+    np.testing.assert_array_equal(_infer(latest), _infer(path))
+    assert len(onnx.load(str(latest)).graph.initializer[0].raw_data) > 0
 
 
 def test_older_exports_still_load_their_own_parameters_after_later_rounds(mlp_artifacts, tmp_path):
