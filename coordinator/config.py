@@ -29,6 +29,7 @@ expected and what arrived.
 | max_vector_length | 2**28 | largest accepted vector (elements) |
 | keep_spool | false | keep spooled updates after a round commits |
 | export_every | 1 | write the inference model every N rounds (and after the last); 0 = after the last round only. Other rounds record only model.json (server eval). A simulation option: deployments serve `latest`, which then lags |
+| export_external_bytes | 1 MiB | a model whose trainable parameters take at least this many bytes is exported as `model.onnx` + `model.onnx.data` (ONNX external data; the data file is a hard link to the round's committed global vector, so no per-round copy); smaller ones as one self-contained `model.onnx`; 0 = always external. Either loads with `onnxruntime.InferenceSession(model.onnx)` / `onnx.load`; copy the round's folder, not model.onnx alone (`coordinator.export_external`) |
 | strategy | fedavg | aggregation: fedavg, clip:NORM, median, trimmed-mean:BETA, krum:F, multi-krum:F:M (coordinator.aggregation) |
 | server_optimizer | fedavg | server update after aggregation: fedavg, fedavgm, fedadagrad, fedadam, fedyogi with `:KEY=VALUE,...` options (coordinator.server_optimizers) |
 | mode | sync | `sync`: rounds; `async`: FedBuff versions (coordinator.async_engine), `rounds` = versions to commit |
@@ -70,6 +71,7 @@ from typing import Any, Mapping
 
 from fedort.coordinator.aggregation import codecs, parse_strategy
 from fedort.coordinator.async_config import AsyncSettings
+from fedort.coordinator.export_external import EXTERNAL_MIN_BYTES
 from fedort.coordinator.server_optimizers import canonical_spec, parse_server_optimizer
 from fedort.coordinator.staleness import parse_staleness_weight
 from fedort.coordinator.privacy_config import PrivacySettings, privacy_problems
@@ -114,6 +116,7 @@ class CoordinatorConfig(AsyncSettings, PrivacySettings):
     max_vector_length: int = 1 << 28
     keep_spool: bool = False
     export_every: int = 1
+    export_external_bytes: int = EXTERNAL_MIN_BYTES
     strategy: str = "fedavg"
     server_optimizer: str = "fedavg"
     port_file: Path | None = None
@@ -201,6 +204,9 @@ class CoordinatorConfig(AsyncSettings, PrivacySettings):
             need(isinstance(value, int) and not isinstance(value, bool) and value >= 1, f"{name} must be an integer >= 1", value)
         need(isinstance(self.export_every, int) and not isinstance(self.export_every, bool) and self.export_every >= 0,
              "export_every must be an integer >= 0 (0: export after the last round only)", self.export_every)
+        need(isinstance(self.export_external_bytes, int) and not isinstance(self.export_external_bytes, bool)
+             and self.export_external_bytes >= 0, "export_external_bytes must be an integer >= 0 (0: always external "
+             "data)", self.export_external_bytes)
         need(isinstance(self.batch_size, int) and not isinstance(self.batch_size, bool) and self.batch_size >= 0,
              "batch_size must be an integer >= 0 (0: each client's whole data set, i.e. FedSGD)", self.batch_size)
         need(isinstance(self.min_available_clients, int) and self.min_available_clients >= self.min_clients,

@@ -1,10 +1,13 @@
 """Per-round inference export: load a committed global vector and write a model plain onnxruntime serves.
 
-After round N commits, `Exporter.export` loads the new global vector into the coordinator's own
-TrainingSession (`from_buffer`), writes `models/round-000N/model.onnx` (the eval graph pruned to
-the manifest's inference outputs), optionally evaluates it on a held-out `.npz`, records
-everything in `model.json`, and moves the `latest` pointer. Every file is replaced atomically, so
-an export interrupted by a crash is simply redone on restart.
+After round N commits, `Exporter.export` writes `models/round-000N/model.onnx` (the eval graph
+pruned to the manifest's inference outputs) for the new global vector, optionally evaluates it on a
+held-out `.npz`, records everything in `model.json`, and moves the `latest` pointer. The first
+export goes through ORT (`from_buffer`, `export_model_for_inferencing`) and learns where the
+parameters sit (export_splice); later ones are spliced, or, for parameters of at least
+`external_min_bytes`, are one model.onnx naming the committed vector file's bytes as ONNX external
+data (`model.onnx.data`, a hard link: export_external). Every file is replaced atomically, so an
+export interrupted by a crash is simply redone on restart.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from fedort.coordinator.state_layout import LATEST_JSON, LATEST_LINK, MODEL_FILE, RECORD_FILE, round_name
+from fedort.coordinator.export_external import DATA_FILE, EXTERNAL_MIN_BYTES, NO_LINKS, ExternalModel, link_data
 from fedort.coordinator.export_splice import ModelSplice
 from fedort.durable import atomic_write, atomic_write_json, fsync_dir, fsync_file
 from fedort.edge_client.artifacts import Manifest
@@ -56,12 +60,16 @@ def load_eval_data(path: Path, manifest: Manifest) -> list[np.ndarray]:
 class Exporter:
     """Owns the coordinator-side TrainingSession used to export (and evaluate) global vectors."""
 
-    def __init__(self, artifacts_dir: Path, models_dir: Path, eval_data: Path | None = None) -> None:
+    def __init__(self, artifacts_dir: Path, models_dir: Path, eval_data: Path | None = None,
+                 external_min_bytes: int = EXTERNAL_MIN_BYTES) -> None:
         self._session = TrainingSession.from_artifacts(artifacts_dir)
         self.manifest: Manifest = self._session.manifest
         self._models = models_dir
         self._eval = load_eval_data(eval_data, self.manifest) if eval_data else None
+        self._external_min = external_min_bytes
         self._splice: ModelSplice | None = None
+        self._external: ExternalModel | None = None   # set once learned, for parameters of >= external_min_bytes
+        self._link_failed = False                      # warned once: exports are self-contained from then on
         self._learned = False
 
     def initial_vector(self) -> np.ndarray:
@@ -85,17 +93,20 @@ class Exporter:
                 correct += int((np.argmax(out["logits"], axis=1) == batch[-1]).sum())
         return EvalResult(loss_sum / n, correct / n if has_logits else None, n)
 
-    def export(self, round: int, vector: np.ndarray, record: dict[str, Any], model: bool = True) -> Path:
+    def export(self, round: int, vector: np.ndarray, record: dict[str, Any], model: bool = True,
+               vector_file: Path | None = None) -> Path:
         """Write round `round`'s model.onnx + model.json and point `latest` at it; returns model.onnx.
 
+        `vector_file`: the committed, durable file holding `vector` (vectors/round-000{N+1}.f32); with it,
+        a large model's parameters are that file, hard-linked beside model.onnx (export_external).
         With `model=False` (a round `export_every` skips) only model.json is written, with the
         server evaluation and `"model": null`; `latest` stays; returns model.json.
         """
         start = time.perf_counter()
         out_dir = self._models / round_name(round)
-        onnx = model_sha256 = None
+        onnx = model_sha256 = data = None
         if model:
-            onnx, model_sha256 = self._write_model(out_dir / MODEL_FILE, vector)
+            onnx, model_sha256, data = self._write_model(out_dir / MODEL_FILE, vector, vector_file)
         else:
             out_dir.mkdir(parents=True, exist_ok=True)
         evaluation = self.evaluate(vector)
@@ -105,6 +116,9 @@ class Exporter:
             "model_id": self.manifest.model_id,
             "model": MODEL_FILE if onnx else None,
             "model_sha256": model_sha256,
+            # external data (export_external): the data file is the committed vector, so its sha256 is the vector's
+            "model_data": data,
+            "model_data_sha256": None if data is None else record.get("vector_sha256") or _sha256(vector),
             "inference_outputs": list(self.manifest.inference_outputs),
             "exported_unix_ms": int(time.time() * 1000),
             "server_eval": None if evaluation is None else {
@@ -124,27 +138,43 @@ class Exporter:
                  + ("" if evaluation.accuracy is None else f", accuracy {evaluation.accuracy:.4f}") + ")")
         return onnx
 
-    def _write_model(self, path: Path, vector: np.ndarray) -> tuple[Path, str]:
-        """model.onnx for `vector`, fsynced (its folder is the caller's), and its sha256: spliced from the
-        last ORT export once the parameters' places are known (export_splice), else through ORT."""
-        if self._splice is not None:
-            digest = hashlib.sha256()
+    def _write_model(self, path: Path, vector: np.ndarray, vector_file: Path | None) -> tuple[Path, str, str | None]:
+        """model.onnx for `vector`, fsynced (its folder is the caller's), its sha256 and its external data file's
+        name (None: self-contained). Once the parameters' places are known (export_splice): model.onnx naming
+        `vector_file`'s bytes (export_external) for large parameters, else spliced; until then through ORT."""
+        if self._splice is None:
+            self._session.from_buffer(vector)
+            onnx = self._session.export_model_for_inference(path)
+            fsync_file(onnx)
+            data = onnx.read_bytes()
+            if not self._learned:
+                self._learned = True
+                self._splice = self._learn_splice(path.parent, vector, data)
+            if self._external is None or vector_file is None:
+                _drop_data_file(path.parent)
+                return onnx, hashlib.sha256(data).hexdigest(), None
+        if self._external is not None and vector_file is not None and not self._link_failed:
+            try:
+                link_data(vector_file, path.parent, vector.nbytes)
+            except OSError as e:
+                if e.errno not in NO_LINKS:
+                    raise   # e.g. a full disk: the export is retried (storage.retry_when_full)
+                self._link_failed = True
+                log.warning("per-round export: cannot hard-link %s into %s (%s); exporting self-contained models "
+                            "(a copy of the parameters per round) instead", vector_file, path.parent, e)
+            else:
+                atomic_write(path, self._external.model, sync_dir=False)
+                return path, self._external.sha256, DATA_FILE
+        digest = hashlib.sha256()
 
-            def hashed(chunks):   # each piece hashed as it is written, while in cache
-                for chunk in chunks:
-                    digest.update(chunk)
-                    yield chunk
+        def hashed(chunks):   # each piece hashed as it is written, while in cache
+            for chunk in chunks:
+                digest.update(chunk)
+                yield chunk
 
-            atomic_write(path, hashed(self._splice.chunks(vector)), sync_dir=False)
-            return path, digest.hexdigest()
-        self._session.from_buffer(vector)
-        onnx = self._session.export_model_for_inference(path)
-        fsync_file(onnx)
-        data = onnx.read_bytes()
-        if not self._learned:
-            self._learned = True
-            self._splice = self._learn_splice(path.parent, vector, data)
-        return onnx, hashlib.sha256(data).hexdigest()
+        atomic_write(path, hashed(self._splice.chunks(vector)), sync_dir=False)
+        _drop_data_file(path.parent)
+        return path, digest.hexdigest(), None
 
     def _learn_splice(self, folder: Path, vector: np.ndarray, exported: bytes) -> ModelSplice | None:
         """Once: ORT's export of the probe vector gives the parameters' places; kept only if it renders
@@ -161,8 +191,11 @@ class Exporter:
             self._session.from_buffer(vector)
         if splice is not None and splice.render(vector) != exported:
             splice = None
-        log.info("per-round export: %s", "spliced from here on (export_splice)" if splice else "through ORT (the "
-                 "parameters could not be located exactly in the exported model)")
+        if splice is not None and splice.nbytes >= self._external_min:
+            self._external = ExternalModel.of(splice)
+        log.info("per-round export: %s", "through ORT (the parameters could not be located exactly in the exported "
+                 "model)" if splice is None else "model.onnx + its parameters as external data, a hard link to the "
+                 "committed vector (export_external)" if self._external else "spliced from here on (export_splice)")
         return splice
 
     def latest_round(self) -> int:
@@ -184,6 +217,15 @@ class Exporter:
         except OSError as e:  # e.g. a filesystem without symlinks: latest.json alone is the pointer
             log.debug("could not update the latest symlink: %s", e)
         fsync_dir(self._models)   # once for both renames, latest.json and the symlink
+
+
+def _drop_data_file(folder: Path) -> None:
+    """A self-contained model.onnx was written: an earlier export's external data file is no longer part of it."""
+    (folder / DATA_FILE).unlink(missing_ok=True)
+
+
+def _sha256(vector: np.ndarray) -> str:
+    return hashlib.sha256(memoryview(np.ascontiguousarray(vector)).cast("B")).hexdigest()
 
 
 def _finite(x: float) -> float | None:

@@ -7,6 +7,7 @@ silently wrong model.
 | `vectors/round-000N.f32` | `rounds.vector_sha256` of round N-1 (`meta.initial_vector_sha256` for N=1) | recovery, re-export, a download of an older round |
 | `spool/round-000N/<client>.f32` (bytes as received, in their codec) | `submissions.sha256` (hex; `blake3:<hex>` for a BLAKE3 update, protocol 1.3) | replay after a restart |
 | `models/round-000N/model.onnx` | `model_sha256` in its `model.json` (whose `vector_sha256` must match the round's row) | recovery (else re-exported), `status` |
+| `models/round-000N/model.onnx.data` (external data: a hard link to the committed vector) | `model_data_sha256` in its `model.json` | recovery (else re-exported), `status` |
 
 A mismatch is a `CorruptStateError` naming the file, the hash it has and the hash expected.
 """
@@ -70,7 +71,8 @@ def file_sha256(path: Path) -> str:
 
 
 def export_problem(model_dir: Path, vector_sha256: str | None = None) -> str | None:
-    """Why the export in `model_dir` cannot be trusted (None when model.onnx matches its model.json).
+    """Why the export in `model_dir` cannot be trusted (None when model.onnx, and its external data file if it
+    has one, match its model.json).
 
     With `vector_sha256`, the record must also name that global vector (the round's committed one).
     """
@@ -85,11 +87,15 @@ def export_problem(model_dir: Path, vector_sha256: str | None = None) -> str | N
     if vector_sha256 is not None and record.get("vector_sha256") != vector_sha256:
         return f"{record_path} names global vector {str(record.get('vector_sha256'))[:16]}…, the database " \
                f"recorded {vector_sha256[:16]}…"
-    if not model_path.is_file():
-        return f"{model_path} is missing"
-    actual = _cached_file_sha256(model_path)
-    if actual != expected:
-        return f"{model_path} hashes to {actual[:16]}…, its model.json recorded {str(expected)[:16]}…"
+    files = [(model_path, expected)]
+    if record.get("model_data"):   # external data (coordinator.export_external): the file model.onnx names
+        files.append((model_dir / str(record["model_data"]), record.get("model_data_sha256")))
+    for path, want in files:
+        if not path.is_file():
+            return f"{path} is missing"
+        actual = _cached_file_sha256(path)
+        if actual != want:
+            return f"{path} hashes to {actual[:16]}…, its model.json recorded {str(want)[:16]}…"
     return None
 
 

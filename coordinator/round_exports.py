@@ -70,10 +70,11 @@ class RoundExports:
 
     async def _write_export(self, round: int, vector: np.ndarray, record: dict, inline: bool = True) -> None:
         def write() -> None:   # its row too, through a side connection: the event loop never waits on this fsync
-            path = self.exporter.export(round, vector, record, self.config.exports_model(round))
-            if inline:   # the committed vector was durable in its row: make its file durable before the row drops it
-                fsync_file(self.store.vector_path(round + 1))
-                fsync_dir(self.store.vector_path(round + 1).parent)
+            vector_file = self.store.vector_path(round + 1)
+            if inline:   # the vector was durable in its row: its file must be before the export links it (export_external)
+                fsync_file(vector_file)   # and before the row drops it
+                fsync_dir(vector_file.parent)
+            path = self.exporter.export(round, vector, record, self.config.exports_model(round), vector_file)
             if self._export_writer is None:
                 self._export_writer = self.store.submission_writer()
             self.store.mark_exported(round, self.store.layout.relative(path), self._export_writer)

@@ -159,7 +159,8 @@ class Coordinator:
             log.warning("no device is enrolled, so no client can join: `fedort coordinator enroll NAME --state-dir %s`",
                         cfg.state_dir)
         artifacts = await asyncio.to_thread(pin_artifacts, cfg.artifacts, cfg.state_dir)
-        exporter = await asyncio.to_thread(Exporter, artifacts, StateLayout(cfg.state_dir).models, cfg.eval_data)
+        exporter = await asyncio.to_thread(Exporter, artifacts, StateLayout(cfg.state_dir).models, cfg.eval_data,
+                                           cfg.export_external_bytes)
         if cfg.prox_mu > 0 and exporter.manifest.optimizer != "sgd":
             raise ConfigError(f"--prox-mu {cfg.prox_mu:g} (FedProx) needs SGD artifacts, these use "
                               f"{exporter.manifest.optimizer}; rebuild with `fedort artifacts build --optimizer sgd`")

@@ -262,6 +262,9 @@ def _report(cfg: SimulationConfig, out: Path, manifest: Manifest, stats: list[Wo
     last = records[-1]
     model = out / "model.onnx"
     shutil.copyfile(layout.model_file(last.round), model)
+    data = json.loads(layout.model_record(last.round).read_text()).get("model_data")
+    if data:   # ONNX external data (coordinator.export_external): the file model.onnx names goes beside it
+        shutil.copyfile(layout.model_dir(last.round) / data, out / data)
     # with --data, the clients and their split are the folder's, not the --clients/--partition defaults
     partition = _data_name(cfg) if cfg.data is None else f"as given in {cfg.data}"
     final = {

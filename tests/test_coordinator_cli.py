@@ -79,6 +79,14 @@ def test_bad_values_are_config_errors_naming_the_setting(tmp_path):
         config_from_args(parse("serve", "--config", str(toml)))
 
 
+def test_export_external_bytes_flag_sets_the_threshold_and_a_negative_one_is_refused():
+    args = ("serve", "--artifacts", "a", "--state-dir", "s", "--export-external-bytes")
+    assert config_from_args(parse(*args, "0")).export_external_bytes == 0
+    assert config_from_args(parse(*args[:-1])).export_external_bytes == 1 << 20    # the default
+    with pytest.raises(ConfigError, match="export_external_bytes must be an integer >= 0 .*, got -1"):
+        config_from_args(parse(*args, "-1"))
+
+
 def test_serve_runs_a_round_then_sigterm_stops_gracefully_and_status_prints_it(processes, mlp_artifacts, tmp_path):
     state, port_file = tmp_path / "state", tmp_path / "port"
     serve = ["coordinator", "serve", "--artifacts", str(mlp_artifacts), "--state-dir", str(state), "--address",

@@ -4,6 +4,7 @@ is counted twice, committed vectors never change."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sqlite3
 import subprocess
@@ -13,7 +14,10 @@ from pathlib import Path
 
 import grpc
 import numpy as np
+import onnx
+import onnxruntime as ort
 import pytest
+from onnx import numpy_helper
 
 from coordinator_fixtures import P_MLP, chunks_of, mlp_artifacts, update_header  # noqa: F401
 from fedort.protos import fedort_v1_pb2 as pb
@@ -24,23 +28,23 @@ EXAMPLES = {"client-0000": 10, "client-0001": 20, "client-0002": 30}
 ROUNDS = 3
 
 
-def serve_command(artifacts: Path, state_dir: Path, port_file: Path) -> list[str]:
+def serve_command(artifacts: Path, state_dir: Path, port_file: Path, *extra: str) -> list[str]:
     fedort = Path(sys.executable).with_name("fedort")
     prefix = [str(fedort)] if fedort.exists() else [sys.executable, "-m", "coordinator"]
     return prefix + (["coordinator"] if fedort.exists() else []) + [
         "serve", "--artifacts", str(artifacts), "--state-dir", str(state_dir), "--address", "127.0.0.1:0",
         "--port-file", str(port_file), "--rounds", str(ROUNDS), "--min-clients", "3", "--round-timeout", "30",
-        "--client-timeout", "0", "--insecure", "--auth", "open",
+        "--client-timeout", "0", "--insecure", "--auth", "open", *extra,
     ]
 
 
 class Server:
     """One coordinator process; the fixture kills whatever is left."""
 
-    def __init__(self, artifacts: Path, state_dir: Path, log: Path) -> None:
+    def __init__(self, artifacts: Path, state_dir: Path, log: Path, *extra: str) -> None:
         self.port_file = state_dir.parent / f"{state_dir.name}.port"
         self.port_file.unlink(missing_ok=True)
-        self.proc = subprocess.Popen(serve_command(artifacts, state_dir, self.port_file),
+        self.proc = subprocess.Popen(serve_command(artifacts, state_dir, self.port_file, *extra),
                                      stdout=subprocess.DEVNULL, stderr=open(log, "ab"))
         deadline = time.monotonic() + 20
         while not self.port_file.exists():
@@ -61,8 +65,8 @@ class Server:
 def servers(mlp_artifacts, tmp_path):
     started: list[Server] = []
 
-    def start(state_dir: Path) -> Server:
-        s = Server(mlp_artifacts, state_dir, tmp_path / "coordinator.log")
+    def start(state_dir: Path, *extra: str) -> Server:
+        s = Server(mlp_artifacts, state_dir, tmp_path / "coordinator.log", *extra)
         started.append(s)
         return s
 
@@ -224,3 +228,34 @@ def test_sigkill_while_a_round_closes_resumes_into_the_next_round(servers, unint
     np.testing.assert_allclose(np.frombuffer(vectors(state)[final], dtype="<f4"),
                                np.frombuffer(uninterrupted[final], dtype="<f4"), atol=1e-6)
     assert (state / "models" / "round-0002" / "model.json").is_file()   # an interrupted export is redone
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.015, 0.3])
+def test_sigkill_around_an_external_data_export_leaves_every_round_s_model_loadable(servers, uninterrupted, tmp_path,
+                                                                                   delay, record_property):
+    external = ("--export-external-bytes", "0")   # model.onnx + model.onnx.data, a hard link (export_external)
+    state = tmp_path / "crashed-external"
+    server = servers(state, *external)
+    model = join_all(server)
+    for r in (1, 2):
+        for cid in CLIENTS:
+            fit(server, cid, model, r)
+    time.sleep(delay)
+    server.kill()              # before, during or after round 2's commit and external-data export
+    record_property("kill_landed", landing(state))
+    server = servers(state, *external)
+    for cid in CLIENTS:
+        fit(server, cid, model, 3)
+    finish(server, model)
+    x = np.random.default_rng(0).random((3, 64), dtype=np.float32)
+    for r in range(1, ROUNDS + 1):
+        folder, vector_file = state / "models" / f"round-{r:04d}", state / "vectors" / f"round-{r + 1:04d}.f32"
+        assert os.stat(folder / "model.onnx.data").st_ino == os.stat(vector_file).st_ino
+        assert sorted(p.name for p in folder.iterdir()) == ["model.json", "model.onnx", "model.onnx.data"]
+        vector = np.frombuffer(vector_file.read_bytes(), dtype="<f4")
+        loaded = [numpy_helper.to_array(i).ravel() for i in onnx.load(str(folder / "model.onnx")).graph.initializer]
+        assert np.array_equal(np.sort(np.concatenate(loaded)), np.sort(vector))   # the parameters are the vector
+        ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    final = f"round-{ROUNDS + 1:04d}.f32"
+    np.testing.assert_allclose(np.frombuffer(vectors(state)[final], dtype="<f4"),
+                               np.frombuffer(uninterrupted[final], dtype="<f4"), atol=1e-6)

@@ -231,3 +231,25 @@ def test_a_local_worker_opens_the_runs_own_artifacts_instead_of_downloading_them
     result = run_simulation(_small(tmp_path / "run", workers=1, rounds=1))
     assert [r.clients for r in result.records] == [4]
     assert not list((result.out / "cache").glob("worker-*/models/*"))   # no artifact was fetched over gRPC
+
+
+def test_a_large_model_s_run_folder_holds_model_onnx_with_its_external_data(tmp_path):
+    from fedort.edge_client.artifacts import build_artifacts
+    from fedort.edge_client.models import mlp
+
+    data = tmp_path / "data"
+    subprocess.run([sys.executable, "-m", "fedort", "data", "digits", "--clients", "2", "--partition", "iid",
+                    "--out", str(data)], check=True, capture_output=True, timeout=120)
+    build_artifacts(mlp(hidden=4096), tmp_path / "art")   # 307,210 parameters: 1.2 MB, above export_external_bytes
+    result = run_simulation(SimulationConfig(artifacts=tmp_path / "art", data=data, rounds=2, progress=False,
+                                             out=tmp_path / "run"))
+    data_file = result.model.parent / "model.onnx.data"
+    assert data_file.read_bytes() == _final_vector(result.out)
+    moved = tmp_path / "elsewhere"   # the two files travel together
+    moved.mkdir()
+    for f in (result.model, data_file):
+        f.rename(moved / f.name)
+    x = np.load(data / "test.npz")["x"]
+    (logits,) = ort.InferenceSession(str(moved / "model.onnx"), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    labels = np.load(data / "test.npz")["labels"]
+    assert float((logits.argmax(1) == labels).mean()) == pytest.approx(result.records[-1].accuracy)

@@ -64,6 +64,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--client-timeout", type=float, dest="client_timeout_s", metavar="S",
                        help="a client unseen this long is not selected; 0 disables (default 60)")
     serve.add_argument("--keep-spool", action="store_true", default=None, help="keep spooled updates after commit")
+    serve.add_argument("--export-external-bytes", metavar="N", type=int,
+                       help="export a model whose trainable parameters take >= N bytes as model.onnx + model.onnx.data "
+                            "(ONNX external data, a hard link to the round's global vector: no per-round copy); "
+                            "smaller ones as one self-contained model.onnx; 0 = always (default 1048576)")
     serve.add_argument("--local-vector-dir", metavar="DIR", type=Path,
                        help="devices on THIS host may pass vectors as files in DIR (on the state dir's filesystem) "
                             "instead of gRPC streams; only for devices trusted like the state dir (default: off)")
@@ -126,7 +130,7 @@ _FLAG_KEYS = ("artifacts", "state_dir", "address", "port_file", "rounds", "min_c
               "seed", "eval_data", "fraction_evaluate", "client_timeout_s", "keep_spool", "strategy",
               "server_optimizer", "mode", "buffer_size", "max_staleness", "staleness_weight",
               "tls_cert", "tls_key", "tls_client_ca", "insecure", "auth", "max_streams_per_client", "submissions_per_minute",
-              "metrics_address", "codecs", "local_vector_dir")
+              "metrics_address", "codecs", "local_vector_dir", "export_external_bytes")
 
 
 def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:

@@ -16,7 +16,8 @@ examples:
   fedort simulate --artifacts my_artifacts --data my_clients --rounds 20 --backend ray
 
 Settings come from the defaults, then the scenario file, then these flags.
-The run folder gets metrics.csv, metrics.json, metrics.png, model.onnx and the coordinator state.
+The run folder gets metrics.csv, metrics.json, metrics.png, model.onnx (with model.onnx.data, its
+parameters, for a model of 1 MiB of parameters or more) and the coordinator state.
 """
 
 
