@@ -2,6 +2,7 @@
 
     advertise() -> AdvertiseKeys
     share_keys(Roster) -> ShareKeys
+    precompute_masks()      (optional: while the coordinator gathers U2, before the delivery names it)
     masked_input(ShareDelivery, vector, weight) -> uint64 vector of length P + 1
     unmask(UnmaskRequest) -> UnmaskResponse
 
@@ -60,6 +61,7 @@ class SecAggClient:
         self._held: dict[str, tuple[int, bytes, bytes]] = {}  # sender -> (index, key share, seed share)
         self._revealed_keys: set[str] = set()
         self._revealed_seeds: set[str] = set()
+        self._ahead: tuple[np.ndarray, dict[str, bytes]] | None = None   # see precompute_masks
 
     def _expect(self, phase: ClientPhase) -> None:
         if self.phase is not phase:
@@ -115,14 +117,45 @@ class SecAggClient:
             self._held[sender] = (int(body["i"]), unb64(body["k"]), unb64(body["b"]))
         masked, bits = self.params.fixed_point.encode(vector, weight), self.params.fixed_point.bits
         adder = MaskAdder(len(masked), scheme=self.params.scheme)
-        adder.add(masked, self_key(self.params, self._seed), 1, bits)
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            adder.add(masked, self_key(self.params, self._seed), 1, bits)
+            included: dict[str, bytes] = {}
+        else:                   # PRG(b_u) and the roster's pairwise masks, summed before the delivery came
+            acc, included = ahead
+            np.add(acc, masked, out=acc)
+            masked = acc
         masks = Agreement(self._mask.private)
         for v in senders:
-            seed = pairwise_seed(self.params, masks, self._roster[v].mask_public, self.client_id, v)
-            adder.add(masked, seed, pairwise_sign(self.client_id, v), bits)
+            if v not in included:
+                seed = pairwise_seed(self.params, masks, self._roster[v].mask_public, self.client_id, v)
+                adder.add(masked, seed, pairwise_sign(self.client_id, v), bits)
+        for v in sorted(set(included) - set(senders)):     # not in U2: its mask must not be in y
+            adder.add(masked, included[v], -pairwise_sign(self.client_id, v), bits)
         masked &= self.params.fixed_point.modulus_mask
         self.phase = ClientPhase.UNMASK
         return masked
+
+    def precompute_masks(self) -> None:
+        """PRG(b_u) + Σ_{v ∈ roster} sign(u, v)·PRG(s_uv) (mod 2^64), computed once the roster is checked
+        (after share_keys) and before the share delivery names U2; `masked_input` then adds the encoded
+        update and subtracts the masks of roster neighbours missing from the delivery, so y is the same
+        as without it (addition mod 2^64 commutes). A neighbour whose key agreement fails is left to
+        `masked_input` (which reports it only if that neighbour is in the delivery, as before)."""
+        self._expect(ClientPhase.MASKED_INPUT)
+        bits = self.params.fixed_point.bits
+        acc = np.zeros(self.params.length + 1, dtype=np.uint64)
+        adder = MaskAdder(len(acc), scheme=self.params.scheme)
+        adder.add(acc, self_key(self.params, self._seed), 1, bits)
+        masks, seeds = Agreement(self._mask.private), {}
+        for v in sorted(self._roster):
+            try:
+                seed = pairwise_seed(self.params, masks, self._roster[v].mask_public, self.client_id, v)
+            except SecAggError:
+                continue
+            adder.add(acc, seed, pairwise_sign(self.client_id, v), bits)
+            seeds[v] = seed
+        self._ahead = (acc, seeds)
 
     def unmask(self, request: UnmaskRequest) -> UnmaskResponse:
         """Key shares of dropped neighbours, seed shares of surviving ones — never both for one."""

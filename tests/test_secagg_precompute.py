@@ -1,0 +1,79 @@
+"""Masks expanded before the share delivery (SecAggClient.precompute_masks): the same y, U2 respected."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+from fedort.coordinator.secagg_server import SecAggServer
+from fedort.edge_client.secagg_client import SecAggClient
+from fedort.protos.secagg.scheme import SUPPORTED
+from secagg_support import make_params, quantized_sum, run_round
+
+
+def _shared(params, missing: set[str]):
+    """Server and clients after key sharing closed; `missing` advertised keys but never shared them."""
+    server = SecAggServer(params)
+    clients = {c: SecAggClient(c, params) for c in params.cohort}
+    for client in clients.values():
+        server.receive_keys(client.advertise())
+    server.close_advertise()
+    for c in params.cohort:
+        shares = clients[c].share_keys(server.roster_for(c))
+        if c not in missing:
+            server.receive_shares(shares)
+    server.close_share_keys()
+    return server, clients
+
+
+@pytest.mark.parametrize("scheme", SUPPORTED)
+def test_precomputed_masks_give_the_same_masked_bytes_as_masks_computed_on_delivery(scheme):
+    params = make_params(8, 2001, degree=4, scheme=scheme)
+    me = params.cohort[0]
+    gone = params.neighbours[me][0]                      # in my roster, missing from U2
+    server, clients = _shared(params, {gone})
+    delivery = server.delivery_for(me)
+    assert gone in server.roster_for(me).keys and gone not in delivery.sealed
+    ahead = copy.copy(clients[me])                       # the same secrets and roster
+    ahead.precompute_masks()
+    x = np.random.default_rng(5).normal(0.0, 0.3, params.length)
+    on_delivery = clients[me].masked_input(delivery, x, 0.75)
+    precomputed = ahead.masked_input(delivery, x, 0.75)
+    assert precomputed.dtype == on_delivery.dtype == np.uint64
+    assert precomputed.tobytes() == on_delivery.tobytes()
+
+
+@pytest.mark.parametrize("scheme", SUPPORTED)
+def test_a_neighbour_that_never_shared_keys_leaves_no_mask_in_a_precomputed_input(scheme):
+    """Its pairwise mask was expanded from the roster; were it still in y, nothing would remove it
+    (it is in no unmask request) and the sum would not decode to the survivors' exact sum."""
+    params = make_params(12, 700, degree=6, scheme=scheme)
+    rng = np.random.default_rng(6)
+    updates = {c: rng.normal(0.0, 0.3, params.length) for c in params.cohort}
+    missing = params.cohort[2:4]
+    result = run_round(params, updates, drop_before_shares=missing, precompute=params.cohort)
+    survivors = [c for c in params.cohort if c not in missing]
+    weighted, weight = params.fixed_point.decode_sum(quantized_sum(params, updates, survivors))
+    assert np.array_equal(result.weighted_sum, weighted) and weight == len(survivors)
+    assert sorted(result.survivors) == survivors
+
+
+def test_precomputed_and_on_delivery_clients_mix_in_one_round_with_dropouts():
+    params = make_params(10, 500, scheme=SUPPORTED[0])
+    rng = np.random.default_rng(7)
+    updates = {c: rng.normal(0.0, 0.3, params.length) for c in params.cohort}
+    result = run_round(params, updates, drop_before_shares=params.cohort[:1], drop_before_upload=params.cohort[1:2],
+                       drop_before_unmask=params.cohort[2:3], precompute=params.cohort[::2])
+    counted = [c for c in params.cohort if c not in params.cohort[:2]]
+    weighted, _ = params.fixed_point.decode_sum(quantized_sum(params, updates, counted))
+    assert np.array_equal(result.weighted_sum, weighted)
+
+
+def test_masks_are_precomputed_only_after_the_roster_was_checked():
+    params = make_params(4, 10)
+    client = SecAggClient(params.cohort[0], params)
+    client.advertise()
+    with pytest.raises(Exception, match="expected phase masked_input, in share_keys"):
+        client.precompute_masks()
