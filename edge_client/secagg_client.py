@@ -26,7 +26,7 @@ from fedort.protos.secagg.masks import pairwise_seed, pairwise_sign, self_key
 from fedort.protos.secagg.messages import (
     AdvertiseKeys, Roster, SecAggParams, ShareDelivery, ShareKeys, UnmaskRequest, UnmaskResponse, b64, unb64,
 )
-from fedort.protos.secagg.prg import MaskAdder
+from fedort.protos.secagg.prg import MaskAdder, accumulator_dtype
 from fedort.protos.secagg.scheme import split_secret
 
 
@@ -61,7 +61,7 @@ class SecAggClient:
         self._held: dict[str, tuple[int, bytes, bytes]] = {}  # sender -> (index, key share, seed share)
         self._revealed_keys: set[str] = set()
         self._revealed_seeds: set[str] = set()
-        self._ahead: tuple[np.ndarray, dict[str, bytes]] | None = None   # see precompute_masks
+        self._ahead: tuple[tuple[np.ndarray, MaskAdder], dict[str, bytes]] | None = None  # precompute_masks
 
     def _expect(self, phase: ClientPhase) -> None:
         if self.phase is not phase:
@@ -116,37 +116,29 @@ class SecAggClient:
             body = json.loads(open_sealed(key, delivery.sealed[sender], _aad(self.params, sender, self.client_id)))
             self._held[sender] = (int(body["i"]), unb64(body["k"]), unb64(body["b"]))
         masked, bits = self.params.fixed_point.encode(vector, weight), self.params.fixed_point.bits
-        adder = MaskAdder(len(masked), scheme=self.params.scheme)
-        ahead, self._ahead = self._ahead, None
-        if ahead is None:
-            adder.add(masked, self_key(self.params, self._seed), 1, bits)
-            included: dict[str, bytes] = {}
-        else:                   # PRG(b_u) and the roster's pairwise masks, summed before the delivery came
-            acc, included = ahead
-            np.add(acc, masked, out=acc)
-            masked = acc
+        ahead, self._ahead = self._ahead, None       # precompute_masks: PRG(b_u) and the roster's masks
+        (acc, adder), included = ahead if ahead is not None else (self._self_masked(), {})
         masks = Agreement(self._mask.private)
         for v in senders:
             if v not in included:
                 seed = pairwise_seed(self.params, masks, self._roster[v].mask_public, self.client_id, v)
-                adder.add(masked, seed, pairwise_sign(self.client_id, v), bits)
+                adder.add(acc, seed, pairwise_sign(self.client_id, v), bits)
         for v in sorted(set(included) - set(senders)):     # not in U2: its mask must not be in y
-            adder.add(masked, included[v], -pairwise_sign(self.client_id, v), bits)
+            adder.add(acc, included[v], -pairwise_sign(self.client_id, v), bits)
+        np.add(masked, acc, out=masked)
         masked &= self.params.fixed_point.modulus_mask
         self.phase = ClientPhase.UNMASK
         return masked
 
     def precompute_masks(self) -> None:
-        """PRG(b_u) + Σ_{v ∈ roster} sign(u, v)·PRG(s_uv) (mod 2^64), computed once the roster is checked
-        (after share_keys) and before the share delivery names U2; `masked_input` then adds the encoded
-        update and subtracts the masks of roster neighbours missing from the delivery, so y is the same
-        as without it (addition mod 2^64 commutes). A neighbour whose key agreement fails is left to
+        """PRG(b_u) + Σ_{v ∈ roster} sign(u, v)·PRG(s_uv) (mod 2^64, or 2^32: `prg.accumulator_dtype`), computed
+        once the roster is checked (after share_keys) and before the share delivery names U2; `masked_input`
+        then adds the encoded update and subtracts the masks of roster neighbours missing from the delivery,
+        so y is the same as without it (the sum is taken mod 2^b in the end, and addition commutes). A neighbour whose key agreement fails is left to
         `masked_input` (which reports it only if that neighbour is in the delivery, as before)."""
         self._expect(ClientPhase.MASKED_INPUT)
         bits = self.params.fixed_point.bits
-        acc = np.zeros(self.params.length + 1, dtype=np.uint64)
-        adder = MaskAdder(len(acc), scheme=self.params.scheme)
-        adder.add(acc, self_key(self.params, self._seed), 1, bits)
+        acc, adder = self._self_masked()
         masks, seeds = Agreement(self._mask.private), {}
         for v in sorted(self._roster):
             try:
@@ -155,7 +147,15 @@ class SecAggClient:
                 continue
             adder.add(acc, seed, pairwise_sign(self.client_id, v), bits)
             seeds[v] = seed
-        self._ahead = (acc, seeds)
+        self._ahead = ((acc, adder), seeds)
+
+    def _self_masked(self) -> tuple[np.ndarray, MaskAdder]:
+        """PRG(b_u) in a fresh mask accumulator (uint32 where the words are 4 bytes), and the adder for more."""
+        bits, scheme = self.params.fixed_point.bits, self.params.scheme
+        acc = np.zeros(self.params.length + 1, dtype=accumulator_dtype(scheme, bits))
+        adder = MaskAdder(len(acc), scheme=scheme)
+        adder.add(acc, self_key(self.params, self._seed), 1, bits)
+        return acc, adder
 
     def unmask(self, request: UnmaskRequest) -> UnmaskResponse:
         """Key shares of dropped neighbours, seed shares of surviving ones — never both for one."""

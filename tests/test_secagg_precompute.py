@@ -9,6 +9,7 @@ import pytest
 
 from fedort.coordinator.secagg_server import SecAggServer
 from fedort.edge_client.secagg_client import SecAggClient
+from fedort.protos.secagg.masks import add_signed, pairwise_mask, pairwise_sign, self_mask
 from fedort.protos.secagg.scheme import SUPPORTED
 from secagg_support import make_params, quantized_sum, run_round
 
@@ -43,6 +44,28 @@ def test_precomputed_masks_give_the_same_masked_bytes_as_masks_computed_on_deliv
     precomputed = ahead.masked_input(delivery, x, 0.75)
     assert precomputed.dtype == on_delivery.dtype == np.uint64
     assert precomputed.tobytes() == on_delivery.tobytes()
+
+
+@pytest.mark.parametrize("precompute", [False, True])
+@pytest.mark.parametrize("scheme", SUPPORTED)
+def test_y_is_the_update_plus_the_self_mask_and_the_masks_of_neighbours_in_u2(scheme, precompute):
+    """y = x + PRG(b_u) + Σ_{v ∈ N(u) ∩ U2} sign(u, v)·PRG(s_uv) mod 2^b (masks.py), from the full-length
+    masks of `masks.self_mask`/`pairwise_mask` (the client's own secrets), whatever accumulator it sums in."""
+    params = make_params(8, 3001, degree=4, scheme=scheme)
+    me = params.cohort[1]
+    gone = params.neighbours[me][-1]
+    server, clients = _shared(params, {gone})
+    delivery, client = server.delivery_for(me), clients[me]
+    if precompute:
+        client.precompute_masks()
+    x = np.random.default_rng(8).normal(0.0, 0.3, params.length)
+    y = client.masked_input(delivery, x, 0.5)
+    expected = params.fixed_point.encode(x, 0.5) + self_mask(params, client._seed)
+    for v in sorted(delivery.sealed):
+        peer = server.roster_for(me).keys[v].mask_public
+        add_signed(expected, pairwise_mask(params, client._mask.private, peer, me, v), pairwise_sign(me, v))
+    assert gone not in delivery.sealed
+    assert y.tobytes() == (expected & params.fixed_point.modulus_mask).tobytes()
 
 
 @pytest.mark.parametrize("scheme", SUPPORTED)
