@@ -53,7 +53,7 @@ def pack(words: np.ndarray, codec: str) -> bytes:
     if codec == U64_CODEC:
         return words.tobytes()
     width = packed_bits(codec) // 8
-    return words.view(np.uint8).reshape(-1, 8)[:, :width].tobytes()
+    return _low_bytes(words, width).tobytes()
 
 
 def unpack(payload: bytes | memoryview | np.ndarray, codec: str, length: int) -> np.ndarray:
@@ -67,8 +67,12 @@ def unpack(payload: bytes | memoryview | np.ndarray, codec: str, length: int) ->
     if codec == U64_CODEC:
         return raw.view("<u8")
     width = expected // (length + 1)
-    # one padded copy, read as overlapping little-endian uint64 at a stride of b/8 bytes, high bytes cut
-    padded = np.zeros(raw.nbytes + 8, dtype=np.uint8)
-    padded[:raw.nbytes] = raw
-    words = np.ndarray(shape=(length + 1,), dtype="<u8", buffer=padded, strides=(width,))
-    return words & np.uint64((1 << (8 * width)) - 1)
+    words = np.zeros(length + 1, dtype="<u8")        # high bytes zero, the low b/8 copied in
+    _low_bytes(words, width)[...] = raw.view(f"V{width}")
+    return words
+
+
+def _low_bytes(words: np.ndarray, width: int) -> np.ndarray:
+    """The low `width` bytes of each little-endian uint64 of `words` as one `width`-byte item each (a view:
+    one item copied per word, not `width` single bytes)."""
+    return np.ndarray(shape=words.shape, dtype=f"V{width}", buffer=words, strides=(8,))
