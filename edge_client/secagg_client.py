@@ -2,7 +2,7 @@
 
     advertise() -> AdvertiseKeys
     share_keys(Roster) -> ShareKeys
-    precompute_masks()      (optional: while the coordinator gathers U2, before the delivery names it)
+    precompute_masks()      (optional, while the delivery is awaited: `edge_client.secagg_ahead`)
     masked_input(ShareDelivery, vector, weight) -> uint64 vector of length P + 1
     unmask(UnmaskRequest) -> UnmaskResponse
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 from enum import Enum
+from typing import Callable
 
 import numpy as np
 
@@ -130,17 +131,20 @@ class SecAggClient:
         self.phase = ClientPhase.UNMASK
         return masked
 
-    def precompute_masks(self) -> None:
+    def precompute_masks(self, cancelled: Callable[[], bool] = lambda: False) -> bool:
         """PRG(b_u) + Σ_{v ∈ roster} sign(u, v)·PRG(s_uv) (mod 2^64, or 2^32: `prg.accumulator_dtype`), computed
         once the roster is checked (after share_keys) and before the share delivery names U2; `masked_input`
         then adds the encoded update and subtracts the masks of roster neighbours missing from the delivery,
         so y is the same as without it (the sum is taken mod 2^b in the end, and addition commutes). A neighbour whose key agreement fails is left to
-        `masked_input` (which reports it only if that neighbour is in the delivery, as before)."""
+        `masked_input` (which reports it only if that neighbour is in the delivery, as before).
+        False, keeping nothing, when `cancelled()` turned true between two masks."""
         self._expect(ClientPhase.MASKED_INPUT)
         bits = self.params.fixed_point.bits
         acc, adder = self._self_masked()
         masks, seeds = Agreement(self._mask.private), {}
         for v in sorted(self._roster):
+            if cancelled():
+                return False
             try:
                 seed = pairwise_seed(self.params, masks, self._roster[v].mask_public, self.client_id, v)
             except SecAggError:
@@ -148,6 +152,7 @@ class SecAggClient:
             adder.add(acc, seed, pairwise_sign(self.client_id, v), bits)
             seeds[v] = seed
         self._ahead = ((acc, adder), seeds)
+        return True
 
     def _self_masked(self) -> tuple[np.ndarray, MaskAdder]:
         """PRG(b_u) in a fresh mask accumulator (uint32 where the words are 4 bytes), and the adder for more."""

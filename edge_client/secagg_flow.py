@@ -7,9 +7,11 @@
 
 Each step is one `SecAgg` call that the coordinator holds until the phase closes (ready=false:
 send the same request again). Steps are idempotent, so a call lost to a coordinator restart is
-simply retried with the same message. A round under a secure-aggregation scheme this device does
-not compute (`protos.secagg.scheme`) ends as `stale` before any step. Nothing but the masked vector leaves the device; its
-protocol secrets live in memory only (a device restart drops it from this round). A coordinator
+simply retried with the same message. While the device waits for the share delivery, a thread expands
+its masks, which need only the roster (`secagg_ahead`; not where one transport carries many devices).
+A round under a secure-aggregation scheme this device does not compute (`protos.secagg.scheme`) ends
+as `stale` before any step. Nothing but the masked vector leaves the device; its protocol secrets
+live in memory only (a device restart drops it from this round). A coordinator
 that says the client is no longer part of the round (FAILED_PRECONDITION) or aborted the round
 (ABORTED) ends it as `stale`.
 """
@@ -22,6 +24,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from fedort.edge_client.secagg_ahead import MaskAhead, worth_it
 from fedort.edge_client.secagg_client import SecAggClient
 from fedort.protos import digests
 from fedort.protos.codec import VectorMeta, vector_digest
@@ -97,7 +100,9 @@ class SecAggFlow:
             spec = SecAggTask.from_bytes(self.task.secagg)   # a scheme this device does not compute: SchemeError
             client = SecAggClient(self.client_id, spec.params)
             roster = Roster.from_bytes(self._step(ADVERTISE, client.advertise().to_bytes()))
-            delivery = ShareDelivery.from_bytes(self._step(SHARE, client.share_keys(roster).to_bytes()))
+            shares = client.share_keys(roster).to_bytes()
+            with MaskAhead(client) if worth_it(self.transport) else contextlib.nullcontext():
+                delivery = ShareDelivery.from_bytes(self._step(SHARE, shares))    # masks expanded meanwhile
             masked = client.masked_input(delivery, private_delta(spec, global_vector, trained),
                                          spec.weight(num_examples))
             wire = pack(masked, spec.codec)

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import threading
 
 import numpy as np
 import pytest
 
+from fedort.coordinator import RoundState
 from fedort.coordinator.secagg_server import SecAggServer
+from fedort.edge_client.secagg_ahead import MaskAhead
 from fedort.edge_client.secagg_client import SecAggClient
 from fedort.protos.secagg.masks import add_signed, pairwise_mask, pairwise_sign, self_mask
 from fedort.protos.secagg.scheme import SUPPORTED
+from coordinator_fixtures import P_MLP, mlp_artifacts, start_coordinator, stub_client  # noqa: F401
+from secagg_devices import deltas_for, run_devices
 from secagg_support import make_params, quantized_sum, run_round
 
 
@@ -100,3 +106,71 @@ def test_masks_are_precomputed_only_after_the_roster_was_checked():
     client.advertise()
     with pytest.raises(Exception, match="expected phase masked_input, in share_keys"):
         client.precompute_masks()
+
+
+def _mask_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("secagg-masks-")]
+
+
+def test_a_cancelled_precomputation_keeps_nothing_and_y_is_computed_on_delivery():
+    params = make_params(6, 1000, scheme=SUPPORTED[0])
+    server, clients = _shared(params, set())
+    me = params.cohort[0]
+    twin = copy.copy(clients[me])
+    assert clients[me].precompute_masks(lambda: True) is False
+    x = np.random.default_rng(9).normal(0.0, 0.3, params.length)
+    delivery = server.delivery_for(me)
+    assert clients[me].masked_input(delivery, x).tobytes() == twin.masked_input(delivery, x).tobytes()
+
+
+def test_masks_expanded_in_the_thread_are_used_once_the_wait_is_over():
+    params = make_params(6, 1000, scheme=SUPPORTED[0])
+    server, clients = _shared(params, set())
+    me = params.cohort[0]
+    twin = copy.copy(clients[me])
+    with MaskAhead(clients[me]) as ahead:
+        delivery = server.delivery_for(me)
+    assert ahead.finished and not ahead.thread.is_alive()
+    x = np.random.default_rng(10).normal(0.0, 0.3, params.length)
+    assert clients[me].masked_input(delivery, x).tobytes() == twin.masked_input(delivery, x).tobytes()
+
+
+def test_a_wait_that_fails_stops_and_joins_the_mask_thread():
+    """Big masks, so the wait usually fails while they are being expanded; either way the thread is
+    gone when the block is left, and what it left behind (nothing, or every mask) gives the same y."""
+    params = make_params(10, 2_000_000, scheme=SUPPORTED[0])
+    server, clients = _shared(params, set())
+    me = params.cohort[0]
+    twin = copy.copy(clients[me])
+    with pytest.raises(TimeoutError):
+        with MaskAhead(clients[me]) as ahead:
+            raise TimeoutError("the share delivery did not come")
+    assert not ahead.thread.is_alive() and _mask_threads() == []
+    x = np.zeros(params.length)
+    delivery = server.delivery_for(me)
+    assert clients[me].masked_input(delivery, x).tobytes() == twin.masked_input(delivery, x).tobytes()
+
+
+async def test_devices_whose_round_aborts_during_the_share_wait_leave_no_mask_thread(start_coordinator):
+    ids = [f"dev-{i}" for i in range(5)]
+    coord = await start_coordinator(rounds=1, min_clients=5, secagg=True, secagg_neighbours=4, secagg_threshold=3,
+                                    round_timeout_s=2)
+    outcomes = await asyncio.to_thread(run_devices, coord.port, deltas_for(ids, P_MLP), {c: "share" for c in ids[:3]})
+    assert all(outcomes[c][0][0] == "stale" for c in ids[3:]), outcomes      # waited for the delivery, then aborted
+    assert (await asyncio.wait_for(coord.wait_done(), 30)).state is RoundState.FAILED
+    assert _mask_threads() == []
+
+
+def test_masks_are_expanded_ahead_only_by_a_device_alone_on_its_transport():
+    from types import SimpleNamespace
+
+    from fedort.edge_client.secagg_ahead import worth_it
+    from fedort.edge_client.secagg_wire import StepBatcher
+
+    steps = StepBatcher(transport=None)
+    worker = SimpleNamespace(secagg_steps=steps)
+    with steps.flow():
+        assert worth_it(worker)                      # one device: its CPU idles while it waits
+        with steps.flow():
+            assert not worth_it(worker)              # many on one transport (a simulation worker): no idle CPU
+    assert worth_it(SimpleNamespace())               # a transport without a batcher carries one device
