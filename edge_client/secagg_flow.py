@@ -45,7 +45,7 @@ MIN_STEP_WAIT_MS = 10_000
 def private_delta(task: SecAggTask, global_vector: np.ndarray, trained: np.ndarray,
                   rng: np.random.Generator | None = None) -> np.ndarray:
     """The float64 delta this device masks: clipped and noised first when the round uses DP."""
-    delta = np.asarray(trained, dtype=np.float64) - np.asarray(global_vector, dtype=np.float64)
+    delta = np.subtract(trained, global_vector, dtype=np.float64)    # one pass, no float64 copies of either
     if task.dp_clip is not None:
         delta, _ = clip_to_norm(delta, task.dp_clip)
         delta = delta + gaussian(delta.size, task.dp_noise_std, rng)
