@@ -108,6 +108,39 @@ def test_masks_are_precomputed_only_after_the_roster_was_checked():
         client.precompute_masks()
 
 
+@pytest.mark.parametrize("shares", [True, False])
+def test_a_neighbour_whose_mask_key_is_refused_fails_the_input_only_if_it_is_in_u2_as_before(shares):
+    """An all-zero X25519 mask key (a small-order point) cannot be agreed with: on delivery that is an
+    error if the neighbour shared keys, and nothing if it did not; precomputing changes neither."""
+    from dataclasses import replace
+
+    from fedort.protos.secagg import SecAggError
+
+    params = make_params(8, 500, degree=4, scheme=SUPPORTED[0])
+    me = params.cohort[0]
+    bad = params.neighbours[me][0]
+    server = SecAggServer(params)
+    clients = {c: SecAggClient(c, params) for c in params.cohort}
+    for c, client in clients.items():
+        keys = client.advertise()
+        server.receive_keys(replace(keys, mask_public=bytes(32)) if c == bad else keys)
+    server.close_advertise()
+    for c in params.cohort:
+        msg = clients[c].share_keys(server.roster_for(c))
+        if c != bad or shares:
+            server.receive_shares(msg)
+    server.close_share_keys()
+    delivery, x = server.delivery_for(me), np.zeros(params.length)
+    twin = copy.copy(clients[me])
+    assert twin.precompute_masks() is True
+    if shares:
+        for client in (clients[me], twin):
+            with pytest.raises(SecAggError, match="X25519 key agreement refused"):
+                client.masked_input(delivery, x)
+    else:
+        assert clients[me].masked_input(delivery, x).tobytes() == twin.masked_input(delivery, x).tobytes()
+
+
 def _mask_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("secagg-masks-")]
 
