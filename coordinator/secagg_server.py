@@ -30,7 +30,7 @@ from fedort.protos.secagg.masks import pairwise_seed, pairwise_sign, self_key
 from fedort.protos.secagg.messages import (
     AdvertiseKeys, Roster, SecAggParams, ShareDelivery, ShareKeys, UnmaskRequest, UnmaskResponse, b64, unb64,
 )
-from fedort.protos.secagg.prg import MaskAdder
+from fedort.protos.secagg.prg import MaskAdder, accumulator_dtype
 from fedort.protos.secagg.scheme import check_echo, combine_secrets
 
 
@@ -275,10 +275,11 @@ class SecAggServer:
             if len(shares) < t:
                 raise self._abort(f"{len(shares)} shares of dropped {v}'s mask key arrived, {t} needed")
         secrets = combine_secrets(self.params.scheme, [*seed_shares.values(), *key_shares.values()], t)
-        bits, total = self.params.fixed_point.bits, self.accumulator.copy()
-        adder = MaskAdder(len(self.accumulator), scheme=self.params.scheme)
+        bits, scheme = self.params.fixed_point.bits, self.params.scheme
+        masks = np.zeros(len(self.accumulator), dtype=accumulator_dtype(scheme, bits))   # summed, then removed once
+        adder = MaskAdder(len(self.accumulator), scheme=scheme)
         for u, seed in zip(seed_shares, secrets):
-            adder.add(total, self_key(self.params, seed), -1, bits)
+            adder.add(masks, self_key(self.params, seed), 1, bits)
         for v, seed in zip(key_shares, secrets[len(seed_shares):]):
             key = KeyPair.from_seed(seed)
             if key.public != self.state.keys[v].mask_public:
@@ -286,7 +287,7 @@ class SecAggServer:
             mine = Agreement(key.private)
             for u in sorted(set(self.params.neighbours[v]) & survivors):
                 seed_uv = pairwise_seed(self.params, mine, self.state.keys[u].mask_public, u, v)
-                adder.add(total, seed_uv, -pairwise_sign(u, v), bits)
-        weighted, weight = self.params.fixed_point.decode_sum(total)
+                adder.add(masks, seed_uv, pairwise_sign(u, v), bits)
+        weighted, weight = self.params.fixed_point.decode_sum(np.subtract(self.accumulator, masks))
         self.state.phase = ServerPhase.DONE
         return SecAggResult(weighted, weight, request.survivors, request.dropped)

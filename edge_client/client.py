@@ -273,7 +273,8 @@ class EdgeClient(Joining):
         from fedort.edge_client.secagg_flow import SecAggFlow   # its crypto stack loads only for a masked round
         task, vector, trained = p.secagg
         flow = SecAggFlow(self.transport, self.client_id, self.model_id, task, self._call, self.config.poll_wait_ms,
-                          announced=self._join.update_digests)
+                          announced=self._join.update_digests, local=self._local,
+                          local_min_bytes=self.config.local_file_min_bytes)
         self.phase = "secure aggregation"
         try:
             reply = flow.run(vector, trained, p.num_examples, p.metrics, chunk)

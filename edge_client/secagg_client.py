@@ -2,6 +2,7 @@
 
     advertise() -> AdvertiseKeys
     share_keys(Roster) -> ShareKeys
+    precompute_masks()      (optional, while the delivery is awaited: `edge_client.secagg_ahead`)
     masked_input(ShareDelivery, vector, weight) -> uint64 vector of length P + 1
     unmask(UnmaskRequest) -> UnmaskResponse
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 from enum import Enum
+from typing import Callable
 
 import numpy as np
 
@@ -25,7 +27,7 @@ from fedort.protos.secagg.masks import pairwise_seed, pairwise_sign, self_key
 from fedort.protos.secagg.messages import (
     AdvertiseKeys, Roster, SecAggParams, ShareDelivery, ShareKeys, UnmaskRequest, UnmaskResponse, b64, unb64,
 )
-from fedort.protos.secagg.prg import MaskAdder
+from fedort.protos.secagg.prg import MaskAdder, accumulator_dtype
 from fedort.protos.secagg.scheme import split_secret
 
 
@@ -60,6 +62,7 @@ class SecAggClient:
         self._held: dict[str, tuple[int, bytes, bytes]] = {}  # sender -> (index, key share, seed share)
         self._revealed_keys: set[str] = set()
         self._revealed_seeds: set[str] = set()
+        self._ahead: tuple[tuple[np.ndarray, MaskAdder], dict[str, bytes]] | None = None  # precompute_masks
 
     def _expect(self, phase: ClientPhase) -> None:
         if self.phase is not phase:
@@ -114,15 +117,50 @@ class SecAggClient:
             body = json.loads(open_sealed(key, delivery.sealed[sender], _aad(self.params, sender, self.client_id)))
             self._held[sender] = (int(body["i"]), unb64(body["k"]), unb64(body["b"]))
         masked, bits = self.params.fixed_point.encode(vector, weight), self.params.fixed_point.bits
-        adder = MaskAdder(len(masked), scheme=self.params.scheme)
-        adder.add(masked, self_key(self.params, self._seed), 1, bits)
+        ahead, self._ahead = self._ahead, None       # precompute_masks: PRG(b_u) and the roster's masks
+        (acc, adder), included = ahead if ahead is not None else (self._self_masked(), {})
         masks = Agreement(self._mask.private)
         for v in senders:
-            seed = pairwise_seed(self.params, masks, self._roster[v].mask_public, self.client_id, v)
-            adder.add(masked, seed, pairwise_sign(self.client_id, v), bits)
+            if v not in included:
+                seed = pairwise_seed(self.params, masks, self._roster[v].mask_public, self.client_id, v)
+                adder.add(acc, seed, pairwise_sign(self.client_id, v), bits)
+        for v in sorted(set(included) - set(senders)):     # not in U2: its mask must not be in y
+            adder.add(acc, included[v], -pairwise_sign(self.client_id, v), bits)
+        np.add(masked, acc, out=masked)
         masked &= self.params.fixed_point.modulus_mask
         self.phase = ClientPhase.UNMASK
         return masked
+
+    def precompute_masks(self, cancelled: Callable[[], bool] = lambda: False) -> bool:
+        """PRG(b_u) + Σ_{v ∈ roster} sign(u, v)·PRG(s_uv) (mod 2^64, or 2^32: `prg.accumulator_dtype`), computed
+        once the roster is checked (after share_keys) and before the share delivery names U2; `masked_input`
+        then adds the encoded update and subtracts the masks of roster neighbours missing from the delivery,
+        so y is the same as without it (the sum is taken mod 2^b in the end, and addition commutes). A neighbour whose key agreement fails is left to
+        `masked_input` (which reports it only if that neighbour is in the delivery, as before).
+        False, keeping nothing, when `cancelled()` turned true between two masks."""
+        self._expect(ClientPhase.MASKED_INPUT)
+        bits = self.params.fixed_point.bits
+        acc, adder = self._self_masked()
+        masks, seeds = Agreement(self._mask.private), {}
+        for v in sorted(self._roster):
+            if cancelled():
+                return False
+            try:
+                seed = pairwise_seed(self.params, masks, self._roster[v].mask_public, self.client_id, v)
+            except SecAggError:
+                continue
+            adder.add(acc, seed, pairwise_sign(self.client_id, v), bits)
+            seeds[v] = seed
+        self._ahead = ((acc, adder), seeds)
+        return True
+
+    def _self_masked(self) -> tuple[np.ndarray, MaskAdder]:
+        """PRG(b_u) in a fresh mask accumulator (uint32 where the words are 4 bytes), and the adder for more."""
+        bits, scheme = self.params.fixed_point.bits, self.params.scheme
+        acc = np.zeros(self.params.length + 1, dtype=accumulator_dtype(scheme, bits))
+        adder = MaskAdder(len(acc), scheme=scheme)
+        adder.add(acc, self_key(self.params, self._seed), 1, bits)
+        return acc, adder
 
     def unmask(self, request: UnmaskRequest) -> UnmaskResponse:
         """Key shares of dropped neighbours, seed shares of surviving ones — never both for one."""

@@ -7,9 +7,11 @@
 
 Each step is one `SecAgg` call that the coordinator holds until the phase closes (ready=false:
 send the same request again). Steps are idempotent, so a call lost to a coordinator restart is
-simply retried with the same message. A round under a secure-aggregation scheme this device does
-not compute (`protos.secagg.scheme`) ends as `stale` before any step. Nothing but the masked vector leaves the device; its
-protocol secrets live in memory only (a device restart drops it from this round). A coordinator
+simply retried with the same message. While the device waits for the share delivery, a thread expands
+its masks, which need only the roster (`secagg_ahead`; not where one transport carries many devices).
+A round under a secure-aggregation scheme this device does not compute (`protos.secagg.scheme`) ends
+as `stale` before any step. Nothing but the masked vector leaves the device; its protocol secrets
+live in memory only (a device restart drops it from this round). A coordinator
 that says the client is no longer part of the round (FAILED_PRECONDITION) or aborted the round
 (ABORTED) ends it as `stale`.
 """
@@ -17,11 +19,13 @@ that says the client is no longer part of the round (FAILED_PRECONDITION) or abo
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from fedort.edge_client.secagg_ahead import MaskAhead, worth_it
 from fedort.edge_client.secagg_client import SecAggClient
 from fedort.protos import digests
 from fedort.protos.codec import VectorMeta, vector_digest
@@ -42,7 +46,7 @@ MIN_STEP_WAIT_MS = 10_000
 def private_delta(task: SecAggTask, global_vector: np.ndarray, trained: np.ndarray,
                   rng: np.random.Generator | None = None) -> np.ndarray:
     """The float64 delta this device masks: clipped and noised first when the round uses DP."""
-    delta = np.asarray(trained, dtype=np.float64) - np.asarray(global_vector, dtype=np.float64)
+    delta = np.subtract(trained, global_vector, dtype=np.float64)    # one pass, no float64 copies of either
     if task.dp_clip is not None:
         delta, _ = clip_to_norm(delta, task.dp_clip)
         delta = delta + gaussian(delta.size, task.dp_noise_std, rng)
@@ -65,15 +69,18 @@ class SecAggFlow:
     """One device's protocol run for one round, over `transport` with `call` (retries, stop).
 
     `announced` = the coordinator's JoinReply.update_digests (the masked payload's digest is BLAKE3 when
-    listed). The masked vector always streams, also from a device co-located with the coordinator: at
-    100 devices uploading at once the file path's fsyncs made the masked phase slower, not faster."""
+    listed). `local` (edge_client.local_vectors.LocalVectors: a device co-located with the coordinator)
+    hands a masked payload of at least `local_min_bytes` over as a file, as a plain update would be; only
+    masked words are ever written there. (Measured at 100 devices x 100 k values, A/B against streaming:
+    coordinator CPU -28 to -31 %, its peak RSS growth 75-84 -> 50-54 MB, device CPU +7 %, round -6 %.)"""
 
     def __init__(self, transport: Any, client_id: str, model_id: str, task: Task,
                  call: Callable[[str, Callable[[], Any]], Any], poll_wait_ms: int = 20_000, *,
-                 announced: Sequence[str] = ()) -> None:
+                 announced: Sequence[str] = (), local: Any = None, local_min_bytes: int = 0) -> None:
         self.transport, self.client_id, self.model_id, self.task = transport, client_id, model_id, task
         self.call = call
         self.digest = digests.choose(announced)
+        self.local, self.local_min_bytes = local, local_min_bytes
         self.wait_ms = max(poll_wait_ms, MIN_STEP_WAIT_MS)   # steps are long-polls, even for a client that never waits
 
     def _step(self, step: int, payload: bytes) -> bytes:
@@ -97,16 +104,20 @@ class SecAggFlow:
             spec = SecAggTask.from_bytes(self.task.secagg)   # a scheme this device does not compute: SchemeError
             client = SecAggClient(self.client_id, spec.params)
             roster = Roster.from_bytes(self._step(ADVERTISE, client.advertise().to_bytes()))
-            delivery = ShareDelivery.from_bytes(self._step(SHARE, client.share_keys(roster).to_bytes()))
+            shares = client.share_keys(roster).to_bytes()
+            with MaskAhead(client) if worth_it(self.transport) else contextlib.nullcontext():
+                delivery = ShareDelivery.from_bytes(self._step(SHARE, shares))    # masks expanded meanwhile
             masked = client.masked_input(delivery, private_delta(spec, global_vector, trained),
                                          spec.weight(num_examples))
             wire = pack(masked, spec.codec)
             header = masked_header(self.client_id, self.model_id, self.task.round, wire, spec.codec, length,
                                    num_examples, metrics, chunk_size,
                                    self.task.vector_sha256 or vector_digest(global_vector), self.digest)
+            as_file = self.local is not None and len(wire) >= self.local_min_bytes
+            send = functools.partial(self.local.submit, self.transport) if as_file else self.transport.submit_update
             try:
                 result: SubmitResult | None = self.call(f"SubmitUpdate (masked) round {self.task.round}",
-                                                        lambda: self.transport.submit_update(header, wire))
+                                                        functools.partial(send, header, wire))
             except FedortError as e:
                 if getattr(e, "code", None) != "FAILED_PRECONDITION":
                     raise

@@ -45,6 +45,11 @@ class StepBatcher:
         self.batching = True     # False once the coordinator said it has no SecAggBatch
         self.batch_calls = 0     # SecAggBatch calls made (observability: how well steps coalesce)
 
+    @property
+    def flows(self) -> int:
+        """Protocol flows using this transport now."""
+        return self._flows
+
     @contextmanager
     def flow(self) -> Iterator[None]:
         """Counts one device's protocol run, so a batch need not linger for a flow that is not there."""

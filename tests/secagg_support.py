@@ -25,9 +25,10 @@ def make_params(n: int, length: int, degree: int | None = None, threshold: int |
 def run_round(params: SecAggParams, updates: dict[str, np.ndarray], *,
               drop_before_keys: Iterable[str] = (), drop_before_shares: Iterable[str] = (),
               drop_before_upload: Iterable[str] = (), drop_before_unmask: Iterable[str] = (),
-              server: SecAggServer | None = None, reload: bool = False) -> SecAggResult:
+              server: SecAggServer | None = None, reload: bool = False, precompute: Iterable[str] = ()) -> SecAggResult:
     """One full round; each `drop_*` set vanishes just before that phase. `reload`: the server is
-    dumped and loaded again (a coordinator restart) after every message and every phase close."""
+    dumped and loaded again (a coordinator restart) after every message and every phase close.
+    The clients in `precompute` expand their masks after sharing keys, before the phase closes."""
     gone: set[str] = set(drop_before_keys)
     holder = [server or SecAggServer(params)]
 
@@ -52,6 +53,8 @@ def run_round(params: SecAggParams, updates: dict[str, np.ndarray], *,
     for c in server.state.u1:
         if c not in gone:
             server.receive_shares(clients[c].share_keys(server.roster_for(c)))
+            if c in set(precompute):
+                clients[c].precompute_masks()
     server.close_share_keys()
     gone |= set(drop_before_upload)
     for c in server.state.u2:

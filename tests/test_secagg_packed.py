@@ -29,6 +29,13 @@ def test_packed_words_unpack_to_exactly_the_masked_words(bits):
     assert np.array_equal(unpack(payload, packed_codec(bits), 1000), words)
 
 
+@pytest.mark.parametrize("bits", [8, 24, 32, 40])
+def test_a_packed_word_is_its_low_b_over_8_bytes_little_endian(bits):
+    words = np.array([0x0807060504030201 & (2**bits - 1), 2**bits - 1, 0], dtype=np.uint64)
+    width = bits // 8
+    assert pack(words, packed_codec(bits)) == bytes(range(1, width + 1)) + b"\xff" * width + bytes(width)
+
+
 def test_the_packed_payload_is_b_over_8_bytes_per_word_and_nothing_else():
     dec = decoder_for("secagg-packed:40")
     assert dec.payload_bytes(P_MLP, 0) == dec.payload_bytes(P_MLP, 5 * (P_MLP + 1)) == 5 * (P_MLP + 1)

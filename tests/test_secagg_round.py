@@ -121,6 +121,19 @@ def test_each_device_adds_its_share_z_c_over_root_n_of_the_noise():
     assert noise.std() == pytest.approx(1.2 * 0.5 / 2, rel=0.02)
 
 
+def test_without_dp_the_masked_delta_is_the_exact_float64_difference():
+    from fedort.edge_client.secagg_flow import private_delta
+    from fedort.protos.secagg.task import SecAggTask
+    from secagg_support import make_params
+
+    rng = np.random.default_rng(4)
+    g = rng.standard_normal(1000).astype(np.float32)
+    trained = (g + rng.standard_normal(1000).astype(np.float32) * 1e-3).astype(np.float32)
+    delta = private_delta(SecAggTask(make_params(4, 1000)), g, trained)
+    assert delta.dtype == np.float64
+    assert delta.tobytes() == (trained.astype(np.float64) - g.astype(np.float64)).tobytes()
+
+
 def test_simulate_with_secagg_and_distributed_dp_runs_real_edge_clients(tmp_path):
     from fedort.coordinator.privacy_accounting import epsilon
     from fedort.simulations.config import SimulationConfig

@@ -12,7 +12,7 @@ from Crypto.Math import Primality
 
 from fedort.protos.errors import ConfigError
 from fedort.protos.secagg import SecAggError
-from fedort.protos.secagg.prg import MaskAdder, expand
+from fedort.protos.secagg.prg import MaskAdder, accumulator_dtype, expand
 from fedort.protos.secagg.scheme import AES_PRIME, AES_PRIME_W32, LEGACY
 from fedort.protos.secagg.shamir_prime import PRIME, SHARE_BYTES, combine_secret, combine_secrets, split_secret
 
@@ -128,3 +128,22 @@ def test_32_bit_word_masks_added_in_place_equal_the_expanded_masks(bits):
     words = expand(seeds[0], 70_001, bits, AES_PRIME_W32)
     assert int(words.max()) < 2**bits and int(words.max()) >= 2**(bits - 1)     # the whole range is used
     assert np.array_equal(words, expand(seeds[0], 70_001, bits, AES_PRIME)) is (bits > 32)  # 64-bit words above 32
+
+
+@pytest.mark.parametrize("bits", [8, 24, 32])
+def test_a_uint32_accumulator_of_32_bit_word_masks_agrees_mod_2_to_the_b(bits):
+    seeds, mask = [os.urandom(32) for _ in range(3)], np.uint64(2**bits - 1)
+    wide, narrow = np.zeros(70_001, dtype=np.uint64), np.zeros(70_001, dtype=accumulator_dtype(AES_PRIME_W32, bits))
+    adder = MaskAdder(70_001, 1000, scheme=AES_PRIME_W32)
+    for seed, sign in zip(seeds, (1, -1, -1)):
+        adder.add(wide, seed, sign, bits)
+        adder.add(narrow, seed, sign, bits)
+    assert narrow.dtype == np.uint32
+    assert np.array_equal(narrow.astype(np.uint64) & mask, wide & mask)
+
+
+@pytest.mark.parametrize("scheme, bits", [(AES_PRIME_W32, 40), (AES_PRIME, 24), (LEGACY, 24)])
+def test_masks_of_64_bit_words_refuse_a_uint32_accumulator(scheme, bits):
+    assert accumulator_dtype(scheme, bits) == np.uint64
+    with pytest.raises(ConfigError, match="must be uint64 of shape"):
+        MaskAdder(100, scheme=scheme).add(np.zeros(100, dtype=np.uint32), os.urandom(32), 1, bits)
