@@ -55,15 +55,16 @@ def canonical(name: str) -> str:
     return name
 
 
-def new(name: str = SHA256) -> Hasher:
-    """A running hash of algorithm `name` ("" = sha256)."""
+def new(name: str = SHA256, threads: int = 1) -> Hasher:
+    """A running hash of algorithm `name` ("" = sha256). `threads` > 1: BLAKE3 may hash each large `update`
+    on up to that many threads (same digest; sha256 is sequential and ignores it)."""
     name = canonical(name)
     if name == SHA256:
         return hashlib.sha256()
     blake3 = _blake3()
     if blake3 is None:
         raise VectorError("vector digest 'blake3' needs the blake3 package, which is not installed here")
-    return blake3()
+    return blake3(max_threads=max(1, threads))
 
 
 def digest(name: str, data: bytes | memoryview) -> bytes:
