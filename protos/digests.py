@@ -55,16 +55,15 @@ def canonical(name: str) -> str:
     return name
 
 
-def new(name: str = SHA256, threads: int = 1) -> Hasher:
-    """A running hash of algorithm `name` ("" = sha256). `threads` > 1: BLAKE3 may hash each large `update`
-    on up to that many threads (same digest; sha256 is sequential and ignores it)."""
+def new(name: str = SHA256) -> Hasher:
+    """A running hash of algorithm `name` ("" = sha256)."""
     name = canonical(name)
     if name == SHA256:
         return hashlib.sha256()
     blake3 = _blake3()
     if blake3 is None:
         raise VectorError("vector digest 'blake3' needs the blake3 package, which is not installed here")
-    return blake3(max_threads=max(1, threads))
+    return blake3()
 
 
 def digest(name: str, data: bytes | memoryview) -> bytes:
