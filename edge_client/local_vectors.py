@@ -15,6 +15,8 @@ a deployed coordinator only with `--local-vector-dir`), the device
   whatever the answer (after an acceptance the coordinator has already moved it), and every retry
   writes a fresh one. The header's digest is computed while the bytes are written, block by block
   (each block is hashed and written while it is in the CPU's cache: one pass over the update instead of two).
+  A process writes one such file at a time (its clients' updates queue for the disk, first come first
+  written), so the first update is handed over early instead of every file finishing together.
 
 Fallback: a device on another host, or one that cannot write the file, streams the update; so does
 one whose coordinator refuses the reference with INVALID_ARGUMENT (e.g. it restarted without the
@@ -27,6 +29,7 @@ import logging
 import os
 import secrets
 import stat
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -47,6 +50,10 @@ WRITE_BLOCK = 256 << 10            # bytes hashed and written per step (stays in
 # one the cache holds for the round being trained and the next round's (fedort.buffer_pool; a fresh 20 MB array
 # per round may page-fault anew, as the coordinator's mean did: issue 12 part 8)
 _READS = BufferPool(2)
+# One update file written and synced at a time per process (a simulation worker hosts many clients): files
+# written side by side share the disk and all finish late; one after the other, the first is handed over
+# early and the coordinator's takes (one at a time) start sooner. 5 M no-work round: 154-170 vs 173-177 ms.
+_DISK = threading.Lock()
 
 
 def _matches(vector: np.ndarray, sha256: bytes, blake3: bytes) -> bool:
@@ -146,6 +153,11 @@ def _write_durably(path: Path, body: np.ndarray | bytes, free: Path | None = Non
     """Write `body` to `path` (it must not exist) and fsync: into a recycled file claimed from `free` if
     there is one (overwritten in place, cut to size), else into a new file; `hasher` sees every block as it is written."""
     data = byte_view(body)
+    with _DISK:
+        _write_locked(path, data, free, hasher)
+
+
+def _write_locked(path: Path, data: memoryview, free: Path | None, hasher: digests.Hasher | None) -> None:
     fd = _claim(free, path) if free is not None else -1
     if fd < 0:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o640)
