@@ -68,6 +68,21 @@ def run_round(params: SecAggParams, updates: dict[str, np.ndarray], *,
     return holder[0].finish()
 
 
+def through_share_keys(params: SecAggParams, missing: Iterable[str] = ()) -> tuple[SecAggServer, dict[str, SecAggClient]]:
+    """A server and its clients after the share-keys phase closed; `missing` advertised keys but never shared."""
+    server = SecAggServer(params)
+    clients = {c: SecAggClient(c, params) for c in params.cohort}
+    for client in clients.values():
+        server.receive_keys(client.advertise())
+    server.close_advertise()
+    for c in params.cohort:
+        shares = clients[c].share_keys(server.roster_for(c))
+        if c not in set(missing):
+            server.receive_shares(shares)
+    server.close_share_keys()
+    return server, clients
+
+
 def quantized_sum(params: SecAggParams, updates: dict[str, np.ndarray], ids: Sequence[str]) -> np.ndarray:
     """The exact integer sum (mod 2^b) of the encoded updates of `ids`."""
     total = np.zeros(params.length + 1, dtype=np.uint64)

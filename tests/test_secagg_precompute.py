@@ -17,22 +17,7 @@ from fedort.protos.secagg.masks import add_signed, pairwise_mask, pairwise_sign,
 from fedort.protos.secagg.scheme import SUPPORTED
 from coordinator_fixtures import P_MLP, mlp_artifacts, start_coordinator, stub_client  # noqa: F401
 from secagg_devices import deltas_for, run_devices
-from secagg_support import make_params, quantized_sum, run_round
-
-
-def _shared(params, missing: set[str]):
-    """Server and clients after key sharing closed; `missing` advertised keys but never shared them."""
-    server = SecAggServer(params)
-    clients = {c: SecAggClient(c, params) for c in params.cohort}
-    for client in clients.values():
-        server.receive_keys(client.advertise())
-    server.close_advertise()
-    for c in params.cohort:
-        shares = clients[c].share_keys(server.roster_for(c))
-        if c not in missing:
-            server.receive_shares(shares)
-    server.close_share_keys()
-    return server, clients
+from secagg_support import make_params, quantized_sum, run_round, through_share_keys
 
 
 @pytest.mark.parametrize("scheme", SUPPORTED)
@@ -40,7 +25,7 @@ def test_precomputed_masks_give_the_same_masked_bytes_as_masks_computed_on_deliv
     params = make_params(8, 2001, degree=4, scheme=scheme)
     me = params.cohort[0]
     gone = params.neighbours[me][0]                      # in my roster, missing from U2
-    server, clients = _shared(params, {gone})
+    server, clients = through_share_keys(params, {gone})
     delivery = server.delivery_for(me)
     assert gone in server.roster_for(me).keys and gone not in delivery.sealed
     ahead = copy.copy(clients[me])                       # the same secrets and roster
@@ -60,7 +45,7 @@ def test_y_is_the_update_plus_the_self_mask_and_the_masks_of_neighbours_in_u2(sc
     params = make_params(8, 3001, degree=4, scheme=scheme)
     me = params.cohort[1]
     gone = params.neighbours[me][-1]
-    server, clients = _shared(params, {gone})
+    server, clients = through_share_keys(params, {gone})
     delivery, client = server.delivery_for(me), clients[me]
     if precompute:
         client.precompute_masks()
@@ -147,7 +132,7 @@ def _mask_threads() -> list[threading.Thread]:
 
 def test_a_cancelled_precomputation_keeps_nothing_and_y_is_computed_on_delivery():
     params = make_params(6, 1000, scheme=SUPPORTED[0])
-    server, clients = _shared(params, set())
+    server, clients = through_share_keys(params)
     me = params.cohort[0]
     twin = copy.copy(clients[me])
     assert clients[me].precompute_masks(lambda: True) is False
@@ -158,7 +143,7 @@ def test_a_cancelled_precomputation_keeps_nothing_and_y_is_computed_on_delivery(
 
 def test_masks_expanded_in_the_thread_are_used_once_the_wait_is_over():
     params = make_params(6, 1000, scheme=SUPPORTED[0])
-    server, clients = _shared(params, set())
+    server, clients = through_share_keys(params)
     me = params.cohort[0]
     twin = copy.copy(clients[me])
     with MaskAhead(clients[me]) as ahead:
@@ -172,7 +157,7 @@ def test_a_wait_that_fails_stops_and_joins_the_mask_thread():
     """Big masks, so the wait usually fails while they are being expanded; either way the thread is
     gone when the block is left, and what it left behind (nothing, or every mask) gives the same y."""
     params = make_params(10, 2_000_000, scheme=SUPPORTED[0])
-    server, clients = _shared(params, set())
+    server, clients = through_share_keys(params)
     me = params.cohort[0]
     twin = copy.copy(clients[me])
     with pytest.raises(TimeoutError):

@@ -6,9 +6,8 @@ import numpy as np
 import pytest
 
 from fedort.coordinator.secagg_server import SecAggServer, ServerPhase
-from fedort.edge_client.secagg_client import SecAggClient
 from fedort.protos.secagg import SecAggAborted, SecAggError, UnmaskRequest
-from secagg_support import make_params, quantized_sum, run_round
+from secagg_support import make_params, quantized_sum, run_round, through_share_keys
 
 
 def _updates(params, seed=0):
@@ -87,14 +86,7 @@ def test_secagg_plus_with_a_sparse_graph_is_exact_under_dropouts():
 def test_a_server_restored_mid_protocol_finishes_with_the_same_result():
     params = make_params(8, 200)
     updates = _updates(params, 6)
-    server = SecAggServer(params)
-    clients = {c: SecAggClient(c, params) for c in params.cohort}
-    for c in clients.values():
-        server.receive_keys(c.advertise())
-    server.close_advertise()
-    for c in params.cohort:
-        server.receive_shares(clients[c].share_keys(server.roster_for(c)))
-    server.close_share_keys()
+    server, clients = through_share_keys(params)
     for c in params.cohort[:4]:
         server.receive_masked_input(c, clients[c].masked_input(server.delivery_for(c), updates[c]))
     state, acc = server.snapshot()
@@ -121,14 +113,7 @@ def test_a_server_reloaded_after_every_message_gives_the_exact_sum():
 
 def test_a_second_masked_input_from_one_client_is_not_counted_twice():
     params = make_params(4, 10)
-    server = SecAggServer(params)
-    clients = {c: SecAggClient(c, params) for c in params.cohort}
-    for c in clients.values():
-        server.receive_keys(c.advertise())
-    server.close_advertise()
-    for c in params.cohort:
-        server.receive_shares(clients[c].share_keys(server.roster_for(c)))
-    server.close_share_keys()
+    server, clients = through_share_keys(params)
     y = clients["c000"].masked_input(server.delivery_for("c000"), np.zeros(10))
     assert server.receive_masked_input("c000", y) is True
     before = server.accumulator.copy()
@@ -138,14 +123,7 @@ def test_a_second_masked_input_from_one_client_is_not_counted_twice():
 
 def test_a_client_never_reveals_both_shares_of_one_neighbour():
     params = make_params(5, 10)
-    server = SecAggServer(params)
-    clients = {c: SecAggClient(c, params) for c in params.cohort}
-    for c in clients.values():
-        server.receive_keys(c.advertise())
-    server.close_advertise()
-    for c in params.cohort:
-        server.receive_shares(clients[c].share_keys(server.roster_for(c)))
-    server.close_share_keys()
+    server, clients = through_share_keys(params)
     me = clients["c000"]
     me.masked_input(server.delivery_for("c000"), np.zeros(10))
     me.unmask(UnmaskRequest(("c001",), ("c000", "c002", "c003", "c004")))
@@ -156,35 +134,16 @@ def test_a_client_never_reveals_both_shares_of_one_neighbour():
 def test_no_masked_vector_correlates_with_its_clients_update():
     params = make_params(10, 2000)
     updates = _updates(params, 7)
-    server = SecAggServer(params)
-    clients = {c: SecAggClient(c, params) for c in params.cohort}
-    for c in clients.values():
-        server.receive_keys(c.advertise())
-    server.close_advertise()
-    for c in params.cohort:
-        server.receive_shares(clients[c].share_keys(server.roster_for(c)))
-    server.close_share_keys()
+    server, clients = through_share_keys(params)
     for c in params.cohort:
         masked = clients[c].masked_input(server.delivery_for(c), updates[c])
         as_float = params.fixed_point.to_signed(masked)[:-1].astype(np.float64)
         assert abs(np.corrcoef(as_float, updates[c])[0, 1]) < 0.1
 
 
-def _through_share_keys(params):
-    server = SecAggServer(params)
-    clients = {c: SecAggClient(c, params) for c in params.cohort}
-    for c in clients.values():
-        server.receive_keys(c.advertise())
-    server.close_advertise()
-    for c in params.cohort:
-        server.receive_shares(clients[c].share_keys(server.roster_for(c)))
-    server.close_share_keys()
-    return server, clients
-
-
 def test_a_tampered_share_bundle_is_refused_by_its_recipient():
     params = make_params(4, 10)
-    server, clients = _through_share_keys(params)
+    server, clients = through_share_keys(params)
     delivery = server.delivery_for("c000")
     sender = next(iter(delivery.sealed))
     box = bytearray(delivery.sealed[sender])
@@ -196,7 +155,7 @@ def test_a_tampered_share_bundle_is_refused_by_its_recipient():
 
 def test_a_bundle_rerouted_to_another_client_is_refused():
     params = make_params(4, 10)
-    server, clients = _through_share_keys(params)
+    server, clients = through_share_keys(params)
     stolen = server.delivery_for("c001").sealed["c002"]
     forged = type(server.delivery_for("c000"))({**server.delivery_for("c000").sealed, "c002": stolen})
     with pytest.raises(SecAggError, match="authentication"):
@@ -212,7 +171,7 @@ def test_a_message_in_the_wrong_phase_names_the_phase():
 
 def test_a_masked_input_from_outside_the_cohort_is_refused():
     params = make_params(4, 10)
-    server, _ = _through_share_keys(params)
+    server, _ = through_share_keys(params)
     with pytest.raises(SecAggError, match="not in this phase's set"):
         server.receive_masked_input("intruder", np.zeros(11, dtype=np.uint64))
 
