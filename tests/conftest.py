@@ -6,6 +6,9 @@ parameters open their own `TrainingSession` on them, so nothing leaks between te
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -73,3 +76,14 @@ def digits_test(digits_split) -> dict[str, np.ndarray]:
 def batch(digits_train) -> tuple[np.ndarray, np.ndarray]:
     """The first 32 training examples as (x, labels)."""
     return digits_train["x"][:32], digits_train["labels"][:32]
+
+
+@pytest.fixture
+def other_filesystem_dir(tmp_path) -> Path:
+    """A fresh folder on another filesystem than tmp_path (/dev/shm), removed with all it holds afterwards."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("needs /dev/shm on another filesystem than the test's temporary folder")
+    folder = Path(tempfile.mkdtemp(prefix="fedort-test-", dir=shm))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)

@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
-import pytest
 from onnx import numpy_helper
 
 from coordinator_fixtures import mlp_artifacts, start_coordinator, stub_client  # noqa: F401
@@ -112,22 +111,13 @@ def test_a_model_below_the_threshold_is_one_self_contained_file(mlp_artifacts, t
         assert json.loads((path.parent / "model.json").read_text())["model_data"] is None
 
 
-def test_a_vector_on_another_filesystem_gives_self_contained_models(mlp_artifacts, tmp_path, caplog):
-    shm = Path("/dev/shm")
-    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
-        pytest.skip("needs /dev/shm on another filesystem than the test's temporary folder")
-    other = shm / f"fedort-test-{os.getpid()}"
+def test_a_vector_on_another_filesystem_gives_self_contained_models(mlp_artifacts, tmp_path, caplog,
+                                                                   other_filesystem_dir):
     exporter = Exporter(mlp_artifacts, tmp_path / "models", external_min_bytes=0)
-    try:
-        for r, v in enumerate(_vectors(exporter, 2), start=1):
-            path = exporter.export(r, v, {}, vector_file=_committed(other, r + 1, v))   # link(2): EXDEV
-            assert path.read_bytes() == _ort_export(mlp_artifacts, v, tmp_path / f"o{r}.onnx").read_bytes()
-            assert not (path.parent / DATA_FILE).exists()
-    finally:
-        for f in (other / "vectors").iterdir():
-            f.unlink()
-        (other / "vectors").rmdir()
-        other.rmdir()
+    for r, v in enumerate(_vectors(exporter, 2), start=1):
+        path = exporter.export(r, v, {}, vector_file=_committed(other_filesystem_dir, r + 1, v))   # link(2): EXDEV
+        assert path.read_bytes() == _ort_export(mlp_artifacts, v, tmp_path / f"o{r}.onnx").read_bytes()
+        assert not (path.parent / DATA_FILE).exists()
     assert "cannot hard-link" in caplog.text
 
 

@@ -179,11 +179,9 @@ async def test_a_file_reference_with_chunks_is_refused(start_coordinator, stub_c
     nothing_changed(coord, round)
 
 
-async def test_the_directory_must_share_the_state_dir_s_filesystem(mlp_artifacts, tmp_path):
-    if os.stat("/dev/shm").st_dev == os.stat(tmp_path).st_dev:
-        pytest.skip("/dev/shm and the test folder are one filesystem here")
+async def test_the_directory_must_share_the_state_dir_s_filesystem(mlp_artifacts, tmp_path, other_filesystem_dir):
     coordinator = Coordinator(make_config(mlp_artifacts, state_dir=tmp_path / "state",
-                                          local_vector_dir=Path("/dev/shm") / f"fedort-test-{os.getpid()}"))
+                                          local_vector_dir=other_filesystem_dir / "local-vectors"))
     with pytest.raises(ConfigError, match="same filesystem as state_dir"):
         await coordinator.start()
     await coordinator.stop(grace=0)
