@@ -38,7 +38,7 @@ from fedort.coordinator.side_writer import SideWriter
 from fedort.coordinator.state import StateStore
 from fedort.coordinator.state_schema import SubmissionRow
 from fedort.coordinator.upload_stream import spool_error
-from fedort.durable import fsync_dir
+from fedort.durable import fsync_dir, fsync_file
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ class ArrivalCommit:
             try:
                 for a in arrivals:   # all data durable before any name: a failed sync places nothing
                     if a.sync:
-                        _fdatasync(a.spooled)
+                        fsync_file(a.spooled, data_only=True)
                 for a in arrivals:
                     if a.row.payload is None:
                         os.replace(a.spooled, a.path)
@@ -148,15 +148,6 @@ class ArrivalCommit:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
-
-
-def _fdatasync(path: Path) -> None:
-    """The file's data and size durable (not its ctime: a rename changed only that, no journal commit)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
-    try:
-        os.fdatasync(fd)
-    finally:
-        os.close(fd)
 
 
 def _write_copy(path: Path, payload: bytes) -> None:

@@ -36,8 +36,9 @@ from fedort.coordinator.state import now_ms
 from fedort.coordinator.state_schema import SubmissionRow
 from fedort.coordinator.upload_slots import UploadSlots
 from fedort.coordinator.upload_stream import spool_error
+from fedort.coordinator.local_vectors import TakenFile
 from fedort.coordinator.uploads import received
-from fedort.durable import fsync_dir
+from fedort.durable import fsync_dir, fsync_file
 from fedort.protos.errors import ProtocolError, StaleRoundError
 from fedort.protos.messages import SubmitResult, UpdateHeader
 from fedort.protos.round_state import RoundState
@@ -104,13 +105,13 @@ class AsyncUploads:
         # spool folder 0, which no version owns, and move into the accepting version's folder
         tmp = e.store.layout.spool_temp(0, h.client_id, self._temp_counter)
         async with received(admitted, tmp, chunks, slots=self.slots, slot_round=0, config=e.config,
-                            monitor=e.monitor, free=e.spool_free):
+                            monitor=e.monitor, free=e.spool_free) as receiver:
             async with e.version_lock:
-                result = await self._accept(h, tmp, admitted.payload_bytes)
+                result = await self._accept(h, tmp, admitted.payload_bytes, isinstance(receiver, TakenFile))
         e.monitor.update_accepted(duplicate=result.duplicate)
         return result
 
-    async def _accept(self, h: UpdateHeader, spooled: Path, nbytes: int) -> SubmitResult:
+    async def _accept(self, h: UpdateHeader, spooled: Path, nbytes: int, unsynced: bool = False) -> SubmitResult:
         e = self.engine
         checked = self._check(h)
         if checked is None:
@@ -122,7 +123,7 @@ class AsyncUploads:
         try:
             path = e.store.spool_path(version, client)
             try:
-                await asyncio.to_thread(_place, spooled, path)
+                await asyncio.to_thread(_place, spooled, path, unsynced)
             except OSError as err:
                 raise spool_error(err, "place the spooled update") from err
             metrics = metrics_json(h.metrics)
@@ -147,8 +148,11 @@ class AsyncUploads:
         return SubmitResult(True, False, base, message)
 
 
-def _place(tmp: Path, path: Path) -> None:
-    """Rename a fsynced temp file into the version's spool folder and make the rename durable."""
+def _place(tmp: Path, path: Path, unsynced: bool = False) -> None:
+    """Rename a fsynced temp file (`unsynced`: fsync its data first: a co-located device's, `TakenFile`) into
+    the version's spool folder and make the rename durable."""
+    if unsynced:
+        fsync_file(tmp, data_only=True)
     if not path.parent.is_dir():
         path.parent.mkdir(parents=True, exist_ok=True)
         fsync_dir(path.parent.parent)

@@ -31,6 +31,7 @@ from fedort.durable import atomic_write, atomic_write_json, fsync_dir, fsync_fil
 from fedort.edge_client.artifacts import Manifest
 from fedort.edge_client.client_data import ClientData
 from fedort.edge_client.session import TrainingSession
+from fedort.protos.codec import vector_digest
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +119,7 @@ class Exporter:
             "model_sha256": model_sha256,
             # external data (export_external): the data file is the committed vector, so its sha256 is the vector's
             "model_data": data,
-            "model_data_sha256": None if data is None else record.get("vector_sha256") or _sha256(vector),
+            "model_data_sha256": None if data is None else record.get("vector_sha256") or vector_digest(vector).hex(),
             "inference_outputs": list(self.manifest.inference_outputs),
             "exported_unix_ms": int(time.time() * 1000),
             "server_eval": None if evaluation is None else {
@@ -222,10 +223,6 @@ class Exporter:
 def _drop_data_file(folder: Path) -> None:
     """A self-contained model.onnx was written: an earlier export's external data file is no longer part of it."""
     (folder / DATA_FILE).unlink(missing_ok=True)
-
-
-def _sha256(vector: np.ndarray) -> str:
-    return hashlib.sha256(memoryview(np.ascontiguousarray(vector)).cast("B")).hexdigest()
 
 
 def _finite(x: float) -> float | None:

@@ -13,9 +13,10 @@ directory (`local_file`) and no chunks follow. It is accepted only if
     -> renamed to the update's spool temp name (the device can no longer swap what the name points to)
     -> opened O_NOFOLLOW, fstat again: regular, one link, same size
     -> read once: sha256 = the header's, the codec's streaming decode gives finite values (the checks
-       a streamed upload gets) -> fdatasync (the device synced it: usually cheap, but it can wait behind
-       other devices' writeback, so the round engine leaves it to the group commit's thread, before
-       the rename; the async engine does it here) -> the usual rename into place + row
+       a streamed upload gets) -> the usual rename into place + row, after an fdatasync of the file by
+       whoever places it (the device synced it: usually cheap, but it can wait behind other devices'
+       writeback, so it is not done here in the fold thread: the round engine's group commit thread
+       does it before the rename, `Arrival.sync`; the async engine when it places the file)
 
 With `fold` (a raw update for a streaming combiner without transforms: `uploads`), the read also
 folds: each 1 MiB read is hashed, checked finite and folded into the round's sum while in cache,
@@ -67,6 +68,7 @@ from fedort.coordinator.join_limits import clip
 from fedort.coordinator.spool_free import empty, move_into
 from fedort.coordinator.upload_stream import spool_error
 from fedort.protos import digests
+from fedort.protos.codec import vector_digest
 from fedort.protos.errors import ConfigError, ProtocolError, VectorError
 from fedort.protos.messages import UpdateHeader
 
@@ -95,7 +97,7 @@ class LocalVectorDir:
         """The BLAKE3 FIT tasks carry for co-located devices (Task.vector_blake3); empty without `blake3`."""
         if digests.BLAKE3 not in digests.available():
             return b""
-        return digests.digest(digests.BLAKE3, memoryview(np.ascontiguousarray(vector, dtype="<f4")).cast("B"))
+        return vector_digest(np.asarray(vector, dtype="<f4"), digests.BLAKE3)
 
     @classmethod
     def open(cls, path: str | os.PathLike, state_dir: str | os.PathLike) -> "LocalVectorDir":
@@ -145,11 +147,10 @@ class LocalVectorDir:
 
     # ---- upload -----------------------------------------------------------------------------
 
-    def take(self, admitted: AdmittedUpdate, tmp: Path, fold: Fold | None = None, sync: bool = True) -> None:
+    def take(self, admitted: AdmittedUpdate, tmp: Path, fold: Fold | None = None) -> None:
         """Move the update's file to the spool temp path `tmp` and check it (raises; the caller removes `tmp`);
         with `fold`, a raw update's values are folded as they are checked (see the module docstring).
-        `sync=False`: leave its fdatasync to the caller (the group commit, `Arrival.sync`), so that the fold
-        thread does not wait behind other devices' writeback before it takes the next file."""
+        Not fsynced here: whoever places `tmp` does that first (module docstring)."""
         h = admitted.header
         name, want = h.local_file, admitted.payload_bytes
         if not _plain(h):
@@ -176,8 +177,6 @@ class LocalVectorDir:
             if st.st_nlink != 1:
                 raise VectorError(f"{what} has {st.st_nlink} hard links; hand over a file of its own")
             _verify(fd, admitted, what, fold)
-            if sync:   # the data (and the size needed to read it back) durable; the name is the group commit's
-                os.fdatasync(fd)   # folder fsync. fdatasync: the rename only touched the ctime (no journal commit)
         finally:
             os.close(fd)
         log.debug("%s of %s taken into the spool (%d bytes)", what, h.client_id, want)
@@ -278,12 +277,11 @@ def _check_digest(digest: digests.Hasher, admitted: AdmittedUpdate, what: str) -
 
 @dataclass(frozen=True)
 class TakenFile:
-    """A co-located device's update, checked (and fsynced unless `synced` is False) at `path`; never kept
+    """A co-located device's update, checked at `path` but not fsynced (its placer does that); never kept
     inline in its row. `folded`: its values are already in the round's sum (`take` with a fold)."""
     path: Path
     payload: None = None
     folded: bool = False
-    synced: bool = True
 
 
 Fold = Callable[[Iterator[tuple[int, np.ndarray]]], None]   # folds (start, block) pairs; raises what they raise
@@ -300,11 +298,10 @@ class EarlyFold:
 @asynccontextmanager
 async def local_file_received(admitted: AdmittedUpdate, tmp: Path, chunks: AsyncIterator[bytes],
                               directory: str | os.PathLike | None,
-                              early: Callable[[], EarlyFold | None] = lambda: None,
-                              sync: bool = True) -> AsyncIterator[TakenFile]:
+                              early: Callable[[], EarlyFold | None] = lambda: None) -> AsyncIterator[TakenFile]:
     """The upload path's hook for a header naming `local_file`: like `uploads.received`, the body runs
-    once the update sits checked and fsynced at `tmp` (with `sync=False` not fsynced: the body must,
-    before it acknowledges), and must rename it into place to keep it.
+    once the update sits checked at `tmp` (not fsynced: the body must, before it acknowledges), and must
+    rename it into place to keep it.
     `early()` (asked once the header is alone) may fold the update while it is checked."""
     async for _ in chunks:
         raise ProtocolError("an update that names local_file carries no chunks; send the header alone")
@@ -315,10 +312,10 @@ async def local_file_received(admitted: AdmittedUpdate, tmp: Path, chunks: Async
         plan = early() if foldable(admitted) else None
         take = LocalVectorDir(directory).take
         if plan is None:
-            await asyncio.to_thread(take, admitted, tmp, None, sync)
+            await asyncio.to_thread(take, admitted, tmp)
         else:
-            await plan.run(lambda: take(admitted, tmp, plan.fold, sync))
-        yield TakenFile(tmp, folded=plan is not None, synced=sync)
+            await plan.run(lambda: take(admitted, tmp, plan.fold))
+        yield TakenFile(tmp, folded=plan is not None)
     finally:
         tmp.unlink(missing_ok=True)
 

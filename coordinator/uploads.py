@@ -63,17 +63,16 @@ LOOP_FOLD_BYTES = 256 << 10   # an inline update this small is folded on the eve
 async def received(admitted: AdmittedUpdate, tmp: Path, chunks: AsyncIterator[bytes], *, slots: UploadSlots,
                    slot_round: int, config: CoordinatorConfig, monitor: "Monitoring",
                    inline_max: int = 0, free: FreeSpoolFiles | None = None,
-                   early: Callable[[], EarlyFold | None] = lambda: None,
-                   sync_local: bool = True) -> AsyncIterator[UpdateReceiver | TakenFile]:
+                   early: Callable[[], EarlyFold | None] = lambda: None) -> AsyncIterator[UpdateReceiver | TakenFile]:
     """Receive an admitted update into the temp spool file `tmp` under an upload slot and the
     whole-upload deadline; the body runs once all bytes arrived, checked and fsynced (slot already
     released; a payload of at most `inline_max` bytes is in `receiver.payload` and not fsynced), and
     must rename `tmp` into place to keep it. `slots.abort_round(slot_round)` cuts it short.
     A header naming a co-located device's file instead of chunks goes to `coordinator.local_vectors`
-    (which may fold it while checking it: `early`; with `sync_local=False` it is not fsynced there, and
-    the body must before it acknowledges: the group commit does, `Arrival.sync`)."""
+    (which may fold it while checking it: `early`), and is not fsynced there: the body must fsync a
+    `TakenFile` before it acknowledges (the group commit does, `Arrival.sync`)."""
     if admitted.header.local_file:
-        async with local_file_received(admitted, tmp, chunks, config.local_vector_dir, early, sync_local) as taken:
+        async with local_file_received(admitted, tmp, chunks, config.local_vector_dir, early) as taken:
             yield taken
         return
     cfg = config
@@ -164,11 +163,11 @@ class Uploads:
         inline = 0 if cfg.keep_spool else cfg.inline_update_bytes   # kept spools must stay durable by themselves
         async with received(admitted, tmp, chunks, slots=self.slots, slot_round=h.vector.round, config=cfg,
                             monitor=e.monitor, inline_max=inline, free=e.spool_free,
-                            early=lambda: self.early_fold(h, tmp), sync_local=False) as receiver:
+                            early=lambda: self.early_fold(h, tmp)) as receiver:
             t1 = time.perf_counter()
             folded = tmp if getattr(receiver, "folded", False) else None
             result = await self._accept(h, tmp, admitted.payload_bytes, receiver.payload, folded,
-                                        unsynced=not getattr(receiver, "synced", True))
+                                        unsynced=isinstance(receiver, TakenFile))
         e.monitor.update_accepted(duplicate=result.duplicate)
         log.debug("update of %s: %.1f MB received in %.0f ms, stored in %.0f ms", h.client_id,
                   admitted.payload_bytes / 1e6, 1000 * (t1 - t0), 1000 * (time.perf_counter() - t1))

@@ -59,7 +59,7 @@ _DISK = threading.Lock()
 def _matches(vector: np.ndarray, sha256: bytes, blake3: bytes) -> bool:
     """`vector`'s bytes have the Task's BLAKE3 (when given, 32 bytes, and computable here), else its sha256."""
     if len(blake3) == 32 and digests.BLAKE3 in digests.available():
-        return digests.digest(digests.BLAKE3, memoryview(vector).cast("B")) == blake3
+        return vector_digest(vector, digests.BLAKE3) == blake3
     return vector_digest(vector) == sha256
 
 

@@ -35,10 +35,11 @@ def fsync_dir(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
-def fsync_file(path: str | os.PathLike) -> None:
-    """Flush a file someone else wrote (e.g. ONNX Runtime's export) to stable storage."""
+def fsync_file(path: str | os.PathLike, *, data_only: bool = False) -> None:
+    """Flush a file someone else wrote (e.g. ONNX Runtime's export, a co-located device's update) to stable
+    storage. `data_only`: fdatasync, its data and size but not its times (a rename changed only its ctime)."""
     with open(path, "rb") as f:
-        os.fsync(f.fileno())
+        (os.fdatasync if data_only else os.fsync)(f.fileno())
 
 
 def _chunks(data: Data) -> Iterable[bytes | memoryview]:
