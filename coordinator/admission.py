@@ -150,8 +150,9 @@ def check_update(h: UpdateHeader, *, length: int, config: CoordinatorConfig, tra
     if meta.length > config.max_vector_length:
         raise ResourceExhaustedError(f"vector of {meta.length} elements exceeds the limit of {config.max_vector_length}")
     digests.check_accepted(meta.digest, accepted_digests(config))
-    if len(meta.sha256) != 32:
-        raise VectorError(f"header {meta.digest or 'sha256'} must be 32 bytes, got {len(meta.sha256)}")
+    if len(meta.sha256) != 32 and not (h.local_file and not meta.sha256):   # a file's: hashed when taken (1.6)
+        raise VectorError(f"header {meta.digest or 'sha256'} must be 32 bytes, got {len(meta.sha256)} (only an update "
+                          "handed over as a local_file may leave it empty)")
     codec = meta.codec or "raw"
     decoder = decoder_for(codec)
     allowed = allowed_codecs(config)

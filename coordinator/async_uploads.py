@@ -36,7 +36,7 @@ from fedort.coordinator.state import now_ms
 from fedort.coordinator.state_schema import SubmissionRow
 from fedort.coordinator.upload_slots import UploadSlots
 from fedort.coordinator.upload_stream import spool_error
-from fedort.coordinator.local_vectors import TakenFile
+from fedort.coordinator.local_vectors import TakenFile, with_taken_digest
 from fedort.coordinator.uploads import received
 from fedort.durable import fsync_dir, fsync_file
 from fedort.protos.errors import ProtocolError, StaleRoundError
@@ -106,6 +106,7 @@ class AsyncUploads:
         tmp = e.store.layout.spool_temp(0, h.client_id, self._temp_counter)
         async with received(admitted, tmp, chunks, slots=self.slots, slot_round=0, config=e.config,
                             monitor=e.monitor, free=e.spool_free) as receiver:
+            h = with_taken_digest(h, receiver)
             async with e.version_lock:
                 result = await self._accept(h, tmp, admitted.payload_bytes, isinstance(receiver, TakenFile))
         e.monitor.update_accepted(duplicate=result.duplicate)

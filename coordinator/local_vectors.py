@@ -13,7 +13,9 @@ directory (`local_file`) and no chunks follow. It is accepted only if
     -> renamed to the update's spool temp name (the device can no longer swap what the name points to)
     -> opened O_NOFOLLOW, fstat again: regular, one link, same size
     -> read once: sha256 = the header's, the codec's streaming decode gives finite values (the checks
-       a streamed upload gets) -> the usual rename into place + row, after an fdatasync of the file by
+       a streamed upload gets; a header whose digest value is empty, protocol 1.6, gets the digest of the
+       bytes read recorded instead: `JoinReply.hashes_local_files`, below) -> the usual rename into place
+       + row, after an fdatasync of the file by
        whoever places it (the device synced it: usually cheap, but it can wait behind other devices'
        writeback, so it is not done here in the fold thread: the round engine's group commit thread
        does it before the rename, `Arrival.sync`; the async engine when it places the file)
@@ -24,6 +26,12 @@ so the 20 MB come from the page cache once, not once here and again in the fold.
 the fold thread before the digest is known; an update that then fails (digest, values) or is never
 counted leaves the aggregator `stale`, and the round's close refolds the counted updates from
 their durable copies (`RoundAggregator.rebuild`): what is acknowledged is still exactly what is summed.
+
+Who hashes (protocol 1.6): the update's digest names it in its row and in a resend (coordinator/resubmission.py).
+Hashing it on both sides cost a 5 M round two BLAKE3 passes over each 20 MB update on a 2-core host, so a
+device may leave the digest value of its first attempt empty and the coordinator records the digest of the
+bytes it read and folded (it hashes them anyway); a resend carries the digest, as a streamed update always
+does. The recorded digest is then always the coordinator's own reading of the spooled bytes.
 
 Anything else is INVALID_ARGUMENT with the reason and changes nothing, except that a file which
 failed after the move (digest, codec, size changed) is deleted. A file whose update is answered
@@ -56,7 +64,7 @@ import os
 import re
 import stat
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import AsyncIterator, Awaitable, Callable, Iterator
 
@@ -147,9 +155,10 @@ class LocalVectorDir:
 
     # ---- upload -----------------------------------------------------------------------------
 
-    def take(self, admitted: AdmittedUpdate, tmp: Path, fold: Fold | None = None) -> None:
+    def take(self, admitted: AdmittedUpdate, tmp: Path, fold: Fold | None = None) -> bytes:
         """Move the update's file to the spool temp path `tmp` and check it (raises; the caller removes `tmp`);
         with `fold`, a raw update's values are folded as they are checked (see the module docstring).
+        Returns the digest of the bytes taken (the header's, or what it left empty: protocol 1.6).
         Not fsynced here: whoever places `tmp` does that first (module docstring)."""
         h = admitted.header
         name, want = h.local_file, admitted.payload_bytes
@@ -176,10 +185,11 @@ class LocalVectorDir:
             _check_file(st, want, what)
             if st.st_nlink != 1:
                 raise VectorError(f"{what} has {st.st_nlink} hard links; hand over a file of its own")
-            _verify(fd, admitted, what, fold)
+            digest = _verify(fd, admitted, what, fold)
         finally:
             os.close(fd)
         log.debug("%s of %s taken into the spool (%d bytes)", what, h.client_id, want)
+        return digest
 
 
     def discard(self, h: UpdateHeader) -> None:
@@ -213,12 +223,13 @@ def foldable(admitted: AdmittedUpdate) -> bool:
     return admitted.base is None and (admitted.header.vector.codec or "raw") == "raw" and admitted.decoder.streams
 
 
-def _verify(fd: int, admitted: AdmittedUpdate, what: str, fold: Fold | None = None) -> None:
+def _verify(fd: int, admitted: AdmittedUpdate, what: str, fold: Fold | None = None) -> bytes:
     """One pass over the file: its digest and the codec's decode check, as a streamed upload gets them
-    (and, with `fold` and a `foldable` update, the fold of each checked block)."""
+    (and, with `fold` and a `foldable` update, the fold of each checked block); the digest."""
     if fold is not None and foldable(admitted):
-        fold(_checked_blocks(fd, admitted, what))   # raises inside the fold if a check fails
-        return
+        found: list[bytes] = []
+        fold(_checked_blocks(fd, admitted, what, found))   # raises inside the fold if a check fails
+        return found[0]
     meta, n = admitted.header.vector, admitted.payload_bytes
     digest = digests.new(meta.digest)   # sha256, or BLAKE3 where announced (admission checked it)
     stream = admitted.decoder.stream(meta.length, n) if admitted.decoder.streams else None
@@ -234,11 +245,12 @@ def _verify(fd: int, admitted: AdmittedUpdate, what: str, fold: Fold | None = No
         for piece in stream.finish():
             if again:
                 check_reconstructed(piece, admitted.base, what)
-    _check_digest(digest, admitted, what)
+    value = _check_digest(digest, admitted, what)
     if stream is None:    # a decoder that cannot stream: validate the complete payload once
         payload = np.frombuffer(os.pread(fd, n, 0), dtype=np.uint8)
         values = admitted.decoder.decode(payload, meta.length)
         check_reconstructed(DensePiece(0, np.asarray(values, dtype=np.float32)), admitted.base, what)
+    return value
 
 
 def _reads(fd: int, n: int, what: str) -> Iterator[memoryview]:
@@ -253,9 +265,11 @@ def _reads(fd: int, n: int, what: str) -> Iterator[memoryview]:
         yield buf[:k]
 
 
-def _checked_blocks(fd: int, admitted: AdmittedUpdate, what: str) -> Iterator[tuple[int, np.ndarray]]:
+def _checked_blocks(fd: int, admitted: AdmittedUpdate, what: str,
+                    found: list[bytes]) -> Iterator[tuple[int, np.ndarray]]:
     """A raw update's values as (start, float32 block), each block hashed and checked finite (the raw
-    stream decoder) before it is yielded; raises after the last block if the digest does not match."""
+    stream decoder) before it is yielded; raises after the last block if the digest does not match,
+    else appends it to `found`."""
     meta, n = admitted.header.vector, admitted.payload_bytes
     digest = digests.new(meta.digest)
     stream = admitted.decoder.stream(meta.length, n)
@@ -265,23 +279,34 @@ def _checked_blocks(fd: int, admitted: AdmittedUpdate, what: str) -> Iterator[tu
             yield piece.offset, piece.values
     for piece in stream.finish():
         yield piece.offset, piece.values
-    _check_digest(digest, admitted, what)
+    found.append(_check_digest(digest, admitted, what))
 
 
-def _check_digest(digest: digests.Hasher, admitted: AdmittedUpdate, what: str) -> None:
-    meta = admitted.header.vector
-    if digest.digest() != meta.sha256:
+def _check_digest(digest: digests.Hasher, admitted: AdmittedUpdate, what: str) -> bytes:
+    """The digest of the bytes read: the header's, else VectorError; what the header left empty is taken as read."""
+    meta, value = admitted.header.vector, digest.digest()
+    if meta.sha256 and value != meta.sha256:
         raise VectorError(f"vector {meta.digest or 'sha256'} mismatch: header says {meta.sha256.hex()[:16]}…, {what} hashes to "
                           f"{digest.hexdigest()[:16]}…")
+    return value
 
 
 @dataclass(frozen=True)
 class TakenFile:
     """A co-located device's update, checked at `path` but not fsynced (its placer does that); never kept
-    inline in its row. `folded`: its values are already in the round's sum (`take` with a fold)."""
+    inline in its row. `folded`: its values are already in the round's sum (`take` with a fold).
+    `digest`: of the bytes taken (what the row records when the header left it empty, protocol 1.6)."""
     path: Path
     payload: None = None
     folded: bool = False
+    digest: bytes = b""
+
+
+def with_taken_digest(h: UpdateHeader, receiver: object) -> UpdateHeader:
+    """`h`, its empty digest value (protocol 1.6) filled with the digest of the bytes a `TakenFile` took."""
+    if h.vector.sha256 or not isinstance(receiver, TakenFile):
+        return h
+    return replace(h, vector=replace(h.vector, sha256=receiver.digest))
 
 
 Fold = Callable[[Iterator[tuple[int, np.ndarray]]], None]   # folds (start, block) pairs; raises what they raise
@@ -311,13 +336,14 @@ async def local_file_received(admitted: AdmittedUpdate, tmp: Path, chunks: Async
     try:
         plan = early() if foldable(admitted) else None
         take = LocalVectorDir(directory).take
+        digest: list[bytes] = []
         if plan is None:
-            await asyncio.to_thread(take, admitted, tmp)
+            digest.append(await asyncio.to_thread(take, admitted, tmp))
         else:
-            await plan.run(lambda: take(admitted, tmp, plan.fold))
-        yield TakenFile(tmp, folded=plan is not None)
+            await plan.run(lambda: digest.append(take(admitted, tmp, plan.fold)))
+        yield TakenFile(tmp, folded=plan is not None, digest=digest[0])
     finally:
         tmp.unlink(missing_ok=True)
 
 
-__all__ = ["EarlyFold", "LocalVectorDir", "TakenFile", "foldable", "local_file_received"]
+__all__ = ["EarlyFold", "LocalVectorDir", "TakenFile", "foldable", "local_file_received", "with_taken_digest"]

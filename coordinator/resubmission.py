@@ -9,6 +9,8 @@ that round (for the asynchronous mode, the buffer its ledger row names) whose st
 digest equals the header's is the same update, already counted, and the answer is `duplicate`.
 Since protocol 1.4 a FAILED_PRECONDITION to a resent update therefore means it did not count —
 what a top-k device needs to settle its error-feedback residual (edge_client/update_codec.py).
+A header without a digest value (a co-located first attempt, protocol 1.6) matches nothing here:
+a resend carries its digest.
 """
 
 from __future__ import annotations

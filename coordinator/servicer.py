@@ -148,7 +148,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                             artifacts=list(self._artifacts.values()), heartbeat_interval_ms=cfg.heartbeat_interval_ms,
                             max_chunk_bytes=cfg.max_chunk_bytes, upload_codecs=allowed_codecs(cfg),
                             local_vector_dir=str(local.path) if (local := self.engine.local_vectors) else "",
-                            update_digests=accepted_digests(cfg))
+                            update_digests=accepted_digests(cfg),
+                            hashes_local_files=self.engine.local_vectors is not None)
 
     @streaming
     async def DownloadArtifact(self, request: pb.ArtifactRequest, context) -> AsyncIterator[pb.ArtifactPart]:

@@ -38,7 +38,7 @@ from fedort.coordinator.arrival_commit import Arrival, ArrivalCommit
 from fedort.coordinator.admission import AdmittedUpdate, admit_update, check_not_pending, check_open
 from fedort.coordinator.aggregation import Update
 from fedort.coordinator.config import CoordinatorConfig
-from fedort.coordinator.local_vectors import EarlyFold, TakenFile, local_file_received
+from fedort.coordinator.local_vectors import EarlyFold, TakenFile, local_file_received, with_taken_digest
 from fedort.coordinator.metrics import metrics_json
 from fedort.coordinator.state import now_ms
 from fedort.coordinator.state_schema import SubmissionRow
@@ -166,6 +166,7 @@ class Uploads:
                             early=lambda: self.early_fold(h, tmp)) as receiver:
             t1 = time.perf_counter()
             folded = tmp if getattr(receiver, "folded", False) else None
+            h = with_taken_digest(h, receiver)
             result = await self._accept(h, tmp, admitted.payload_bytes, receiver.payload, folded,
                                         unsynced=isinstance(receiver, TakenFile))
         e.monitor.update_accepted(duplicate=result.duplicate)

@@ -256,8 +256,11 @@ class EdgeClient(Joining):
         u, local = p.update, self._local is not None and p.update.nbytes >= self.config.local_file_min_bytes
         header, body = u.stream(self.client_id, self.model_id, p.round, p.num_examples, p.metrics, chunk,
                                 self._join.update_digests, digested=not local)   # co-located: hashed as it is written
-        send = functools.partial(self._local.submit, self.transport) if local else self.transport.submit_update
-        send = functools.partial(send, header, body)
+        # the coordinator may hash a handed-over file (protocol 1.6), unless a restarted device could send this update
+        # again as its first attempt (error feedback, journaled): a resend's answer must find it by its digest
+        unhashed = self._join.hashes_local_files and u.residual is None
+        send = self._local.sender(self.transport, header, body, unhashed) if local else \
+            functools.partial(self.transport.submit_update, header, body)
         self.phase = "uploading"
         try:
             reply = self._submit(f"SubmitUpdate round {p.round}", send)

@@ -14,7 +14,10 @@ a deployed coordinator only with `--local-vector-dir`), the device
   then SubmitUpdate carries the header alone with `local_file` = that name. The file is removed
   whatever the answer (after an acceptance the coordinator has already moved it), and every retry
   writes a fresh one. The header's digest is computed while the bytes are written, block by block
-  (each block is hashed and written while it is in the CPU's cache: one pass over the update instead of two).
+  (each block is hashed and written while it is in the CPU's cache: one pass over the update instead of two),
+  except on a first attempt to a coordinator that hashes handed-over files itself (JoinReply.hashes_local_files,
+  protocol 1.6): it reads and hashes the file anyway, so the header goes without a digest value and the
+  update is hashed once, not twice (`sender`); a resend carries its digest.
   A process writes one such file at a time (its clients' updates queue for the disk, first come first
   written), so the first update is handed over early instead of every file finishing together.
 
@@ -25,6 +28,7 @@ option), and that device stops trying for the rest of the session.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import secrets
@@ -32,6 +36,7 @@ import stat
 import threading
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -99,15 +104,24 @@ class LocalVectors:
         except (OSError, ValueError):
             return False
 
-    def submit(self, transport: Transport, header: UpdateHeader, body: np.ndarray | bytes) -> SubmitResult:
+    def sender(self, transport: Transport, header: UpdateHeader, body: np.ndarray | bytes,
+               coordinator_hashes: bool) -> Callable[[], SubmitResult]:
+        """`submit` as a call to retry: with `coordinator_hashes` (JoinReply.hashes_local_files) its first attempt
+        hands a file over with the header's empty digest value left empty; every later one (a resend) carries it."""
+        attempts = itertools.count()
+        return lambda: self.submit(transport, header, body, unhashed=coordinator_hashes and next(attempts) == 0)
+
+    def submit(self, transport: Transport, header: UpdateHeader, body: np.ndarray | bytes,
+               unhashed: bool = False) -> SubmitResult:
         """Hand the update over as a file if this device can, else stream it. A header whose digest value is
-        empty (`EncodedUpdate.stream(digested=False)`) gets it here: from the file's write, or a pass of its own."""
+        empty (`EncodedUpdate.stream(digested=False)`) gets it here: from the file's write, or a pass of its own;
+        `unhashed`: a file goes without it (the coordinator hashes it, protocol 1.6; a stream always carries it)."""
         if self.shares_host(header.trained_from_sha256, header.vector.length):
             name = f"{header.client_id}.{secrets.token_hex(8)}.f32"
             path = self.path / name
             try:
                 try:
-                    hasher = None if header.vector.sha256 else digests.new(header.vector.digest)
+                    hasher = None if header.vector.sha256 or unhashed else digests.new(header.vector.digest)
                     _write_durably(path, body, self.path / FREE, hasher)
                 except OSError as e:
                     self._give_up(f"cannot write {path} ({e.strerror or e})")

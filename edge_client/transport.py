@@ -68,6 +68,7 @@ class JoinInfo:
     upload_codecs: tuple[str, ...] = ()   # codec specs the run accepts for updates (empty: raw only)
     local_vector_dir: str = ""            # co-located devices may pass vectors as files here (edge_client.local_vectors)
     update_digests: tuple[str, ...] = ()  # update digests accepted besides sha256 (protocol 1.3, protos.digests)
+    hashes_local_files: bool = False      # a handed-over file's first attempt may leave its digest empty (protocol 1.6)
 
 
 class Transport:
@@ -217,7 +218,7 @@ class Transport:
             artifacts=tuple(ArtifactRef(a.name, bytes(a.sha256).hex(), a.size) for a in r.artifacts),
             heartbeat_interval_ms=r.heartbeat_interval_ms, max_chunk_bytes=r.max_chunk_bytes,
             upload_codecs=tuple(r.upload_codecs), local_vector_dir=r.local_vector_dir,
-            update_digests=tuple(r.update_digests),
+            update_digests=tuple(r.update_digests), hashes_local_files=r.hashes_local_files,
         )
 
     def iter_artifact(self, client_id: str, model_id: str, name: str) -> Iterator[ArtifactRef | bytes]:

@@ -10,7 +10,9 @@ would read the digest as a sha256 and refuse the update), and a coordinator refu
 did not announce with INVALID_ARGUMENT before receiving anything. Global vectors, artifacts and
 `trained_from_sha256` stay sha256: they name vectors across rounds, caches and state files. (A FIT
 task may also carry its global vector's BLAKE3, `Task.vector_blake3`, protocol 1.5: only to check
-the co-located file a device reads, never as a name.)
+the co-located file a device reads, never as a name.) A co-located device's first attempt may leave the
+digest value empty for the coordinator to fill from the bytes it takes (`JoinReply.hashes_local_files`,
+protocol 1.6): that update is hashed once, by the coordinator.
 
 Stored digests (the `submissions.sha256` column): plain hex for sha256 (as before), "blake3:<hex>"
 for BLAKE3, so recovery checks a spooled update with the algorithm it arrived with.

@@ -68,7 +68,7 @@ class JoinRequest(_message.Message):
     def __init__(self, device_name: _Optional[str] = ..., credential: _Optional[str] = ..., capabilities: _Optional[_Mapping[str, str]] = ..., client_id: _Optional[str] = ...) -> None: ...
 
 class JoinReply(_message.Message):
-    __slots__ = ("client_id", "model_id", "manifest_json", "artifacts", "heartbeat_interval_ms", "max_chunk_bytes", "upload_codecs", "local_vector_dir", "update_digests")
+    __slots__ = ("client_id", "model_id", "manifest_json", "artifacts", "heartbeat_interval_ms", "max_chunk_bytes", "upload_codecs", "local_vector_dir", "update_digests", "hashes_local_files")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     MANIFEST_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -78,6 +78,7 @@ class JoinReply(_message.Message):
     UPLOAD_CODECS_FIELD_NUMBER: _ClassVar[int]
     LOCAL_VECTOR_DIR_FIELD_NUMBER: _ClassVar[int]
     UPDATE_DIGESTS_FIELD_NUMBER: _ClassVar[int]
+    HASHES_LOCAL_FILES_FIELD_NUMBER: _ClassVar[int]
     client_id: str
     model_id: str
     manifest_json: str
@@ -87,7 +88,8 @@ class JoinReply(_message.Message):
     upload_codecs: _containers.RepeatedScalarFieldContainer[str]
     local_vector_dir: str
     update_digests: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, client_id: _Optional[str] = ..., model_id: _Optional[str] = ..., manifest_json: _Optional[str] = ..., artifacts: _Optional[_Iterable[_Union[ArtifactInfo, _Mapping]]] = ..., heartbeat_interval_ms: _Optional[int] = ..., max_chunk_bytes: _Optional[int] = ..., upload_codecs: _Optional[_Iterable[str]] = ..., local_vector_dir: _Optional[str] = ..., update_digests: _Optional[_Iterable[str]] = ...) -> None: ...
+    hashes_local_files: bool
+    def __init__(self, client_id: _Optional[str] = ..., model_id: _Optional[str] = ..., manifest_json: _Optional[str] = ..., artifacts: _Optional[_Iterable[_Union[ArtifactInfo, _Mapping]]] = ..., heartbeat_interval_ms: _Optional[int] = ..., max_chunk_bytes: _Optional[int] = ..., upload_codecs: _Optional[_Iterable[str]] = ..., local_vector_dir: _Optional[str] = ..., update_digests: _Optional[_Iterable[str]] = ..., hashes_local_files: bool = ...) -> None: ...
 
 class ArtifactRequest(_message.Message):
     __slots__ = ("client_id", "model_id", "name")
