@@ -15,10 +15,10 @@ directory (`local_file`) and no chunks follow. It is accepted only if
     -> read once: sha256 = the header's, the codec's streaming decode gives finite values (the checks
        a streamed upload gets; a header whose digest value is empty, protocol 1.6, gets the digest of the
        bytes read recorded instead: `JoinReply.hashes_local_files`, below) -> the usual rename into place
-       + row, after an fdatasync of the file by
-       whoever places it (the device synced it: usually cheap, but it can wait behind other devices'
-       writeback, so it is not done here in the fold thread: the round engine's group commit thread
-       does it before the rename, `Arrival.sync`; the async engine when it places the file)
+       + row, after an fdatasync of the file by whoever places it (the device only started its writeback,
+       edge_client/local_vectors.py, and the sync can wait behind other devices' writeback, so it is not
+       done here in the fold thread: the round engine's group commit thread does it before the rename,
+       `Arrival.sync`; the async engine when it places the file)
 
 With `fold` (a raw update for a streaming combiner without transforms: `uploads`), the read also
 folds: each 1 MiB read is hashed, checked finite and folded into the round's sum while in cache,

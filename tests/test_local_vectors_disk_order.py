@@ -1,4 +1,4 @@
-"""edge_client.local_vectors: the update files of one process are written and synced one at a time.
+"""edge_client.local_vectors: the update files of one process are written one at a time.
 
 A simulation worker hosts many clients; files written side by side share the disk and all finish
 late, so the first update reaches the coordinator later than it would alone. Here a first write is
@@ -28,12 +28,12 @@ class _Hasher:
         self.inner.update(block)
 
 
-def test_a_second_update_file_waits_until_the_first_is_written_and_synced(tmp_path):
+def test_a_second_update_file_waits_until_the_first_is_written(tmp_path):
     first, second = (np.full(200_000, v, dtype=np.float32) for v in (1.0, 2.0))
     release = threading.Event()
     h1, h2 = _Hasher(release), _Hasher()
-    t1 = threading.Thread(target=local_vectors._write_durably, args=(tmp_path / "a.f32", first, None, h1))
-    t2 = threading.Thread(target=local_vectors._write_durably, args=(tmp_path / "b.f32", second, None, h2))
+    t1 = threading.Thread(target=local_vectors._write_file, args=(tmp_path / "a.f32", first, None, h1))
+    t2 = threading.Thread(target=local_vectors._write_file, args=(tmp_path / "b.f32", second, None, h2))
     t1.start()
     try:
         assert h1.started.wait(30)

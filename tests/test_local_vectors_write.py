@@ -1,4 +1,4 @@
-"""edge_client.local_vectors: an update file is written durably and hashed in the same pass.
+"""edge_client.local_vectors: an update file is written and hashed in the same pass.
 
 The header of a co-located upload leaves its digest value empty (`EncodedUpdate.stream(digested=False)`);
 the bytes are hashed block by block as they are written, so the file and the header's digest always
@@ -12,7 +12,7 @@ import hashlib
 import numpy as np
 import pytest
 
-from fedort.edge_client.local_vectors import WRITE_BLOCK, _write_durably, with_digest
+from fedort.edge_client.local_vectors import WRITE_BLOCK, _write_file, with_digest
 from fedort.edge_client.update_codec import EncodedUpdate
 from fedort.protos import digests
 
@@ -24,7 +24,7 @@ ALGORITHMS = [digests.SHA256] + ([digests.BLAKE3] if digests.BLAKE3 in digests.a
 def test_the_written_file_and_the_digest_cover_the_same_bytes(tmp_path, algorithm, nbytes):
     body = np.random.default_rng(nbytes).standard_normal(nbytes // 4).astype(np.float32)
     hasher = digests.new(algorithm)
-    _write_durably(tmp_path / "u.f32", body, None, hasher)
+    _write_file(tmp_path / "u.f32", body, None, hasher)
     assert (tmp_path / "u.f32").read_bytes() == body.tobytes()
     assert hasher.digest() == digests.digest(algorithm, body.tobytes())
 
@@ -35,7 +35,7 @@ def test_a_recycled_file_longer_than_the_update_is_cut_to_size_and_hashed_as_wri
     (free / "old").write_bytes(b"\xff" * (2 * WRITE_BLOCK + 100))       # a bigger update's spool file
     payload = bytes(range(256)) * 1000                                  # a codec payload: bytes, not floats
     hasher = digests.new(digests.SHA256)
-    _write_durably(tmp_path / "u.f32", payload, free, hasher)
+    _write_file(tmp_path / "u.f32", payload, free, hasher)
     assert (tmp_path / "u.f32").read_bytes() == payload and not list(free.iterdir())
     assert hasher.digest() == hashlib.sha256(payload).digest()
 
