@@ -30,13 +30,11 @@ option), and that device stops trying for the rest of the session.
 
 from __future__ import annotations
 
-import ctypes
 import itertools
 import logging
 import os
 import secrets
 import stat
-import sys
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -45,6 +43,7 @@ from typing import Callable
 import numpy as np
 
 from fedort.buffer_pool import BufferPool
+from fedort.durable import start_writeback
 from fedort.edge_client.transport import Transport
 from fedort.protos import digests
 from fedort.protos.codec import byte_view, vector_digest
@@ -196,27 +195,11 @@ def _write_locked(path: Path, data: memoryview, free: Path | None, hasher: diges
 
 
 def _start_writeback(fd: int) -> None:
-    """Start writing the file's dirty pages to disk without waiting for them (Linux `sync_file_range`
-    SYNC_FILE_RANGE_WRITE); where that call is missing, fdatasync. 5 M no-work round, interleaved: 157-160 ms
-    against 160-174 with the device's own fdatasync (benchmarks/README.md, issue 12 part 10)."""
-    if _SYNC_FILE_RANGE is None or _SYNC_FILE_RANGE(fd, 0, 0, _SYNC_FILE_RANGE_WRITE) != 0:
+    """Start writing the file's dirty pages to disk without waiting for them (`durable.start_writeback`, Linux);
+    where that is missing, fdatasync. 5 M no-work round, interleaved: 157-160 ms against 160-174 with the
+    device's own fdatasync (benchmarks/README.md, issue 12 part 10)."""
+    if not start_writeback(fd):
         os.fdatasync(fd)
-
-
-def _libc_sync_file_range():
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        call = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (OSError, AttributeError):
-        return None
-    call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    call.restype = ctypes.c_int
-    return call
-
-
-_SYNC_FILE_RANGE = _libc_sync_file_range()
-_SYNC_FILE_RANGE_WRITE = 2   # <fcntl.h>: start writeback of the range's dirty pages not already under writeback
 
 
 def _claim(free: Path, path: Path) -> int:

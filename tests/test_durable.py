@@ -11,7 +11,8 @@ import threading
 import numpy as np
 import pytest
 
-from fedort.durable import atomic_write, atomic_write_json, drop_cached, fsync_dir, fsync_file, fsync_tree
+from fedort.durable import (WRITEBACK_STEP, atomic_write, atomic_write_json, drop_cached, fsync_dir, fsync_file,
+                            fsync_tree, start_writeback)
 from page_cache_support import LINUX_ONLY, resident_pages, skip_on_tmpfs
 
 
@@ -22,6 +23,26 @@ def test_bytes_arrays_and_chunk_iterables_are_written_whole(tmp_path):
     assert (tmp_path / "a.bin").read_bytes() == b"bytes"
     np.testing.assert_array_equal(np.fromfile(tmp_path / "b.f32", dtype=np.float32), np.arange(6, dtype=np.float32))
     assert (tmp_path / "c.bin").read_bytes() == b"\x00\x00\x00\x01\x01\x01\x02\x02\x02\x03\x03\x03"
+
+
+@pytest.mark.parametrize("extra", [0, 4, WRITEBACK_STEP - 4])
+def test_a_write_of_several_writeback_steps_is_written_whole(tmp_path, extra):
+    """A durable write larger than WRITEBACK_STEP goes out step by step, each step's writeback started as it goes."""
+    data = np.random.default_rng(extra).integers(0, 255, 2 * WRITEBACK_STEP + extra, dtype=np.uint8)
+    atomic_write(tmp_path / "v.bin", data)
+    atomic_write(tmp_path / "w.bin", [data[:5].tobytes(), data[5:]])   # a chunk larger than a step after a small one
+    assert (tmp_path / "v.bin").read_bytes() == data.tobytes() == (tmp_path / "w.bin").read_bytes()
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+@LINUX_ONLY
+def test_start_writeback_is_accepted_for_an_open_file_on_linux(tmp_path):
+    with open(tmp_path / "f", "wb") as f:
+        f.write(b"x" * 8192)
+        f.flush()
+        assert start_writeback(f.fileno())
+        assert start_writeback(f.fileno(), 4096, 4096)
+    assert not start_writeback(-1)   # a bad descriptor: refused, not raised
 
 
 def test_a_failed_write_keeps_the_old_file_and_leaves_no_temp(tmp_path):
