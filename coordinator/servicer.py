@@ -37,6 +37,7 @@ from fedort.coordinator.resubmission import counted_before
 from fedort.coordinator.round_engine import RoundEngine
 from fedort.coordinator.storage import storage_error
 from fedort.edge_client.artifacts import ARTIFACT_FILES
+from fedort.protos import digests
 from fedort.protos import fedort_v1_pb2 as pb
 from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
 from fedort.protos.codec import CHUNK_BYTES, VectorMeta, iter_chunks
@@ -183,8 +184,10 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         g = self.engine.vector_for(request.client_id, request.model_id, request.round)
         n = int(g.vector.shape[0])
         delta = await self.engine.download_deltas.payload(g, bytes(request.cached_sha256))
-        if delta is None:
-            meta = VectorMeta(self.engine.model_id, g.round, n, g.sha256, chunk_size=self.chunk_bytes)
+        if delta is None:   # checked with BLAKE3 if the device asks and the Task carried it (protocol 1.6)
+            blake3 = bool(g.blake3) and digests.BLAKE3 in request.digests
+            meta = VectorMeta(self.engine.model_id, g.round, n, g.blake3 if blake3 else g.sha256,
+                              chunk_size=self.chunk_bytes, digest=digests.BLAKE3 if blake3 else "")
             chunks = iter_chunks(g.vector, self.chunk_bytes)
         else:   # lossless delta against the vector the device has (coordinator/download_delta.py)
             meta = VectorMeta(self.engine.model_id, g.round, n, hashlib.sha256(delta).digest(), codec=DOWNLOAD_DELTA,
