@@ -23,6 +23,7 @@ from typing import Callable, Iterator, Mapping
 import grpc
 import numpy as np
 
+from fedort.buffer_pool import BufferPool
 from fedort.protos import digests
 from fedort.protos import fedort_v1_pb2 as pb
 from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
@@ -82,6 +83,9 @@ class Transport:
         self._channel = channel or config.open_channel()
         self._metadata = config.metadata()
         self._stub = _stub(self._channel)
+        # downloaded vectors land in memory that earlier downloads used once nothing refers to it any more (the
+        # cache keeps the last one): no fresh pages per download, which this VM's host hands out slowly
+        self._vectors = BufferPool(2)
         self._lock = threading.RLock()  # RLock: cancel_inflight may run in a signal handler
         self._inflight: set = set()
         self._uses: dict[grpc.Channel, int] = {}   # calls in progress per channel (a retired one closes at 0)
@@ -297,7 +301,7 @@ class Transport:
                     delta = DeltaDownload(meta, base, expected_length, expected_sha256)
                     continue
                 _check_named(meta, round, expected_sha256, expected_blake3 if blake3 else None)
-                asm = VectorAssembler(meta, expected_length=expected_length)
+                asm = VectorAssembler(meta, expected_length=expected_length, out=self._vectors.take)
             elif kind == "chunk":
                 asm.add(chunk)
             else:
