@@ -137,6 +137,12 @@ def download(stub, cid: str, model: str, round: int) -> np.ndarray:
     return asm.finish()
 
 
+def drain(stub, cid: str, model: str, round: int) -> None:
+    """Transport alone: the floor's messages received (generated stub) and dropped, no copy, no digest."""
+    for _ in stub.DownloadVector(pb.VectorRequest(client_id=cid, model_id=model, round=round), timeout=120):
+        pass
+
+
 def device_download(transport, cid: str, model: str, round: int, task) -> np.ndarray:
     """What a device does (`fedort edge run`: edge_client.Transport.download_global): the length and the
     digest the FIT task announced are checked, BLAKE3 when the task carries one (protocol 1.6)."""
@@ -228,6 +234,9 @@ def main(argv: list[str] | None = None) -> int:
                          "(generated stub + VectorAssembler, sha256): the server-only comparison of sessions <= 6")
     ap.add_argument("--raw-digest", choices=["sha256", "blake3"], default="sha256",
                     help="the digest the floor's download header names (its client checks with it; default sha256)")
+    ap.add_argument("--drain", action="store_true",
+                    help="also time a client that receives the floor's download and drops it (transport alone, "
+                         "less than any correct download does): printed as a second ratio")
     ap.add_argument("--raw-server", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.quick:
@@ -280,6 +289,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{ratio:>10.2f} {max(rates):>11.0f} {max(m.peak for m in ms) / 1e6:>14.1f} "
               f"{max(m.rss for m in ms) / 1e6:>13.1f} "
               f"{1e3 * statistics.median(m.server_cpu for m in ms):>15.0f} / {1e3 * statistics.median(m.server_cpu for m in raw):<6.0f}")
+    if ("drain", "download", args.download_chunk_kib * 1024) in rows:
+        fed, dr = rows[("fedort", "download", args.download_chunk_kib * 1024)], rows[("drain", "download", args.download_chunk_kib * 1024)]
+        print(f"download vs transport alone (drain): fedort {statistics.median(nbytes / 1e6 / m.seconds for m in fed):.0f} MB/s, "
+              f"drain {statistics.median(nbytes / 1e6 / m.seconds for m in dr):.0f} MB/s, fedort/drain "
+              f"{statistics.median(d.seconds / f.seconds for f, d in zip(fed, dr)):.2f}")
     print(f"(vector {nbytes / 1e6:.0f} MB; medians over {args.reps} rounds; client peak = tracemalloc peak beyond the "
           "start of the call, RSS growth = VmHWM growth; server CPU = CPU time of the server process during the call)")
     return 0
@@ -304,9 +318,12 @@ def run_rounds(port: int, raw_port: int, args, nbytes: int, pids: dict[str, int]
             assert task.kind == pb.Task.FIT and task.round == r, task
             line = [f"round {r}:"]
             order = ("fedort", "raw") if r % 2 else ("raw", "fedort")   # alternate, so order effects cancel
-            for name in order:
-                with Measure((pids or {}).get(name)) as m:
-                    if name == "fedort" and args.download_client == "device":
+            downloads = order if not args.drain else order + ("drain",) if r % 2 else ("drain",) + order
+            for name in downloads:
+                with Measure((pids or {}).get("raw" if name == "drain" else name)) as m:
+                    if name == "drain":
+                        drain(stubs["raw"], cid, model, r)
+                    elif name == "fedort" and args.download_client == "device":
                         vector = device_download(device, cid, model, r, Task.from_pb(task))
                     else:
                         vector = download(stubs[name], cid, model, r)
