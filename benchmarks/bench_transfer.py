@@ -117,11 +117,13 @@ class Measure:
         tracemalloc.reset_peak()
         self.base = tracemalloc.get_traced_memory()[0]
         self.cpu0 = cpu_seconds(self.server) if self.server else 0.0
+        self.client0 = time.process_time()
         self.t0 = time.perf_counter()
         return self
 
     def __exit__(self, *exc):
         self.seconds = time.perf_counter() - self.t0
+        self.client_cpu = time.process_time() - self.client0
         self.server_cpu = cpu_seconds(self.server) - self.cpu0 if self.server else 0.0
         self.peak = tracemalloc.get_traced_memory()[1] - self.base
         self.rss = vm_hwm() - self.rss0
@@ -277,7 +279,8 @@ def main(argv: list[str] | None = None) -> int:
                 print((tmp / "coordinator.log").read_text())
 
     print(f"\n{'direction':<9} {'chunk KiB':>9} {'fedort MB/s':>11} {'raw gRPC MB/s':>13} {'fedort/raw':>10} "
-          f"{'best fedort':>11} {'client peak MB':>14} {'RSS growth MB':>13} {'server CPU ms fedort/raw':>24}")
+          f"{'best fedort':>11} {'client peak MB':>14} {'RSS growth MB':>13} {'server CPU ms fedort/raw':>24}"
+          f" {'client CPU ms fedort/raw':>24}")
     for (name, direction, chunk), ms in rows.items():
         if name != "fedort":
             continue
@@ -288,14 +291,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{direction:<9} {chunk // 1024:>9} {statistics.median(rates):>11.0f} {statistics.median(raw_rates):>13.0f} "
               f"{ratio:>10.2f} {max(rates):>11.0f} {max(m.peak for m in ms) / 1e6:>14.1f} "
               f"{max(m.rss for m in ms) / 1e6:>13.1f} "
-              f"{1e3 * statistics.median(m.server_cpu for m in ms):>15.0f} / {1e3 * statistics.median(m.server_cpu for m in raw):<6.0f}")
+              f"{1e3 * statistics.median(m.server_cpu for m in ms):>15.0f} / {1e3 * statistics.median(m.server_cpu for m in raw):<6.0f}"
+              f"{1e3 * statistics.median(m.client_cpu for m in ms):>15.0f} / {1e3 * statistics.median(m.client_cpu for m in raw):<6.0f}")
     if ("drain", "download", args.download_chunk_kib * 1024) in rows:
         fed, dr = rows[("fedort", "download", args.download_chunk_kib * 1024)], rows[("drain", "download", args.download_chunk_kib * 1024)]
         print(f"download vs transport alone (drain): fedort {statistics.median(nbytes / 1e6 / m.seconds for m in fed):.0f} MB/s, "
               f"drain {statistics.median(nbytes / 1e6 / m.seconds for m in dr):.0f} MB/s, fedort/drain "
               f"{statistics.median(d.seconds / f.seconds for f, d in zip(fed, dr)):.2f}")
     print(f"(vector {nbytes / 1e6:.0f} MB; medians over {args.reps} rounds; client peak = tracemalloc peak beyond the "
-          "start of the call, RSS growth = VmHWM growth; server CPU = CPU time of the server process during the call)")
+          "start of the call (numpy arrays; not a BufferPool's mmap), RSS growth = VmHWM growth; server / client CPU = CPU "
+          "time of the server process / of this process (all threads) during the call)")
     return 0
 
 
