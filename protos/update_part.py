@@ -11,7 +11,8 @@ to what follows), which saves protobuf's parse and the `.chunk` copy per message
 (the header, a repeated field, unknown fields, an over-long varint, garbage) go to
 `UpdatePart.FromString`, so protobuf decides everything but the plain chunk and both paths give
 the same payload for it (tests/test_update_part_wire.py). A device reads DownloadVector's
-`VectorPart{chunk}` messages the same way (`parse_vector_part`).
+`VectorPart{chunk}` messages the same way (`parse_vector_part`), and the coordinator writes them
+without protobuf (`chunk_message`, sent through `serialize_part`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,24 @@ def chunk_view(data: bytes) -> memoryview | None:
     if (b == 0 and i > 2) or n != end - i:   # an over-long varint, or more or fewer bytes than it says
         return None
     return memoryview(data)[i:]
+
+
+def chunk_message(payload: bytes | memoryview) -> bytes:
+    """The wire bytes of `VectorPart{chunk: payload}` (= `UpdatePart{chunk}`): tag, minimal varint length,
+    payload, built with one copy of the payload instead of protobuf's three (slice, field, serialization)."""
+    n = len(payload)
+    head = bytearray([CHUNK_TAG])
+    while n >= 0x80:
+        head.append((n & 0x7F) | 0x80)
+        n >>= 7
+    head.append(n)
+    return b"".join((head, payload))
+
+
+def serialize_part(part: pb.VectorPart | bytes) -> bytes:
+    """The coordinator's response serializer for DownloadVector: a message is serialized by protobuf, bytes (a
+    `chunk_message`) are already the wire form."""
+    return part if type(part) is bytes else part.SerializeToString()
 
 
 def parse_update_part(data: bytes) -> pb.UpdatePart | memoryview:
