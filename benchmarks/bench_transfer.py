@@ -294,10 +294,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{1e3 * statistics.median(m.server_cpu for m in ms):>15.0f} / {1e3 * statistics.median(m.server_cpu for m in raw):<6.0f}"
               f"{1e3 * statistics.median(m.client_cpu for m in ms):>15.0f} / {1e3 * statistics.median(m.client_cpu for m in raw):<6.0f}")
     if ("drain", "download", args.download_chunk_kib * 1024) in rows:
-        fed, dr = rows[("fedort", "download", args.download_chunk_kib * 1024)], rows[("drain", "download", args.download_chunk_kib * 1024)]
-        print(f"download vs transport alone (drain): fedort {statistics.median(nbytes / 1e6 / m.seconds for m in fed):.0f} MB/s, "
-              f"drain {statistics.median(nbytes / 1e6 / m.seconds for m in dr):.0f} MB/s, fedort/drain "
-              f"{statistics.median(d.seconds / f.seconds for f, d in zip(fed, dr)):.2f}")
+        key = ("download", args.download_chunk_kib * 1024)
+        fed, dr = rows[("fedort", *key)], rows[("drain", *key)]
+        rate = lambda ms: statistics.median(nbytes / 1e6 / m.seconds for m in ms)   # noqa: E731
+        print(f"download vs transport alone (drain): fedort {rate(fed):.0f} MB/s, drain {rate(dr):.0f} MB/s, "
+              f"fedort/drain {statistics.median(d.seconds / f.seconds for f, d in zip(fed, dr)):.2f}")
     print(f"(vector {nbytes / 1e6:.0f} MB; medians over {args.reps} rounds; client peak = tracemalloc peak beyond the "
           "start of the call (numpy arrays; not a BufferPool's mmap), RSS growth = VmHWM growth; server / client CPU = CPU "
           "time of the server process / of this process (all threads) during the call)")
