@@ -56,7 +56,7 @@ expected and what arrived.
 | joins_per_minute | 10 | per-client rate of Join calls, token bucket (0 disables) |
 | joins_per_minute_per_address | 600 | per-peer-address rate of Join calls, token bucket (0 disables) |
 | local_vector_dir | none | co-located devices only: a directory on the state dir's filesystem where devices on this host hand over updates as files (by name) and read global vectors, instead of gRPC streams (`coordinator.local_vectors`). Off: a deployed coordinator never opens a client-named file. `fedort simulate` sets it to STATE/local-vectors |
-| update_digests | blake3 | digests of update payloads accepted besides sha256 (protocol 1.3, `protos.digests`; announced at Join; only those installed here are announced); `[]`: sha256 only |
+| update_digests | blake3 | digests of update payloads accepted besides sha256 (protocol 1.3, `protos.digests`; announced at Join; only those installed here are announced; with blake3 every FIT task also carries the global vector's BLAKE3, which a device may ask its streamed download to be checked with, protocol 1.6); `[]`: sha256 only |
 | secagg, secagg_* , dp_* | off | privacy: see `coordinator.privacy_config`, applied by `coordinator.privacy_round` |
 """
 

@@ -102,7 +102,8 @@ class LocalVectorDir:
 
     @staticmethod
     def file_digest(vector: np.ndarray) -> bytes:
-        """The BLAKE3 FIT tasks carry for co-located devices (Task.vector_blake3); empty without `blake3`."""
+        """The BLAKE3 FIT tasks carry (Task.vector_blake3: co-located file reads, streamed downloads); empty
+        without the `blake3` package."""
         if digests.BLAKE3 not in digests.available():
             return b""
         return vector_digest(np.asarray(vector, dtype="<f4"), digests.BLAKE3)

@@ -6,7 +6,8 @@ both logged as server faults, although it is the peer that broke the wire contra
 `add_servicer` registers the generated Coordinator handlers with a deserializer that turns
 unparseable bytes into a `Malformed` marker; the servicer's error boundary rejects it with
 ProtocolError (INVALID_ARGUMENT) like any other bad input. SubmitUpdate's deserializer hands a
-plain chunk message over as a memoryview of its payload (`protos.update_part`), protobuf parses the rest.
+plain chunk message over as a memoryview of its payload (`protos.update_part`), protobuf parses the rest;
+DownloadVector's serializer sends a chunk the servicer already encoded (bytes) as it is.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ from google.protobuf.message import DecodeError
 from fedort.protos import fedort_v1_pb2 as pb
 from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
 from fedort.protos.errors import ProtocolError
-from fedort.protos.update_part import parse_update_part
+from fedort.protos.update_part import parse_update_part, serialize_part
 
 SERVICE_NAME = "fedort.v1.Coordinator"
 DESERIALIZERS = {"SubmitUpdate": parse_update_part}   # an upload's chunks: the payload without protobuf's copy
+SERIALIZERS = {"DownloadVector": serialize_part}      # a download's chunks: wire bytes made without protobuf
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,8 @@ def add_servicer(servicer: pb_grpc.CoordinatorServicer, server: grpc.aio.Server)
     """`pb_grpc.add_CoordinatorServicer_to_server`, with garbage-tolerant request deserializers."""
     capture = _Capture()
     pb_grpc.add_CoordinatorServicer_to_server(servicer, capture)
-    handlers = {name: h._replace(request_deserializer=tolerant(DESERIALIZERS.get(name, h.request_deserializer)))
+    handlers = {name: h._replace(request_deserializer=tolerant(DESERIALIZERS.get(name, h.request_deserializer)),
+                                 response_serializer=SERIALIZERS.get(name, h.response_serializer))
                 for name, h in capture.handlers.items()}
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     if hasattr(server, "add_registered_method_handlers"):   # grpcio >= 1.63: faster dispatch

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedort.coordinator.admission import accepted_digests
 from fedort.coordinator.aggregation import Strategy
 from fedort.coordinator.config import CoordinatorConfig
 from fedort.coordinator.download_delta import DownloadDeltas
@@ -117,6 +118,9 @@ class RoundEngine(TaskDispatch, RoundExports):
             self.secagg = SecAggRound(self)
         self.local_vectors = None if config.local_vector_dir is None else \
             LocalVectorDir.open(config.local_vector_dir, store.layout.root)   # co-located devices' files
+        # FIT tasks carry the global's BLAKE3 (Task.vector_blake3) for co-located file reads and, announced, for
+        # streamed downloads a device asks to check with it (VectorRequest.digests, protocol 1.6)
+        self.blake3_globals = self.local_vectors is not None or "blake3" in accepted_digests(config)
         self.spool_free = FreeSpoolFiles(store.layout.spool)   # committed spool files that streamed uploads overwrite
         self.spool_free.clear()
         self._changed = asyncio.Event()
@@ -182,10 +186,10 @@ class RoundEngine(TaskDispatch, RoundExports):
         self._finished.set()
 
     def set_global(self, round: int, vector: np.ndarray, sha256: bytes, blake3: bytes | None = None) -> None:
-        """Make `vector` the global vector; `blake3`: its file digest if already computed (else computed here
-        when co-located devices need it)."""
-        if blake3 is None and self.local_vectors is not None:
-            blake3 = self.local_vectors.file_digest(vector)
+        """Make `vector` the global vector; `blake3`: its BLAKE3 if already computed (else computed here when
+        devices may check with it: `blake3_globals`)."""
+        if blake3 is None and self.blake3_globals:
+            blake3 = LocalVectorDir.file_digest(vector)
         self.global_vector = GlobalVector(round, vector, sha256, blake3 or b"")
         if self.local_vectors is not None:
             self.local_vectors.publish(self.store.vector_path(round), sha256)
@@ -347,9 +351,9 @@ class RoundEngine(TaskDispatch, RoundExports):
         # a large vector's sha256 (≈ 10 ms per 20 MB) runs in a thread while the files are written, not on the loop
         hashing = None if small else asyncio.ensure_future(asyncio.to_thread(vector_digest, vector))
         sha = vector_digest(vector) if small else b""
-        # co-located devices check the file they read with BLAKE3: computed beside the sha256 (workers idle now)
-        file_digest = None if self.local_vectors is None else \
-            asyncio.ensure_future(asyncio.to_thread(self.local_vectors.file_digest, vector))
+        # devices check the file they read or the stream they receive with BLAKE3: computed beside the sha256
+        file_digest = None if not self.blake3_globals else \
+            asyncio.ensure_future(asyncio.to_thread(LocalVectorDir.file_digest, vector))
         metrics = {**r.metrics.means(), **self.strategy.server_update.metrics(), **self.privacy.round_metrics(self)}
 
         # a small vector is durable inside the commit's row; its file is fsynced by the export, off the critical path

@@ -37,18 +37,25 @@ from fedort.coordinator.resubmission import counted_before
 from fedort.coordinator.round_engine import RoundEngine
 from fedort.coordinator.storage import storage_error
 from fedort.edge_client.artifacts import ARTIFACT_FILES
+from fedort.protos import digests
 from fedort.protos import fedort_v1_pb2 as pb
 from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
-from fedort.protos.codec import CHUNK_BYTES, VectorMeta, iter_chunks
+from fedort.protos.codec import CHUNK_BYTES, VectorMeta, byte_view
 from fedort.protos.codecs.stream import iter_payload_chunks
 from fedort.protos.codecs.xor_delta import DOWNLOAD_DELTA
 from fedort.protos.errors import FedortError, NotFoundError, ProtocolError, ResourceExhaustedError, StaleRoundError
 from fedort.protos.messages import UpdateHeader, meta_to_pb, metrics_from_pb
 from fedort.protos.status_codes import status_for
-from fedort.protos.update_part import part_kind
+from fedort.protos.update_part import chunk_message, part_kind
 
 _timeout = getattr(asyncio, "timeout", None)   # Python >= 3.11
 UPLOAD_WINDOW_BYTES = 256 << 10   # the per-stream receive window (server.server_options); see _chunks
+
+
+def _views(vector, chunk_bytes: int):
+    """The vector's bytes in chunks, as views (chunk_message copies each once, into the message)."""
+    view = byte_view(vector)
+    return (view[i:i + chunk_bytes] for i in range(0, len(view), chunk_bytes))
 
 
 def _retrieved(read: asyncio.Future) -> None:
@@ -184,9 +191,11 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         g = self.engine.vector_for(request.client_id, request.model_id, request.round)
         n = int(g.vector.shape[0])
         delta = await self.engine.download_deltas.payload(g, bytes(request.cached_sha256))
-        if delta is None:
-            meta = VectorMeta(self.engine.model_id, g.round, n, g.sha256, chunk_size=self.chunk_bytes)
-            chunks = iter_chunks(g.vector, self.chunk_bytes)
+        if delta is None:   # checked with BLAKE3 if the device asks and the Task carried it (protocol 1.6)
+            blake3 = bool(g.blake3) and digests.BLAKE3 in request.digests
+            meta = VectorMeta(self.engine.model_id, g.round, n, g.blake3 if blake3 else g.sha256,
+                              chunk_size=self.chunk_bytes, digest=digests.BLAKE3 if blake3 else "")
+            chunks = _views(g.vector, self.chunk_bytes)
         else:   # lossless delta against the vector the device has (coordinator/download_delta.py)
             meta = VectorMeta(self.engine.model_id, g.round, n, hashlib.sha256(delta).digest(), codec=DOWNLOAD_DELTA,
                               chunk_size=self.chunk_bytes, base_sha256=bytes(request.cached_sha256),
@@ -194,9 +203,9 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             chunks = iter_payload_chunks(delta, self.chunk_bytes)
         with self.streams.stream(request.client_id, "download"):
             yield pb.VectorPart(header=meta_to_pb(meta))
-            for chunk in chunks:
+            for chunk in chunks:   # already wire bytes (malformed.SERIALIZERS): one copy of the vector's bytes
                 self.monitor.bytes_out(len(chunk))
-                yield pb.VectorPart(chunk=chunk)
+                yield chunk_message(chunk)
 
     async def _read(self, context):
         """The next message of an upload stream, or ResourceExhaustedError if the peer went silent.

@@ -195,7 +195,8 @@ class EdgeClient(Joining):
             base = self.cache.latest_vector()    # the coordinator may send the delta against it
             vector, self._bytes_down = self._call(f"DownloadVector round {task.round}", lambda: self.transport.download_global(
                 self.client_id, self.model_id, task.round, expected_length=length,
-                expected_sha256=task.vector_sha256 or None, base=base if base and len(base[1]) == length else None))
+                expected_sha256=task.vector_sha256 or None,
+                expected_blake3=task.vector_blake3 or None, base=base if base and len(base[1]) == length else None))
         check_finite(vector, task.round)   # before caching: a poisoned vector must not be trained on or kept
         self.cache.put_vector(task.vector_sha256 or vector_digest(vector), vector, persist=local is None)
         return vector, False

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -111,11 +111,13 @@ class VectorAssembler:
     Raises VectorError for a wrong dtype/codec/size/digest and ResourceExhaustedError when the
     header announces more than `max_length` elements, before allocating anything
     (`check_vector_header`). The payload is dtype × length bytes: every codec accepted today (`raw`)
-    sends the values themselves.
+    sends the values themselves. `out(length)`: where to put them (e.g. a `BufferPool`'s `take`, memory a
+    previous vector used; default a new array); the header is checked before it is called.
     """
 
     def __init__(self, meta: VectorMeta, *, expected_length: int | None = None, max_length: int | None = None,
-                 max_chunk_bytes: int = MAX_CHUNK_BYTES, codecs: Iterable[str] = (CODEC_RAW,)) -> None:
+                 max_chunk_bytes: int = MAX_CHUNK_BYTES, codecs: Iterable[str] = (CODEC_RAW,),
+                 out: Callable[[int], np.ndarray] | None = None) -> None:
         check_vector_header(meta, codecs=codecs, expected_length=expected_length, max_length=max_length)
         if meta.base_sha256:
             raise VectorError("this receiver takes whole vectors; the header announces a delta (base_sha256 set)")
@@ -126,7 +128,9 @@ class VectorAssembler:
             raise VectorError(f"header sha256 must be 32 bytes, got {len(meta.sha256)}")
         self.meta = meta
         self._max_chunk = max_chunk_bytes
-        self._array = np.empty(meta.length, dtype=DTYPES[meta.dtype])
+        self._array = np.empty(meta.length, dtype=DTYPES[meta.dtype]) if out is None else out(meta.length)
+        if self._array.dtype != DTYPES[meta.dtype] or self._array.shape != (meta.length,):
+            raise VectorError(f"receive buffer is {self._array.dtype} {self._array.shape}, not {meta.length} values")
         self._buffer = memoryview(self._array).cast("B")
         self._filled = 0
         self._hash = digests.new(meta.digest)

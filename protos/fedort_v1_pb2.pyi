@@ -205,16 +205,18 @@ class Task(_message.Message):
     def __init__(self, kind: _Optional[_Union[Task.Kind, str]] = ..., round: _Optional[int] = ..., deadline_unix_ms: _Optional[int] = ..., config: _Optional[_Union[TrainConfig, _Mapping]] = ..., retry_after_ms: _Optional[int] = ..., vector_sha256: _Optional[bytes] = ..., vector_length: _Optional[int] = ..., secagg: _Optional[bytes] = ..., vector_blake3: _Optional[bytes] = ...) -> None: ...
 
 class VectorRequest(_message.Message):
-    __slots__ = ("client_id", "model_id", "round", "cached_sha256")
+    __slots__ = ("client_id", "model_id", "round", "cached_sha256", "digests")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     CACHED_SHA256_FIELD_NUMBER: _ClassVar[int]
+    DIGESTS_FIELD_NUMBER: _ClassVar[int]
     client_id: str
     model_id: str
     round: int
     cached_sha256: bytes
-    def __init__(self, client_id: _Optional[str] = ..., model_id: _Optional[str] = ..., round: _Optional[int] = ..., cached_sha256: _Optional[bytes] = ...) -> None: ...
+    digests: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, client_id: _Optional[str] = ..., model_id: _Optional[str] = ..., round: _Optional[int] = ..., cached_sha256: _Optional[bytes] = ..., digests: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Metric(_message.Message):
     __slots__ = ("value", "sync_dist")

@@ -10,7 +10,9 @@ memoryview of the payload for exactly that shape (minimal varint of at most 5 by
 to what follows), which saves protobuf's parse and the `.chunk` copy per message. Any other bytes
 (the header, a repeated field, unknown fields, an over-long varint, garbage) go to
 `UpdatePart.FromString`, so protobuf decides everything but the plain chunk and both paths give
-the same payload for it (tests/test_update_part_wire.py).
+the same payload for it (tests/test_update_part_wire.py). A device reads DownloadVector's
+`VectorPart{chunk}` messages the same way (`parse_vector_part`), and the coordinator writes them
+without protobuf (`chunk_message`, sent through `serialize_part`).
 """
 
 from __future__ import annotations
@@ -42,13 +44,38 @@ def chunk_view(data: bytes) -> memoryview | None:
     return memoryview(data)[i:]
 
 
+def chunk_message(payload: bytes | memoryview) -> bytes:
+    """The wire bytes of `VectorPart{chunk: payload}` (= `UpdatePart{chunk}`): tag, minimal varint length,
+    payload, built with one copy of the payload instead of protobuf's three (slice, field, serialization)."""
+    n = len(payload)
+    head = bytearray([CHUNK_TAG])
+    while n >= 0x80:
+        head.append((n & 0x7F) | 0x80)
+        n >>= 7
+    head.append(n)
+    return b"".join((head, payload))
+
+
+def serialize_part(part: pb.VectorPart | bytes) -> bytes:
+    """The coordinator's response serializer for DownloadVector: a message is serialized by protobuf, bytes (a
+    `chunk_message`) are already the wire form."""
+    return part if type(part) is bytes else part.SerializeToString()
+
+
 def parse_update_part(data: bytes) -> pb.UpdatePart | memoryview:
     """A chunk's payload as a memoryview (the fast path), else the parsed UpdatePart (protobuf raises DecodeError)."""
     view = chunk_view(data)
     return view if view is not None else pb.UpdatePart.FromString(data)
 
 
-def part_kind(part: pb.UpdatePart | memoryview) -> str | None:
+def parse_vector_part(data: bytes) -> pb.VectorPart | memoryview:
+    """The device's response deserializer for DownloadVector: VectorPart has the same layout (header = field 1,
+    chunk = field 2), so a plain chunk is a memoryview of its payload and anything else is parsed by protobuf."""
+    view = chunk_view(data)
+    return view if view is not None else pb.VectorPart.FromString(data)
+
+
+def part_kind(part: pb.UpdatePart | pb.VectorPart | memoryview) -> str | None:
     """Which of UpdatePart's oneof a parsed part holds: "header", "chunk" or None."""
     return "chunk" if isinstance(part, memoryview) else part.WhichOneof("part")
 

@@ -135,7 +135,7 @@ def field_values(field, model: str) -> st.SearchStrategy:
     if t == F.TYPE_STRING:
         known = {"client_id": [*SELECTED[:4], "client-c", "nobody"], "model_id": [model],
                  "name": ["checkpoint", "training_model.onnx", "../state.db"], "dtype": ["float32", "float64"],
-                 "codec": ["raw"]}.get(name, [])
+                 "codec": ["raw"], "digests": ["blake3", "sha256"]}.get(name, [])
         return st.one_of(st.sampled_from(known), TEXT) if known else TEXT
     if t == F.TYPE_BYTES:
         return st.binary(max_size=64)
@@ -162,6 +162,8 @@ def messages(cls, model: str, depth: int = 0) -> st.SearchStrategy:
         elif f.message_type is not None:
             sub = getattr(pb, f.message_type.name)
             fields[f.name] = messages(sub, model, depth + 1) if depth < 3 else st.just(sub())
+        elif f.is_repeated:   # a repeated scalar (VectorRequest.digests)
+            fields[f.name] = st.lists(field_values(f, model), max_size=3)
         else:
             fields[f.name] = field_values(f, model)
 
@@ -172,7 +174,9 @@ def messages(cls, model: str, depth: int = 0) -> st.SearchStrategy:
             if draw(st.booleans()):
                 value = draw(strategy)
                 target = getattr(msg, name) if not isinstance(value, (int, float, str, bytes, bool)) else None
-                if isinstance(value, dict):
+                if isinstance(value, list):
+                    target.extend(value)
+                elif isinstance(value, dict):
                     for k, v in value.items():
                         if isinstance(v, (int, float, str, bytes, bool)):
                             target[k] = v

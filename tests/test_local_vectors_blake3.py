@@ -50,8 +50,8 @@ async def test_the_next_round_s_task_carries_the_blake3_of_the_committed_vector(
     assert task.vector_blake3 == _b3(committed)
 
 
-async def test_without_a_local_vector_dir_tasks_carry_no_blake3(start_coordinator, stub_client):
-    coord, client, model, round, g, local = await opened_round(start_coordinator, stub_client)
+async def test_without_a_local_vector_dir_or_announced_blake3_tasks_carry_no_blake3(start_coordinator, stub_client):
+    coord, client, model, round, g, local = await opened_round(start_coordinator, stub_client, update_digests=())
     assert local is None
     assert (await client.poll("client-a", model)).vector_blake3 == b""
 

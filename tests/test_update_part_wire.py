@@ -22,7 +22,8 @@ from coordinator_fixtures import (  # noqa: F401
     chunks_of, mlp_artifacts, start_coordinator, stub_client, update_header,
 )
 from fedort.protos import fedort_v1_pb2 as pb
-from fedort.protos.update_part import chunk_view, parse_update_part, part_kind
+from fedort.protos.update_part import (chunk_message, chunk_view, parse_update_part, parse_vector_part, part_kind,
+                                      serialize_part)
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 CHUNK = 16384
@@ -151,3 +152,22 @@ async def test_an_update_only_protobuf_reads_spools_the_same_bytes_as_the_plain_
     assert (await client.submit("client-b", model, 1, update, 10, chunks=chunks_of(update, CHUNK))).accepted   # fast path
     spool = coord.state_dir / "spool" / "round-0001"
     assert (spool / "client-a.f32").read_bytes() == (spool / "client-b.f32").read_bytes() == update.tobytes()
+
+
+def test_a_device_reads_a_download_chunk_as_the_payload_and_anything_else_through_protobuf():
+    payload = os.urandom(CHUNK)
+    chunk = parse_vector_part(pb.VectorPart(chunk=payload).SerializeToString())
+    assert isinstance(chunk, memoryview) and bytes(chunk) == payload
+    header = parse_vector_part(pb.VectorPart(header=pb.VectorHeader(length=3, sha256=b"\1" * 32)).SerializeToString())
+    assert part_kind(header) == "header" and header.header.length == 3
+    with pytest.raises(DecodeError):
+        parse_vector_part(b"\x12\x05ab")   # a length beyond the message: protobuf refuses it
+
+
+@pytest.mark.parametrize("size", [0, 1, 127, 128, 16383, 16384, (1 << 20) + 3])
+def test_the_coordinator_s_chunk_message_is_what_protobuf_serializes(size):
+    payload = os.urandom(size)
+    assert chunk_message(memoryview(payload)) == pb.VectorPart(chunk=payload).SerializeToString()
+    assert serialize_part(chunk_message(payload)) == chunk_message(payload)
+    header = pb.VectorPart(header=pb.VectorHeader(length=3))
+    assert serialize_part(header) == header.SerializeToString()
