@@ -344,7 +344,8 @@ async def local_file_received(admitted: AdmittedUpdate, tmp: Path, chunks: Async
             await plan.run(lambda: digest.append(take(admitted, tmp, plan.fold)))
         yield TakenFile(tmp, folded=plan is not None, digest=digest[0])
     finally:
-        tmp.unlink(missing_ok=True)
+        if os.path.lexists(tmp):   # usually placed (renamed) by now: unlink would wait, on the event loop, for the
+            tmp.unlink(missing_ok=True)   # folder's lock while the group commit renames into it and fsyncs it
 
 
 __all__ = ["EarlyFold", "LocalVectorDir", "TakenFile", "foldable", "local_file_received", "with_taken_digest"]

@@ -385,6 +385,8 @@ class RoundEngine(TaskDispatch, RoundExports):
         """Answer every held long-poll now (WAIT) and hold no new ones: the server is stopping."""
         self._stopping = True
         self.notify()
+        if self.secagg is not None:
+            self.secagg.wake()      # its held steps wait for their phase only (secagg_round.hold)
 
     def close(self) -> None:
         self.close_exports()

@@ -78,6 +78,7 @@ class SecAggRound:
         self.lock = threading.Lock()
         self.record = SecAggRecord(engine.store.dir / "secagg", self.lock, lambda: (self.server, self.round))
         self._closing = False                        # a phase close is being made durable (see _close)
+        self._phase_changed = asyncio.Event()        # what held steps wait for (see hold, wake)
         engine.strategy.combiner.bind(self)
 
     async def persist(self, with_sum: bool = False) -> None:
@@ -177,6 +178,13 @@ class SecAggRound:
         log.info("round %d: %s -> %s (%s)", e.round, _PHASE_STATE[old], _PHASE_STATE[new], why)
         e.store.note_transition(TransitionRow(e.round, _PHASE_STATE[old], _PHASE_STATE[new], time.time(), why))
         e.notify()
+        self.wake()
+
+    def wake(self) -> None:
+        """Wake every held step to look again (a phase closed durably, the round failed, the server is stopping).
+        On the event loop."""
+        self._phase_changed.set()
+        self._phase_changed = asyncio.Event()
 
     async def _until(self, done: Callable[[], bool], deadline_ms: int) -> None:
         while not done() and (remaining := deadline_ms - now_ms()) > 0:
@@ -224,6 +232,8 @@ class SecAggRound:
             e.store.fail_round(e.round, message)
             e.finish(RoundState.FAILED, message)
             return False
+        finally:
+            self.wake()                          # held steps see the outcome (or the engine's state) at once
         res = self.result
         e.transition(RoundState.AGGREGATING, f"secure aggregation unmasked the sum of {len(res.survivors)} masked "
                                              f"inputs ({len(res.dropped)} of the key-sharing clients dropped)")
@@ -294,11 +304,19 @@ class SecAggRound:
         return s.phase in (ServerPhase.UNMASK, ServerPhase.DONE) if step == UNMASK_REQUEST else True
 
     async def hold(self, s: SecAggServer, steps: list[int], wait_ms: int) -> bool:
-        """Until one of `steps` is ready or min(wait_ms, 30 s) ran out; SecAggAborted if the round failed meanwhile."""
+        """Until one of `steps` is ready or min(wait_ms, 30 s) ran out; SecAggAborted if the round failed meanwhile.
+
+        Woken by `wake` (phase closes, the round's end, the server stopping), not by every engine change: in the
+        masked-input phase each upload notifies the engine two or three times, and every held call woke for each
+        (~13 µs a wake-up, ten to thirty held batches at 100 devices)."""
         e = self.engine
         until = time.monotonic() + min(max(wait_ms, 0), 30_000) / 1000
         while not any(self.ready(s, x) for x in steps) and (left := until - time.monotonic()) > 0 and not e._stopping:
-            await e.wait_change(left)
+            changed = asyncio.ensure_future(self._phase_changed.wait())
+            try:
+                await asyncio.wait({changed}, timeout=left)
+            finally:
+                changed.cancel()
         if s.phase is ServerPhase.FAILED:
             raise SecAggAborted(s.state.reason)
         return any(self.ready(s, x) for x in steps)

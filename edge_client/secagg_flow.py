@@ -27,6 +27,7 @@ import numpy as np
 
 from fedort.edge_client.secagg_ahead import MaskAhead, worth_it
 from fedort.edge_client.secagg_client import SecAggClient
+from fedort.edge_client.secagg_lane import lane
 from fedort.protos import digests
 from fedort.protos.codec import VectorMeta, vector_digest
 from fedort.protos.dp_noise import clip_to_norm, gaussian
@@ -107,9 +108,10 @@ class SecAggFlow:
             shares = client.share_keys(roster).to_bytes()
             with MaskAhead(client) if worth_it(self.transport) else contextlib.nullcontext():
                 delivery = ShareDelivery.from_bytes(self._step(SHARE, shares))    # masks expanded meanwhile
-            masked = client.masked_input(delivery, private_delta(spec, global_vector, trained),
-                                         spec.weight(num_examples))
-            wire = pack(masked, spec.codec)
+            with lane(self.transport):     # devices sharing the transport mask one at a time (secagg_lane)
+                masked = client.masked_input(delivery, private_delta(spec, global_vector, trained),
+                                             spec.weight(num_examples))
+                wire = pack(masked, spec.codec)
             header = masked_header(self.client_id, self.model_id, self.task.round, wire, spec.codec, length,
                                    num_examples, metrics, chunk_size,
                                    self.task.vector_sha256 or vector_digest(global_vector), self.digest)

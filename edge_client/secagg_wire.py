@@ -4,7 +4,11 @@ A simulation worker runs its selected clients' protocol flows in threads over on
 in every phase they all send one step at about the same time. `StepBatcher.submit` (behind
 `Transport.secagg_step`) gathers the steps that arrive together into one SecAggBatch call: the
 first step opens a batch, which is sent as soon as every registered flow (`flow()`) is waiting in
-the batcher, or LINGER_S after it opened. Steps that come while a batch is in flight open the next
+the batcher, or LINGER_S after it opened (UNMASK_LINGER_S for a batch opened by an UNMASK_REQUEST
+step: no answer can come before the masked-input phase closes, which needs every masked input, so
+waiting for the other flows costs nothing, while devices that mask one at a time (`secagg_lane`)
+finish a few milliseconds apart: with 20 ms, ~25 small held batches per worker and round). Steps
+that come while a batch is in flight open the next
 one — a held batch never delays a new one, since a phase may be waiting for exactly that step.
 A batch of one goes as a plain SecAgg call (what a single device always sends), and after a
 coordinator answers SecAggBatch with UNIMPLEMENTED (before protocol 1.3) every step is a plain
@@ -23,11 +27,14 @@ from fedort.protos.errors import FedortError
 from fedort.protos.status_codes import from_status
 
 LINGER_S = 0.02
+UNMASK_LINGER_S = 0.25
+UNMASK_REQUEST = 2       # SecAggRequest.Step (edge_client.secagg_flow)
 _FALLBACK = object()
 
 
 class _Batch:
-    def __init__(self) -> None:
+    def __init__(self, linger_s: float) -> None:
+        self.linger_s = linger_s
         self.requests: list[pb.SecAggRequest] = []
         self.results: list[Any] = []
         self.done = threading.Event()
@@ -72,7 +79,7 @@ class StepBatcher:
             self._waiting += 1
             batch, lead = self._open, self._open is None
             if lead:
-                batch = self._open = _Batch()
+                batch = self._open = _Batch(UNMASK_LINGER_S if step == UNMASK_REQUEST else LINGER_S)
             index = len(batch.requests)
             batch.requests.append(request)
             self._cond.notify_all()
@@ -93,7 +100,7 @@ class StepBatcher:
     def _linger_and_send(self, batch: _Batch, wait_ms: int) -> None:
         try:
             with self._cond:
-                until = time.monotonic() + LINGER_S
+                until = time.monotonic() + batch.linger_s
                 while self._waiting < self._flows and (left := until - time.monotonic()) > 0:
                     self._cond.wait(left)
                 self._open = None                     # closed: later steps open the next batch

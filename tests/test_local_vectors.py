@@ -169,6 +169,21 @@ async def test_a_file_of_the_wrong_size_or_digest_or_with_nan_is_refused_and_not
     assert len(coord.engine.store.submissions(round)) == 1
 
 
+async def test_a_file_taken_into_the_spool_leaves_no_temporary_file_whether_refused_or_accepted(
+        start_coordinator, stub_client, tmp_path):
+    coord, client, model, round, g, local = await opened_round(start_coordinator, stub_client,
+                                                               local_vector_dir=tmp_path / "lv")
+    spool = coord.engine.store.layout.spool_dir(round)
+    update = (g + np.float32(0.5)).astype(np.float32)
+    write(local / "client-a.other.f32", g)                                  # moved into the spool, then refused
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await submit_file(client, "client-a", model, round, update, "client-a.other.f32")
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert list(spool.glob(".*.tmp")) == [] and not (local / "client-a.other.f32").exists()
+    write(local / "client-a.good.f32", update)
+    assert (await submit_file(client, "client-a", model, round, update, "client-a.good.f32")).accepted
+    assert list(spool.glob(".*.tmp")) == [] and coord.engine.store.spool_path(round, "client-a").is_file()
+
 async def test_a_file_reference_with_chunks_is_refused(start_coordinator, stub_client, tmp_path):
     coord, client, model, round, g, local = await opened_round(start_coordinator, stub_client,
                                                                local_vector_dir=tmp_path / "lv")

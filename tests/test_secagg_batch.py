@@ -23,10 +23,12 @@ from secagg_devices import CURRENT, deltas_for
 SCALE = 65536.0
 
 
-def _devices_on_one_transport(port: int, deltas: dict[str, np.ndarray]) -> tuple[dict, int]:
+def _devices_on_one_transport(port: int, deltas: dict[str, np.ndarray], watch=None) -> tuple[dict, int]:
     """Every device joins and polls over one shared Transport, then runs its SecAggFlow in its own thread
-    (as a simulation worker does); (outcomes by id, SecAggBatch calls made)."""
+    (as a simulation worker does); (outcomes by id, SecAggBatch calls made). `watch(transport)` sees it first."""
     with Transport(ChannelConfig(f"127.0.0.1:{port}", insecure=True, rpc_timeout_s=60)) as transport:
+        if watch is not None:
+            watch(transport)
         model = ""
         for c in deltas:
             model = transport.join("batch-test", client_id=c, capabilities=CURRENT).model_id
@@ -76,3 +78,31 @@ async def test_a_failing_entry_gets_its_own_status_at_once_and_the_others_are_no
     a, b = reply.entries
     assert (a.client_id, a.ready, a.error_code) == ("dev-a", False, "")        # recorded; its phase is still open
     assert (b.client_id, b.error_code) == ("dev-b", "FAILED_PRECONDITION") and "protocol >= 1.3" in b.error_message
+
+
+class _BatchSpy:
+    """The real transport, recording the steps each SecAggBatch call carried (observation only)."""
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport, self.batches = transport, []
+        real = transport._long_poll
+
+        def long_poll(name, request, wait_ms):
+            if name == "SecAggBatch":
+                self.batches.append(sorted(int(s.step) for s in request(wait_ms).steps))
+            return real(name, request, wait_ms)
+        transport._long_poll = long_poll
+
+
+async def test_the_unmask_requests_of_devices_sharing_a_transport_travel_in_one_call(start_coordinator):
+    """Devices that mask one at a time (secagg_lane) ask for the unmask request a few ms apart; the batch that the
+    first one opens waits for the others (nothing can answer it before every masked input is in)."""
+    ids = [f"dev-{i}" for i in range(6)]
+    coord = await start_coordinator(rounds=1, min_clients=6, secagg=True, round_timeout_s=30)
+    deltas = deltas_for(ids, P_MLP, seed=12)
+    spies = []
+    outcomes, _ = await asyncio.to_thread(_devices_on_one_transport, coord.port, deltas,
+                                          lambda t: spies.append(_BatchSpy(t)))
+    assert all(o == ("accepted", "accepted") for o in outcomes.values()), outcomes
+    unmask_requests = [b for b in spies[0].batches if pb.SecAggRequest.UNMASK_REQUEST in b]
+    assert unmask_requests == [[pb.SecAggRequest.UNMASK_REQUEST] * len(ids)], spies[0].batches
