@@ -209,6 +209,7 @@ class RoundEngine(TaskDispatch, RoundExports):
             if self._finished.is_set():
                 return self._outcome
             stopped, export_next = None, None
+            self.prepare_exports()   # while clients join
             while self.round <= self.config.rounds:
                 if not resumed:
                     await self._wait_for_clients()

@@ -25,6 +25,13 @@ class RoundExports:
     _export_task: asyncio.Future | None = None   # the newest background export (each awaits its predecessor)
     _export_writer = None                        # the exports' own SQLite connection (side_writer.SideWriter)
 
+    def prepare_exports(self) -> None:
+        """Learn the export's splice from the current global vector in the background (`Exporter.prepare`),
+        before any export: the first export waits for it, as each export waits for the one before."""
+        g = self.global_vector
+        if self._export_task is None and g is not None:
+            self._export_task = asyncio.ensure_future(asyncio.to_thread(self.exporter.prepare, g.vector))
+
     def start_export(self, round: int) -> None:
         """Export round `round` in the background, after the previous export (raises a failed previous one)."""
         previous = self._export_task

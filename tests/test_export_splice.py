@@ -45,6 +45,16 @@ def test_exporter_s_later_rounds_match_ort_and_their_recorded_sha256(mlp_artifac
     assert exporter._splice is not None   # rounds 2 and 3 were spliced, not exported through ORT
 
 
+def test_an_exporter_prepared_at_start_splices_its_first_export_byte_for_byte_as_ort(mlp_artifacts, tmp_path):
+    exporter = Exporter(mlp_artifacts, tmp_path / "models")
+    exporter.prepare(exporter.initial_vector())     # the coordinator does this while clients join
+    assert exporter._splice is not None               # learned before any export
+    (vector,) = _vectors(exporter, 1)
+    data = exporter.export(1, vector, {}).read_bytes()
+    assert data == _ort_export(mlp_artifacts, vector, tmp_path / "ort.onnx")
+    assert [p.name for p in (tmp_path / "models").iterdir() if p.name.startswith(".")] == []   # nothing left over
+
+
 def test_a_model_not_exported_from_the_probe_gives_no_splice(mlp_artifacts, tmp_path):
     exporter = Exporter(mlp_artifacts, tmp_path / "models")
     (vector,) = _vectors(exporter, 1)   # its parameters' places cannot be read from their values
