@@ -66,7 +66,7 @@ import stat
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 
 import numpy as np
 
@@ -315,9 +315,10 @@ Fold = Callable[[Iterator[tuple[int, np.ndarray]]], None]   # folds (start, bloc
 
 class EarlyFold:
     """How `local_file_received` folds while taking: `fold(blocks)` and `run(fn)`, which calls fn in the fold
-    thread (the uploads'); None from `Uploads.early_fold` where the update cannot be folded before it counts."""
+    thread (the uploads') and returns what it returned; None from `Uploads.early_fold` where the update cannot
+    be folded before it counts."""
 
-    def __init__(self, fold: Fold, run: Callable[[Callable[[], None]], Awaitable[None]]) -> None:
+    def __init__(self, fold: Fold, run: Callable[[Callable[[], Any]], Awaitable[Any]]) -> None:
         self.fold, self.run = fold, run
 
 
@@ -337,12 +338,11 @@ async def local_file_received(admitted: AdmittedUpdate, tmp: Path, chunks: Async
     try:
         plan = early() if foldable(admitted) else None
         take = LocalVectorDir(directory).take
-        digest: list[bytes] = []
         if plan is None:
-            digest.append(await asyncio.to_thread(take, admitted, tmp))
+            digest = await asyncio.to_thread(take, admitted, tmp)
         else:
-            await plan.run(lambda: digest.append(take(admitted, tmp, plan.fold)))
-        yield TakenFile(tmp, folded=plan is not None, digest=digest[0])
+            digest = await plan.run(lambda: take(admitted, tmp, plan.fold))
+        yield TakenFile(tmp, folded=plan is not None, digest=digest)
     finally:
         if os.path.lexists(tmp):   # usually placed (renamed) by now: unlink would wait, on the event loop, for the
             tmp.unlink(missing_ok=True)   # folder's lock while the group commit renames into it and fsyncs it

@@ -30,7 +30,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, AsyncIterator, Callable
+from typing import TYPE_CHECKING, AsyncIterator, Callable, TypeVar
 
 import numpy as np
 
@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 LOOP_FOLD_BYTES = 256 << 10   # an inline update this small is folded on the event loop (no thread hop)
 
 
@@ -183,7 +184,7 @@ class Uploads:
             return None
         aggregator, loop = r.aggregator, asyncio.get_running_loop()
 
-        async def run(fn: Callable[[], None]) -> None:
+        async def run(fn: Callable[[], T]) -> T:
             future = self._pool.submit(fn)   # the fold thread: after the folds queued before it
             self._early.add(future)
 
@@ -198,7 +199,7 @@ class Uploads:
                     pass
 
             future.add_done_callback(from_thread)
-            await asyncio.wrap_future(future)
+            return await asyncio.wrap_future(future)
 
         return EarlyFold(lambda blocks: aggregator.fold_early(token, blocks, h.num_examples), run)
 
