@@ -339,10 +339,11 @@ class RoundEngine(TaskDispatch, RoundExports):
                         "updates", self.round, len(updates))
             await asyncio.to_thread(r.aggregator.rebuild, updates)
         small = self.length <= SMALL_VECTOR and not self.strategy.needs_all_updates   # microseconds: no thread hop
-        inline_max = self.config.inline_update_bytes
+        # a vector this small is durable inside the commit's row; its file is fsynced by the export, off the critical path
+        inline_sized = 0 < 4 * self.length <= self.config.inline_update_bytes
         # the new vector file's page cache takes the pages of g_{r-1}'s, freed while the mean is computed
         # (durable.drop_cached; nothing reads g_{r-1} now: deltas read g_r)
-        older = self.store.vector_path(self.round - 1) if not 0 < 4 * self.length <= inline_max else None
+        older = None if inline_sized else self.store.vector_path(self.round - 1)
         dropping = None if older is None else asyncio.ensure_future(asyncio.to_thread(drop_cached, older))
         result = r.aggregator.result() if small else await asyncio.to_thread(r.aggregator.result)
         if self.strategy.needs_all_updates:
@@ -357,8 +358,7 @@ class RoundEngine(TaskDispatch, RoundExports):
             asyncio.ensure_future(asyncio.to_thread(LocalVectorDir.file_digest, vector))
         metrics = {**r.metrics.means(), **self.strategy.server_update.metrics(), **self.privacy.round_metrics(self)}
 
-        # a small vector is durable inside the commit's row; its file is fsynced by the export, off the critical path
-        inline = vector.tobytes() if 0 < vector.nbytes <= inline_max else None
+        inline = vector.tobytes() if inline_sized else None
         if dropping is not None:
             await dropping
 
