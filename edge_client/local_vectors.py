@@ -189,17 +189,12 @@ def _write_locked(path: Path, data: memoryview, free: Path | None, hasher: diges
             while done < len(block):
                 done += os.pwrite(fd, block[done:], start + done)
         os.ftruncate(fd, size)
-        _start_writeback(fd)
+        # its writeback started, not waited for (the coordinator fdatasyncs it before it answers; module docstring):
+        # 5 M no-work round 157-160 ms against 160-174 with fdatasync here (benchmarks/README.md, issue 12 part 11)
+        if not start_writeback(fd):   # where sync_file_range is missing
+            os.fdatasync(fd)
     finally:
         os.close(fd)
-
-
-def _start_writeback(fd: int) -> None:
-    """Start writing the file's dirty pages to disk without waiting for them (`durable.start_writeback`, Linux);
-    where that is missing, fdatasync. 5 M no-work round, interleaved: 157-160 ms against 160-174 with the
-    device's own fdatasync (benchmarks/README.md, issue 12 part 10)."""
-    if not start_writeback(fd):
-        os.fdatasync(fd)
 
 
 def _claim(free: Path, path: Path) -> int:
