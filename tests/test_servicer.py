@@ -124,11 +124,11 @@ async def test_duplicate_update_is_acknowledged_and_counted_once(open_round):
     assert second.accepted and second.duplicate
     b = vector + np.float32(3)
     await client.submit("client-b", model, 1, b, 10, chunks=chunks_of(b, 16384))
-    await asyncio.sleep(0)  # let the engine close the round
-    for _ in range(100):
-        if (coord.state_dir / "vectors" / "round-0002.f32").exists():
-            break
-        await asyncio.sleep(0.05)
+    deadline = asyncio.get_running_loop().time() + 5   # until the engine serves round 2's global vector (its file
+    while coord.engine.global_vector.round < 2:         # is written before the commit makes it the global)
+        left = deadline - asyncio.get_running_loop().time()
+        assert left > 0, "round 1 did not commit within 5 s"
+        await coord.engine.wait_change(min(left, 0.5))
     _, result = await client.download_vector("client-a", model, 2)
     np.testing.assert_allclose(result, vector + 2, atol=1e-6)
     with sqlite3.connect(coord.state_dir / "state.db") as db:
