@@ -66,13 +66,14 @@ import stat
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Iterator
 
 import numpy as np
 
 from fedort.coordinator.admission import AdmittedUpdate
 from fedort.coordinator.aggregation.decode import DensePiece, check_reconstructed
 from fedort.coordinator.join_limits import clip
+from fedort.coordinator.read_ahead import read_ahead
 from fedort.coordinator.spool_free import empty, move_into
 from fedort.coordinator.upload_stream import spool_error
 from fedort.protos import digests
@@ -87,7 +88,7 @@ FREE = ".free"                           # committed rounds' spool files that de
 KEEP_FREE = 32                           # at most this many recycled files ...
 KEEP_FREE_BYTES = 1 << 30                # ... holding at most this many bytes
 KEEP_GLOBALS = 2                         # published global vectors kept (the current one and the previous)
-READ_STEP = 1 << 20                      # bytes hashed and decoded per read
+READ_STEP = 1 << 20                      # bytes read, hashed and decoded per step
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,255}")
 _GLOBAL_NAME = re.compile(r"[0-9a-f]{64}\.f32")
 
@@ -226,22 +227,22 @@ def foldable(admitted: AdmittedUpdate) -> bool:
 
 def _verify(fd: int, admitted: AdmittedUpdate, what: str, fold: Fold | None = None) -> bytes:
     """One pass over the file: its digest and the codec's decode check, as a streamed upload gets them
-    (and, with `fold` and a `foldable` update, the fold of each checked block); the digest."""
-    if fold is not None and foldable(admitted):
-        found: list[bytes] = []
-        fold(_checked_blocks(fd, admitted, what, found))   # raises inside the fold if a check fails
-        return found[0]
+    (and, with `fold` and a `foldable` update, the fold of each checked block); the digest. The reads and
+    the digest run a few steps ahead, in a thread of their own (`read_ahead`)."""
     meta, n = admitted.header.vector, admitted.payload_bytes
     digest = digests.new(meta.digest)   # sha256, or BLAKE3 where announced (admission checked it)
-    stream = admitted.decoder.stream(meta.length, n) if admitted.decoder.streams else None
-    # raw's stream decoder refuses non-finite values itself; a second pass only matters for codecs and deltas
-    again = admitted.base is not None or (meta.codec or "raw") != "raw"
-    for part in _reads(fd, n, what):
-        digest.update(part)
-        if stream is not None:
-            for piece in stream.feed(part):
-                if again:
-                    check_reconstructed(piece, admitted.base, what)
+    with read_ahead(fd, n, digest, what, READ_STEP) as parts:
+        if fold is not None and foldable(admitted):
+            fold(_checked_blocks(parts, admitted))   # raises inside the fold if a check fails
+            return _check_digest(digest, admitted, what)
+        stream = admitted.decoder.stream(meta.length, n) if admitted.decoder.streams else None
+        # raw's stream decoder refuses non-finite values itself; a second pass only matters for codecs and deltas
+        again = admitted.base is not None or (meta.codec or "raw") != "raw"
+        for part in parts:
+            if stream is not None:
+                for piece in stream.feed(part):
+                    if again:
+                        check_reconstructed(piece, admitted.base, what)
     if stream is not None:
         for piece in stream.finish():
             if again:
@@ -254,33 +255,15 @@ def _verify(fd: int, admitted: AdmittedUpdate, what: str, fold: Fold | None = No
     return value
 
 
-def _reads(fd: int, n: int, what: str) -> Iterator[memoryview]:
-    """The file's n bytes in reads of READ_STEP into one reused buffer (use each before the next)."""
-    buf = memoryview(bytearray(min(READ_STEP, n)))
-    done = 0
-    while done < n:
-        k = os.readv(fd, [buf[:min(len(buf), n - done)]])
-        if k <= 0:
-            raise VectorError(f"{what} ended after {done} of {n} bytes")
-        done += k
-        yield buf[:k]
-
-
-def _checked_blocks(fd: int, admitted: AdmittedUpdate, what: str,
-                    found: list[bytes]) -> Iterator[tuple[int, np.ndarray]]:
-    """A raw update's values as (start, float32 block), each block hashed and checked finite (the raw
-    stream decoder) before it is yielded; raises after the last block if the digest does not match,
-    else appends it to `found`."""
-    meta, n = admitted.header.vector, admitted.payload_bytes
-    digest = digests.new(meta.digest)
-    stream = admitted.decoder.stream(meta.length, n)
-    for part in _reads(fd, n, what):
-        digest.update(part)
+def _checked_blocks(parts: Iterable[memoryview], admitted: AdmittedUpdate) -> Iterator[tuple[int, np.ndarray]]:
+    """A raw update's values as (start, float32 block), each block checked finite (the raw stream decoder)
+    before it is yielded."""
+    stream = admitted.decoder.stream(admitted.header.vector.length, admitted.payload_bytes)
+    for part in parts:
         for piece in stream.feed(part):
             yield piece.offset, piece.values
     for piece in stream.finish():
         yield piece.offset, piece.values
-    found.append(_check_digest(digest, admitted, what))
 
 
 def _check_digest(digest: digests.Hasher, admitted: AdmittedUpdate, what: str) -> bytes:
