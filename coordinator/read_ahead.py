@@ -7,17 +7,15 @@ while the last takes queue up. Here the reading and hashing run beside the check
 costs ≈ 3.7 ms of wall time when a core is free (≈ 1 ms more CPU for the hand-overs); benchmarks/README.md,
 issue 12 part 12.
 
-The reader stays at most `RING` bytes ahead, in slots of `step` bytes of a pooled ring, and never waits on
-anything but its consumer's progress and the disk; `close` (the context manager's exit) stops it and
-waits for it, so a slot is never overwritten while in use and the ring is never written after it is
-handed back.
+The reader stays at most SLOTS steps ahead, in a pooled ring of SLOTS slots, and waits on nothing but its
+own consumer's progress and the disk; `close` (the context manager's exit) stops it and waits for it, so
+a slot is never overwritten while in use and the ring is never written after it is handed back.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -26,29 +24,44 @@ from fedort.protos import digests
 from fedort.protos.errors import VectorError
 
 SLOTS = 4                                  # steps the reader may run ahead (a ring of SLOTS × step bytes)
-_READERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fedort-read-ahead")
 _RINGS = BufferPool(4)                     # recycled rings: a fresh one would page-fault every take
 
 
 class ReadAhead:
     """The file's `n` bytes as parts of `step` bytes (the last may be shorter), in order, each hashed into
-    `hasher` before it is yielded; a part is valid until the next one is asked for."""
+    `hasher` before it is yielded; a part is valid until the next one is asked for. A file of one part is
+    read in the consumer's thread: there is nothing to overlap."""
 
     def __init__(self, fd: int, n: int, hasher: digests.Hasher, what: str, step: int) -> None:
         self.n, self.what, self._fd, self._hasher = n, what, fd, hasher
-        self.step = max(4, min(step, n) // 4 * 4)   # whole float32 values per part
+        self.step = max(4, step // 4 * 4)   # whole float32 values per part
         self.parts = -(-n // self.step)
-        self._ring = _RINGS.take(SLOTS * self.step // 4)
-        self._mem = memoryview(self._ring).cast("B")
         self._cond = threading.Condition()
         self._read = self._used = 0          # parts read and hashed / parts the consumer is done with
         self._error: BaseException | None = None
         self._stop = False
-        self._job = _READERS.submit(self._run)
+        self._thread: threading.Thread | None = None
+        if self.parts <= 1:
+            self._ring, self._mem = None, memoryview(bytearray(n))
+            return
+        self._ring = _RINGS.take(SLOTS * self.step // 4)
+        self._mem = memoryview(self._ring).cast("B")
+        # a thread of its own (≈ 0.05 ms): a shared pool's readers would wait for their consumers while
+        # other consumers wait for a reader the pool cannot start
+        self._thread = threading.Thread(target=self._run, name="fedort-read-ahead", daemon=True)
+        self._thread.start()
 
-    def _slot(self, i: int) -> memoryview:
+    def _fill(self, i: int) -> memoryview:
+        """Part i read into its slot and hashed."""
         at = i % SLOTS * self.step
-        return self._mem[at:at + min(self.step, self.n - i * self.step)]
+        part, got = self._mem[at:at + min(self.step, self.n - i * self.step)], 0
+        while got < len(part):   # a regular file reads short only at its end
+            k = os.readv(self._fd, [part[got:]])
+            if k <= 0:
+                raise VectorError(f"{self.what} ended after {i * self.step + got} of {self.n} bytes")
+            got += k
+        self._hasher.update(part)
+        return part
 
     def _run(self) -> None:
         try:
@@ -58,13 +71,7 @@ class ReadAhead:
                         self._cond.wait()
                     if self._stop:
                         return
-                part, got = self._slot(i), 0
-                while got < len(part):   # a regular file reads short only at its end
-                    k = os.readv(self._fd, [part[got:]])
-                    if k <= 0:
-                        raise VectorError(f"{self.what} ended after {i * self.step + got} of {self.n} bytes")
-                    got += k
-                self._hasher.update(part)
+                self._fill(i)
                 with self._cond:
                     self._read = i + 1
                     self._cond.notify()
@@ -74,23 +81,29 @@ class ReadAhead:
                 self._cond.notify()
 
     def __iter__(self) -> Iterator[memoryview]:
+        if self._thread is None:
+            if self.parts:
+                yield self._fill(0)
+            return
         for i in range(self._used, self.parts):
             with self._cond:
                 while self._read <= i and self._error is None:
                     self._cond.wait()
                 if self._read <= i:
                     raise self._error
-            yield self._slot(i)
+            at = i % SLOTS * self.step
+            yield self._mem[at:at + min(self.step, self.n - i * self.step)]
             with self._cond:
                 self._used = i + 1
                 self._cond.notify()
 
     def close(self) -> None:
         """Stop the reader and wait for it; the ring goes back to the pool."""
-        with self._cond:
-            self._stop = True
-            self._cond.notify()
-        self._job.result()
+        if self._thread is not None:
+            with self._cond:
+                self._stop = True
+                self._cond.notify()
+            self._thread.join()
         self._mem = self._ring = None   # a view still held elsewhere keeps the ring out of the pool
 
 

@@ -25,6 +25,7 @@ import numpy as np
 
 from fedort.buffer_pool import BufferPool
 from fedort.coordinator.aggregation.combiner import Combiner
+from fedort.coordinator.aggregation.halves import in_halves
 from fedort.coordinator.aggregation.spool import SpooledUpdate
 from fedort.coordinator.aggregation.update import BLOCK as _BLOCK, as_blocks
 from fedort.protos.codecs import Piece
@@ -135,7 +136,8 @@ class WeightedSum:
         if out is None:
             out = np.empty(self.length, dtype=np.float32)  # divide straight into float32: no float64 temporary
         if not self.delta_weight:
-            np.divide(self.total, self.dtype.type(self.weight), out=out, casting="same_kind")
+            in_halves(lambda lo, hi: np.divide(self.total[lo:hi], self.dtype.type(self.weight), out=out[lo:hi],
+                                               casting="same_kind"), self.length)
             return out
         if base is None:
             raise VectorError("deltas were folded in: the mean needs the global vector they are relative to")
