@@ -21,8 +21,9 @@ directory (`local_file`) and no chunks follow. It is accepted only if
        `Arrival.sync`; the async engine when it places the file)
 
 With `fold` (a raw update for a streaming combiner without transforms: `uploads`), the read also
-folds: each 1 MiB read is hashed, checked finite and folded into the round's sum while in cache,
-so the 20 MB come from the page cache once, not once here and again in the fold. That fold runs in
+folds: each 1 MiB step is read and hashed (`read_ahead`: a thread of its own, a few steps ahead), then
+checked finite and folded into the round's sum while in cache, so the 20 MB come from the page cache
+once, not once here and again in the fold. That fold runs in
 the fold thread before the digest is known; an update that then fails (digest, values) or is never
 counted leaves the aggregator `stale`, and the round's close refolds the counted updates from
 their durable copies (`RoundAggregator.rebuild`): what is acknowledged is still exactly what is summed.
