@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import time
 
 import grpc
 import numpy as np
@@ -107,18 +108,31 @@ async def test_bad_client_id_format_is_invalid_argument(start_coordinator, stub_
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
+async def until_held(coord, client_id: str, since: float, call: asyncio.Future, timeout: float = 30.0) -> None:
+    """Until `client_id`'s PollTask (`call`, started after time.time() was `since`) is held by the engine: its poll
+    touched the client after `since`, and from that touch to the engine's wait nothing yields to the loop.
+    (A fixed sleep here let a slow call reach the server after the event the test then causes.)"""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while coord.engine.registry.require(client_id).last_seen <= since:
+        assert not call.done(), f"the poll ended before it was held: {call.result()}"
+        assert asyncio.get_running_loop().time() < deadline, f"{client_id}'s poll did not reach the server in {timeout} s"
+        await asyncio.sleep(0.01)
+
+
 async def test_long_poll_wakes_when_the_round_opens(start_coordinator, stub_client):
     coord = await start_coordinator(min_clients=2)
     client = stub_client(coord.port)
     model = (await client.join("client-a")).model_id
-    waiting = asyncio.ensure_future(client.poll("client-a", model, wait_ms=10_000))
-    await asyncio.sleep(0.2)
+    since = time.time()
+    waiting = asyncio.ensure_future(client.poll("client-a", model, wait_ms=30_000))
+    await until_held(coord, "client-a", since, waiting)
     assert not waiting.done()          # one client is not enough: the call is held
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     await client.join("client-b")      # the second client makes the round open
-    task = await asyncio.wait_for(waiting, 5)
-    assert task.kind == pb.Task.FIT and task.round == 1 and loop.time() - t0 < 1.0
+    task = await asyncio.wait_for(waiting, 20)
+    # FIT, not the WAIT that ends a hold, and long before that 30 s hold would end
+    assert task.kind == pb.Task.FIT and task.round == 1 and loop.time() - t0 < 15.0
     assert task.vector_length == P_MLP and len(task.vector_sha256) == 32
     assert task.config.local_epochs == 1 and task.config.batch_size == 32
 
@@ -209,12 +223,13 @@ async def test_stop_answers_held_long_polls_instead_of_waiting_for_them(start_co
     coord = await start_coordinator(min_clients=2)
     client = stub_client(coord.port)
     model = (await client.join("client-a")).model_id
-    held = asyncio.ensure_future(client.poll("client-a", model, wait_ms=20_000))
-    await asyncio.sleep(0.2)
+    since = time.time()
+    held = asyncio.ensure_future(client.poll("client-a", model, wait_ms=30_000))
+    await until_held(coord, "client-a", since, held)
     loop = asyncio.get_running_loop()
     t0 = loop.time()
-    await coord.stop(grace=10)
-    assert loop.time() - t0 < 2.0
+    await coord.stop(grace=60)
+    assert loop.time() - t0 < 15.0     # not the 30 s hold, nor the 60 s grace
     assert (await held).kind == pb.Task.WAIT
 
 
