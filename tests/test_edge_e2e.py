@@ -295,7 +295,13 @@ def test_a_signal_during_local_training_stops_at_once(procs, tmp_path, mlp_artif
     port = start_coordinator(procs, mlp_artifacts, state, rounds=1, min_clients=1, local_epochs=2000)  # minutes of work
     edge = start_edge(procs, port, data[0], "dev0")
     wait_for(lambda: query_when_ready(state, "SELECT 1 FROM rounds WHERE round = 1"), 30, "round 1 to open")
-    time.sleep(1.0)
+    # the round being open is not the client training: it still polls, downloads and caches the vector first (a
+    # signal then is "stopped before training"). Its cached vector file is the last thing before training starts;
+    # from there, a sub-millisecond step (pruning the cache) precedes the training loop, which the margin covers.
+    wait_for(lambda: list((procs.folder / "cache-dev0" / "vectors").glob("*.f32")) or edge.poll() is not None, 60,
+             "the client to fetch round 1's vector")
+    assert edge.poll() is None, edge.err_path.read_text()[-2000:]
+    time.sleep(0.5)
     started = time.monotonic()
     edge.send_signal(signal.SIGTERM)
     assert finish(edge, 10) == 143 and time.monotonic() - started < 5
