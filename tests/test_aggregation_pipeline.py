@@ -102,7 +102,7 @@ async def _submit_negated(client, cid: str, model: str) -> np.ndarray:
 async def test_replay_after_a_restart_decodes_each_spooled_update_with_its_recorded_codec(start_coordinator,
                                                                                           stub_client):
     register_decoder(_Negated())
-    coord = await start_coordinator(min_clients=2, rounds=1, round_timeout_s=0.5, max_round_attempts=1)
+    coord = await start_coordinator(min_clients=2, rounds=1, round_timeout_s=2, max_round_attempts=1)
     client = stub_client(coord.port)
     model = (await client.join("client-a")).model_id
     await client.join("client-b")

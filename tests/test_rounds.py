@@ -66,7 +66,7 @@ async def test_fraction_selects_the_seeded_subset(start_coordinator, stub_client
 
 
 async def test_round_closes_at_the_deadline_with_min_clients(start_coordinator, stub_client):
-    coord = await start_coordinator(min_clients=2, min_available_clients=3, round_timeout_s=2, rounds=1)
+    coord = await start_coordinator(min_clients=2, min_available_clients=3, round_timeout_s=4, rounds=1)
     client = stub_client(coord.port)
     model = [await client.join(c) for c in ("client-a", "client-b", "client-c")][0].model_id
     await client.fit_round("client-a", model, 1.0, 10)
@@ -78,7 +78,7 @@ async def test_round_closes_at_the_deadline_with_min_clients(start_coordinator, 
 
 
 async def test_round_without_quorum_is_retried_with_a_new_attempt(start_coordinator, stub_client):
-    coord = await start_coordinator(min_clients=2, round_timeout_s=1.5, rounds=1, max_round_attempts=3)
+    coord = await start_coordinator(min_clients=2, round_timeout_s=3, rounds=1, max_round_attempts=3)
     client = stub_client(coord.port)
     model = (await client.join("client-a")).model_id
     await client.join("client-b")
@@ -96,12 +96,12 @@ async def test_round_without_quorum_is_retried_with_a_new_attempt(start_coordina
 
 
 async def test_round_fails_clearly_after_max_attempts_instead_of_hanging(start_coordinator, stub_client):
-    coord = await start_coordinator(min_clients=2, round_timeout_s=0.3, rounds=2, max_round_attempts=2)
+    coord = await start_coordinator(min_clients=2, round_timeout_s=2, rounds=2, max_round_attempts=2)
     client = stub_client(coord.port)
     model = (await client.join("client-a")).model_id
     await client.join("client-b")
     await client.fit_round("client-a", model, 1.0, 10)
-    outcome = await asyncio.wait_for(coord.wait_done(), 5)
+    outcome = await asyncio.wait_for(coord.wait_done(), 60)
     assert outcome.state is RoundState.FAILED
     assert "round 1 failed: 1 of the required 2 clients reported after 2 attempt(s)" in outcome.message
     assert (await client.poll("client-b", model, wait_ms=0)).kind == pb.Task.DONE
@@ -171,18 +171,18 @@ async def test_concurrent_uploads_are_each_folded_once(start_coordinator, stub_c
 
 
 async def test_clients_unseen_for_client_timeout_are_not_selected(start_coordinator, stub_client):
-    coord = await start_coordinator(min_clients=2, client_timeout_s=0.3)
+    coord = await start_coordinator(min_clients=2, client_timeout_s=1.0)
     client = stub_client(coord.port)
     model = (await client.join("client-a")).model_id
-    await asyncio.sleep(0.5)                                  # client-a goes quiet past the timeout
+    await asyncio.sleep(1.3)                                  # client-a goes quiet past the timeout
     await client.join("client-b")
     assert (await client.poll("client-b", model, wait_ms=300)).kind == pb.Task.WAIT   # only 1 available
-    task = await client.poll("client-a", model, wait_ms=3000)  # any RPC makes it available again
+    task = await client.poll("client-a", model, wait_ms=10_000)  # any RPC makes it available again
     assert task.kind == pb.Task.FIT
 
 
 async def test_restarting_a_failed_run_retries_the_round_keeping_acknowledged_updates(start_coordinator, stub_client):
-    coord = await start_coordinator(min_clients=2, round_timeout_s=0.3, rounds=1, max_round_attempts=1)
+    coord = await start_coordinator(min_clients=2, round_timeout_s=2, rounds=1, max_round_attempts=1)
     client = stub_client(coord.port)
     model = (await client.join("client-a")).model_id
     await client.join("client-b")

@@ -235,7 +235,7 @@ async def test_a_clipping_round_bounds_each_clients_pull(start_coordinator, stub
 
 
 async def test_a_restarted_median_round_aggregates_the_replayed_and_new_updates(start_coordinator, stub_client):
-    coord = await start_coordinator(min_clients=3, round_timeout_s=0.5, rounds=1, max_round_attempts=1,
+    coord = await start_coordinator(min_clients=3, round_timeout_s=2, rounds=1, max_round_attempts=1,
                                     strategy="median")
     client = stub_client(coord.port)
     model = [await client.join(c) for c in ("client-a", "client-b", "client-c")][0].model_id
