@@ -89,7 +89,7 @@ async def test_round_without_quorum_is_retried_with_a_new_attempt(start_coordina
     assert coord.engine.attempt == 2
     task, _, reply = await client.fit_round("client-b", model, 3.0, 30)   # re-selected in attempt 2
     assert reply.accepted
-    outcome = await asyncio.wait_for(coord.wait_done(), 5)
+    outcome = await asyncio.wait_for(coord.wait_done(), 60)
     assert outcome.state is RoundState.DONE
     with sqlite3.connect(coord.state_dir / "state.db") as db:
         assert db.execute("SELECT clients, examples, attempt FROM rounds WHERE round = 1").fetchone() == (2, 40, 2)
@@ -116,7 +116,7 @@ async def test_sync_dist_metrics_are_example_weighted_and_others_ignored(start_c
     await client.join("client-b")
     await client.fit_round("client-a", model, 0.0, 10, {"train_loss": (1.0, True), "acc": (0.5, True), "x": (7, False)})
     await client.fit_round("client-b", model, 0.0, 30, {"train_loss": (3.0, True)})
-    await asyncio.wait_for(coord.wait_done(), 5)
+    await asyncio.wait_for(coord.wait_done(), 60)
     with sqlite3.connect(coord.state_dir / "state.db") as db:
         metrics = json.loads(db.execute("SELECT metrics FROM rounds WHERE round = 1").fetchone()[0])
     assert metrics == {"train_loss": pytest.approx(2.5), "acc": pytest.approx(0.5)}
@@ -150,7 +150,7 @@ async def test_evaluation_phase_asks_clients_to_evaluate_the_final_vector(start_
             client_id=cid, model_id=model, round=task.round, num_examples=n,
             metrics={"val_accuracy": pb.Metric(value=acc, sync_dist=True)}), timeout=5)
         assert reply.accepted
-    outcome = await asyncio.wait_for(coord.wait_done(), 5)
+    outcome = await asyncio.wait_for(coord.wait_done(), 60)
     assert outcome.state is RoundState.DONE
     summary = json.loads(coord.engine.store.get_meta("federated_evaluation"))
     assert summary["clients"] == 2 and summary["metrics"]["val_accuracy"] == pytest.approx(0.56)
@@ -163,7 +163,7 @@ async def test_concurrent_uploads_are_each_folded_once(start_coordinator, stub_c
     model = [await client.join(c) for c in ids][0].model_id
     results = await asyncio.gather(*(client.fit_round(c, model, float(i), i + 1) for i, c in enumerate(ids)))
     assert all(r[2].accepted for r in results)
-    await asyncio.wait_for(coord.wait_done(), 10)
+    await asyncio.wait_for(coord.wait_done(), 60)
     _, start = await client.download_vector(ids[0], model, 1)
     _, final = await client.download_vector(ids[0], model, 2)
     weights = np.arange(1, 13, dtype=np.float64)
@@ -187,13 +187,13 @@ async def test_restarting_a_failed_run_retries_the_round_keeping_acknowledged_up
     model = (await client.join("client-a")).model_id
     await client.join("client-b")
     await client.fit_round("client-a", model, 1.0, 10)
-    assert (await asyncio.wait_for(coord.wait_done(), 5)).state is RoundState.FAILED
+    assert (await asyncio.wait_for(coord.wait_done(), 60)).state is RoundState.FAILED
     await coord.stop()
     again = await start_coordinator(min_clients=2, round_timeout_s=10, rounds=1, max_round_attempts=1)
     client = stub_client(again.port)
     assert (await client.poll("client-a", model, wait_ms=200)).kind == pb.Task.WAIT   # its update was kept
     await client.fit_round("client-b", model, 3.0, 10)
-    outcome = await asyncio.wait_for(again.wait_done(), 5)
+    outcome = await asyncio.wait_for(again.wait_done(), 60)
     assert outcome.state is RoundState.DONE
     _, start = await client.download_vector("client-b", model, 1)
     _, final = await client.download_vector("client-b", model, 2)

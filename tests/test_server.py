@@ -31,7 +31,7 @@ async def test_two_clients_complete_two_rounds_with_weighted_average(start_coord
         assert (ta.round, tb.round) == (round, round)
         assert ra.accepted and rb.accepted and not ra.duplicate
         np.testing.assert_array_equal(va, vb)
-    outcome = await asyncio.wait_for(coord.wait_done(), 10)
+    outcome = await asyncio.wait_for(coord.wait_done(), 60)
     assert outcome.state is RoundState.DONE and outcome.rounds_completed == 2
     _, start = await client.download_vector("client-a", model, 1)
     _, final = await client.download_vector("client-a", model, 3)
@@ -49,7 +49,7 @@ async def test_each_round_exports_a_model_plain_onnxruntime_runs(start_coordinat
     for _ in range(2):
         await client.fit_round("client-a", model, 0.01, 5, {"train_loss": (1.0, True)})
         await client.fit_round("client-b", model, 0.02, 15, {"train_loss": (2.0, True), "local_only": (9.0, False)})
-    await asyncio.wait_for(coord.wait_done(), 10)
+    await asyncio.wait_for(coord.wait_done(), 60)
     models = coord.state_dir / "models"
     for round in (1, 2):
         folder = models / f"round-{round:04d}"
@@ -162,7 +162,7 @@ async def test_status_rpc_reports_rounds_and_clients(start_coordinator, stub_cli
     await client.join("client-b")
     await client.fit_round("client-a", model, 1.0, 3)
     await client.fit_round("client-b", model, 1.0, 3)
-    await asyncio.wait_for(coord.wait_done(), 10)
+    await asyncio.wait_for(coord.wait_done(), 60)
     status = await client.stub.Status(pb.StatusRequest(), timeout=5)
     assert status.state == "DONE" and status.total_rounds == 1 and status.registered_clients == 2
     assert [(r.round, r.state, r.clients, r.examples) for r in status.rounds] == [(1, "EXPORTED", 2, 6)]
