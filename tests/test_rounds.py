@@ -60,6 +60,10 @@ async def test_fraction_selects_the_seeded_subset(start_coordinator, stub_client
     client = stub_client(coord.port)
     ids = [f"client-{i:04d}" for i in range(4)]
     model = [await client.join(c) for c in ids][0].model_id
+    deadline = asyncio.get_running_loop().time() + 30    # until round 1 is open with its selection (the polls'
+    while not (coord.engine.state is RoundState.TRAINING and coord.engine.selected):    # 1 s hold is not a bound)
+        assert asyncio.get_running_loop().time() < deadline, "round 1 did not open within 30 s"
+        await asyncio.sleep(0.01)
     tasks = await asyncio.gather(*(client.poll(c, model, wait_ms=1000) for c in ids))
     fit = sorted(c for c, t in zip(ids, tasks) if t.kind == pb.Task.FIT)
     assert fit == select_clients(ids, 2, seed=11, round=1, attempt=1)
