@@ -87,3 +87,16 @@ def other_filesystem_dir(tmp_path) -> Path:
     folder = Path(tempfile.mkdtemp(prefix="fedort-test-", dir=shm))
     yield folder
     shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _no_globals_seen_from_other_tests():
+    """Each test starts with an empty `coordinator_fixtures.GLOBALS_SEEN` (what the stub client names as
+    trained_from_sha256): a sha256 another test saw must not decide whether this test's update is admitted,
+    or the outcome would depend on the order pytest-randomly runs the tests in."""
+    import sys
+
+    fixtures = sys.modules.get("coordinator_fixtures")
+    if fixtures is not None:
+        fixtures.GLOBALS_SEEN.clear()
+    yield

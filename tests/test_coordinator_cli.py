@@ -105,9 +105,11 @@ def test_serve_runs_a_round_then_sigterm_stops_gracefully_and_status_prints_it(p
                                                          trained_from=task.vector_sha256))]
             assert stub.SubmitUpdate(iter(update + [pb.UpdatePart(chunk=c) for c in chunks_of(vector)]),
                                      timeout=10).accepted
-        deadline = time.monotonic() + 10
-        while not (state / "models" / "round-0001" / "model.json").exists():
-            assert time.monotonic() < deadline
+        # until round 1's row is EXPORTED (its model.json is written before that row is, so the file's existence
+        # does not mean `status` will print EXPORTED yet)
+        deadline = time.monotonic() + 60
+        while ("EXPORTED" not in [r.state for r in stub.Status(pb.StatusRequest(), timeout=10).rounds if r.round == 1]):
+            assert time.monotonic() < deadline, "round 1 was not exported within 60 s"
             time.sleep(0.05)
         live = subprocess.run(fedort("coordinator", "status", "--state-dir", str(state)), capture_output=True,
                               text=True, timeout=30)

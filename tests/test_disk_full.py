@@ -127,7 +127,7 @@ async def test_an_edge_client_exits_non_zero_when_the_run_failed(start_coordinat
                 "--cache-dir", str(tmp_path / "cache"), "--name", "dev", "--poll-wait-ms", "1000"),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     out, err = await asyncio.wait_for(proc.communicate(), 120)
-    outcome = await asyncio.wait_for(coord.wait_done(), 10)
+    outcome = await asyncio.wait_for(coord.wait_done(), 60)
     assert outcome.state is RoundState.FAILED
     assert proc.returncode == 1, (out.decode(), err.decode())
     assert "the coordinator ended the run FAILED" in err.decode()

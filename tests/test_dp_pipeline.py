@@ -95,7 +95,7 @@ async def test_epsilon_per_round_equals_the_accountant_called_directly(start_coo
     ids = [f"client-{i}" for i in range(4)]
     model = [await client.join(c) for c in ids][0].model_id
     await asyncio.wait_for(_serve_rounds(coord, client, ids, model), 60)
-    outcome = await asyncio.wait_for(coord.wait_done(), 10)
+    outcome = await asyncio.wait_for(coord.wait_done(), 60)
     assert outcome.state is RoundState.DONE
     status = coord.engine.status()
     for row in status.rounds:                              # q = cohort 2 / population 4
@@ -113,7 +113,7 @@ async def test_target_epsilon_stops_before_the_round_that_would_exceed_it(start_
     ids = [f"client-{i}" for i in range(4)]
     model = [await client.join(c) for c in ids][0].model_id
     await asyncio.wait_for(_serve_rounds(coord, client, ids, model), 60)
-    outcome = await asyncio.wait_for(coord.wait_done(), 10)
+    outcome = await asyncio.wait_for(coord.wait_done(), 60)
     assert outcome.state is RoundState.DONE and outcome.rounds_completed == 2
     assert "stopped before round 3" in outcome.message and "target" in outcome.message
     assert "privacy budget" in coord.engine.status().message

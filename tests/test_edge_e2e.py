@@ -170,7 +170,7 @@ def test_three_devices_train_three_rounds_of_fedavg(procs, tmp_path, mlp_artifac
     port = start_coordinator(procs, mlp_artifacts, state, rounds=3, min_clients=3, lr=0.003, round_timeout=40)
     edges = [start_edge(procs, port, data[i], f"dev{i}") for i in range(3)]
     for p in edges:
-        assert finish(p, 50) == 0, p.err_path.read_text()[-3000:]
+        assert finish(p, 120) == 0, p.err_path.read_text()[-3000:]
     for i, p in enumerate(edges):
         out = p.out_path.read_text()
         assert "joined 127.0.0.1" in out and all(f"round {r} fit:" in out for r in (1, 2, 3)), out
@@ -196,7 +196,7 @@ def test_a_client_killed_mid_upload_leaves_the_round_to_the_others(procs, tmp_pa
     doomed.send_signal(signal.SIGKILL)
     doomed.wait(10)
     for p in edges:
-        assert finish(p, 40) == 0, p.err_path.read_text()[-3000:]
+        assert finish(p, 120) == 0, p.err_path.read_text()[-3000:]
     ((clients, state_name),) = query(state, "SELECT clients, state FROM rounds WHERE round = 1")
     assert clients == 2 and state_name in ("COMMITTED", "EXPORTED")
     assert fedavg_matches(state, 1) == 2
@@ -253,7 +253,7 @@ def test_clients_reconnect_when_the_coordinator_is_killed_and_restarted(procs, t
     time.sleep(1.0)
     start_coordinator(procs, mlp_artifacts, state, port, name="coordinator-2", **flags)
     for p in edges:
-        assert finish(p, 50) == 0, p.err_path.read_text()[-3000:]
+        assert finish(p, 120) == 0, p.err_path.read_text()[-3000:]
     ids = {c for (c,) in query(state, "SELECT client_id FROM clients")}
     assert len(ids) == 3  # nobody re-registered under a new identity
     assert sorted(query(state, "SELECT round, client_id FROM submissions")) == sorted(
@@ -284,7 +284,7 @@ def test_a_signal_stops_the_client_which_leaves(procs, tmp_path, mlp_artifacts, 
     wait_for(lambda: "joined" in edge.out_path.read_text() or edge.poll() is not None, 30, "the client to join")
     time.sleep(0.3)
     edge.send_signal(sig)
-    assert finish(edge, 10) == code, edge.err_path.read_text()[-2000:]
+    assert finish(edge, 30) == code, edge.err_path.read_text()[-2000:]
     assert f"stopped by {signal.Signals(sig).name}" in edge.err_path.read_text()
     ((active, reason),) = query(state, "SELECT active, left_reason FROM clients")
     assert active == 0 and signal.Signals(sig).name in reason
@@ -295,7 +295,13 @@ def test_a_signal_during_local_training_stops_at_once(procs, tmp_path, mlp_artif
     port = start_coordinator(procs, mlp_artifacts, state, rounds=1, min_clients=1, local_epochs=2000)  # minutes of work
     edge = start_edge(procs, port, data[0], "dev0")
     wait_for(lambda: query_when_ready(state, "SELECT 1 FROM rounds WHERE round = 1"), 30, "round 1 to open")
-    time.sleep(1.0)
+    # the round being open is not the client training: it still polls, downloads and caches the vector first (a
+    # signal then is "stopped before training"). Its cached vector file is the last thing before training starts;
+    # from there, a sub-millisecond step (pruning the cache) precedes the training loop, which the margin covers.
+    wait_for(lambda: list((procs.folder / "cache-dev0" / "vectors").glob("*.f32")) or edge.poll() is not None, 60,
+             "the client to fetch round 1's vector")
+    assert edge.poll() is None, edge.err_path.read_text()[-2000:]
+    time.sleep(0.5)
     started = time.monotonic()
     edge.send_signal(signal.SIGTERM)
     assert finish(edge, 10) == 143 and time.monotonic() - started < 5

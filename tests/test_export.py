@@ -67,7 +67,7 @@ async def test_a_missing_export_of_a_committed_round_is_redone_on_restart(start_
     await client.join("client-b")
     await client.fit_round("client-a", model, 0.1, 5)
     await client.fit_round("client-b", model, 0.1, 5)
-    await asyncio.wait_for(coord.wait_done(), 10)
+    await asyncio.wait_for(coord.wait_done(), 60)
     first = json.loads((coord.state_dir / "models" / "round-0001" / "model.json").read_text())
     assert first["server_eval"]["accuracy"] is not None
     await coord.stop()
@@ -75,4 +75,4 @@ async def test_a_missing_export_of_a_committed_round_is_redone_on_restart(start_
     again = await start_coordinator(rounds=1, eval_data=eval_npz)
     record = json.loads((again.state_dir / "models" / "round-0001" / "model.json").read_text())
     assert record["model_sha256"] == first["model_sha256"] and record["vector_sha256"] == first["vector_sha256"]
-    assert (await asyncio.wait_for(again.wait_done(), 5)).rounds_completed == 1
+    assert (await asyncio.wait_for(again.wait_done(), 60)).rounds_completed == 1

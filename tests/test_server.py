@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import time
 
 import grpc
 import numpy as np
@@ -30,7 +31,7 @@ async def test_two_clients_complete_two_rounds_with_weighted_average(start_coord
         assert (ta.round, tb.round) == (round, round)
         assert ra.accepted and rb.accepted and not ra.duplicate
         np.testing.assert_array_equal(va, vb)
-    outcome = await asyncio.wait_for(coord.wait_done(), 10)
+    outcome = await asyncio.wait_for(coord.wait_done(), 60)
     assert outcome.state is RoundState.DONE and outcome.rounds_completed == 2
     _, start = await client.download_vector("client-a", model, 1)
     _, final = await client.download_vector("client-a", model, 3)
@@ -48,7 +49,7 @@ async def test_each_round_exports_a_model_plain_onnxruntime_runs(start_coordinat
     for _ in range(2):
         await client.fit_round("client-a", model, 0.01, 5, {"train_loss": (1.0, True)})
         await client.fit_round("client-b", model, 0.02, 15, {"train_loss": (2.0, True), "local_only": (9.0, False)})
-    await asyncio.wait_for(coord.wait_done(), 10)
+    await asyncio.wait_for(coord.wait_done(), 60)
     models = coord.state_dir / "models"
     for round in (1, 2):
         folder = models / f"round-{round:04d}"
@@ -107,18 +108,31 @@ async def test_bad_client_id_format_is_invalid_argument(start_coordinator, stub_
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
+async def until_held(coord, client_id: str, since: float, call: asyncio.Future, timeout: float = 30.0) -> None:
+    """Until `client_id`'s PollTask (`call`, started after time.time() was `since`) is held by the engine: its poll
+    touched the client after `since`, and from that touch to the engine's wait nothing yields to the loop.
+    (A fixed sleep here let a slow call reach the server after the event the test then causes.)"""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while coord.engine.registry.require(client_id).last_seen <= since:
+        assert not call.done(), f"the poll ended before it was held: {call.result()}"
+        assert asyncio.get_running_loop().time() < deadline, f"{client_id}'s poll did not reach the server in {timeout} s"
+        await asyncio.sleep(0.01)
+
+
 async def test_long_poll_wakes_when_the_round_opens(start_coordinator, stub_client):
     coord = await start_coordinator(min_clients=2)
     client = stub_client(coord.port)
     model = (await client.join("client-a")).model_id
-    waiting = asyncio.ensure_future(client.poll("client-a", model, wait_ms=10_000))
-    await asyncio.sleep(0.2)
+    since = time.time()
+    waiting = asyncio.ensure_future(client.poll("client-a", model, wait_ms=30_000))
+    await until_held(coord, "client-a", since, waiting)
     assert not waiting.done()          # one client is not enough: the call is held
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     await client.join("client-b")      # the second client makes the round open
-    task = await asyncio.wait_for(waiting, 5)
-    assert task.kind == pb.Task.FIT and task.round == 1 and loop.time() - t0 < 1.0
+    task = await asyncio.wait_for(waiting, 20)
+    # FIT, not the WAIT that ends a hold, and long before that 30 s hold would end
+    assert task.kind == pb.Task.FIT and task.round == 1 and loop.time() - t0 < 15.0
     assert task.vector_length == P_MLP and len(task.vector_sha256) == 32
     assert task.config.local_epochs == 1 and task.config.batch_size == 32
 
@@ -148,7 +162,7 @@ async def test_status_rpc_reports_rounds_and_clients(start_coordinator, stub_cli
     await client.join("client-b")
     await client.fit_round("client-a", model, 1.0, 3)
     await client.fit_round("client-b", model, 1.0, 3)
-    await asyncio.wait_for(coord.wait_done(), 10)
+    await asyncio.wait_for(coord.wait_done(), 60)
     status = await client.stub.Status(pb.StatusRequest(), timeout=5)
     assert status.state == "DONE" and status.total_rounds == 1 and status.registered_clients == 2
     assert [(r.round, r.state, r.clients, r.examples) for r in status.rounds] == [(1, "EXPORTED", 2, 6)]
@@ -209,12 +223,13 @@ async def test_stop_answers_held_long_polls_instead_of_waiting_for_them(start_co
     coord = await start_coordinator(min_clients=2)
     client = stub_client(coord.port)
     model = (await client.join("client-a")).model_id
-    held = asyncio.ensure_future(client.poll("client-a", model, wait_ms=20_000))
-    await asyncio.sleep(0.2)
+    since = time.time()
+    held = asyncio.ensure_future(client.poll("client-a", model, wait_ms=30_000))
+    await until_held(coord, "client-a", since, held)
     loop = asyncio.get_running_loop()
     t0 = loop.time()
-    await coord.stop(grace=10)
-    assert loop.time() - t0 < 2.0
+    await coord.stop(grace=60)
+    assert loop.time() - t0 < 15.0     # not the 30 s hold, nor the 60 s grace
     assert (await held).kind == pb.Task.WAIT
 
 

@@ -218,7 +218,7 @@ async def test_a_median_round_commits_the_coordinate_median_of_its_updates(start
     client = stub_client(coord.port)
     model = [await client.join(c) for c in ("client-a", "client-b", "client-c")][0].model_id
     start = await _three_updates(client, model, (1.0, 2.0, 500.0))
-    assert (await asyncio.wait_for(coord.wait_done(), 10)).state is RoundState.DONE
+    assert (await asyncio.wait_for(coord.wait_done(), 60)).state is RoundState.DONE
     _, final = await client.download_vector("client-a", model, 2)
     np.testing.assert_allclose(final, start + 2.0, atol=1e-5)
 
@@ -228,25 +228,25 @@ async def test_a_clipping_round_bounds_each_clients_pull(start_coordinator, stub
     client = stub_client(coord.port)
     model = [await client.join(c) for c in ("client-a", "client-b", "client-c")][0].model_id
     start = await _three_updates(client, model, (0.0, 0.0, 500.0))
-    assert (await asyncio.wait_for(coord.wait_done(), 10)).state is RoundState.DONE
+    assert (await asyncio.wait_for(coord.wait_done(), 60)).state is RoundState.DONE
     _, final = await client.download_vector("client-a", model, 2)
     delta = final.astype(np.float64) - start
     assert np.linalg.norm(delta) == pytest.approx(1.0 / 3, rel=1e-4)
 
 
 async def test_a_restarted_median_round_aggregates_the_replayed_and_new_updates(start_coordinator, stub_client):
-    coord = await start_coordinator(min_clients=3, round_timeout_s=0.5, rounds=1, max_round_attempts=1,
+    coord = await start_coordinator(min_clients=3, round_timeout_s=2, rounds=1, max_round_attempts=1,
                                     strategy="median")
     client = stub_client(coord.port)
     model = [await client.join(c) for c in ("client-a", "client-b", "client-c")][0].model_id
     await _three_updates(client, model, (-100.0,), ids=("client-a",))
-    assert (await asyncio.wait_for(coord.wait_done(), 5)).state is RoundState.FAILED
+    assert (await asyncio.wait_for(coord.wait_done(), 60)).state is RoundState.FAILED
     await coord.stop()
     again = await start_coordinator(min_clients=3, round_timeout_s=10, rounds=1, max_round_attempts=1,
                                     strategy="median")
     client = stub_client(again.port)
     await _three_updates(client, model, (3.0, 4.0), ids=("client-b", "client-c"))
-    assert (await asyncio.wait_for(again.wait_done(), 10)).state is RoundState.DONE
+    assert (await asyncio.wait_for(again.wait_done(), 60)).state is RoundState.DONE
     _, start = await client.download_vector("client-b", model, 1)
     _, final = await client.download_vector("client-b", model, 2)
     np.testing.assert_allclose(final, start + 3.0, atol=1e-5)     # median of -100, 3, 4

@@ -49,10 +49,10 @@ async def test_a_real_round_runs_over_tls_with_device_tokens(tmp_path, pki, star
         assert config.client_id == f"client-{i:04d}"     # taken from the token
         return EdgeClient(config, data=digits_part(i, 2)).run()
 
-    summaries = await asyncio.wait_for(asyncio.gather(*(asyncio.to_thread(run, i) for i in range(2))), 20)
+    summaries = await asyncio.wait_for(asyncio.gather(*(asyncio.to_thread(run, i) for i in range(2))), 120)
     assert sorted(s.client_id for s in summaries) == ["client-0000", "client-0001"]
     assert all(s.rounds_trained == [1] for s in summaries), summaries
-    outcome = await asyncio.wait_for(coordinator.wait_done(), 10)
+    outcome = await asyncio.wait_for(coordinator.wait_done(), 60)
     assert outcome.state.name == "DONE" and outcome.rounds_completed == 1
 
 
