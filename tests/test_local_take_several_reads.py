@@ -79,3 +79,37 @@ def test_a_file_of_several_reads_whose_digest_fails_after_its_fold_leaves_the_su
     assert agg.stale                                     # its values went into the sum before the digest failed
     agg.rebuild([Update("client-a", 10, "raw", good)])
     assert agg.result().vector.tobytes() == clean.result().vector.tobytes()
+
+
+def test_a_file_whose_third_read_holds_a_nan_stops_its_fold_there_and_leaves_the_sum_to_rebuild(tmp_path):
+    """The reader thread is ahead of the fold when the finite check fails: the take raises, the reader stops, and
+    the first two reads' values in the sum are undone by `rebuild`."""
+    rng = np.random.default_rng(2)
+    g = rng.standard_normal(LENGTH).astype(np.float32)
+    x = (g + np.float32(0.125)).astype(np.float32)
+    poisoned = x.copy()
+    poisoned[2 * READ_STEP // 4 + 17] = np.nan          # in the third 1 MiB read
+    lv = LocalVectorDir(tmp_path / "lv")
+    lv.path.mkdir()
+    agg, clean = FedAvg().new_round(g), FedAvg().new_round(g)
+    good = tmp_path / "spool" / "client-a.tmp"
+    lv.take(admitted("client-a", x, handed_over(lv, "client-a", x), digests.SHA256, 10), good,
+            lambda blocks: agg.fold_early("a", blocks, 10))
+    agg.add(Update("client-a", 10, "raw", good), early="a")
+    clean.add(Update("client-a", 10, "raw", good))
+    seen: list[int] = []
+
+    def fold(blocks):
+        def counted():
+            for start, values in blocks:
+                seen.append(start)
+                yield start, values
+        agg.fold_early("b", counted(), 17)
+
+    with pytest.raises(VectorError, match="non-finite"):
+        lv.take(admitted("client-b", poisoned, handed_over(lv, "client-b", poisoned), digests.SHA256, 17),
+                tmp_path / "spool" / "client-b.tmp", fold)
+    assert seen and max(seen) < 2 * READ_STEP // 4   # nothing of the third read or later reached the sum
+    assert agg.stale
+    agg.rebuild([Update("client-a", 10, "raw", good)])
+    assert agg.result().vector.tobytes() == clean.result().vector.tobytes()
