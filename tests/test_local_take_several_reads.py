@@ -39,6 +39,20 @@ def handed_over(lv: LocalVectorDir, cid: str, vector: np.ndarray) -> str:
     return name
 
 
+def one_good_update(tmp_path: Path, g: np.ndarray, x: np.ndarray):
+    """A local vector dir, a round's aggregator holding client-a's update `x` (folded while taken) and a `clean`
+    one holding it folded from its spool copy, and that copy's path."""
+    lv = LocalVectorDir(tmp_path / "lv")
+    lv.path.mkdir()
+    agg, clean = FedAvg().new_round(g), FedAvg().new_round(g)
+    good = tmp_path / "spool" / "client-a.tmp"
+    lv.take(admitted("client-a", x, handed_over(lv, "client-a", x), digests.SHA256, 10), good,
+            lambda blocks: agg.fold_early("a", blocks, 10))
+    agg.add(Update("client-a", 10, "raw", good), early="a")
+    clean.add(Update("client-a", 10, "raw", good))
+    return lv, agg, clean, good
+
+
 @pytest.mark.parametrize("digest", [digests.SHA256, *([digests.BLAKE3] if digests.BLAKE3 in digests.available() else [])])
 def test_a_file_of_several_reads_folded_while_taken_gives_the_bits_of_the_fold_from_its_spool_copy(tmp_path, digest):
     rng = np.random.default_rng(0)
@@ -63,14 +77,7 @@ def test_a_file_of_several_reads_whose_digest_fails_after_its_fold_leaves_the_su
     rng = np.random.default_rng(1)
     g = rng.standard_normal(LENGTH).astype(np.float32)
     x, other = (g + np.float32(0.25)).astype(np.float32), (g - np.float32(0.5)).astype(np.float32)
-    lv = LocalVectorDir(tmp_path / "lv")
-    lv.path.mkdir()
-    agg, clean = FedAvg().new_round(g), FedAvg().new_round(g)
-    good = tmp_path / "spool" / "client-a.tmp"
-    lv.take(admitted("client-a", x, handed_over(lv, "client-a", x), digests.SHA256, 10), good,
-            lambda blocks: agg.fold_early("a", blocks, 10))
-    agg.add(Update("client-a", 10, "raw", good), early="a")
-    clean.add(Update("client-a", 10, "raw", good))
+    lv, agg, clean, good = one_good_update(tmp_path, g, x)
     bad = tmp_path / "spool" / "client-b.tmp"
     name = handed_over(lv, "client-b", other)           # right size, but not the bytes the header hashes
     with pytest.raises(VectorError, match="sha256 mismatch"):
@@ -89,14 +96,7 @@ def test_a_file_whose_third_read_holds_a_nan_stops_its_fold_there_and_leaves_the
     x = (g + np.float32(0.125)).astype(np.float32)
     poisoned = x.copy()
     poisoned[2 * READ_STEP // 4 + 17] = np.nan          # in the third 1 MiB read
-    lv = LocalVectorDir(tmp_path / "lv")
-    lv.path.mkdir()
-    agg, clean = FedAvg().new_round(g), FedAvg().new_round(g)
-    good = tmp_path / "spool" / "client-a.tmp"
-    lv.take(admitted("client-a", x, handed_over(lv, "client-a", x), digests.SHA256, 10), good,
-            lambda blocks: agg.fold_early("a", blocks, 10))
-    agg.add(Update("client-a", 10, "raw", good), early="a")
-    clean.add(Update("client-a", 10, "raw", good))
+    lv, agg, clean, good = one_good_update(tmp_path, g, x)
     seen: list[int] = []
 
     def fold(blocks):
