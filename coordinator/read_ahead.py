@@ -51,10 +51,14 @@ class ReadAhead:
         self._thread = threading.Thread(target=self._run, name="fedort-read-ahead", daemon=True)
         self._thread.start()
 
+    def _slot(self, i: int) -> memoryview:
+        """Where part i goes in the ring (all of it for a one-part file)."""
+        at = i % SLOTS * self.step
+        return self._mem[at:at + min(self.step, self.n - i * self.step)]
+
     def _fill(self, i: int) -> memoryview:
         """Part i read into its slot and hashed."""
-        at = i % SLOTS * self.step
-        part, got = self._mem[at:at + min(self.step, self.n - i * self.step)], 0
+        part, got = self._slot(i), 0
         while got < len(part):   # a regular file reads short only at its end
             k = os.readv(self._fd, [part[got:]])
             if k <= 0:
@@ -91,8 +95,7 @@ class ReadAhead:
                     self._cond.wait()
                 if self._read <= i:
                     raise self._error
-            at = i % SLOTS * self.step
-            yield self._mem[at:at + min(self.step, self.n - i * self.step)]
+            yield self._slot(i)
             with self._cond:
                 self._used = i + 1
                 self._cond.notify()

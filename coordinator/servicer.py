@@ -40,7 +40,7 @@ from fedort.edge_client.artifacts import ARTIFACT_FILES
 from fedort.protos import digests
 from fedort.protos import fedort_v1_pb2 as pb
 from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
-from fedort.protos.codec import CHUNK_BYTES, VectorMeta, byte_view
+from fedort.protos.codec import CHUNK_BYTES, VectorMeta, iter_chunk_views
 from fedort.protos.codecs.stream import iter_payload_chunks
 from fedort.protos.codecs.xor_delta import DOWNLOAD_DELTA
 from fedort.protos.errors import FedortError, NotFoundError, ProtocolError, ResourceExhaustedError, StaleRoundError
@@ -50,12 +50,6 @@ from fedort.protos.update_part import chunk_message, part_kind
 
 _timeout = getattr(asyncio, "timeout", None)   # Python >= 3.11
 UPLOAD_WINDOW_BYTES = 256 << 10   # the per-stream receive window (server.server_options); see _chunks
-
-
-def _views(vector, chunk_bytes: int):
-    """The vector's bytes in chunks, as views (chunk_message copies each once, into the message)."""
-    view = byte_view(vector)
-    return (view[i:i + chunk_bytes] for i in range(0, len(view), chunk_bytes))
 
 
 def _retrieved(read: asyncio.Future) -> None:
@@ -195,7 +189,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             blake3 = bool(g.blake3) and digests.BLAKE3 in request.digests
             meta = VectorMeta(self.engine.model_id, g.round, n, g.blake3 if blake3 else g.sha256,
                               chunk_size=self.chunk_bytes, digest=digests.BLAKE3 if blake3 else "")
-            chunks = _views(g.vector, self.chunk_bytes)
+            chunks = iter_chunk_views(g.vector, self.chunk_bytes)   # views: chunk_message copies each once
         else:   # lossless delta against the vector the device has (coordinator/download_delta.py)
             meta = VectorMeta(self.engine.model_id, g.round, n, hashlib.sha256(delta).digest(), codec=DOWNLOAD_DELTA,
                               chunk_size=self.chunk_bytes, base_sha256=bytes(request.cached_sha256),

@@ -83,11 +83,15 @@ def describe(vector: np.ndarray, model_id: str, round: int, chunk_size: int = CH
                       chunk_size=int(chunk_size), digest=algorithm)
 
 
-def iter_chunks(vector: np.ndarray, chunk_size: int = CHUNK_BYTES) -> Iterator[bytes]:
-    """The vector's bytes in chunks of `chunk_size` (the last may be shorter)."""
+def iter_chunk_views(vector: np.ndarray, chunk_size: int = CHUNK_BYTES) -> Iterator[memoryview]:
+    """The vector's bytes in chunks of `chunk_size` (the last may be shorter), as views of its memory."""
     view = _as_bytes(vector)
-    for start in range(0, len(view), chunk_size):
-        yield bytes(view[start:start + chunk_size])
+    return (view[start:start + chunk_size] for start in range(0, len(view), chunk_size))
+
+
+def iter_chunks(vector: np.ndarray, chunk_size: int = CHUNK_BYTES) -> Iterator[bytes]:
+    """The vector's bytes in chunks of `chunk_size` (the last may be shorter), each a copy of its own."""
+    return (bytes(v) for v in iter_chunk_views(vector, chunk_size))
 
 
 def check_vector_header(meta: VectorMeta, *, codecs: Iterable[str] = (CODEC_RAW,), expected_length: int | None = None,
