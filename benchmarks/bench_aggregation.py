@@ -62,10 +62,10 @@ def load_weighted_sum() -> type:
 
     Under the Flower venv (protobuf 6, fedort not installed) the packages' __init__ files must not
     run: `coordinator/__init__` imports the gRPC server and the stubs. weighted_sum.py
-    needs only numpy, a few sibling modules and protos/errors.py, so they are loaded
+    needs only numpy, a few sibling modules and fedort/common/errors.py, so they are loaded
     under their real names inside empty stand-in packages (`fedort`, `fedort.protos`, ...).
     """
-    if "fedort.protos.errors" not in sys.modules:
+    if "fedort.common.errors" not in sys.modules:
         for name, path in (("fedort", ROOT / "fedort"), ("fedort.protos", ROOT / "protos"),
                            ("fedort.coordinator", ROOT / "coordinator"),
                            ("fedort.coordinator.aggregation", ROOT / "coordinator" / "aggregation")):
@@ -73,7 +73,7 @@ def load_weighted_sum() -> type:
                 pkg = types.ModuleType(name)
                 pkg.__path__ = [str(path)]
                 sys.modules[name] = pkg
-        _load_by_path("fedort.protos.errors", ROOT / "protos" / "errors.py")
+        _load_by_path("fedort.common.errors", ROOT / "protos" / "errors.py")
     return _load_by_path("fedort.coordinator.aggregation.weighted_sum",
                          ROOT / "coordinator" / "aggregation" / "weighted_sum.py").WeightedSum
 

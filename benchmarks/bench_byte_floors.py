@@ -169,7 +169,7 @@ def grpc_floor(mb: float, reps: int, chunk: int = 256 << 10) -> list[dict[str, f
     import grpc
 
     import bench_transfer as bt
-    from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
+    from fedort.protos.stubs import fedort_v1_pb2_grpc as pb_grpc
 
     vector = np.ones(int(mb * 1e6 / 4), np.float32)
     sha = hashlib.sha256(memoryview(vector).cast("B")).digest()

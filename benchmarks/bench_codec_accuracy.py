@@ -35,12 +35,12 @@ def client_seed(seed: int, round: int, client: int) -> int:
 
 
 def run(codec: str, rounds: int, seed: int, artifacts: Path) -> list[dict]:
-    from fedort.edge_client.client_data import ClientData
-    from fedort.edge_client.local_round import evaluate, fit
-    from fedort.edge_client.session import TrainingSession
-    from fedort.edge_client.update_codec import UpdateEncoder
-    from fedort.protos.codec import vector_digest
-    from fedort.protos.codecs import VectorDecoder, describe_payload, iter_payload_chunks, parse_codec
+    from fedort.common.client_data import ClientData
+    from fedort.edge_client.training.local_round import evaluate, fit
+    from fedort.ort.session import TrainingSession
+    from fedort.edge_client.uploads.update_codec import UpdateEncoder
+    from fedort.protos.vector_stream import vector_digest
+    from fedort.protos.update_codecs import VectorDecoder, describe_payload, iter_payload_chunks, parse_codec
     from fedort.protos.messages import TrainConfig
     from fedort.simulations.datasets import subset
     from fedort.simulations.population import digits_population
@@ -91,8 +91,8 @@ def main() -> int:
     ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=HERE / ".work" / "codec_accuracy")
     args = ap.parse_args()
-    from fedort.edge_client.artifacts import build_artifacts
-    from fedort.edge_client.models import mlp
+    from fedort.ort.artifacts import build_artifacts
+    from fedort.ort.models import mlp
 
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:

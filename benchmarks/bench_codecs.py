@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from fedort.protos.codecs import get_codec, iter_payload_chunks
+from fedort.protos.update_codecs import get_codec, iter_payload_chunks
 
 SPECS = ["raw", "fp16", "bf16", "int8", "int8:1024", "topk:0.01", "topk:0.001",
          "zstd+raw", "zstd+fp16", "zstd+int8", "zstd+topk:0.01"]

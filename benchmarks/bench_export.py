@@ -24,10 +24,10 @@ def main() -> None:
     ap.add_argument("--params", type=int, default=5_000_000)
     ap.add_argument("--rounds", type=int, default=10)
     args = ap.parse_args()
-    from fedort.coordinator.export import Exporter
-    from fedort.durable import atomic_write, drop_cached
-    from fedort.edge_client.artifacts import build_artifacts
-    from fedort.edge_client.models import mlp
+    from fedort.coordinator.export.inference import Exporter
+    from fedort.common.durable import atomic_write, drop_cached
+    from fedort.ort.artifacts import build_artifacts
+    from fedort.ort.models import mlp
 
     hidden = hidden_for(args.params)
     art = WORK / f"artifacts-h{hidden}"

@@ -43,7 +43,7 @@ BIG_BATCH = 2000
 def full_batch_size() -> tuple[int, str]:
     """0 if the coordinator accepts batch_size=0 (whole local data set), else BIG_BATCH."""
     from fedort.coordinator.config import CoordinatorConfig
-    from fedort.protos.errors import ConfigError
+    from fedort.common.errors import ConfigError
 
     try:
         CoordinatorConfig(artifacts=Path("a"), state_dir=Path("s"), batch_size=0)

@@ -15,8 +15,8 @@ import time
 
 import numpy as np
 
-from fedort.edge_client.update_codec import ResidualStore, UpdateEncoder
-from fedort.protos.codecs import parse_codec
+from fedort.edge_client.uploads.update_codec import ResidualStore, UpdateEncoder
+from fedort.protos.update_codecs import parse_codec
 
 
 def main() -> None:

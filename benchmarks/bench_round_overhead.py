@@ -71,7 +71,7 @@ def hidden_for(params: int) -> int:
 
 def _no_training_module(session):
     """module_factory: a TrainingModule that runs no ORT step (see the module docstring)."""
-    from fedort.edge_client.module import TrainingModule
+    from fedort.edge_client.training.module import TrainingModule
 
     class _NoSteps:
         """The session as the Trainer sees it through module.session, minus the optimizer work."""
@@ -114,8 +114,8 @@ def fedort_trial(params: int, rounds: int, clients: int, workers: int, state_roo
     import numpy as np
 
     from fedort.coordinator import CoordinatorConfig
-    from fedort.edge_client.artifacts import build_artifacts, load_manifest
-    from fedort.edge_client.models import mlp
+    from fedort.ort.artifacts import build_artifacts, load_manifest
+    from fedort.ort.models import mlp
     from fedort.simulations import LocalCoordinator, WorkerPlan
     from fedort.simulations.population import DataSource, VirtualClient, client_id
 
@@ -153,7 +153,7 @@ def fedort_trial(params: int, rounds: int, clients: int, workers: int, state_roo
 
 def _accepted_times(state_dir: Path, rounds: int) -> dict[int, list[float]]:
     """Unix times at which each round's updates were acknowledged (the submissions' received_ms)."""
-    from fedort.coordinator.state import StateStore
+    from fedort.coordinator.state.store import StateStore
 
     store = StateStore(state_dir, readonly=True)
     try:
@@ -164,7 +164,7 @@ def _accepted_times(state_dir: Path, rounds: int) -> dict[int, list[float]]:
 
 def _fedort_breakdown(timeline, accepted: dict[int, list[float]], rounds: int) -> dict:
     """Round starts and per-phase durations from the coordinator's recorded round transitions."""
-    from fedort.protos.round_state import RoundState
+    from fedort.common.round_state import RoundState
 
     TRAINING, AGGREGATING, EXPORTING = (s.name for s in (RoundState.TRAINING, RoundState.AGGREGATING,
                                                          RoundState.EXPORTING))

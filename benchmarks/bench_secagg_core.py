@@ -29,11 +29,11 @@ import time
 
 import numpy as np
 
-from fedort.coordinator.secagg_server import SecAggServer
-from fedort.edge_client.secagg_client import SecAggClient
-from fedort.protos.secagg import FixedPoint, SecAggParams, default_threshold, effective_degree
-from fedort.protos.secagg.prg import expand
-from fedort.protos.secagg.scheme import SUPPORTED, combine_secrets, split_secret
+from fedort.coordinator.privacy.secagg.server import SecAggServer
+from fedort.edge_client.secagg.client import SecAggClient
+from fedort.common.secagg import FixedPoint, SecAggParams, default_threshold, effective_degree
+from fedort.common.secagg.prg import expand
+from fedort.common.secagg.scheme import SUPPORTED, combine_secrets, split_secret
 
 
 def _params(n: int, length: int, degree: int, scheme: str) -> SecAggParams:

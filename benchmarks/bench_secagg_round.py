@@ -50,8 +50,8 @@ def trial(params: int, clients: int, rounds: int, secagg: bool, workers: int = 2
     import numpy as np
 
     from fedort.coordinator import CoordinatorConfig
-    from fedort.edge_client.artifacts import build_artifacts, load_manifest
-    from fedort.edge_client.models import mlp
+    from fedort.ort.artifacts import build_artifacts, load_manifest
+    from fedort.ort.models import mlp
     from fedort.simulations import LocalCoordinator, WorkerPlan
     from fedort.simulations.population import DataSource, VirtualClient, client_id
 

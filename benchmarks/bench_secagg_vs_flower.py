@@ -72,8 +72,8 @@ FLOWER_TRIAL = textwrap.dedent('''
 
 def graph(clients: int) -> tuple[int, int]:
     """fedort's default (K neighbours, threshold T) for this cohort (coordinator.secagg_round)."""
-    from fedort.coordinator.secagg_round import default_degree
-    from fedort.protos.secagg import default_threshold, effective_degree
+    from fedort.coordinator.privacy.secagg.secure_round import default_degree
+    from fedort.common.secagg import default_threshold, effective_degree
 
     k = effective_degree(clients, default_degree(clients))
     return k, default_threshold(k)

@@ -28,12 +28,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fedort.edge_client import _ort  # noqa: E402
-from fedort.edge_client.artifacts import CHECKPOINT, EVAL_MODEL, OPTIMIZER_MODEL, TRAINING_MODEL, build_artifacts  # noqa: E402
-from fedort.edge_client.models import builtin_model  # noqa: E402
-from fedort.edge_client.module import TrainingModule  # noqa: E402
-from fedort.edge_client.session import SessionConfig, TrainingSession  # noqa: E402
-from fedort.edge_client.trainer import Trainer  # noqa: E402
+from fedort.ort import _training_api as _ort# noqa: E402
+from fedort.ort.artifacts import CHECKPOINT, EVAL_MODEL, OPTIMIZER_MODEL, TRAINING_MODEL, build_artifacts  # noqa: E402
+from fedort.ort.models import builtin_model  # noqa: E402
+from fedort.edge_client.training.module import TrainingModule  # noqa: E402
+from fedort.ort.session import SessionConfig, TrainingSession  # noqa: E402
+from fedort.edge_client.training.trainer import Trainer  # noqa: E402
 
 
 def digits() -> tuple[np.ndarray, np.ndarray]:

@@ -51,15 +51,15 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
-from fedort.edge_client.artifacts import build_artifacts, load_manifest  # noqa: E402
-from fedort.edge_client.models import mlp  # noqa: E402
-from fedort.protos import fedort_v1_pb2 as pb  # noqa: E402
-from fedort.protos import fedort_v1_pb2_grpc as pb_grpc  # noqa: E402
-from fedort.protos import digests  # noqa: E402
-from fedort.protos.codec import VectorAssembler, describe, iter_chunks  # noqa: E402
+from fedort.ort.artifacts import build_artifacts, load_manifest  # noqa: E402
+from fedort.ort.models import mlp  # noqa: E402
+from fedort.protos.stubs import fedort_v1_pb2 as pb# noqa: E402
+from fedort.protos.stubs import fedort_v1_pb2_grpc as pb_grpc# noqa: E402
+from fedort.common import digests# noqa: E402
+from fedort.protos.vector_stream import VectorAssembler, describe, iter_chunks  # noqa: E402
 from fedort.protos.messages import Task, meta_from_pb, meta_to_pb  # noqa: E402
-from fedort.edge_client.channel import ChannelConfig  # noqa: E402
-from fedort.edge_client.transport import Transport  # noqa: E402
+from fedort.edge_client.transport.channel import ChannelConfig  # noqa: E402
+from fedort.edge_client.transport.grpc_transport import Transport  # noqa: E402
 
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
 

@@ -25,11 +25,11 @@ from pathlib import Path
 import grpc
 import numpy as np
 
-from fedort.edge_client.artifacts import build_artifacts, load_manifest
-from fedort.edge_client.models import mlp
-from fedort.protos import fedort_v1_pb2 as pb
-from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
-from fedort.protos.codec import CHUNK_BYTES, describe
+from fedort.ort.artifacts import build_artifacts, load_manifest
+from fedort.ort.models import mlp
+from fedort.protos.stubs import fedort_v1_pb2 as pb
+from fedort.protos.stubs import fedort_v1_pb2_grpc as pb_grpc
+from fedort.protos.vector_stream import CHUNK_BYTES, describe
 from fedort.protos.messages import UpdateHeader
 
 WORK = Path(tempfile.gettempdir()) / "fedort-bench-upload-memory"

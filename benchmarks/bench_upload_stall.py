@@ -40,8 +40,8 @@ sys.path.insert(0, str(HERE.parent))
 
 from fedort.coordinator.config import CoordinatorConfig  # noqa: E402
 from fedort.coordinator.server import server_options  # noqa: E402
-from fedort.protos import fedort_v1_pb2 as pb  # noqa: E402
-from fedort.protos import fedort_v1_pb2_grpc as pb_grpc  # noqa: E402
+from fedort.protos.stubs import fedort_v1_pb2 as pb# noqa: E402
+from fedort.protos.stubs import fedort_v1_pb2_grpc as pb_grpc# noqa: E402
 
 VARIANTS = ("floor", "plain", "read-ahead")
 

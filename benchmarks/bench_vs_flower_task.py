@@ -54,7 +54,7 @@ sys.path.insert(0, str(HERE))
 
 def prepare(work: Path) -> dict:
     """Artifacts and per-client data exactly as `fedort simulate` builds them for the scenario."""
-    from fedort.edge_client.artifacts import load_manifest
+    from fedort.ort.artifacts import load_manifest
     from fedort.simulations.config import load_config
     from fedort.simulations.artifact_cache import cached_builtin_artifacts
 
@@ -72,8 +72,8 @@ def prepare(work: Path) -> dict:
 
 def flower_artifacts(cfg, art: Path) -> Path:
     """The scenario's built-in model as training artifacts in `art` (built unless already there)."""
-    from fedort.edge_client.artifacts import build_artifacts
-    from fedort.edge_client.models import builtin_model
+    from fedort.ort.artifacts import build_artifacts
+    from fedort.ort.models import builtin_model
 
     if not (art / "manifest.json").exists():
         build_artifacts(builtin_model(cfg.model, seed=cfg.seed), art, optimizer=cfg.optimizer)
@@ -144,7 +144,7 @@ def flower_python() -> Path:
     import flower_venv
 
     py = flower_venv.ensure(extra=("flwr[simulation]",), probe="import flwr, ray, threadpoolctl")
-    probe = "import fedort.edge_client.session"   # (onnxruntime.training itself imports torch)
+    probe = "import fedort.ort.session"   # (onnxruntime.training itself imports torch)
     if subprocess.run([str(py), "-c", probe], capture_output=True).returncode != 0:
         print("installing onnxruntime-training-cpu and fedort (--no-deps) into Flower's venv", file=sys.stderr)
         subprocess.run([str(py), "-m", "pip", "install", "--quiet", "onnxruntime-training-cpu==1.19.2", "onnx<1.18"],

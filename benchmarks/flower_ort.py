@@ -52,8 +52,8 @@ def session(artifacts: str):
     """One ORT session per process (as a fedort worker shares one among its clients), kept in this module,
     which Ray's actors import by name: a client function refers to it, never carries one."""
     if artifacts not in _SESSIONS:
-        from fedort.edge_client.session import TrainingSession
-        from fedort.edge_client.session_config import SessionConfig
+        from fedort.ort.session import TrainingSession
+        from fedort.ort.session_config import SessionConfig
 
         _SESSIONS[artifacts] = TrainingSession.from_artifacts(artifacts, config=SessionConfig(intra_op_threads=1))
     return _SESSIONS[artifacts]
@@ -69,10 +69,10 @@ def _client(spec: dict, context):
     import numpy as np
     from flwr.client import NumPyClient
 
-    from fedort.edge_client.client_data import ClientData
-    from fedort.edge_client.fedprox import proximal_step
-    from fedort.edge_client.module import TrainingModule
-    from fedort.edge_client.trainer import Trainer
+    from fedort.common.client_data import ClientData
+    from fedort.edge_client.training.fedprox import proximal_step
+    from fedort.edge_client.training.module import TrainingModule
+    from fedort.edge_client.training.trainer import Trainer
 
     cid = int(context.node_config["partition-id"])
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / "benchmarks" / ".work" / "venv-flwr"
-# zstandard: bench_aggregation loads fedort's fold by path, and it imports fedort.protos.codecs
+# zstandard: bench_aggregation loads fedort's fold by path, and it imports fedort.protos.update_codecs
 REQUIREMENTS = ["flwr>=1.10,<2", "numpy>=1.26", "threadpoolctl", "zstandard>=0.22"]
 REEXEC_MARK = "FEDORT_BENCH_IN_FLOWER_VENV"
 

@@ -33,14 +33,14 @@ _calls: list[tuple[str, float, float, float, int]] = []   # (label, start unix s
 _lock = threading.Lock()
 
 # (module, attribute, label): the coordinator's and the workers' whole-vector steps
-COORDINATOR = [("fedort.coordinator.round_engine", "atomic_write", "global write"),
+COORDINATOR = [("fedort.coordinator.engine.round_engine", "atomic_write", "global write"),
                ("fedort.coordinator.aggregation.weighted_sum", "WeightedSum.mean", "mean"),
-               ("fedort.coordinator.local_vectors", "LocalVectorDir.take", "take"),
-               ("fedort.coordinator.export", "Exporter.export", "export")]
-WORKER = [("fedort.edge_client.local_vectors", "LocalVectors.read_global", "read global"),
-          ("fedort.edge_client.session", "TrainingSession.to_buffer", "to_buffer"),
-          ("fedort.edge_client.session", "TrainingSession.from_buffer", "from_buffer"),
-          ("fedort.edge_client.local_vectors", "_write_durably", "write update")]
+               ("fedort.coordinator.colocated.local_vectors", "LocalVectorDir.take", "take"),
+               ("fedort.coordinator.export.inference", "Exporter.export", "export")]
+WORKER = [("fedort.edge_client.uploads.local_vectors", "LocalVectors.read_global", "read global"),
+          ("fedort.ort.session", "TrainingSession.to_buffer", "to_buffer"),
+          ("fedort.ort.session", "TrainingSession.from_buffer", "from_buffer"),
+          ("fedort.edge_client.uploads.local_vectors", "_write_durably", "write update")]
 
 
 def _timed(fn, label):

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fedort.lazy import lazy_exports
+from fedort.common.lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {
     "Coordinator": "fedort.coordinator.server",
     "CoordinatorConfig": "fedort.coordinator.config",
-    "RoundState": "fedort.protos.round_state",
-    "RunOutcome": "fedort.coordinator.round_engine",
+    "RoundState": "fedort.common.round_state",
+    "RunOutcome": "fedort.coordinator.engine.round_engine",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -24,6 +24,6 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 if TYPE_CHECKING:
     from fedort.coordinator.config import CoordinatorConfig
-    from fedort.coordinator.round_engine import RunOutcome
+    from fedort.coordinator.engine.round_engine import RunOutcome
     from fedort.coordinator.server import Coordinator
-    from fedort.protos.round_state import RoundState
+    from fedort.common.round_state import RoundState

@@ -70,15 +70,15 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from fedort.coordinator.aggregation import codecs, parse_strategy
-from fedort.coordinator.async_config import AsyncSettings
-from fedort.coordinator.export_external import EXTERNAL_MIN_BYTES
-from fedort.coordinator.server_optimizers import canonical_spec, parse_server_optimizer
-from fedort.coordinator.staleness import parse_staleness_weight
-from fedort.coordinator.privacy_config import PrivacySettings, privacy_problems
-from fedort.protos.codec import CHUNK_BYTES, MAX_CHUNK_BYTES
-from fedort.edge_client.tomlfile import read_table
-from fedort.protos import digests
-from fedort.protos.errors import ConfigError
+from fedort.coordinator.fedbuff.config import AsyncSettings
+from fedort.coordinator.export.external_data import EXTERNAL_MIN_BYTES
+from fedort.coordinator.aggregation.server_optimizers import canonical_spec, parse_server_optimizer
+from fedort.coordinator.fedbuff.staleness import parse_staleness_weight
+from fedort.coordinator.privacy.config import PrivacySettings, privacy_problems
+from fedort.protos.vector_stream import CHUNK_BYTES, MAX_CHUNK_BYTES
+from fedort.common.tomlfile import read_table
+from fedort.common import digests
+from fedort.common.errors import ConfigError
 
 
 _PATH_FIELDS = ("artifacts", "state_dir", "eval_data", "port_file", "tls_cert", "tls_key", "tls_client_ca",
@@ -262,7 +262,7 @@ class CoordinatorConfig(AsyncSettings, PrivacySettings):
         for name in ("upload_slot_wait_s", "upload_min_rate_bytes_s", "upload_grace_s"):
             need(_number(getattr(self, name)) and getattr(self, name) > 0, f"{name} must be > 0", getattr(self, name))
         if self.local_vector_dir is not None:
-            from fedort.coordinator.state_layout import StateLayout
+            from fedort.coordinator.state.layout import StateLayout
 
             need(self.local_vector_dir.resolve() not in StateLayout(self.state_dir.resolve()).reserved(),
                  "local_vector_dir must not be the state dir or one of its own folders (e.g. STATE/local-vectors)",

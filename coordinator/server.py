@@ -26,21 +26,21 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from fedort.coordinator.aggregation import Strategy
-from fedort.coordinator.auth import Authenticator
+from fedort.coordinator.rpc.auth import Authenticator
 from fedort.coordinator.config import CoordinatorConfig
-from fedort.coordinator.devices import DeviceStore
-from fedort.coordinator.export import Exporter
-from fedort.coordinator.malformed import add_servicer
-from fedort.coordinator.monitoring import Monitoring
-from fedort.coordinator.round_engine import RoundEngine, RunOutcome
-from fedort.protos.round_state import RoundState
-from fedort.coordinator.servicer import UPLOAD_WINDOW_BYTES, CoordinatorServicer
-from fedort.coordinator.state import StateStore
-from fedort.coordinator.state_layout import StateLayout
-from fedort.coordinator.statelock import StateDirLock
-from fedort.durable import atomic_write
-from fedort.edge_client.artifacts import ARTIFACT_FILES, MANIFEST, copy_artifacts, load_manifest, verify_artifacts
-from fedort.protos.errors import ConfigError, UnavailableError
+from fedort.coordinator.rpc.devices import DeviceStore
+from fedort.coordinator.export.inference import Exporter
+from fedort.coordinator.rpc.malformed import add_servicer
+from fedort.coordinator.rpc.monitoring import Monitoring
+from fedort.coordinator.engine.round_engine import RoundEngine, RunOutcome
+from fedort.common.round_state import RoundState
+from fedort.coordinator.rpc.servicer import UPLOAD_WINDOW_BYTES, CoordinatorServicer
+from fedort.coordinator.state.store import StateStore
+from fedort.coordinator.state.layout import StateLayout
+from fedort.coordinator.state.lock import StateDirLock
+from fedort.common.durable import atomic_write
+from fedort.ort.artifacts import ARTIFACT_FILES, MANIFEST, copy_artifacts, load_manifest, verify_artifacts
+from fedort.common.errors import ConfigError, UnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +170,7 @@ class Coordinator:
         self.monitoring = Monitoring()
         engine_class = RoundEngine
         if cfg.mode == "async":   # FedBuff versions instead of rounds; its modules load only for such a run
-            from fedort.coordinator.async_engine import AsyncEngine
+            from fedort.coordinator.fedbuff.engine import AsyncEngine
 
             engine_class = AsyncEngine
         engine = engine_class(cfg, store, exporter, strategy=self.strategy, monitor=self.monitoring)

@@ -11,12 +11,12 @@ import json
 import os
 from pathlib import Path
 
-from fedort.coordinator.integrity import export_problem
-from fedort.coordinator.state import StateStore
-from fedort.coordinator.state_schema import TransitionRow
-from fedort.coordinator.state_layout import StateLayout
+from fedort.coordinator.state.integrity import export_problem
+from fedort.coordinator.state.store import StateStore
+from fedort.coordinator.state.schema import TransitionRow
+from fedort.coordinator.state.layout import StateLayout
 from fedort.protos.messages import RoundSummary, Status
-from fedort.protos.round_state import RoundRowState, RoundState, RunState
+from fedort.common.round_state import RoundRowState, RoundState, RunState
 
 
 def latest_model(state_dir: Path) -> str:

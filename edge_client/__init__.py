@@ -1,7 +1,7 @@
 """Device side of fedort: train ONNX models on the device with ONNX Runtime, take part in rounds.
 
     from fedort.edge_client import TrainingSession, TrainingModule, Trainer, build_artifacts
-    from fedort.edge_client.models import mlp
+    from fedort.ort.models import mlp
 
     build_artifacts(mlp(), "artifacts/")
     session = TrainingSession.from_artifacts("artifacts/")
@@ -13,43 +13,38 @@ pulls in neither ONNX Runtime nor gRPC until they are needed. Never imports torc
 
 from __future__ import annotations
 
-import contextlib
-
-from fedort.edge_client import _ort
-from fedort.lazy import lazy_exports
-
-with contextlib.suppress(ImportError):   # a missing ORT is reported where it is used, with its fix
-    _ort.install_bare_training_package()   # before any of our modules imports onnxruntime (see _ort.py)
-
 from typing import TYPE_CHECKING
+
+import fedort.ort  # noqa: F401  (registers the torch-free onnxruntime.training before anything imports ORT)
+from fedort.common.lazy import lazy_exports
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
     # training core (issue 2)
-    "TrainingSession": "fedort.edge_client.session",
-    "SessionConfig": "fedort.edge_client.session",
-    "TrainingModule": "fedort.edge_client.module",
-    "ConstantLR": "fedort.edge_client.module",
-    "LinearWarmupDecay": "fedort.edge_client.module",
-    "Trainer": "fedort.edge_client.trainer",
-    "Callback": "fedort.edge_client.trainer",
-    "RunResult": "fedort.edge_client.trainer",
-    "build_artifacts": "fedort.edge_client.artifacts",
-    "load_manifest": "fedort.edge_client.artifacts",
-    "verify_artifacts": "fedort.edge_client.artifacts",
-    "Manifest": "fedort.edge_client.artifacts",
-    "TensorSpec": "fedort.edge_client.artifacts",
-    "ARTIFACT_FILES": "fedort.edge_client.artifacts",
+    "TrainingSession": "fedort.ort.session",
+    "SessionConfig": "fedort.ort.session",
+    "TrainingModule": "fedort.edge_client.training.module",
+    "ConstantLR": "fedort.edge_client.training.module",
+    "LinearWarmupDecay": "fedort.edge_client.training.module",
+    "Trainer": "fedort.edge_client.training.trainer",
+    "Callback": "fedort.edge_client.training.trainer",
+    "RunResult": "fedort.edge_client.training.trainer",
+    "build_artifacts": "fedort.ort.artifacts",
+    "load_manifest": "fedort.ort.artifacts",
+    "verify_artifacts": "fedort.ort.artifacts",
+    "Manifest": "fedort.ort.artifacts",
+    "TensorSpec": "fedort.ort.artifacts",
+    "ARTIFACT_FILES": "fedort.ort.artifacts",
     # errors
-    "FedortError": "fedort.protos.errors",
-    "ConfigError": "fedort.protos.errors",
-    "DataError": "fedort.protos.errors",
-    "VectorError": "fedort.protos.errors",
-    "ArtifactError": "fedort.protos.errors",
-    "TrainingError": "fedort.protos.errors",
+    "FedortError": "fedort.common.errors",
+    "ConfigError": "fedort.common.errors",
+    "DataError": "fedort.common.errors",
+    "VectorError": "fedort.common.errors",
+    "ArtifactError": "fedort.common.errors",
+    "TrainingError": "fedort.common.errors",
     # edge runtime (issue 4)
-    "EdgeClient": "fedort.edge_client.client",
-    "EdgeConfig": "fedort.edge_client.client",
+    "EdgeClient": "fedort.edge_client.runtime.client",
+    "EdgeConfig": "fedort.edge_client.runtime.client",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -59,9 +54,9 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from fedort.protos.errors import ArtifactError, ConfigError, DataError, FedortError, TrainingError, VectorError
-    from fedort.edge_client.artifacts import ARTIFACT_FILES, Manifest, TensorSpec, build_artifacts, load_manifest, verify_artifacts
-    from fedort.edge_client.client import EdgeClient, EdgeConfig
-    from fedort.edge_client.module import ConstantLR, LinearWarmupDecay, TrainingModule
-    from fedort.edge_client.session import SessionConfig, TrainingSession
-    from fedort.edge_client.trainer import Callback, RunResult, Trainer
+    from fedort.common.errors import ArtifactError, ConfigError, DataError, FedortError, TrainingError, VectorError
+    from fedort.ort.artifacts import ARTIFACT_FILES, Manifest, TensorSpec, build_artifacts, load_manifest, verify_artifacts
+    from fedort.edge_client.runtime.client import EdgeClient, EdgeConfig
+    from fedort.edge_client.training.module import ConstantLR, LinearWarmupDecay, TrainingModule
+    from fedort.ort.session import SessionConfig, TrainingSession
+    from fedort.edge_client.training.trainer import Callback, RunResult, Trainer

@@ -8,26 +8,26 @@ The parts live in subpackages: `fedort.edge_client` (device side), `fedort.coord
 
 from __future__ import annotations
 
-from fedort.lazy import lazy_exports
+from fedort.common.lazy import lazy_exports
 
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
-    "TrainingSession": "fedort.edge_client.session",
-    "SessionConfig": "fedort.edge_client.session",
-    "TrainingModule": "fedort.edge_client.module",
-    "Trainer": "fedort.edge_client.trainer",
-    "Callback": "fedort.edge_client.trainer",
-    "RunResult": "fedort.edge_client.trainer",
-    "build_artifacts": "fedort.edge_client.artifacts",
-    "load_manifest": "fedort.edge_client.artifacts",
-    "Manifest": "fedort.edge_client.artifacts",
-    "EdgeClient": "fedort.edge_client.client",
-    "EdgeConfig": "fedort.edge_client.client",
-    "FedortError": "fedort.protos.errors",
-    "ConfigError": "fedort.protos.errors",
-    "DataError": "fedort.protos.errors",
-    "TrainingError": "fedort.protos.errors",
+    "TrainingSession": "fedort.ort.session",
+    "SessionConfig": "fedort.ort.session",
+    "TrainingModule": "fedort.edge_client.training.module",
+    "Trainer": "fedort.edge_client.training.trainer",
+    "Callback": "fedort.edge_client.training.trainer",
+    "RunResult": "fedort.edge_client.training.trainer",
+    "build_artifacts": "fedort.ort.artifacts",
+    "load_manifest": "fedort.ort.artifacts",
+    "Manifest": "fedort.ort.artifacts",
+    "EdgeClient": "fedort.edge_client.runtime.client",
+    "EdgeConfig": "fedort.edge_client.runtime.client",
+    "FedortError": "fedort.common.errors",
+    "ConfigError": "fedort.common.errors",
+    "DataError": "fedort.common.errors",
+    "TrainingError": "fedort.common.errors",
     "Coordinator": "fedort.coordinator.server",
     "CoordinatorConfig": "fedort.coordinator.config",
 }

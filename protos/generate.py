@@ -1,7 +1,7 @@
 """Regenerate the Python stubs from `protos/fedort_v1.proto`: `python -m fedort.protos.generate`.
 
 Run from anywhere; writes `fedort_v1_pb2.py`, `fedort_v1_pb2.pyi` and `fedort_v1_pb2_grpc.py`
-beside the .proto (or into `--out`, which the staleness test uses to compare).
+into `protos/stubs/` (or into `--out`, which the staleness test uses to compare).
 
 The stubs are generated with grpcio-tools GRPCIO_TOOLS exactly (protoc 25.x: protobuf 4.25
 gencode). Such stubs carry no runtime-version check and import with every protobuf from 4.25 to
@@ -54,28 +54,28 @@ def _protoc(args: list[str]) -> int:
 def generate(out_dir: Path) -> list[Path]:
     """Run protoc (from grpcio-tools GRPCIO_TOOLS) and place the stubs in `out_dir/`."""
     with tempfile.TemporaryDirectory() as tmp:
-        # The .proto sits at `fedort/protos/` in the include tree so the generated stubs import
-        # each other as `fedort.protos.*`, the name they are installed under.
+        # The .proto sits at `fedort/protos/stubs/` in the include tree so the generated stubs import
+        # each other as `fedort.protos.stubs.*`, the name they are installed under.
         src = Path(tmp) / "src"
-        (src / "fedort" / "protos").mkdir(parents=True)
-        shutil.copyfile(HERE / PROTO, src / "fedort" / "protos" / PROTO)
+        (src / "fedort" / "protos" / "stubs").mkdir(parents=True)
+        shutil.copyfile(HERE / PROTO, src / "fedort" / "protos" / "stubs" / PROTO)
         args = [
             "protoc", f"-I{src}", f"--python_out={tmp}", f"--pyi_out={tmp}", f"--grpc_python_out={tmp}",
-            str(Path("fedort") / "protos" / PROTO),
+            str(Path("fedort") / "protos" / "stubs" / PROTO),
         ]
         if _protoc(args) != 0:
             raise SystemExit("protoc failed")
         out_dir.mkdir(parents=True, exist_ok=True)
         written = []
         for name in OUTPUTS:
-            shutil.copyfile(Path(tmp) / "fedort" / "protos" / name, out_dir / name)
+            shutil.copyfile(Path(tmp) / "fedort" / "protos" / "stubs" / name, out_dir / name)
             written.append(out_dir / name)
         return written
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=HERE, help="where to write the stubs (default: protos/)")
+    parser.add_argument("--out", type=Path, default=HERE / "stubs", help="where to write the stubs (default: protos/stubs/)")
     args = parser.parse_args(argv)
     for path in generate(args.out):
         print(path)

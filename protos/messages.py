@@ -10,9 +10,9 @@ import enum
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from fedort.protos import fedort_v1_pb2 as pb
-from fedort.protos.codec import VectorMeta
-from fedort.protos.round_state import RoundRowState, RoundState
+from fedort.protos.stubs import fedort_v1_pb2 as pb
+from fedort.protos.vector_stream import VectorMeta
+from fedort.common.round_state import RoundRowState, RoundState
 
 #: Under this many free bytes the state dir's filesystem counts as full (`Status.storage_full`).
 STORAGE_FULL_BYTES = 1 << 20

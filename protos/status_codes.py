@@ -13,7 +13,7 @@ import re
 
 import grpc
 
-from fedort.protos.errors import (
+from fedort.common.errors import (
     FedortError, NotFoundError, PermissionDeniedError, ProtocolError, ResourceExhaustedError, StaleRoundError,
     UnauthenticatedError, UnavailableError,
 )

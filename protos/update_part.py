@@ -17,7 +17,7 @@ without protobuf (`chunk_message`, sent through `serialize_part`).
 
 from __future__ import annotations
 
-from fedort.protos import fedort_v1_pb2 as pb
+from fedort.protos.stubs import fedort_v1_pb2 as pb
 
 CHUNK_TAG = 0x12           # (field 2 << 3) | wire type 2
 _MAX_VARINT = 5            # lengths below 2^35: far above any message gRPC lets through

@@ -8,7 +8,7 @@ pull in the coordinator.
 
 from __future__ import annotations
 
-from fedort.lazy import lazy_exports
+from fedort.common.lazy import lazy_exports
 
 _EXPORTS = {
     "LocalCoordinator": "fedort.simulations.local_coordinator",

@@ -20,15 +20,15 @@ import shutil
 import uuid
 from pathlib import Path
 
-from fedort.edge_client.artifacts import Manifest, copy_artifacts
-from fedort.protos.errors import ArtifactError
+from fedort.ort.artifacts import Manifest, copy_artifacts
+from fedort.common.errors import ArtifactError
 
 log = logging.getLogger("fedort.sim")
 
 KEY_FILE = "key.json"
 LOSS = "cross-entropy"          # the built-in models' loss (build_artifacts' default)
 # fedort modules whose code decides the bytes of a built-in model's artifacts
-_BUILDER_SOURCES = ("edge_client/models.py", "edge_client/artifacts.py", "edge_client/_ort.py")
+_BUILDER_SOURCES = ("fedort/ort/models.py", "fedort/ort/artifacts.py", "fedort/ort/_training_api.py")
 _DISTRIBUTIONS = {"onnx": ("onnx",), "onnxruntime": ("onnxruntime-training-cpu", "onnxruntime-training", "onnxruntime"),
                   "numpy": ("numpy",)}
 
@@ -91,7 +91,7 @@ def _checked(entry: Path, key: dict) -> Manifest | None:
     (a corrupt entry is moved aside and deleted, so it is rebuilt)."""
     if not entry.is_dir():
         return None
-    from fedort.edge_client.artifacts import verify_artifacts
+    from fedort.ort.artifacts import verify_artifacts
 
     try:
         if json.loads((entry / KEY_FILE).read_text()) != key:
@@ -130,14 +130,14 @@ def _build_entry(entry: Path, key: dict) -> Manifest | None:
 
 
 def _build(model: str, seed: int, optimizer: str, out: Path) -> Manifest:
-    from fedort.edge_client.artifacts import build_artifacts
-    from fedort.edge_client.models import builtin_model
+    from fedort.ort.artifacts import build_artifacts
+    from fedort.ort.models import builtin_model
 
     return build_artifacts(builtin_model(model, seed=seed), out, optimizer=optimizer, loss=LOSS)
 
 
 def _fsync_folder(folder: Path) -> None:
-    from fedort.durable import fsync_dir, fsync_file
+    from fedort.common.durable import fsync_dir, fsync_file
 
     for name in os.listdir(folder):
         fsync_file(folder / name)

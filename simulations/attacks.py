@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fedort.protos.errors import ConfigError
+from fedort.common.errors import ConfigError
 
 ATTACKS = "sign-flip[:K] | scale:K"
 SIGN_FLIP_DEFAULT = 4.0

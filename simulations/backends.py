@@ -12,7 +12,7 @@ import multiprocessing
 import os
 from typing import TYPE_CHECKING, Protocol, Sequence
 
-from fedort.protos.errors import ConfigError, FedortError
+from fedort.common.errors import ConfigError, FedortError
 
 if TYPE_CHECKING:   # the worker module (ONNX Runtime, gRPC) loads only where a worker runs or is planned
     from pathlib import Path
@@ -45,8 +45,8 @@ def _warm() -> None:
     root.handlers = []
     root.setLevel(logging.WARNING)
     try:
-        import fedort.edge_client.session  # noqa: F401
-        import fedort.edge_client.trainer  # noqa: F401
+        import fedort.ort.session  # noqa: F401
+        import fedort.edge_client.training.trainer  # noqa: F401
         import fedort.simulations.worker  # noqa: F401
     except ImportError:
         pass

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from fedort.coordinator.async_config import AsyncSettings
-from fedort.coordinator.privacy_config import PrivacySettings
-from fedort.edge_client.tomlfile import read_table
-from fedort.protos.errors import ConfigError
+from fedort.coordinator.fedbuff.config import AsyncSettings
+from fedort.coordinator.privacy.config import PrivacySettings
+from fedort.common.tomlfile import read_table
+from fedort.common.errors import ConfigError
 
 
 BACKENDS = ("local", "ray")
@@ -58,7 +58,7 @@ class SimulationConfig(AsyncSettings, PrivacySettings):
     straggler_fraction: float = 0.0           # share of clients (seeded choice) doing partial work
     straggler_steps: int = 1                  # ... at most this many local optimizer steps per round
     codec: str = "raw"                        # update codec of every virtual client (protos/codecs); the coordinator allows it
-    topk_warmup: str = "3x45"                 # top-k sparsity warm-up FACTORxROUNDS | off (edge_client/topk_warmup.py)
+    topk_warmup: str = "3x45"                 # top-k sparsity warm-up FACTORxROUNDS | off (edge_client/uploads/topk_warmup.py)
     export_every: int = 1                     # inference model every N rounds and after the last (0: last only)
     state_dir: Path | None = None             # coordinator state elsewhere (e.g. tmpfs: /dev/shm/...); default OUT/state
     local_vectors: bool = True                # vectors as files in the state dir, not gRPC streams (clients on this host)
@@ -171,14 +171,14 @@ def _check_strategy(spec: str) -> None:
 
 
 def _check_warmup(spec: str) -> None:
-    from fedort.edge_client.topk_warmup import TopkWarmup
+    from fedort.edge_client.uploads.topk_warmup import TopkWarmup
 
     TopkWarmup.parse(spec)   # ConfigError names the expected form
 
 
 def _check_codec(spec: str) -> None:
-    from fedort.protos.codecs import parse_codec
-    from fedort.protos.errors import VectorError
+    from fedort.protos.update_codecs import parse_codec
+    from fedort.common.errors import VectorError
 
     try:
         parse_codec(spec)
@@ -187,7 +187,7 @@ def _check_codec(spec: str) -> None:
 
 
 def _check_server_optimizer(spec: str) -> None:
-    from fedort.coordinator.server_optimizers import parse_server_optimizer
+    from fedort.coordinator.aggregation.server_optimizers import parse_server_optimizer
 
     parse_server_optimizer(spec)
 
@@ -199,13 +199,13 @@ def _check_device_speed(spec: str) -> None:
 
 
 def _check_staleness_weight(spec: str) -> None:
-    from fedort.coordinator.staleness import parse_staleness_weight
+    from fedort.coordinator.fedbuff.staleness import parse_staleness_weight
 
     parse_staleness_weight(spec)
 
 
 def _privacy_problems(cfg: "SimulationConfig") -> list[str]:
-    from fedort.coordinator.privacy_config import privacy_problems
+    from fedort.coordinator.privacy.config import privacy_problems
 
     return privacy_problems({f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}, cfg.strategy)
 

@@ -20,8 +20,8 @@ from typing import Sequence
 
 import numpy as np
 
-from fedort.protos.errors import ConfigError, DataError
-from fedort.edge_client.client_data import Arrays, read_npz
+from fedort.common.errors import ConfigError, DataError
+from fedort.common.client_data import Arrays, read_npz
 
 CLIENT_FILE = re.compile(r"^client-(\d+)\.npz$")
 TEST_FILE = "test.npz"

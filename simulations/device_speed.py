@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedort.protos.errors import ConfigError
+from fedort.common.errors import ConfigError
 
 SPECS = "uniform | lognormal:SIGMA | slow:F:K"
 _STREAM = 0x5BEED   # separates this draw from the seed's other uses (partition, selection, shuffling)

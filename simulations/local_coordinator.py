@@ -23,10 +23,10 @@ import threading
 import time
 
 from fedort.coordinator import Coordinator, CoordinatorConfig, RunOutcome
-from fedort.coordinator.state_schema import TransitionRow
-from fedort.coordinator.state_layout import StateLayout
+from fedort.coordinator.state.schema import TransitionRow
+from fedort.coordinator.state.layout import StateLayout
 from fedort.coordinator.status import round_timeline
-from fedort.protos.errors import FedortError
+from fedort.common.errors import FedortError
 
 log = logging.getLogger("fedort.sim")
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedort.protos.errors import ConfigError
+from fedort.common.errors import ConfigError
 
 Parts = list[np.ndarray]
 

@@ -15,8 +15,8 @@ from typing import Sequence
 
 import numpy as np
 
-from fedort.edge_client.client_data import read_npz
-from fedort.protos.errors import ConfigError
+from fedort.common.client_data import read_npz
+from fedort.common.errors import ConfigError
 from fedort.simulations.datasets import Arrays, load_digits_split, load_npz_folder, save_npz, subset
 from fedort.simulations.partition import label_histogram, parse_partition
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from fedort.coordinator.state_layout import StateLayout
+from fedort.coordinator.state.layout import StateLayout
 
 
 class RoundProgress:

@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from fedort.coordinator import CoordinatorConfig
-from fedort.coordinator.server_optimizers import canonical_spec
-from fedort.coordinator.privacy_config import PRIVACY_KEYS
-from fedort.coordinator.state_layout import StateLayout
-from fedort.edge_client.artifacts import Manifest, verify_artifacts
-from fedort.protos.errors import ConfigError, FedortError
-from fedort.protos.round_state import RoundState
+from fedort.coordinator.aggregation.server_optimizers import canonical_spec
+from fedort.coordinator.privacy.config import PRIVACY_KEYS
+from fedort.coordinator.state.layout import StateLayout
+from fedort.ort.artifacts import Manifest, verify_artifacts
+from fedort.common.errors import ConfigError, FedortError
+from fedort.common.round_state import RoundState
 from fedort.simulations.artifact_cache import cached_builtin_artifacts
 from fedort.simulations.attacks import choose_attackers
 from fedort.simulations.backends import Backend, prepared_backend
@@ -71,7 +71,7 @@ def _population(cfg: SimulationConfig, data_dir: Path) -> Population:
 
 def _family(codec: str) -> str:
     """What the run allows for its clients' codec: top-k as the family (any fraction: the warm-up's), else the spec."""
-    from fedort.protos.codecs import parse_codec
+    from fedort.protos.update_codecs import parse_codec
 
     spec = parse_codec(codec)
     return ("zstd+topk" if spec.zstd else "topk") if spec.name == "topk" else spec.canonical
@@ -234,7 +234,7 @@ def _data_name(cfg: SimulationConfig) -> str:
 
 def _report(cfg: SimulationConfig, out: Path, manifest: Manifest, stats: list[WorkerStats],
             seconds: float, n_clients: int, figure=None) -> SimulationResult:
-    from fedort.coordinator.state import StateStore
+    from fedort.coordinator.state.store import StateStore
 
     layout = StateLayout(out / "state")
     store = StateStore(layout.root, readonly=True)

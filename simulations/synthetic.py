@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedort.protos.errors import ConfigError
+from fedort.common.errors import ConfigError
 from fedort.simulations.datasets import Arrays
 
 FEATURES = 60

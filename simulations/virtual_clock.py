@@ -26,12 +26,12 @@ import math
 import time
 from typing import TYPE_CHECKING
 
-from fedort.edge_client.client import EdgeClient
+from fedort.edge_client.runtime.client import EdgeClient
 from fedort.protos.messages import Task, TaskKind
 from fedort.simulations.device_speed import compute_seconds
 
 if TYPE_CHECKING:
-    from fedort.edge_client.transport import Transport
+    from fedort.edge_client.transport.grpc_transport import Transport
     from fedort.simulations.worker import WorkerPlan, WorkerStats
 
 

@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from fedort.edge_client.cache import ArtifactCache
-from fedort.edge_client.client import EdgeClient, EdgeConfig, RoundReport
-from fedort.edge_client.retry import Backoff, call_with_retry
-from fedort.edge_client.session import SessionConfig, TrainingSession
-from fedort.edge_client.transport import ChannelConfig, Transport
-from fedort.protos.errors import FedortError
+from fedort.edge_client.runtime.cache import ArtifactCache
+from fedort.edge_client.runtime.client import EdgeClient, EdgeConfig, RoundReport
+from fedort.edge_client.transport.retry import Backoff, call_with_retry
+from fedort.ort.session import SessionConfig, TrainingSession
+from fedort.edge_client.transport.grpc_transport import ChannelConfig, Transport
+from fedort.common.errors import FedortError
 from fedort.protos.messages import Task, TaskKind
 from fedort.simulations.attacks import parse_attack
 from fedort.simulations.population import ClientArrays, DataSource, VirtualClient

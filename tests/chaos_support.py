@@ -20,8 +20,8 @@ from pathlib import Path
 import grpc
 
 from fedort.coordinator import CoordinatorConfig
-from fedort.protos import fedort_v1_pb2 as pb
-from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
+from fedort.protos.stubs import fedort_v1_pb2 as pb
+from fedort.protos.stubs import fedort_v1_pb2_grpc as pb_grpc
 
 SERVICE = "/fedort.v1.Coordinator/"
 #: (method, request streaming, response streaming, request message class)

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedort.edge_client.artifacts import build_artifacts
-from fedort.edge_client.models import cnn, mlp
+from fedort.ort.artifacts import build_artifacts
+from fedort.ort.models import cnn, mlp
 
 
 def _digits_split(test_fraction: float = 0.2, seed: int = 0) -> tuple[dict, dict]:

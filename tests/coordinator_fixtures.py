@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from fedort.coordinator import Coordinator, CoordinatorConfig
-from fedort.protos import fedort_v1_pb2 as pb
-from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
-from fedort.protos.codec import CHUNK_BYTES
+from fedort.protos.stubs import fedort_v1_pb2 as pb
+from fedort.protos.stubs import fedort_v1_pb2_grpc as pb_grpc
+from fedort.protos.vector_stream import CHUNK_BYTES
 
 RPC_TIMEOUT = 15.0
 P_MLP = 9610

@@ -14,7 +14,7 @@ import pytest
 from fedort.coordinator.config import CoordinatorConfig
 from fedort.coordinator.server import Coordinator
 from fedort.edge_client import EdgeClient, EdgeConfig
-from fedort.edge_client.retry import Backoff
+from fedort.edge_client.transport.retry import Backoff
 
 FAST = Backoff(initial_s=0.05, max_delay_s=0.3, give_up_after_s=60)
 

@@ -15,11 +15,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from fedort.edge_client.secagg_flow import SHARE, UNMASK_REQUEST, SecAggFlow
-from fedort.edge_client.transport import ChannelConfig, Transport
-from fedort.protos.codec import CHUNK_BYTES
+from fedort.edge_client.secagg.flow import SHARE, UNMASK_REQUEST, SecAggFlow
+from fedort.edge_client.transport.grpc_transport import ChannelConfig, Transport
+from fedort.protos.vector_stream import CHUNK_BYTES
 from fedort.protos.messages import TaskKind
-from fedort.protos.secagg.scheme import CAPABILITY, SUPPORTED
+from fedort.common.secagg.scheme import CAPABILITY, SUPPORTED
 
 CURRENT = {CAPABILITY: ",".join(SUPPORTED)}   # what a device of this build announces at Join
 OLD = {}                                       # a device before protocol 1.3 announces no scheme

@@ -7,10 +7,10 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from fedort.coordinator.secagg_server import SecAggResult, SecAggServer
-from fedort.edge_client.secagg_client import SecAggClient
-from fedort.protos.secagg import FixedPoint, SecAggParams, default_threshold, effective_degree
-from fedort.protos.secagg.scheme import LEGACY
+from fedort.coordinator.privacy.secagg.server import SecAggResult, SecAggServer
+from fedort.edge_client.secagg.client import SecAggClient
+from fedort.common.secagg import FixedPoint, SecAggParams, default_threshold, effective_degree
+from fedort.common.secagg.scheme import LEGACY
 
 
 def make_params(n: int, length: int, degree: int | None = None, threshold: int | None = None,

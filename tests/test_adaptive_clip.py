@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from fedort.coordinator.adaptive_clip import AdaptiveClip, delta_noise_multiplier
-from fedort.protos.dp_noise import clip_to_norm
-from fedort.protos.errors import ConfigError
+from fedort.coordinator.privacy.adaptive_clip import AdaptiveClip, delta_noise_multiplier
+from fedort.common.dp_noise import clip_to_norm
+from fedort.common.errors import ConfigError
 
 
 def test_clip_converges_to_the_target_quantile_of_norms():

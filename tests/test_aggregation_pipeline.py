@@ -15,10 +15,10 @@ from fedort.coordinator.aggregation import (
     Decoder, FedAvg, Median, ServerUpdate, Strategy, Update, WeightedSum, codecs, decoder_for, register_decoder,
 )
 from fedort.coordinator.aggregation.weighted_sum import WeightedMean
-from fedort.coordinator.state_layout import StateLayout
+from fedort.coordinator.state.layout import StateLayout
 from fedort.coordinator.status import offline_status, round_timeline
 from coordinator_fixtures import make_config, mlp_artifacts, start_coordinator, stub_client  # noqa: F401
-from fedort.protos.errors import VectorError
+from fedort.common.errors import VectorError
 
 
 def _vectors(n: int, length: int = 70_000, seed: int = 0) -> list[np.ndarray]:   # > one 2**16 fold block

@@ -10,9 +10,9 @@ import asyncio
 
 import pytest
 
-from fedort.coordinator.arrival_commit import Arrival, ArrivalCommit
-from fedort.coordinator.state import StateStore
-from fedort.coordinator.state_schema import SubmissionRow
+from fedort.coordinator.uploads.arrival_commit import Arrival, ArrivalCommit
+from fedort.coordinator.state.store import StateStore
+from fedort.coordinator.state.schema import SubmissionRow
 
 
 @pytest.fixture

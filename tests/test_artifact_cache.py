@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fedort.edge_client.artifacts import ARTIFACT_FILES, MANIFEST, build_artifacts, verify_artifacts
-from fedort.edge_client.models import builtin_model
+from fedort.ort.artifacts import ARTIFACT_FILES, MANIFEST, build_artifacts, verify_artifacts
+from fedort.ort.models import builtin_model
 from fedort.simulations.artifact_cache import KEY_FILE, artifacts_key, cached_builtin_artifacts, entry_dir
 
 

@@ -9,12 +9,12 @@ import numpy as np
 import onnx
 import pytest
 
-from fedort.protos.errors import ArtifactError, ConfigError
-from fedort.edge_client.artifacts import (
+from fedort.common.errors import ArtifactError, ConfigError
+from fedort.ort.artifacts import (
     ARTIFACT_FILES, MANIFEST, Manifest, build_artifacts, copy_artifacts, load_manifest, sha256_file, verify_artifacts,
 )
-from fedort.edge_client.models import mlp
-from fedort.edge_client.session import TrainingSession
+from fedort.ort.models import mlp
+from fedort.ort.session import TrainingSession
 
 
 def test_build_writes_the_four_files_and_a_manifest(tmp_path):

@@ -16,8 +16,8 @@ import pytest
 from chaos_support import CoordinatorProcess, vector_files
 from coordinator_fixtures import P_MLP, chunks_of, mlp_artifacts, start_coordinator, stub_client, update_header  # noqa: F401
 from fedort.coordinator import RoundState
-from fedort.coordinator.state_layout import StateLayout
-from fedort.protos import fedort_v1_pb2 as pb
+from fedort.coordinator.state.layout import StateLayout
+from fedort.protos.stubs import fedort_v1_pb2 as pb
 
 ASYNC = dict(mode="async", min_clients=1)
 
@@ -194,7 +194,7 @@ def test_serve_flags_configure_async_mode_and_a_robust_strategy_is_refused_with_
 
     from fedort.cli import coordinator as coordinator_cli
     from fedort.coordinator import CoordinatorConfig
-    from fedort.protos.errors import ConfigError
+    from fedort.common.errors import ConfigError
 
     parser = argparse.ArgumentParser()
     coordinator_cli.register(parser.add_subparsers())

@@ -13,8 +13,8 @@ import pytest
 
 from coordinator_fixtures import P_MLP, mlp_artifacts, start_coordinator, stub_client  # noqa: F401 (fixtures)
 from fedort.coordinator import RoundState
-from fedort.protos import fedort_v1_pb2 as pb
-from fedort.protos.codecs import get_codec
+from fedort.protos.stubs import fedort_v1_pb2 as pb
+from fedort.protos.update_codecs import get_codec
 
 ASYNC = dict(mode="async", min_clients=1)
 

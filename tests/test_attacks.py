@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedort.protos.errors import ConfigError
+from fedort.common.errors import ConfigError
 from fedort.simulations.attacks import choose_attackers, parse_attack
 from fedort.simulations.config import SimulationConfig, load_config
 from fedort.simulations.runner import run_simulation

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from fedort.coordinator.devices import DeviceStore
+from fedort.coordinator.rpc.devices import DeviceStore
 from coordinator_fixtures import RPC_TIMEOUT, chunks_of, mlp_artifacts, start_coordinator, update_header  # noqa: F401
-from fedort.protos import fedort_v1_pb2 as pb
-from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
+from fedort.protos.stubs import fedort_v1_pb2 as pb
+from fedort.protos.stubs import fedort_v1_pb2_grpc as pb_grpc
 
 
 def bearer(token: str) -> tuple[tuple[str, str], ...]:

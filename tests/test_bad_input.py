@@ -39,8 +39,8 @@ from chaos_support import (
 from coordinator_fixtures import (  # noqa: F401
     P_MLP, chunks_of, mlp_artifacts, start_coordinator, stub_client, update_header,
 )
-from fedort.protos import fedort_v1_pb2 as pb
-from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
+from fedort.protos.stubs import fedort_v1_pb2 as pb
+from fedort.protos.stubs import fedort_v1_pb2_grpc as pb_grpc
 
 INVALID, PRECONDITION, NOT_FOUND, EXHAUSTED = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION,
                                                grpc.StatusCode.NOT_FOUND, grpc.StatusCode.RESOURCE_EXHAUSTED)
@@ -219,7 +219,7 @@ async def test_garbage_bytes_where_a_message_is_expected(open_round, method):
 
 async def test_bad_credential_is_unauthenticated(start_coordinator, tmp_path):
     """Token auth (tests/test_auth.py covers it in depth): a wrong token on an open round changes nothing."""
-    from fedort.coordinator.devices import DeviceStore
+    from fedort.coordinator.rpc.devices import DeviceStore
 
     state = tmp_path / "state"
     token = DeviceStore(state).enroll("client-a")[1]

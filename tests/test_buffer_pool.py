@@ -1,4 +1,4 @@
-"""Recycled parameter buffers (fedort.buffer_pool, TrainingSession.recycle_buffers) and the blockwise
+"""Recycled parameter buffers (fedort.common.buffer_pool, TrainingSession.recycle_buffers) and the blockwise
 finite check (edge_client.guards.all_finite): memory is reused only when nothing holds it, the pool stays
 bounded, and non-finite values are found wherever they are."""
 
@@ -7,12 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedort.edge_client import local_round
-from fedort.buffer_pool import BufferPool
-from fedort.edge_client.client_data import ClientData
-from fedort.edge_client.guards import BLOCK, all_finite
-from fedort.edge_client.session import TrainingSession
-from fedort.protos.errors import TrainingError
+from fedort.edge_client.training import local_round
+from fedort.common.buffer_pool import BufferPool
+from fedort.common.client_data import ClientData
+from fedort.edge_client.training.guards import BLOCK, all_finite
+from fedort.ort.session import TrainingSession
+from fedort.common.errors import TrainingError
 from fedort.protos.messages import TrainConfig
 
 

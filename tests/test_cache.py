@@ -9,14 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedort.protos.codec import vector_digest
-from fedort.protos.errors import ArtifactError
-from fedort.edge_client.artifacts import ARTIFACT_FILES, MANIFEST, build_artifacts, sha256_file
-from fedort.durable import atomic_write
-from fedort.edge_client.cache import ArtifactCache, default_cache_dir, identity_key
-from fedort.edge_client.models import mlp
-from fedort.edge_client.session import TrainingSession
-from fedort.edge_client.transport import ArtifactRef
+from fedort.protos.vector_stream import vector_digest
+from fedort.common.errors import ArtifactError
+from fedort.ort.artifacts import ARTIFACT_FILES, MANIFEST, build_artifacts, sha256_file
+from fedort.common.durable import atomic_write
+from fedort.edge_client.runtime.cache import ArtifactCache, default_cache_dir, identity_key
+from fedort.ort.models import mlp
+from fedort.ort.session import TrainingSession
+from fedort.edge_client.transport.grpc_transport import ArtifactRef
 
 
 def _sha(data: bytes) -> str:
@@ -194,7 +194,7 @@ def test_default_cache_dir_follows_the_environment(monkeypatch, tmp_path):
 
 
 def test_an_identity_lock_is_exclusive_until_released(tmp_path):
-    from fedort.protos.errors import ConfigError
+    from fedort.common.errors import ConfigError
 
     cache = ArtifactCache(tmp_path)
     held = cache.lock_identity("k")

@@ -1,11 +1,11 @@
-"""DP-FedAvg stages (coordinator/aggregation/dp_fedavg.py): clip to norm C, noise z*C on the sum, fixed denominator."""
+"""DP-FedAvg stages (coordinator/privacy/dp_fedavg.py): clip to norm C, noise z*C on the sum, fixed denominator."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from fedort.coordinator.aggregation.dp_fedavg import DPClipState, NoisedSum
-from fedort.protos.dp_noise import clip_to_norm, distributed_noise_std
+from fedort.coordinator.privacy.dp_fedavg import DPClipState, NoisedSum
+from fedort.common.dp_noise import clip_to_norm, distributed_noise_std
 
 
 def release(delta_sum: np.ndarray, noise_multiplier: float, clip: float, expected_clients: int,

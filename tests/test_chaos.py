@@ -25,9 +25,9 @@ from chaos_support import CoordinatorProcess, open_access, vector_files
 from coordinator_fixtures import (  # noqa: F401
     P_MLP, StubClient, chunks_of, mlp_artifacts, start_coordinator, update_header, wait_for_metric,
 )
-from fedort.edge_client.heartbeat import Heartbeat
-from fedort.edge_client.transport import ChannelConfig, Transport
-from fedort.protos import fedort_v1_pb2 as pb
+from fedort.edge_client.runtime.heartbeat import Heartbeat
+from fedort.edge_client.transport.grpc_transport import ChannelConfig, Transport
+from fedort.protos.stubs import fedort_v1_pb2 as pb
 
 #: what a client sees when the coordinator dies under a call; anything else is recorded as an error
 RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}

@@ -9,9 +9,9 @@ import sys
 import onnx
 import pytest
 
-from fedort.edge_client.artifacts import load_manifest
+from fedort.ort.artifacts import load_manifest
 from fedort.cli import main
-from fedort.edge_client.models import mlp
+from fedort.ort.models import mlp
 
 
 def test_build_builtin_writes_artifacts_and_prints_the_model_id(tmp_path, capsys):

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from fedort.coordinator.devices import DeviceStore
+from fedort.coordinator.rpc.devices import DeviceStore
 from coordinator_fixtures import mlp_artifacts  # noqa: F401
 from tls_fixtures import pki  # noqa: F401
 

@@ -13,13 +13,13 @@ import pytest
 from edge_support import (  # noqa: F401 (fixtures)
     FAST, config, db, digits, part, server,
 )
-from fedort.protos.errors import DataError, WrongModelError
+from fedort.common.errors import DataError, WrongModelError
 from fedort.edge_client import EdgeClient, EdgeConfig
-from fedort.edge_client.artifacts import build_artifacts
-from fedort.edge_client.cache import ArtifactCache
-from fedort.edge_client.models import cnn, mlp
-from fedort.edge_client.retry import Backoff
-from fedort.edge_client.session import TrainingSession
+from fedort.ort.artifacts import build_artifacts
+from fedort.edge_client.runtime.cache import ArtifactCache
+from fedort.ort.models import cnn, mlp
+from fedort.edge_client.transport.retry import Backoff
+from fedort.ort.session import TrainingSession
 
 
 # ---- refusing what cannot work --------------------------------------------------------------------
@@ -84,7 +84,7 @@ def test_config_file_settings_are_overridden_by_flags(tmp_path):
 
 
 def test_unknown_config_keys_are_refused(tmp_path):
-    from fedort.protos.errors import ConfigError
+    from fedort.common.errors import ConfigError
 
     (tmp_path / "edge.toml").write_text('coordinator = "127.0.0.1:1"\npoll_wait = 5\n')
     with pytest.raises(ConfigError, match=r"unknown edge setting\(s\) \['poll_wait'\]"):
@@ -147,7 +147,7 @@ def test_stop_during_local_training_ends_the_fit_after_the_current_batch(server,
 
 
 def test_two_running_clients_cannot_share_one_saved_identity(server, tmp_path, digits):
-    from fedort.protos.errors import ConfigError
+    from fedort.common.errors import ConfigError
 
     address = server.start_with()
     cache = tmp_path / "cache"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedort.protos.errors import DataError
-from fedort.edge_client.artifacts import TensorSpec
-from fedort.edge_client.client_data import ClientData
+from fedort.common.errors import DataError
+from fedort.ort.artifacts import TensorSpec
+from fedort.common.client_data import ClientData
 
 INPUTS = (TensorSpec("x", "float32", (None, 64)), TensorSpec("labels", "int64", (None,)))
 
@@ -112,9 +112,9 @@ def test_labels_in_range_pass_and_an_unknown_class_count_checks_no_range():
 
 
 def test_the_trainer_refuses_out_of_range_labels_before_any_step(tmp_path, mlp_artifacts, digits_train):
-    from fedort.edge_client.module import TrainingModule
-    from fedort.edge_client.session import TrainingSession
-    from fedort.edge_client.trainer import Trainer
+    from fedort.edge_client.training.module import TrainingModule
+    from fedort.ort.session import TrainingSession
+    from fedort.edge_client.training.trainer import Trainer
 
     path = tmp_path / "shifted.npz"
     np.savez(path, x=digits_train["x"][:64], labels=digits_train["labels"][:64] + 10)

@@ -1,4 +1,4 @@
-"""protos/codec.py: vectors as a header plus chunks, rebuilt and checked on the other end."""
+"""protos/vector_stream.py: vectors as a header plus chunks, rebuilt and checked on the other end."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import hashlib
 import numpy as np
 import pytest
 
-from fedort.protos.codec import CHUNK_BYTES, VectorAssembler, VectorMeta, assemble, describe, iter_chunks, vector_digest
-from fedort.protos.errors import ProtocolError, ResourceExhaustedError, VectorError
+from fedort.protos.vector_stream import CHUNK_BYTES, VectorAssembler, VectorMeta, assemble, describe, iter_chunks, vector_digest
+from fedort.common.errors import ProtocolError, ResourceExhaustedError, VectorError
 from fedort.protos.messages import meta_from_pb, meta_to_pb
 
 

@@ -1,4 +1,4 @@
-"""edge_client/update_codec.py: the device encodes deltas, keeps top-k residuals, falls back to raw."""
+"""edge_client/uploads/update_codec.py: the device encodes deltas, keeps top-k residuals, falls back to raw."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from fedort.edge_client import EdgeClient, EdgeConfig
-from fedort.edge_client.update_codec import ResidualStore, UpdateEncoder, choose_codec
-from fedort.protos.codec import vector_digest
-from fedort.protos.codecs import get_codec, parse_codec
-from fedort.protos.errors import ConfigError
+from fedort.edge_client.uploads.update_codec import ResidualStore, UpdateEncoder, choose_codec
+from fedort.protos.vector_stream import vector_digest
+from fedort.protos.update_codecs import get_codec, parse_codec
+from fedort.common.errors import ConfigError
 
 from edge_support import config, digits, part, run_in_threads, server  # noqa: F401 (fixtures)
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import zstandard
 
-from fedort.protos.codec import VectorAssembler, describe
-from fedort.protos.codecs import VectorDecoder, describe_payload, get_codec, iter_payload_chunks, parse_codec
-from fedort.protos.errors import ProtocolError, ResourceExhaustedError, VectorError
+from fedort.protos.vector_stream import VectorAssembler, describe
+from fedort.protos.update_codecs import VectorDecoder, describe_payload, get_codec, iter_payload_chunks, parse_codec
+from fedort.common.errors import ProtocolError, ResourceExhaustedError, VectorError
 from fedort.protos.status_codes import status_for
 
 P = 10_000

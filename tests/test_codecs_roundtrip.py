@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedort.protos.codecs import get_codec
-from fedort.protos.codecs.topk import topk_count
+from fedort.protos.update_codecs import get_codec
+from fedort.protos.update_codecs.topk import topk_count
 
 P = 100_003  # not a multiple of any block size
 

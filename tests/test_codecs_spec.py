@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fedort.protos.codecs import REGISTRY, allows, get_codec, parse_codec
-from fedort.protos.codecs.spec import NAMES
+from fedort.protos.update_codecs import REGISTRY, allows, get_codec, parse_codec
+from fedort.protos.update_codecs.spec import NAMES
 
 
 @pytest.mark.parametrize("text,canonical", [("raw", "raw"), ("int8:256", "int8"), ("int8:1024", "int8:1024"),

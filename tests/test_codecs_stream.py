@@ -7,7 +7,7 @@ import hashlib
 import numpy as np
 import pytest
 
-from fedort.protos.codecs import (SparsePiece, VectorDecoder, accumulate_stream, decode_stream, describe_payload,
+from fedort.protos.update_codecs import (SparsePiece, VectorDecoder, accumulate_stream, decode_stream, describe_payload,
                                   get_codec, iter_payload_chunks)
 from fedort.protos.messages import meta_from_pb, meta_to_pb
 

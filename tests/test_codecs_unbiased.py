@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedort.protos.codecs import get_codec
+from fedort.protos.update_codecs import get_codec
 
 
 def test_int8_mean_error_over_many_draws_is_within_the_statistical_bound():

@@ -15,11 +15,11 @@ import pytest
 
 from fedort.cli.coordinator import config_from_args, register
 from coordinator_fixtures import chunks_of, mlp_artifacts, update_header  # noqa: F401
-from fedort.edge_client.artifacts import build_artifacts
-from fedort.edge_client.models import cnn
-from fedort.protos import fedort_v1_pb2 as pb
-from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
-from fedort.protos.errors import ConfigError
+from fedort.ort.artifacts import build_artifacts
+from fedort.ort.models import cnn
+from fedort.protos.stubs import fedort_v1_pb2 as pb
+from fedort.protos.stubs import fedort_v1_pb2_grpc as pb_grpc
+from fedort.common.errors import ConfigError
 
 
 def fedort(*args: str) -> list[str]:

@@ -20,8 +20,8 @@ import pytest
 from onnx import numpy_helper
 
 from coordinator_fixtures import P_MLP, chunks_of, mlp_artifacts, update_header  # noqa: F401
-from fedort.protos import fedort_v1_pb2 as pb
-from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
+from fedort.protos.stubs import fedort_v1_pb2 as pb
+from fedort.protos.stubs import fedort_v1_pb2_grpc as pb_grpc
 
 CLIENTS = ("client-0000", "client-0001", "client-0002")
 EXAMPLES = {"client-0000": 10, "client-0001": 20, "client-0002": 30}

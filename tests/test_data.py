@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedort.protos.errors import DataError
-from fedort.edge_client.artifacts import TensorSpec
-from fedort.edge_client.client_data import read_npz
-from fedort.edge_client.data import ArrayData, IterableData, as_data, npz_validation_split
+from fedort.common.errors import DataError
+from fedort.ort.artifacts import TensorSpec
+from fedort.common.client_data import read_npz
+from fedort.edge_client.training.batches import ArrayData, IterableData, as_data, npz_validation_split
 
 NAMES = ("x", "labels")
 SPECS = {"x": TensorSpec("x", "float32", (None, 64)), "labels": TensorSpec("labels", "int64", (None,))}

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedort.protos.errors import ConfigError, DataError
-from fedort.edge_client.client_data import read_npz
+from fedort.common.errors import ConfigError, DataError
+from fedort.common.client_data import read_npz
 from fedort.simulations.datasets import load_digits_split, load_npz_folder, save_npz
 
 

@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from fedort.coordinator.state import StateStore
+from fedort.coordinator.state.store import StateStore
 
 
 def states(state_dir) -> list[tuple[int, str]]:
@@ -51,8 +51,8 @@ def test_flush_commits_a_deferred_commit_when_no_open_follows(tmp_path, deferred
 
 CHILD = textwrap.dedent("""
     import sys, time
-    from fedort.coordinator.state import StateStore
-    from fedort.coordinator.state_schema import SubmissionRow
+    from fedort.coordinator.state.store import StateStore
+    from fedort.coordinator.state.schema import SubmissionRow
     store = StateStore(sys.argv[1])
     store.open_round(1, 1, ["a"], 123)
     store.add_submission(SubmissionRow(1, "a", 10, {}, "00" * 32, "spool/round-0001/a.f32", 0, "raw", b"x" * 8))

@@ -15,10 +15,10 @@ import pytest
 
 from coordinator_fixtures import mlp_artifacts, start_coordinator  # noqa: F401
 from fedort.edge_client import EdgeClient, EdgeConfig
-from fedort.edge_client.cache import ArtifactCache
-from fedort.edge_client.retry import Backoff
-from fedort.edge_client.transport import Transport
-from fedort.protos.errors import ArtifactError, CertificateError, ConfigError, ProtocolError, ResourceExhaustedError
+from fedort.edge_client.runtime.cache import ArtifactCache
+from fedort.edge_client.transport.retry import Backoff
+from fedort.edge_client.transport.grpc_transport import Transport
+from fedort.common.errors import ArtifactError, CertificateError, ConfigError, ProtocolError, ResourceExhaustedError
 from fedort.protos.messages import TaskKind
 from tls_fixtures import pki  # noqa: F401
 from edge_support import CoordinatorThread, config, digits, part  # noqa: F401

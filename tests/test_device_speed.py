@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedort.protos.errors import ConfigError
+from fedort.common.errors import ConfigError
 from fedort.simulations.device_speed import compute_seconds, parse_device_speed
 
 

@@ -18,11 +18,11 @@ import pytest
 
 from coordinator_fixtures import mlp_artifacts, start_coordinator, stub_client, wait_for_metric  # noqa: F401
 from fedort.coordinator import RoundState
-from fedort.coordinator.devices import DeviceStore
-from fedort.coordinator.state import StateStore
-from fedort.edge_client.transport import Transport
-from fedort.protos import fedort_v1_pb2 as pb
-from fedort.protos.errors import StorageError
+from fedort.coordinator.rpc.devices import DeviceStore
+from fedort.coordinator.state.store import StateStore
+from fedort.edge_client.transport.grpc_transport import Transport
+from fedort.protos.stubs import fedort_v1_pb2 as pb
+from fedort.common.errors import StorageError
 
 
 @pytest.fixture

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from coordinator_fixtures import mlp_artifacts, opened_round, start_coordinator, stub_client  # noqa: F401 (fixtures)
-from fedort.edge_client.transport import Transport
-from fedort.protos.codec import VectorAssembler, VectorMeta
-from fedort.protos.errors import VectorError
+from fedort.edge_client.transport.grpc_transport import Transport
+from fedort.protos.vector_stream import VectorAssembler, VectorMeta
+from fedort.common.errors import VectorError
 
 
 def _address(vector: np.ndarray) -> int:

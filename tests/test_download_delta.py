@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from fedort.edge_client import EdgeClient
-from fedort.protos import fedort_v1_pb2 as pb
-from fedort.protos.codecs.xor_delta import DOWNLOAD_DELTA, decode_download, encode_download
-from fedort.protos.errors import VectorError
+from fedort.protos.stubs import fedort_v1_pb2 as pb
+from fedort.protos.update_codecs.xor_delta import DOWNLOAD_DELTA, decode_download, encode_download
+from fedort.common.errors import VectorError
 
 from coordinator_fixtures import mlp_artifacts, start_coordinator, stub_client  # noqa: F401 (fixtures)
 from edge_support import config, digits, part, run_in_threads, server  # noqa: F401 (fixtures)

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from coordinator_fixtures import mlp_artifacts, opened_round, start_coordinator, stub_client  # noqa: F401 (fixtures)
-from fedort.edge_client.transport import Transport
-from fedort.protos import fedort_v1_pb2 as pb
-from fedort.protos.codec import VectorAssembler, VectorMeta
-from fedort.protos.errors import ProtocolError, VectorError
+from fedort.edge_client.transport.grpc_transport import Transport
+from fedort.protos.stubs import fedort_v1_pb2 as pb
+from fedort.protos.vector_stream import VectorAssembler, VectorMeta
+from fedort.common.errors import ProtocolError, VectorError
 
 blake3 = pytest.importorskip("blake3", reason="the blake3 package is not installed here").blake3
 

@@ -12,12 +12,12 @@ from dp_accounting import rdp
 
 from fedort.coordinator import RoundState
 from fedort.coordinator.aggregation import Strategy, Update
-from fedort.coordinator.aggregation.dp_fedavg import DPClip, DPClipState, DPClipUpdate, NoisedSum
+from fedort.coordinator.privacy.dp_fedavg import DPClip, DPClipState, DPClipUpdate, NoisedSum
 from fedort.coordinator.config import CoordinatorConfig
-from fedort.coordinator.state_layout import StateLayout
-from fedort.protos.errors import ConfigError
+from fedort.coordinator.state.layout import StateLayout
+from fedort.common.errors import ConfigError
 from coordinator_fixtures import mlp_artifacts, start_coordinator, stub_client  # noqa: F401
-from fedort.protos import fedort_v1_pb2 as pb
+from fedort.protos.stubs import fedort_v1_pb2 as pb
 
 
 def _dp_strategy(state: DPClipState) -> Strategy:

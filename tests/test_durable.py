@@ -1,4 +1,4 @@
-"""fedort.durable: the one atomic_write — a reader sees the old file or the whole new one, never a part."""
+"""fedort.common.durable: the one atomic_write — a reader sees the old file or the whole new one, never a part."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import threading
 import numpy as np
 import pytest
 
-from fedort.durable import (WRITEBACK_STEP, atomic_write, atomic_write_json, drop_cached, fsync_dir, fsync_file,
+from fedort.common.durable import (WRITEBACK_STEP, atomic_write, atomic_write_json, drop_cached, fsync_dir, fsync_file,
                             fsync_tree, start_writeback)
 from page_cache_support import LINUX_ONLY, resident_pages, skip_on_tmpfs
 
@@ -93,7 +93,7 @@ def test_a_writer_killed_mid_write_leaves_the_old_file(tmp_path):
     script = (
         "import os, signal, sys\n"
         "from pathlib import Path\n"
-        "from fedort.durable import atomic_write\n"
+        "from fedort.common.durable import atomic_write\n"
         "def chunks():\n"
         "    yield b'x' * 1000\n"
         f"    Path({str(ready)!r}).write_text('1')\n"

@@ -27,7 +27,7 @@ from fedort.coordinator import Coordinator
 from fedort.coordinator.aggregation import Update
 from fedort.coordinator.aggregation.strategies import FedAvg
 from fedort.protos.messages import UpdateHeader
-from fedort.protos.round_state import RoundRowState
+from fedort.common.round_state import RoundRowState
 
 WAIT_S = 30.0
 

@@ -210,8 +210,9 @@ def test_a_client_killed_mid_upload_leaves_the_round_to_the_others(procs, tmp_pa
 STALLED_UPLOAD = r'''
 """A device that joins, gets a FIT task and stalls halfway through streaming its update."""
 import sys, time
-from fedort.protos import fedort_v1_pb2 as pb, fedort_v1_pb2_grpc as pb_grpc
-from fedort.protos.codec import describe, iter_chunks
+from fedort.protos.stubs import fedort_v1_pb2 as pb
+from fedort.protos.stubs import fedort_v1_pb2_grpc as pb_grpc
+from fedort.protos.vector_stream import describe, iter_chunks
 from fedort.protos.messages import TaskKind, UpdateHeader
 from fedort.edge_client import EdgeClient, EdgeConfig
 

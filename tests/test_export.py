@@ -1,4 +1,4 @@
-"""coordinator/export.py: each committed vector becomes a model plain onnxruntime serves, with its record."""
+"""coordinator/export/inference.py: each committed vector becomes a model plain onnxruntime serves, with its record."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from fedort.coordinator.export import Exporter
+from fedort.coordinator.export.inference import Exporter
 from coordinator_fixtures import mlp_artifacts, start_coordinator, stub_client  # noqa: F401
-from fedort.edge_client.session import TrainingSession
+from fedort.ort.session import TrainingSession
 
 
 @pytest.fixture

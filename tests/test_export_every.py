@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from fedort.coordinator import CoordinatorConfig
-from fedort.coordinator.state_layout import StateLayout
+from fedort.coordinator.state.layout import StateLayout
 from fedort.edge_client import EdgeClient, EdgeConfig
-from fedort.protos.errors import ConfigError
-from fedort.protos.round_state import RoundState
+from fedort.common.errors import ConfigError
+from fedort.common.round_state import RoundState
 from fedort.simulations import LocalCoordinator
 from coordinator_fixtures import make_config, mlp_artifacts  # noqa: F401
 

@@ -1,4 +1,4 @@
-"""coordinator/export_external.py: a large model's export is model.onnx + model.onnx.data, a hard link to the
+"""coordinator/export/external_data.py: a large model's export is model.onnx + model.onnx.data, a hard link to the
 committed global vector (real ORT artifacts, real files; the coordinator tests restart a real coordinator)."""
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from onnx import numpy_helper
 
 from coordinator_fixtures import mlp_artifacts, start_coordinator, stub_client  # noqa: F401
 from fedort.coordinator import RoundState
-from fedort.coordinator.export import Exporter
-from fedort.coordinator.export_external import DATA_FILE
+from fedort.coordinator.export.inference import Exporter
+from fedort.coordinator.export.external_data import DATA_FILE
 from fedort.coordinator.status import offline_status
-from fedort.durable import atomic_write
-from fedort.edge_client.session import TrainingSession
+from fedort.common.durable import atomic_write
+from fedort.ort.session import TrainingSession
 
 
 def _vectors(exporter: Exporter, n: int) -> list[np.ndarray]:

@@ -1,4 +1,4 @@
-"""coordinator/export_splice.py: after one ORT export, later rounds' model files are spliced, byte for byte ORT's."""
+"""coordinator/export/splice.py: after one ORT export, later rounds' model files are spliced, byte for byte ORT's."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import json
 
 import numpy as np
 
-from fedort.coordinator.export import Exporter
-from fedort.coordinator.export_splice import ModelSplice
+from fedort.coordinator.export.inference import Exporter
+from fedort.coordinator.export.splice import ModelSplice
 from coordinator_fixtures import mlp_artifacts  # noqa: F401
-from fedort.edge_client.session import TrainingSession
+from fedort.ort.session import TrainingSession
 
 
 def _ort_export(artifacts, vector, path):

@@ -9,7 +9,7 @@ import pytest
 
 from fedort.coordinator.aggregation.update import as_blocks
 from fedort.coordinator.aggregation.weighted_sum import WeightedMean, WeightedSum
-from fedort.protos.errors import VectorError
+from fedort.common.errors import VectorError
 
 
 @pytest.fixture

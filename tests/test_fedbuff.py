@@ -7,10 +7,10 @@ import grpc
 import numpy as np
 import pytest
 
-from fedort.coordinator.fedbuff import UpdateBuffer
-from fedort.coordinator.server_optimizers import parse_server_optimizer
-from fedort.coordinator.staleness import parse_staleness_weight
-from fedort.protos.errors import ProtocolError, StaleRoundError, TooStaleError
+from fedort.coordinator.fedbuff.buffer import UpdateBuffer
+from fedort.coordinator.aggregation.server_optimizers import parse_server_optimizer
+from fedort.coordinator.fedbuff.staleness import parse_staleness_weight
+from fedort.common.errors import ProtocolError, StaleRoundError, TooStaleError
 from fedort.protos.status_codes import status_for
 
 P = 5000

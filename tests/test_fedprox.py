@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 from onnx import numpy_helper
 
-from fedort.protos.errors import ConfigError
+from fedort.common.errors import ConfigError
 from fedort.protos.messages import TrainConfig
-from fedort.edge_client import local_round
-from fedort.edge_client.artifacts import build_artifacts
-from fedort.edge_client.client_data import ClientData
-from fedort.edge_client.fedprox import ProximalSGDStep
-from fedort.edge_client.models import logreg
-from fedort.edge_client.session import TrainingSession
+from fedort.edge_client.training import local_round
+from fedort.ort.artifacts import build_artifacts
+from fedort.common.client_data import ClientData
+from fedort.edge_client.training.fedprox import ProximalSGDStep
+from fedort.ort.models import logreg
+from fedort.ort.session import TrainingSession
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +107,7 @@ def test_train_config_carries_mu_over_the_wire():
 async def test_the_coordinator_sends_mu_in_the_fit_task(tmp_path, logreg_sgd):
     from coordinator_fixtures import StubClient, make_config
     from fedort.coordinator import Coordinator
-    from fedort.protos import fedort_v1_pb2 as pb
+    from fedort.protos.stubs import fedort_v1_pb2 as pb
 
     coord = Coordinator(make_config(logreg_sgd, state_dir=tmp_path / "state", prox_mu=0.1, min_clients=1))
     await coord.start()

@@ -1,4 +1,4 @@
-"""edge_client/feedback_journal.py: the top-k residual on disk is a journal written before the upload and
+"""edge_client/uploads/feedback_journal.py: the top-k residual on disk is a journal written before the upload and
 its answer after; an unanswered journal is unsettled and yields r' or c exactly once the answer comes."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import hashlib
 
 import numpy as np
 
-from fedort.edge_client.update_codec import ResidualStore, UpdateEncoder
-from fedort.protos.codecs import parse_codec
+from fedort.edge_client.uploads.update_codec import ResidualStore, UpdateEncoder
+from fedort.protos.update_codecs import parse_codec
 from fedort.protos.messages import Metric
 
 P = 20_000

@@ -26,8 +26,8 @@ from google.protobuf.descriptor import FieldDescriptor as F
 from chaos_support import METHODS, integrity_check, open_access, raw_call, vector_files
 from fedort.coordinator import Coordinator
 from coordinator_fixtures import P_MLP, chunks_of, digest, make_config, mlp_artifacts  # noqa: F401
-from fedort.protos import fedort_v1_pb2 as pb
-from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
+from fedort.protos.stubs import fedort_v1_pb2 as pb
+from fedort.protos.stubs import fedort_v1_pb2_grpc as pb_grpc
 
 CHUNK = 16384
 SELECTED = ("client-a", "client-b", *(f"client-{i:02d}" for i in range(10)))

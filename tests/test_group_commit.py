@@ -22,9 +22,9 @@ import pytest
 
 from coordinator_fixtures import (chunks_of, mlp_artifacts, start_coordinator, stub_client,  # noqa: F401
                                   update_header, wait_for_metric)
-from fedort.coordinator.state import StateStore
-from fedort.protos import fedort_v1_pb2 as pb
-from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
+from fedort.coordinator.state.store import StateStore
+from fedort.protos.stubs import fedort_v1_pb2 as pb
+from fedort.protos.stubs import fedort_v1_pb2_grpc as pb_grpc
 
 CLIENTS = ("client-0000", "client-0001", "client-0002", "client-0003")
 LATE = "client-0099"

@@ -20,7 +20,7 @@ import pytest
 from coordinator_fixtures import mlp_artifacts, start_coordinator, stub_client  # noqa: F401
 from fedort.coordinator import RoundState
 from fedort.coordinator.status import offline_status
-from fedort.protos.errors import CorruptStateError
+from fedort.common.errors import CorruptStateError
 
 
 async def finished_run(start_coordinator, stub_client, rounds: int = 2):

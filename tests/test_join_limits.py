@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from coordinator_fixtures import RPC_TIMEOUT, mlp_artifacts, start_coordinator, stub_client  # noqa: F401
-from fedort.protos import fedort_v1_pb2 as pb
+from fedort.protos.stubs import fedort_v1_pb2 as pb
 
 
 def client_rows(state_dir) -> int:

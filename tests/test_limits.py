@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from fedort.coordinator.limits import RateLimiter
+from fedort.coordinator.uploads.client_limits import RateLimiter
 from coordinator_fixtures import (  # noqa: F401
     RPC_TIMEOUT, chunks_of, mlp_artifacts, start_coordinator, stub_client, update_header,
 )
-from fedort.protos import fedort_v1_pb2 as pb
-from fedort.protos.errors import ResourceExhaustedError
+from fedort.protos.stubs import fedort_v1_pb2 as pb
+from fedort.common.errors import ResourceExhaustedError
 
 
 def submissions(state) -> list[tuple]:

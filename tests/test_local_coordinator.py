@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedort.edge_client import EdgeClient, EdgeConfig
-from fedort.protos.round_state import RoundState
+from fedort.common.round_state import RoundState
 from fedort.simulations import LocalCoordinator
 from coordinator_fixtures import make_config, mlp_artifacts  # noqa: F401
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedort.edge_client.local_dp import LocalDP
-from fedort.protos.errors import ConfigError
+from fedort.edge_client.uploads.local_dp import LocalDP
+from fedort.common.errors import ConfigError
 
 
 def test_uploaded_noise_has_std_noise_times_clip():
@@ -29,7 +29,7 @@ def test_a_negative_noise_is_refused():
 
 
 def test_edge_config_refuses_local_dp_noise_without_a_clip():
-    from fedort.edge_client.edge_config import EdgeConfig
+    from fedort.edge_client.runtime.config import EdgeConfig
 
     with pytest.raises(ConfigError, match="needs local_dp_clip"):
         EdgeConfig("127.0.0.1:1", local_dp_noise=1.0)

@@ -13,14 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedort.coordinator.admission import AdmittedUpdate
+from fedort.coordinator.uploads.admission import AdmittedUpdate
 from fedort.coordinator.aggregation import Update
 from fedort.coordinator.aggregation.decode import decoder_for
 from fedort.coordinator.aggregation.strategies import FedAvg
-from fedort.coordinator.local_vectors import READ_STEP, LocalVectorDir
-from fedort.protos import digests
-from fedort.protos.codec import VectorMeta
-from fedort.protos.errors import VectorError
+from fedort.coordinator.colocated.local_vectors import READ_STEP, LocalVectorDir
+from fedort.common import digests
+from fedort.protos.vector_stream import VectorMeta
+from fedort.common.errors import VectorError
 from fedort.protos.messages import UpdateHeader
 
 LENGTH = 3 * READ_STEP // 4 + 12_345        # float32 values: 3 full reads and a partial one

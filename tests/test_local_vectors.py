@@ -19,8 +19,8 @@ import pytest
 from coordinator_fixtures import (mlp_artifacts, make_config, nothing_changed, opened_round,  # noqa: F401 (fixtures)
                                   start_coordinator, stub_client, update_header)
 from fedort.coordinator import Coordinator
-from fedort.protos import fedort_v1_pb2 as pb
-from fedort.protos.errors import ConfigError
+from fedort.protos.stubs import fedort_v1_pb2 as pb
+from fedort.common.errors import ConfigError
 
 
 def write(path: Path, vector: np.ndarray) -> Path:
@@ -211,7 +211,7 @@ def test_the_directory_cannot_be_the_state_dir_or_one_of_its_folders(mlp_artifac
 async def test_a_codec_payload_can_be_handed_over_as_a_file_too(start_coordinator, stub_client, tmp_path):
     import hashlib
 
-    from fedort.protos.codecs import get_codec, parse_codec
+    from fedort.protos.update_codecs import get_codec, parse_codec
 
     coord, client, model, round, g, local = await opened_round(start_coordinator, stub_client,
                                                                local_vector_dir=tmp_path / "lv")
@@ -228,7 +228,7 @@ async def test_a_codec_payload_can_be_handed_over_as_a_file_too(start_coordinato
 
 
 def test_only_the_two_newest_global_vectors_stay_published(tmp_path):
-    from fedort.coordinator.local_vectors import LocalVectorDir
+    from fedort.coordinator.colocated.local_vectors import LocalVectorDir
 
     (tmp_path / "state").mkdir()
     local = LocalVectorDir.open(tmp_path / "lv", tmp_path / "state")

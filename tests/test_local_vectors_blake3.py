@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from coordinator_fixtures import mlp_artifacts, opened_round, start_coordinator, stub_client  # noqa: F401 (fixtures)
-from fedort.edge_client.local_vectors import LocalVectors
-from fedort.protos import digests
+from fedort.edge_client.uploads.local_vectors import LocalVectors
+from fedort.common import digests
 
 blake3 = pytest.importorskip("blake3", reason="the blake3 package is not installed here").blake3
 
@@ -90,7 +90,7 @@ def test_a_task_without_blake3_is_checked_by_sha256_as_before(tmp_path, publishe
 
 
 def test_the_coordinator_s_file_digest_is_blake3_of_the_little_endian_float32_bytes(published):
-    from fedort.coordinator.local_vectors import LocalVectorDir
+    from fedort.coordinator.colocated.local_vectors import LocalVectorDir
 
     vector, sha, b3 = published
     assert digests.BLAKE3 in digests.available()

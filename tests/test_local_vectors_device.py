@@ -11,9 +11,9 @@ import numpy as np
 
 from coordinator_fixtures import P_MLP, make_config, mlp_artifacts  # noqa: F401 (fixture)
 from fedort.edge_client import EdgeClient, EdgeConfig
-from fedort.edge_client.local_vectors import LocalVectors
-from fedort.edge_client.transport import ChannelConfig, Transport
-from fedort.edge_client.update_headers import update_header
+from fedort.edge_client.uploads.local_vectors import LocalVectors
+from fedort.edge_client.transport.grpc_transport import ChannelConfig, Transport
+from fedort.edge_client.uploads.update_headers import update_header
 from fedort.protos.messages import TaskKind
 from fedort.simulations import LocalCoordinator
 

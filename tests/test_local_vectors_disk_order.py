@@ -11,8 +11,8 @@ import threading
 
 import numpy as np
 
-from fedort.edge_client import local_vectors
-from fedort.protos import digests
+from fedort.edge_client.uploads import local_vectors
+from fedort.common import digests
 
 
 class _Hasher:

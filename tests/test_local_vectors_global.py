@@ -13,8 +13,8 @@ import hashlib
 import numpy as np
 import pytest
 
-from fedort.edge_client.cache import ArtifactCache
-from fedort.edge_client.local_vectors import LocalVectors
+from fedort.edge_client.runtime.cache import ArtifactCache
+from fedort.edge_client.uploads.local_vectors import LocalVectors
 
 
 def publish(directory, vector: np.ndarray) -> bytes:

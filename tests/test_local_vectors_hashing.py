@@ -19,13 +19,13 @@ import pytest
 
 from coordinator_fixtures import (mlp_artifacts, nothing_changed, opened_round,  # noqa: F401 (fixtures)
                                   start_coordinator, stub_client, update_header)
-from fedort.edge_client.local_vectors import LocalVectors
-from fedort.edge_client.retry import Backoff, call_with_retry
-from fedort.edge_client.transport import ChannelConfig, Transport
-from fedort.edge_client.update_codec import EncodedUpdate
-from fedort.protos import digests
-from fedort.protos import fedort_v1_pb2 as pb
-from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
+from fedort.edge_client.uploads.local_vectors import LocalVectors
+from fedort.edge_client.transport.retry import Backoff, call_with_retry
+from fedort.edge_client.transport.grpc_transport import ChannelConfig, Transport
+from fedort.edge_client.uploads.update_codec import EncodedUpdate
+from fedort.common import digests
+from fedort.protos.stubs import fedort_v1_pb2 as pb
+from fedort.protos.stubs import fedort_v1_pb2_grpc as pb_grpc
 
 
 def write(path: Path, vector: np.ndarray) -> Path:

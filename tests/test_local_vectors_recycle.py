@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from coordinator_fixtures import P_MLP, make_config, mlp_artifacts  # noqa: F401 (fixture)
-from fedort.coordinator import local_vectors as coordinator_side
-from fedort.coordinator.local_vectors import LocalVectorDir
+from fedort.coordinator.colocated import local_vectors as coordinator_side
+from fedort.coordinator.colocated.local_vectors import LocalVectorDir
 from fedort.edge_client import EdgeClient, EdgeConfig
 from fedort.simulations import LocalCoordinator
 

@@ -12,9 +12,9 @@ import hashlib
 import numpy as np
 import pytest
 
-from fedort.edge_client.local_vectors import WRITE_BLOCK, _write_file, with_digest
-from fedort.edge_client.update_codec import EncodedUpdate
-from fedort.protos import digests
+from fedort.edge_client.uploads.local_vectors import WRITE_BLOCK, _write_file, with_digest
+from fedort.edge_client.uploads.update_codec import EncodedUpdate
+from fedort.common import digests
 
 ALGORITHMS = [digests.SHA256] + ([digests.BLAKE3] if digests.BLAKE3 in digests.available() else [])
 

@@ -8,8 +8,8 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
-from fedort.protos.errors import ConfigError
-from fedort.edge_client.models import BUILTIN_MODELS, IR_VERSION, OPSET, builtin_model, cnn, mlp
+from fedort.common.errors import ConfigError
+from fedort.ort.models import BUILTIN_MODELS, IR_VERSION, OPSET, builtin_model, cnn, mlp
 
 
 @pytest.mark.parametrize("name", sorted(BUILTIN_MODELS))
@@ -56,8 +56,8 @@ def test_unknown_builtin_is_a_config_error():
 
 
 def test_logreg_is_a_60_to_10_linear_model_that_builds_artifacts(tmp_path):
-    from fedort.edge_client.artifacts import build_artifacts
-    from fedort.edge_client.models import builtin_model
+    from fedort.ort.artifacts import build_artifacts
+    from fedort.ort.models import builtin_model
 
     manifest = build_artifacts(builtin_model("logreg"), tmp_path)
     assert manifest.parameter_count == 60 * 10 + 10 and manifest.num_classes == 10

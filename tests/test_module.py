@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedort.protos.errors import ConfigError
-from fedort.edge_client.artifacts import build_artifacts
-from fedort.edge_client.models import mlp
-from fedort.edge_client.module import ConstantLR, LinearWarmupDecay, TrainingModule
-from fedort.edge_client.session import TrainingSession
-from fedort.edge_client.trainer import Trainer
+from fedort.common.errors import ConfigError
+from fedort.ort.artifacts import build_artifacts
+from fedort.ort.models import mlp
+from fedort.edge_client.training.module import ConstantLR, LinearWarmupDecay, TrainingModule
+from fedort.ort.session import TrainingSession
+from fedort.edge_client.training.trainer import Trainer
 
 
 @pytest.fixture

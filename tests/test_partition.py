@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from fedort.protos.errors import ConfigError
+from fedort.common.errors import ConfigError
 from fedort.simulations.partition import Partition, dirichlet, iid, label_histogram, parse_partition, shards
 
 LABELS = np.repeat(np.arange(10), 150)  # 1,500 examples, 10 balanced labels

@@ -10,8 +10,8 @@ import grpc
 import pytest
 
 from coordinator_fixtures import RPC_TIMEOUT, mlp_artifacts, start_coordinator, stub_client  # noqa: F401
-from fedort.coordinator.task_dispatch import MAX_POLL_IDS
-from fedort.protos import fedort_v1_pb2 as pb
+from fedort.coordinator.engine.task_dispatch import MAX_POLL_IDS
+from fedort.protos.stubs import fedort_v1_pb2 as pb
 from test_auth import bearer, join_both, secured  # noqa: F401
 from test_servicer import open_round  # noqa: F401
 

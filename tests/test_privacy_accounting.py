@@ -8,8 +8,8 @@ import dp_accounting
 import pytest
 from dp_accounting import rdp
 
-from fedort.coordinator.privacy_accounting import epsilon, rounds_within_budget
-from fedort.protos.errors import ConfigError
+from fedort.coordinator.privacy.accounting import epsilon, rounds_within_budget
+from fedort.common.errors import ConfigError
 
 
 @pytest.mark.parametrize("q,z,steps,delta", [(0.1, 1.1, 100, 1e-5), (0.01, 0.8, 1000, 1e-6), (1.0, 5.0, 10, 1e-5)])

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from fedort.coordinator.config import CoordinatorConfig
-from fedort.coordinator.privacy_config import DpClip, parse_dp_clip
-from fedort.protos.errors import ConfigError
+from fedort.coordinator.privacy.config import DpClip, parse_dp_clip
+from fedort.common.errors import ConfigError
 from fedort.simulations.config import load_config
 
 
@@ -61,7 +61,7 @@ def test_the_cli_flags_set_exactly_the_privacy_config_fields():
     import argparse
 
     from fedort.cli.privacy_flags import add_privacy_flags
-    from fedort.coordinator.privacy_config import PRIVACY_KEYS
+    from fedort.coordinator.privacy.config import PRIVACY_KEYS
 
     parser = argparse.ArgumentParser()
     add_privacy_flags(parser)
@@ -75,7 +75,7 @@ def test_coordinator_config_refuses_secagg_with_a_cohort_of_one(tmp_path):
 
 def test_a_server_optimizer_with_privacy_is_refused_with_the_reason(tmp_path):
     from fedort.coordinator.config import CoordinatorConfig
-    from fedort.protos.errors import ConfigError
+    from fedort.common.errors import ConfigError
 
     with pytest.raises(ConfigError, match="does not compose with central DP"):
         CoordinatorConfig(artifacts=tmp_path, state_dir=tmp_path / "s", dp_noise_multiplier=1.0, dp_clip="1.0",

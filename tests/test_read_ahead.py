@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from fedort.coordinator.read_ahead import SLOTS, read_ahead
-from fedort.protos.errors import VectorError
+from fedort.coordinator.colocated.read_ahead import SLOTS, read_ahead
+from fedort.common.errors import VectorError
 
 STEP = 4096
 

@@ -1,4 +1,4 @@
-"""coordinator/resubmission.py: an update re-sent after its round closed is a duplicate if that exact update
+"""coordinator/engine/resubmission.py: an update re-sent after its round closed is a duplicate if that exact update
 was counted, and FAILED_PRECONDITION (it did not count) otherwise; neither adds a submission or a spool file.
 A co-located device's file answered `duplicate` is removed (the coordinator owns what is handed over)."""
 
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from coordinator_fixtures import mlp_artifacts, start_coordinator, stub_client, update_header  # noqa: F401
-from fedort.protos import fedort_v1_pb2 as pb
-from fedort.protos.codecs import get_codec
+from fedort.protos.stubs import fedort_v1_pb2 as pb
+from fedort.protos.update_codecs import get_codec
 
 
 def rows(state_dir: Path) -> list[tuple]:

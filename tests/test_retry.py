@@ -11,12 +11,12 @@ from concurrent import futures
 import grpc
 import pytest
 
-from fedort.protos import fedort_v1_pb2 as pb
-from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
-from fedort.protos.errors import FedortError, UnavailableError
+from fedort.protos.stubs import fedort_v1_pb2 as pb
+from fedort.protos.stubs import fedort_v1_pb2_grpc as pb_grpc
+from fedort.common.errors import FedortError, UnavailableError
 from fedort.protos.status_codes import from_rpc_error
-from fedort.edge_client.retry import Backoff, StoppedError, call_with_retry, is_retryable
-from fedort.edge_client.transport import ChannelConfig, Transport
+from fedort.edge_client.transport.retry import Backoff, StoppedError, call_with_retry, is_retryable
+from fedort.edge_client.transport.grpc_transport import ChannelConfig, Transport
 
 
 class _RpcError(grpc.RpcError):

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from fedort.coordinator import RoundState
-from fedort.coordinator.round_engine import IllegalTransition
-from fedort.coordinator.selection import client_seed, sample_size, select_clients
+from fedort.coordinator.engine.round_engine import IllegalTransition
+from fedort.coordinator.engine.selection import client_seed, sample_size, select_clients
 from coordinator_fixtures import mlp_artifacts, start_coordinator, stub_client  # noqa: F401
-from fedort.protos import fedort_v1_pb2 as pb
+from fedort.protos.stubs import fedort_v1_pb2 as pb
 
 
 # ---- pure rules ---------------------------------------------------------------------------------
@@ -39,7 +39,7 @@ def test_selection_is_seeded_and_independent_of_input_order():
 
 def test_client_seed_differs_per_round_and_client_and_is_stable():
     # stable: another interpreter, with another string-hash seed, derives the same seed
-    other = subprocess.run([sys.executable, "-c", "from fedort.coordinator.selection import client_seed; "
+    other = subprocess.run([sys.executable, "-c", "from fedort.coordinator.engine.selection import client_seed; "
                             "print(client_seed(0, 1, 'a'))"], capture_output=True, text=True, timeout=60,
                            env={**os.environ, "PYTHONHASHSEED": "12345"}, check=True)
     assert int(other.stdout) == client_seed(0, 1, "a")

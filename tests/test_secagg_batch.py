@@ -10,13 +10,13 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from fedort.coordinator import RoundState
-from fedort.edge_client.secagg_flow import SecAggFlow
-from fedort.edge_client.transport import ChannelConfig, Transport
-from fedort.protos import fedort_v1_pb2 as pb
-from fedort.protos.codec import CHUNK_BYTES
+from fedort.edge_client.secagg.flow import SecAggFlow
+from fedort.edge_client.transport.grpc_transport import ChannelConfig, Transport
+from fedort.protos.stubs import fedort_v1_pb2 as pb
+from fedort.protos.vector_stream import CHUNK_BYTES
 from fedort.protos.messages import TaskKind
-from fedort.protos.secagg import AdvertiseKeys
-from fedort.protos.secagg.scheme import AES_PRIME_W32
+from fedort.common.secagg import AdvertiseKeys
+from fedort.common.secagg.scheme import AES_PRIME_W32
 from coordinator_fixtures import P_MLP, mlp_artifacts, start_coordinator, stub_client  # noqa: F401
 from secagg_devices import CURRENT, deltas_for
 

@@ -13,13 +13,13 @@ import pytest
 
 from chaos_support import CoordinatorProcess
 from coordinator_fixtures import P_MLP, mlp_artifacts  # noqa: F401
-from fedort.edge_client.secagg_client import SecAggClient
-from fedort.edge_client.secagg_flow import masked_header
-from fedort.protos import fedort_v1_pb2 as pb
-from fedort.protos.codec import CHUNK_BYTES
-from fedort.protos.secagg.messages import Roster, ShareDelivery, UnmaskRequest
-from fedort.protos.secagg.pack import pack, unpack
-from fedort.protos.secagg.task import SecAggTask
+from fedort.edge_client.secagg.client import SecAggClient
+from fedort.edge_client.secagg.flow import masked_header
+from fedort.protos.stubs import fedort_v1_pb2 as pb
+from fedort.protos.vector_stream import CHUNK_BYTES
+from fedort.common.secagg.messages import Roster, ShareDelivery, UnmaskRequest
+from fedort.common.secagg.pack import pack, unpack
+from fedort.common.secagg.task import SecAggTask
 from secagg_devices import deltas_for
 
 IDS = ("dev-0", "dev-1", "dev-2", "dev-3")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from fedort.edge_client.secagg_client import SecAggClient
-from fedort.edge_client.secagg_flow import ADVERTISE
-from fedort.edge_client.transport import ChannelConfig, Transport
-from fedort.protos.secagg.task import SecAggTask
+from fedort.edge_client.secagg.client import SecAggClient
+from fedort.edge_client.secagg.flow import ADVERTISE
+from fedort.edge_client.transport.grpc_transport import ChannelConfig, Transport
+from fedort.common.secagg.task import SecAggTask
 from coordinator_fixtures import mlp_artifacts, start_coordinator  # noqa: F401
 from secagg_devices import CURRENT
 

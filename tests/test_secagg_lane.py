@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 from types import SimpleNamespace
 
-from fedort.edge_client.secagg_lane import lane
-from fedort.edge_client.secagg_wire import StepBatcher
+from fedort.edge_client.secagg.lane import lane
+from fedort.edge_client.secagg.wire import StepBatcher
 
 
 def test_devices_sharing_a_transport_share_one_lane_and_a_device_alone_has_none():

@@ -12,9 +12,9 @@ import pytest
 
 from fedort.coordinator import RoundState
 from fedort.coordinator.aggregation import decoder_for
-from fedort.protos.errors import FedortError, VectorError
-from fedort.protos.secagg.pack import pack, packed_codec, payload_size, unpack
-from fedort.protos.secagg.task import SECAGG_CODEC, SecAggTask
+from fedort.common.errors import FedortError, VectorError
+from fedort.common.secagg.pack import pack, packed_codec, payload_size, unpack
+from fedort.common.secagg.task import SECAGG_CODEC, SecAggTask
 
 from coordinator_fixtures import P_MLP, mlp_artifacts, start_coordinator, stub_client  # noqa: F401
 from secagg_devices import deltas_for, run_devices

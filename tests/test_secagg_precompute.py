@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from fedort.coordinator import RoundState
-from fedort.coordinator.secagg_server import SecAggServer
-from fedort.edge_client.secagg_ahead import MaskAhead
-from fedort.edge_client.secagg_client import SecAggClient
-from fedort.protos.secagg.masks import add_signed, pairwise_mask, pairwise_sign, self_mask
-from fedort.protos.secagg.scheme import SUPPORTED
+from fedort.coordinator.privacy.secagg.server import SecAggServer
+from fedort.edge_client.secagg.ahead import MaskAhead
+from fedort.edge_client.secagg.client import SecAggClient
+from fedort.common.secagg.masks import add_signed, pairwise_mask, pairwise_sign, self_mask
+from fedort.common.secagg.scheme import SUPPORTED
 from coordinator_fixtures import P_MLP, mlp_artifacts, start_coordinator, stub_client  # noqa: F401
 from secagg_devices import deltas_for, run_devices
 from secagg_support import make_params, quantized_sum, run_round, through_share_keys
@@ -99,7 +99,7 @@ def test_a_neighbour_whose_mask_key_is_refused_fails_the_input_only_if_it_is_in_
     error if the neighbour shared keys, and nothing if it did not; precomputing changes neither."""
     from dataclasses import replace
 
-    from fedort.protos.secagg import SecAggError
+    from fedort.common.secagg import SecAggError
 
     params = make_params(8, 500, degree=4, scheme=SUPPORTED[0])
     me = params.cohort[0]
@@ -182,8 +182,8 @@ async def test_devices_whose_round_aborts_during_the_share_wait_leave_no_mask_th
 def test_masks_are_expanded_ahead_only_by_a_device_alone_on_its_transport():
     from types import SimpleNamespace
 
-    from fedort.edge_client.secagg_ahead import worth_it
-    from fedort.edge_client.secagg_wire import StepBatcher
+    from fedort.edge_client.secagg.ahead import worth_it
+    from fedort.edge_client.secagg.wire import StepBatcher
 
     steps = StepBatcher(transport=None)
     worker = SimpleNamespace(secagg_steps=steps)

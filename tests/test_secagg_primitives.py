@@ -7,13 +7,13 @@ import os
 import numpy as np
 import pytest
 
-from fedort.protos.errors import ConfigError
-from fedort.protos.secagg import (
+from fedort.common.errors import ConfigError
+from fedort.common.secagg import (
     AdvertiseKeys, FixedPoint, SecAggError, SecAggParams, UnmaskResponse, modulus_bits, neighbour_graph,
 )
-from fedort.protos.secagg.keys import Agreement, KeyPair, agree, open_sealed, public_of, seal
-from fedort.protos.secagg.prg import MaskAdder, expand
-from fedort.protos.secagg.shamir import combine_secret, combine_secrets, split_secret
+from fedort.common.secagg.keys import Agreement, KeyPair, agree, open_sealed, public_of, seal
+from fedort.common.secagg.prg import MaskAdder, expand
+from fedort.common.secagg.shamir import combine_secret, combine_secrets, split_secret
 
 
 def test_modulus_bits_leave_room_for_the_whole_cohort_at_the_extreme():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedort.coordinator.secagg_server import SecAggServer, ServerPhase
-from fedort.protos.secagg import SecAggAborted, SecAggError, UnmaskRequest
+from fedort.coordinator.privacy.secagg.server import SecAggServer, ServerPhase
+from fedort.common.secagg import SecAggAborted, SecAggError, UnmaskRequest
 from secagg_support import make_params, quantized_sum, run_round, through_share_keys
 
 
@@ -180,7 +180,7 @@ def test_the_device_side_never_imports_the_coordinator():
     import subprocess
     import sys
 
-    code = ("import sys, fedort.edge_client.secagg_client, fedort.edge_client.local_dp; "
+    code = ("import sys, fedort.edge_client.secagg.client, fedort.edge_client.uploads.local_dp; "
             "print(sorted(m for m in sys.modules if m.startswith('fedort.coordinator')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]"

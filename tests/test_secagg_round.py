@@ -44,7 +44,7 @@ async def test_a_secagg_round_commits_the_fedavg_of_the_quantized_updates(start_
 
 
 async def test_a_server_optimizer_steps_from_the_unmasked_secagg_average(start_coordinator, stub_client):
-    from fedort.coordinator.server_optimizers import parse_server_optimizer
+    from fedort.coordinator.aggregation.server_optimizers import parse_server_optimizer
 
     spec = "fedadam:lr=0.01,beta1=0.9,beta2=0.99,tau=1e-3"
     ids = [f"dev-{i:02d}" for i in range(5)]
@@ -111,8 +111,8 @@ async def test_secagg_with_dp_commits_the_clipped_deltas_over_the_expected_cohor
 
 
 def test_each_device_adds_its_share_z_c_over_root_n_of_the_noise():
-    from fedort.edge_client.secagg_flow import private_delta
-    from fedort.protos.secagg.task import SecAggTask
+    from fedort.edge_client.secagg.flow import private_delta
+    from fedort.common.secagg.task import SecAggTask
     from secagg_support import make_params
 
     task = SecAggTask(make_params(4, 10), "unit", dp_clip=0.5, dp_noise_std=1.2 * 0.5 / 2)
@@ -122,8 +122,8 @@ def test_each_device_adds_its_share_z_c_over_root_n_of_the_noise():
 
 
 def test_without_dp_the_masked_delta_is_the_exact_float64_difference():
-    from fedort.edge_client.secagg_flow import private_delta
-    from fedort.protos.secagg.task import SecAggTask
+    from fedort.edge_client.secagg.flow import private_delta
+    from fedort.common.secagg.task import SecAggTask
     from secagg_support import make_params
 
     rng = np.random.default_rng(4)
@@ -135,7 +135,7 @@ def test_without_dp_the_masked_delta_is_the_exact_float64_difference():
 
 
 def test_simulate_with_secagg_and_distributed_dp_runs_real_edge_clients(tmp_path):
-    from fedort.coordinator.privacy_accounting import epsilon
+    from fedort.coordinator.privacy.accounting import epsilon
     from fedort.simulations.config import SimulationConfig
     from fedort.simulations.runner import run_simulation
 

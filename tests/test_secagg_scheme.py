@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 
 from fedort.coordinator import RoundState
-from fedort.coordinator.secagg_server import SecAggServer
-from fedort.edge_client.secagg_client import SecAggClient
-from fedort.edge_client.secagg_flow import SecAggFlow
-from fedort.protos import fedort_v1_pb2 as pb
+from fedort.coordinator.privacy.secagg.server import SecAggServer
+from fedort.edge_client.secagg.client import SecAggClient
+from fedort.edge_client.secagg.flow import SecAggFlow
+from fedort.protos.stubs import fedort_v1_pb2 as pb
 from fedort.protos.messages import Task, TaskKind
-from fedort.protos.secagg import AdvertiseKeys, SecAggParams
-from fedort.protos.secagg.errors import SchemeError
-from fedort.protos.secagg.scheme import AES_PRIME, AES_PRIME_W32, CAPABILITY, LEGACY, SUPPORTED, negotiate
-from fedort.protos.secagg.task import SecAggTask
+from fedort.common.secagg import AdvertiseKeys, SecAggParams
+from fedort.common.secagg.errors import SchemeError
+from fedort.common.secagg.scheme import AES_PRIME, AES_PRIME_W32, CAPABILITY, LEGACY, SUPPORTED, negotiate
+from fedort.common.secagg.task import SecAggTask
 from coordinator_fixtures import P_MLP, mlp_artifacts, start_coordinator, stub_client  # noqa: F401
 from secagg_devices import CURRENT, OLD, deltas_for, run_devices
 from secagg_support import make_params, quantized_sum, run_round
@@ -173,7 +173,7 @@ async def test_the_weight_bound_is_the_cohorts_announced_examples_and_a_larger_c
 
 
 def test_weight_cap_is_the_largest_announced_count_or_the_maximum_if_one_is_missing():
-    from fedort.protos.secagg.task import MAX_WEIGHT, weight_cap
+    from fedort.common.secagg.task import MAX_WEIGHT, weight_cap
 
     assert weight_cap([{"examples": "7"}, {"examples": "30"}]) == 30.0
     assert weight_cap([{"examples": "7"}, {}]) == weight_cap([{"examples": "x"}]) == MAX_WEIGHT

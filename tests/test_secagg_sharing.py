@@ -10,11 +10,11 @@ import pytest
 import shamirs
 from Crypto.Math import Primality
 
-from fedort.protos.errors import ConfigError
-from fedort.protos.secagg import SecAggError
-from fedort.protos.secagg.prg import MaskAdder, accumulator_dtype, expand
-from fedort.protos.secagg.scheme import AES_PRIME, AES_PRIME_W32, LEGACY
-from fedort.protos.secagg.shamir_prime import PRIME, SHARE_BYTES, combine_secret, combine_secrets, split_secret
+from fedort.common.errors import ConfigError
+from fedort.common.secagg import SecAggError
+from fedort.common.secagg.prg import MaskAdder, accumulator_dtype, expand
+from fedort.common.secagg.scheme import AES_PRIME, AES_PRIME_W32, LEGACY
+from fedort.common.secagg.shamir_prime import PRIME, SHARE_BYTES, combine_secret, combine_secrets, split_secret
 
 
 def _eval_through(points: list[tuple[int, int]], x: int) -> int:

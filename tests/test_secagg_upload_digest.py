@@ -15,8 +15,8 @@ import numpy as np
 
 from coordinator_fixtures import P_MLP, make_config, mlp_artifacts  # noqa: F401 (fixture)
 from fedort.edge_client import EdgeClient, EdgeConfig
-from fedort.protos import digests
-from fedort.protos.secagg.pack import payload_size
+from fedort.common import digests
+from fedort.common.secagg.pack import payload_size
 from fedort.simulations import LocalCoordinator
 
 

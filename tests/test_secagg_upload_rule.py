@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from fedort.coordinator.aggregation import decoder_for
-from fedort.coordinator.admission import allowed_codecs
-from fedort.protos import fedort_v1_pb2 as pb
-from fedort.protos.errors import VectorError
-from fedort.protos.secagg.task import SECAGG_CODEC
+from fedort.coordinator.uploads.admission import allowed_codecs
+from fedort.protos.stubs import fedort_v1_pb2 as pb
+from fedort.common.errors import VectorError
+from fedort.common.secagg.task import SECAGG_CODEC
 
 from coordinator_fixtures import P_MLP, make_config, mlp_artifacts, start_coordinator, stub_client  # noqa: F401
 

@@ -15,8 +15,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from fedort.coordinator import RoundState
 from coordinator_fixtures import P_MLP, mlp_artifacts, start_coordinator, stub_client  # noqa: F401
-from fedort.edge_client.artifacts import ARTIFACT_FILES, load_manifest
-from fedort.protos import fedort_v1_pb2 as pb
+from fedort.ort.artifacts import ARTIFACT_FILES, load_manifest
+from fedort.protos.stubs import fedort_v1_pb2 as pb
 
 
 async def test_two_clients_complete_two_rounds_with_weighted_average(start_coordinator, stub_client):
@@ -186,8 +186,8 @@ async def test_memory_does_not_grow_with_the_number_of_updates(tmp_path, stub_cl
 
     from fedort.coordinator import Coordinator
     from coordinator_fixtures import chunks_of, make_config, update_header
-    from fedort.edge_client.artifacts import build_artifacts
-    from fedort.edge_client.models import mlp
+    from fedort.ort.artifacts import build_artifacts
+    from fedort.ort.models import mlp
 
     manifest = build_artifacts(mlp(hidden=67_000), tmp_path / "big")
     p = manifest.parameter_count

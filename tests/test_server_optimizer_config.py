@@ -13,7 +13,7 @@ import pytest
 from fedort.cli import coordinator as coordinator_cli
 from fedort.cli import simulate as simulate_cli
 from fedort.coordinator.config import CoordinatorConfig
-from fedort.protos.errors import ConfigError
+from fedort.common.errors import ConfigError
 from fedort.simulations.config import load_config
 
 

@@ -13,8 +13,8 @@ import pytest
 from chaos_support import CoordinatorProcess, vector_files
 from coordinator_fixtures import P_MLP, chunks_of, mlp_artifacts, update_header  # noqa: F401
 from fedort.coordinator.aggregation import WeightedSum
-from fedort.coordinator.server_optimizers import parse_server_optimizer
-from fedort.protos import fedort_v1_pb2 as pb
+from fedort.coordinator.aggregation.server_optimizers import parse_server_optimizer
+from fedort.protos.stubs import fedort_v1_pb2 as pb
 
 SPEC = "fedadam:lr=0.1,beta1=0.9,beta2=0.99,tau=1e-3"
 CLIENTS = ("client-0000", "client-0001", "client-0002")

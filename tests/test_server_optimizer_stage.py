@@ -12,11 +12,11 @@ import pytest
 
 from fedort.coordinator import Coordinator, RoundState
 from fedort.coordinator.aggregation import ServerUpdate, WeightedSum
-from fedort.coordinator.server_optimizers import parse_server_optimizer
-from fedort.coordinator.server_optimizers.stage import ServerOptimizerStage, configured_strategy
-from fedort.coordinator.state_layout import StateLayout
+from fedort.coordinator.aggregation.server_optimizers import parse_server_optimizer
+from fedort.coordinator.aggregation.server_optimizers.stage import ServerOptimizerStage, configured_strategy
+from fedort.coordinator.state.layout import StateLayout
 from coordinator_fixtures import P_MLP, make_config, mlp_artifacts, start_coordinator, stub_client  # noqa: F401
-from fedort.protos.errors import ConfigError
+from fedort.common.errors import ConfigError
 
 ADAM = "fedadam:lr=0.05,beta1=0.9,beta2=0.99,tau=1e-3"
 

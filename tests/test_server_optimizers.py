@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from fedort.coordinator.aggregation.weighted_sum import WeightedSum
-from fedort.coordinator.server_optimizers import OPTIMIZERS, canonical_spec, parse_server_optimizer
-from fedort.protos.errors import ConfigError, VectorError
+from fedort.coordinator.aggregation.server_optimizers import OPTIMIZERS, canonical_spec, parse_server_optimizer
+from fedort.common.errors import ConfigError, VectorError
 
 P = 1000
 K = 6
@@ -312,7 +312,7 @@ def test_a_non_string_spec_is_refused():
 _WRITER = """
 import sys
 import numpy as np
-from fedort.coordinator.server_optimizers import parse_server_optimizer
+from fedort.coordinator.aggregation.server_optimizers import parse_server_optimizer
 spec, path, length = sys.argv[1], sys.argv[2], int(sys.argv[3])
 opt = parse_server_optimizer(spec)
 x = np.random.default_rng(0).normal(size=length).astype(np.float32)

@@ -14,7 +14,7 @@ import pytest
 from coordinator_fixtures import (  # noqa: F401
     P_MLP, chunks_of, digest, mlp_artifacts, start_coordinator, stub_client, update_header,
 )
-from fedort.protos import fedort_v1_pb2 as pb
+from fedort.protos.stubs import fedort_v1_pb2 as pb
 
 INVALID, PRECONDITION, NOT_FOUND, EXHAUSTED = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION,
                                                grpc.StatusCode.NOT_FOUND, grpc.StatusCode.RESOURCE_EXHAUSTED)

@@ -11,11 +11,11 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
-from fedort.protos.errors import ArtifactError, ConfigError, DataError, TrainingError, VectorError
-from fedort.edge_client.artifacts import CHECKPOINT, EVAL_MODEL, OPTIMIZER_MODEL, TRAINING_MODEL, build_artifacts
-from fedort.edge_client.models import mlp
-from fedort.edge_client.module import LinearWarmupDecay
-from fedort.edge_client.session import SessionConfig, TrainingSession
+from fedort.common.errors import ArtifactError, ConfigError, DataError, TrainingError, VectorError
+from fedort.ort.artifacts import CHECKPOINT, EVAL_MODEL, OPTIMIZER_MODEL, TRAINING_MODEL, build_artifacts
+from fedort.ort.models import mlp
+from fedort.edge_client.training.module import LinearWarmupDecay
+from fedort.ort.session import SessionConfig, TrainingSession
 
 
 @pytest.fixture
@@ -205,7 +205,7 @@ def test_ort_1_19_2_scheduler_wrapper_swaps_warmup_and_total(mlp_artifacts, batc
     # an ORT upgrade, the wrapper was fixed: drop the swap in session.py.
     import os
 
-    from fedort.edge_client import _ort
+    from fedort.ort import _training_api as _ort
 
     api = _ort.training_api()
     state = api.CheckpointState.load_checkpoint(os.fspath(mlp_artifacts / CHECKPOINT))
@@ -296,7 +296,7 @@ def test_bad_vectors_are_vector_errors(session, vector, message):
 
 _ORDER_SCRIPT = """
 import hashlib, sys
-from fedort.edge_client.session import TrainingSession
+from fedort.ort.session import TrainingSession
 print(hashlib.sha256(TrainingSession.from_artifacts(sys.argv[1]).to_buffer().tobytes()).hexdigest())
 """
 

@@ -12,7 +12,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from fedort.protos.errors import ConfigError
+from fedort.common.errors import ConfigError
 from fedort.simulations.config import SimulationConfig, load_config
 from fedort.simulations.runner import run_simulation
 
@@ -234,8 +234,8 @@ def test_a_local_worker_opens_the_runs_own_artifacts_instead_of_downloading_them
 
 
 def test_a_large_model_s_run_folder_holds_model_onnx_with_its_external_data(tmp_path):
-    from fedort.edge_client.artifacts import build_artifacts
-    from fedort.edge_client.models import mlp
+    from fedort.ort.artifacts import build_artifacts
+    from fedort.ort.models import mlp
 
     data = tmp_path / "data"
     subprocess.run([sys.executable, "-m", "fedort", "data", "digits", "--clients", "2", "--partition", "iid",

@@ -9,8 +9,8 @@ import grpc
 
 from coordinator_fixtures import RPC_TIMEOUT, mlp_artifacts  # noqa: F401
 from fedort.coordinator.server import Coordinator
-from fedort.protos import fedort_v1_pb2 as pb
-from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
+from fedort.protos.stubs import fedort_v1_pb2 as pb
+from fedort.protos.stubs import fedort_v1_pb2_grpc as pb_grpc
 from fedort.simulations.config import load_config
 from fedort.simulations.runner import coordinator_config
 

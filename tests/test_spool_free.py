@@ -18,9 +18,9 @@ import pytest
 
 from chaos_support import open_access, state_snapshot
 from coordinator_fixtures import chunks_of, mlp_artifacts, start_coordinator, stub_client  # noqa: F401
-from fedort.coordinator import spool_free
-from fedort.coordinator.spool_free import FreeSpoolFiles
-from fedort.protos import fedort_v1_pb2 as pb
+from fedort.coordinator.uploads import spool_free
+from fedort.coordinator.uploads.spool_free import FreeSpoolFiles
+from fedort.protos.stubs import fedort_v1_pb2 as pb
 
 
 def files(folder: Path) -> list[str]:

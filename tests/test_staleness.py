@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fedort.coordinator.staleness import parse_staleness_weight
-from fedort.protos.errors import ConfigError
+from fedort.coordinator.fedbuff.staleness import parse_staleness_weight
+from fedort.common.errors import ConfigError
 
 
 @pytest.mark.parametrize("spec, staleness, weight", [

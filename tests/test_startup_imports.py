@@ -24,7 +24,7 @@ def test_simulate_parses_and_checks_its_config_without_loading_the_server_so_wor
             "args = build_parser(argv).parse_args(argv)\n"
             "from fedort.simulations.config import load_config\nload_config(args.scenario, {})\n"
             "import fedort.simulations.backends")
-    heavy = ["fedort.coordinator.server", "fedort.coordinator.round_engine", "grpc", "onnxruntime", "onnx",
+    heavy = ["fedort.coordinator.server", "fedort.coordinator.engine.round_engine", "grpc", "onnxruntime", "onnx",
              "fedort.simulations.worker"]
     assert _loaded_after(code, heavy) == []
 
@@ -58,8 +58,8 @@ def test_a_forked_worker_logs_like_a_spawned_one():
 
 
 def test_a_synchronous_run_loads_no_fedbuff_engine_and_without_a_bar_no_tqdm():
-    code = ("import fedort.simulations.runner\nfrom fedort.coordinator.state_layout import StateLayout\n"
+    code = ("import fedort.simulations.runner\nfrom fedort.coordinator.state.layout import StateLayout\n"
             "from fedort.simulations.progress import RoundProgress\n"
             "RoundProgress(StateLayout('/nonexistent'), 3, enabled=False).update()")
-    assert _loaded_after(code, ["fedort.coordinator.async_engine", "fedort.coordinator.fedbuff", "tqdm", "onnx",
+    assert _loaded_after(code, ["fedort.coordinator.fedbuff.engine", "fedort.coordinator.fedbuff.buffer", "tqdm", "onnx",
                                 "matplotlib"]) == []

@@ -1,4 +1,4 @@
-"""coordinator/state.py: the state dir's SQLite schema, ownership by one model, atomic files."""
+"""coordinator/state/store.py: the state dir's SQLite schema, ownership by one model, atomic files."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import sqlite3
 import numpy as np
 import pytest
 
-from fedort.coordinator.state import StateStore, read_vector
-from fedort.coordinator.state_schema import SubmissionRow
-from fedort.durable import atomic_write
-from fedort.protos.errors import ConfigError
+from fedort.coordinator.state.store import StateStore, read_vector
+from fedort.coordinator.state.schema import SubmissionRow
+from fedort.common.durable import atomic_write
+from fedort.common.errors import ConfigError
 
 
 @pytest.fixture

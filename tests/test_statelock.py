@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from coordinator_fixtures import mlp_artifacts  # noqa: F401
-from fedort.coordinator.statelock import StateDirLock
-from fedort.protos.errors import ConfigError
+from fedort.coordinator.state.lock import StateDirLock
+from fedort.common.errors import ConfigError
 
 
 def fedort(*args: str) -> list[str]:

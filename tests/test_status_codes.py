@@ -8,12 +8,12 @@ import sys
 import grpc
 import pytest
 
-from fedort.protos import errors
+from fedort.common import errors
 from fedort.protos.status_codes import from_rpc_error, status_for
 
 
 def test_the_error_tree_imports_without_grpc():
-    code = "import sys; import fedort.protos.errors; assert 'grpc' not in sys.modules, 'grpc was imported'"
+    code = "import sys; import fedort.common.errors; assert 'grpc' not in sys.modules, 'grpc was imported'"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
 

@@ -14,14 +14,14 @@ from fedort.coordinator.aggregation import (
     ClippedFedAvg, FedAvg, Krum, Median, SpooledUpdate, TrimmedMean, parse_strategy,
 )
 from fedort.coordinator.aggregation.clipping import clip_update
-from fedort.coordinator.aggregation.krum import krum_scores, krum_select, pairwise_sq_distances
-from fedort.coordinator.aggregation.median import coordinate_median
+from fedort.coordinator.aggregation.robust.krum import krum_scores, krum_select, pairwise_sq_distances
+from fedort.coordinator.aggregation.robust.median import coordinate_median
 from fedort.coordinator.aggregation.spool import open_updates
-from fedort.coordinator.aggregation.trimmed_mean import trimmed_mean
+from fedort.coordinator.aggregation.robust.trimmed_mean import trimmed_mean
 from fedort.coordinator.aggregation.weighted_sum import WeightedSum
-from fedort.protos.round_state import RoundState
+from fedort.common.round_state import RoundState
 from coordinator_fixtures import make_config, mlp_artifacts, start_coordinator, stub_client  # noqa: F401
-from fedort.protos.errors import ConfigError, VectorError
+from fedort.common.errors import ConfigError, VectorError
 
 SMALL_BLOCK = 4096 * 4   # forces several column blocks over the 5,000-element vectors below
 

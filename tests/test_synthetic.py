@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from fedort.protos.errors import ConfigError
+from fedort.common.errors import ConfigError
 from fedort.simulations.datasets import load_npz_folder
 from fedort.simulations.synthetic import generate, parse_synthetic, synthetic_split
 

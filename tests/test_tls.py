@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedort.coordinator.devices import DeviceStore
+from fedort.coordinator.rpc.devices import DeviceStore
 from coordinator_fixtures import mlp_artifacts, start_coordinator  # noqa: F401
-from fedort.edge_client.client import EdgeClient, EdgeConfig
-from fedort.edge_client.retry import Backoff
-from fedort.edge_client.transport import ChannelConfig, Transport
-from fedort.protos.errors import CertificateError, ConfigError, UnavailableError
+from fedort.edge_client.runtime.client import EdgeClient, EdgeConfig
+from fedort.edge_client.transport.retry import Backoff
+from fedort.edge_client.transport.grpc_transport import ChannelConfig, Transport
+from fedort.common.errors import CertificateError, ConfigError, UnavailableError
 from tls_fixtures import pki  # noqa: F401
 
 FAST = Backoff(initial_s=0.05, max_delay_s=0.2, give_up_after_s=5.0)

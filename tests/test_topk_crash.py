@@ -1,4 +1,4 @@
-"""Top-k error feedback survives a device crash around its upload (edge_client/feedback_journal.py).
+"""Top-k error feedback survives a device crash around its upload (edge_client/uploads/feedback_journal.py).
 
 A real `EdgeClient` process (topk:0.05, identity and residual in its cache folder) kills itself with
 SIGKILL at one point of its first upload: right after the coordinator acknowledged it (before the
@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 
 from fedort.edge_client import EdgeClient
-from fedort.edge_client.cache import identity_key
-from fedort.edge_client.update_codec import ResidualStore
+from fedort.edge_client.runtime.cache import identity_key
+from fedort.edge_client.uploads.update_codec import ResidualStore
 
 from edge_support import config, db, digits, part, server  # noqa: F401 (fixtures)
 
@@ -34,7 +34,7 @@ DEVICE = r'''
 import os, signal, sys
 import numpy as np
 from fedort.edge_client import EdgeClient, EdgeConfig
-from fedort.edge_client.transport import Transport
+from fedort.edge_client.transport.grpc_transport import Transport
 
 address, data, cache, when, expected = sys.argv[1:6]
 client = None

@@ -1,4 +1,4 @@
-"""edge_client/topk_warmup.py and the top-k error feedback across warm-up, skipped rounds and restarts."""
+"""edge_client/uploads/topk_warmup.py and the top-k error feedback across warm-up, skipped rounds and restarts."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from fedort.edge_client import EdgeClient
-from fedort.edge_client.topk_warmup import TopkWarmup
-from fedort.edge_client.update_codec import ResidualStore, encoder_for
-from fedort.protos.codecs import get_codec, parse_codec
-from fedort.protos.errors import ConfigError
+from fedort.edge_client.uploads.topk_warmup import TopkWarmup
+from fedort.edge_client.uploads.update_codec import ResidualStore, encoder_for
+from fedort.protos.update_codecs import get_codec, parse_codec
+from fedort.common.errors import ConfigError
 from fedort.simulations.config import SimulationConfig
 
 from edge_support import config, digits, part, run_in_threads, server  # noqa: F401 (fixtures)

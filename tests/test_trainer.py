@@ -8,10 +8,10 @@ import sys
 import numpy as np
 import pytest
 
-from fedort.protos.errors import ConfigError, DataError
-from fedort.edge_client.module import LinearWarmupDecay, TrainingModule
-from fedort.edge_client.session import TrainingSession
-from fedort.edge_client.trainer import Callback, RunResult, Trainer
+from fedort.common.errors import ConfigError, DataError
+from fedort.edge_client.training.module import LinearWarmupDecay, TrainingModule
+from fedort.ort.session import TrainingSession
+from fedort.edge_client.training.trainer import Callback, RunResult, Trainer
 
 
 def small(data: dict, n: int) -> dict:
@@ -334,7 +334,7 @@ _NO_TORCH = """
 import sys, numpy as np
 from fedort import edge_client
 from fedort.edge_client import Trainer, TrainingModule, TrainingSession, build_artifacts
-from fedort.edge_client.models import mlp
+from fedort.ort.models import mlp
 import tempfile
 with tempfile.TemporaryDirectory() as d:
     build_artifacts(mlp(), d)

@@ -12,11 +12,11 @@ import pytest
 
 from fedort.coordinator.config import CoordinatorConfig
 from fedort.coordinator.server import Coordinator
-from fedort.protos.errors import ConfigError, FedortError, ProtocolError
+from fedort.common.errors import ConfigError, FedortError, ProtocolError
 from fedort.protos.messages import TaskKind
-from fedort.edge_client.artifacts import build_artifacts
-from fedort.edge_client.models import mlp
-from fedort.edge_client.transport import ChannelConfig, Transport
+from fedort.ort.artifacts import build_artifacts
+from fedort.ort.models import mlp
+from fedort.edge_client.transport.grpc_transport import ChannelConfig, Transport
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import grpc
 import numpy as np
 import pytest
 
-from fedort.protos import fedort_v1_pb2 as pb
+from fedort.protos.stubs import fedort_v1_pb2 as pb
 
 from coordinator_fixtures import chunks_of, mlp_artifacts, start_coordinator, stub_client, update_header  # noqa: F401
 

@@ -18,12 +18,12 @@ import pytest
 
 from coordinator_fixtures import (chunks_of, make_config, mlp_artifacts, nothing_changed,  # noqa: F401 (fixtures)
                                   opened_round, start_coordinator, stub_client, update_header)
-from fedort.coordinator.integrity import read_verified_bytes
-from fedort.coordinator.state import StateStore
+from fedort.coordinator.state.integrity import read_verified_bytes
+from fedort.coordinator.state.store import StateStore
 from fedort.edge_client import EdgeClient, EdgeConfig
-from fedort.protos import digests
-from fedort.protos import fedort_v1_pb2 as pb
-from fedort.protos.errors import CorruptStateError
+from fedort.common import digests
+from fedort.protos.stubs import fedort_v1_pb2 as pb
+from fedort.common.errors import CorruptStateError
 from fedort.simulations import LocalCoordinator
 
 

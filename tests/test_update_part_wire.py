@@ -21,7 +21,7 @@ from chaos_support import open_access, raw_call, state_snapshot
 from coordinator_fixtures import (  # noqa: F401
     chunks_of, mlp_artifacts, start_coordinator, stub_client, update_header,
 )
-from fedort.protos import fedort_v1_pb2 as pb
+from fedort.protos.stubs import fedort_v1_pb2 as pb
 from fedort.protos.update_part import (chunk_message, chunk_view, parse_update_part, parse_vector_part, part_kind,
                                       serialize_part)
 

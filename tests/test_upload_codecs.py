@@ -11,9 +11,9 @@ import pytest
 
 from fedort.coordinator.aggregation import ClippedFedAvg, FedAvg, Median, Update
 from fedort.coordinator.aggregation.decode import check_reconstructed
-from fedort.protos.codecs import SparsePiece, get_codec
-from fedort.protos.errors import VectorError
-from fedort.protos.round_state import RoundState
+from fedort.protos.update_codecs import SparsePiece, get_codec
+from fedort.common.errors import VectorError
+from fedort.common.round_state import RoundState
 
 from coordinator_fixtures import P_MLP, mlp_artifacts, start_coordinator, stub_client  # noqa: F401 (fixtures)
 
@@ -176,7 +176,7 @@ async def test_a_restart_replays_coded_updates_from_the_spool(start_coordinator,
 
 
 def test_the_allowed_list_is_canonical_and_a_family_admits_every_parameter(tmp_path):
-    from fedort.coordinator.admission import allowed_codecs, codec_allowed
+    from fedort.coordinator.uploads.admission import allowed_codecs, codec_allowed
     from fedort.coordinator.config import CoordinatorConfig
 
     allowed = allowed_codecs(CoordinatorConfig(artifacts=tmp_path, state_dir=tmp_path / "s",

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from fedort.coordinator import Coordinator
-from fedort.edge_client.artifacts import build_artifacts
-from fedort.edge_client.models import mlp
-from fedort.protos import fedort_v1_pb2 as pb
+from fedort.ort.artifacts import build_artifacts
+from fedort.ort.models import mlp
+from fedort.protos.stubs import fedort_v1_pb2 as pb
 
 from coordinator_fixtures import StubClient, make_config, update_header
 

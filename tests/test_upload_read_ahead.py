@@ -19,8 +19,8 @@ from chaos_support import cut_off_after_first_chunk, open_access, raw_call, roun
 from coordinator_fixtures import (  # noqa: F401
     chunks_of, mlp_artifacts, start_coordinator, stub_client, update_header, wait_for_metric,
 )
-from fedort.coordinator import servicer
-from fedort.protos import fedort_v1_pb2 as pb
+from fedort.coordinator.rpc import servicer
+from fedort.protos.stubs import fedort_v1_pb2 as pb
 
 CHUNK = 16384
 

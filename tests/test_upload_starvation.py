@@ -12,8 +12,8 @@ import grpc
 import numpy as np
 import pytest
 
-from fedort.protos import fedort_v1_pb2 as pb
-from fedort.protos.round_state import RoundState
+from fedort.protos.stubs import fedort_v1_pb2 as pb
+from fedort.common.round_state import RoundState
 
 from coordinator_fixtures import (RPC_TIMEOUT, mlp_artifacts, start_coordinator, stub_client,  # noqa: F401
                                   update_header)

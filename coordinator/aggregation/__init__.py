@@ -22,7 +22,7 @@ imported below); DP noise is a `transform.Transform`; a secure sum is a streamin
 """
 
 from fedort.coordinator.aggregation import decode_codecs  # noqa: F401  (registers raw, fp16, bf16, int8, topk, zstd+)
-from fedort.coordinator.aggregation import decode_secagg  # noqa: F401  (registers `secagg-u64`, masked updates)
+from fedort.coordinator.privacy.secagg import decode as decode_secagg# noqa: F401  (registers `secagg-u64`, masked updates)
 from fedort.coordinator.aggregation.aggregator import RoundAggregator, RoundResult
 from fedort.coordinator.aggregation.combiner import Combiner
 from fedort.coordinator.aggregation.decode import Decoder, codecs, decoder_for, register_decoder

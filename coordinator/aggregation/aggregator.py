@@ -34,7 +34,7 @@ import numpy as np
 from fedort.coordinator.aggregation.decode import Decoder, decoder_for, reconstructed_blocks, values
 from fedort.coordinator.aggregation.spool import SpooledUpdate
 from fedort.coordinator.aggregation.update import Blocks, Update, as_blocks
-from fedort.protos.errors import VectorError
+from fedort.common.errors import VectorError
 
 if TYPE_CHECKING:
     from fedort.coordinator.aggregation.strategies import Strategy

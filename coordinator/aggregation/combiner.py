@@ -20,7 +20,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from fedort.coordinator.aggregation.spool import SpooledUpdate
-from fedort.protos.codecs import Piece
+from fedort.protos.update_codecs import Piece
 from fedort.coordinator.aggregation.update import Update
 
 

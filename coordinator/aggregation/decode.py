@@ -29,8 +29,8 @@ from typing import Iterable, Iterator, Protocol
 import numpy as np
 
 from fedort.coordinator.aggregation.update import BLOCK, Blocks
-from fedort.protos.codecs import DensePiece, Piece, SparsePiece
-from fedort.protos.errors import VectorError
+from fedort.protos.update_codecs import DensePiece, Piece, SparsePiece
+from fedort.common.errors import VectorError
 
 
 class PieceStream(Protocol):

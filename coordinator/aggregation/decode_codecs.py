@@ -14,9 +14,9 @@ import numpy as np
 
 from fedort.coordinator.aggregation.decode import Decoder, PieceStream, register_decoder
 from fedort.coordinator.aggregation.update import BLOCK, Blocks
-from fedort.protos.codecs import get_codec, parse_codec
-from fedort.protos.codecs.spec import NAMES, ZSTD_PREFIX
-from fedort.protos.errors import VectorError
+from fedort.protos.update_codecs import get_codec, parse_codec
+from fedort.protos.update_codecs.spec import NAMES, ZSTD_PREFIX
+from fedort.common.errors import VectorError
 
 
 class CodecDecoder(Decoder):

@@ -14,7 +14,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from fedort.protos.errors import VectorError
+from fedort.common.errors import VectorError
 
 # One block holds the same column range of every update: clients × columns × 4 bytes ≤ this.
 # 8 MiB keeps the block (and the sort's copy of it) in the last-level cache's neighbourhood and

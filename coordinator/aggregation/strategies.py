@@ -27,14 +27,14 @@ import numpy as np
 from fedort.coordinator.aggregation.aggregator import RoundAggregator
 from fedort.coordinator.aggregation.clipping import NormClip
 from fedort.coordinator.aggregation.combiner import Combiner
-from fedort.coordinator.aggregation.krum import KrumCombiner
-from fedort.coordinator.aggregation.median import MedianCombiner
+from fedort.coordinator.aggregation.robust.krum import KrumCombiner
+from fedort.coordinator.aggregation.robust.median import MedianCombiner
 from fedort.coordinator.aggregation.server_update import ServerUpdate
 from fedort.coordinator.aggregation.spool import SpooledUpdate
 from fedort.coordinator.aggregation.transform import Transform
-from fedort.coordinator.aggregation.trimmed_mean import TrimmedMeanCombiner
+from fedort.coordinator.aggregation.robust.trimmed_mean import TrimmedMeanCombiner
 from fedort.coordinator.aggregation.weighted_sum import WeightedMean
-from fedort.protos.errors import ConfigError
+from fedort.common.errors import ConfigError
 
 SPECS = "fedavg | clip:NORM | median | trimmed-mean:BETA | krum:F | multi-krum:F:M"
 

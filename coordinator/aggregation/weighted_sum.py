@@ -23,13 +23,13 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from fedort.buffer_pool import BufferPool
+from fedort.common.buffer_pool import BufferPool
 from fedort.coordinator.aggregation.combiner import Combiner
 from fedort.coordinator.aggregation.halves import in_halves
 from fedort.coordinator.aggregation.spool import SpooledUpdate
 from fedort.coordinator.aggregation.update import BLOCK as _BLOCK, as_blocks
-from fedort.protos.codecs import Piece
-from fedort.protos.errors import VectorError
+from fedort.protos.update_codecs import Piece
+from fedort.common.errors import VectorError
 
 
 @dataclass
@@ -153,7 +153,7 @@ class WeightedSum:
 class WeightedMean(Combiner):
     """Σ nᵢ·vᵢ / Σ nᵢ, streaming in a float64 `WeightedSum` kept for the whole run.
 
-    Each round's mean is written into a recycled array (`fedort.buffer_pool`): one that nothing holds any
+    Each round's mean is written into a recycled array (`fedort.common.buffer_pool`): one that nothing holds any
     more (not the engine's global vector, an export, a download, the next round's aggregator). A fresh
     20 MB array per round page-faulted anew, 44-45 ms instead of 3 in 2 of 8 rounds on the 2-core VM."""
 

@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Iterator
 
-from fedort.protos.errors import FedortError
+from fedort.common.errors import FedortError
 
 GROUP = "fedort.commands"
 

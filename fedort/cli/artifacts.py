@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fedort.protos.errors import ConfigError
+from fedort.common.errors import ConfigError
 
 _BUILD_EPILOG = """\
 examples:
@@ -24,8 +24,8 @@ eval models gain as their last input.
 
 
 def register(subparsers) -> None:
-    from fedort.edge_client.artifacts import LOSSES, OPTIMIZERS
-    from fedort.edge_client.models import BUILTIN_MODELS
+    from fedort.ort.artifacts import LOSSES, OPTIMIZERS
+    from fedort.ort.models import BUILTIN_MODELS
 
     art = subparsers.add_parser("artifacts", help="build or inspect ONNX Runtime training artifacts",
                                 description="Build or inspect ONNX Runtime training artifacts.")
@@ -70,8 +70,8 @@ def register(subparsers) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from fedort.edge_client.artifacts import build_artifacts
-    from fedort.edge_client.models import builtin_model
+    from fedort.ort.artifacts import build_artifacts
+    from fedort.ort.models import builtin_model
 
     out = Path(args.out)
     if out.exists() and not out.is_dir():
@@ -93,7 +93,7 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from fedort.edge_client.artifacts import verify_artifacts
+    from fedort.ort.artifacts import verify_artifacts
 
     print(summary(verify_artifacts(args.dir)))
     return 0
@@ -101,7 +101,7 @@ def _show(args: argparse.Namespace) -> int:
 
 def summary(manifest) -> str:
     """A few human-readable lines about a `Manifest`."""
-    from fedort.edge_client.client_data import describe_spec
+    from fedort.common.client_data import describe_spec
 
     lines = [
         f"model id:       {manifest.model_id}",

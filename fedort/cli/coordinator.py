@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Mapping
 
 from fedort.coordinator.config import CoordinatorConfig
-from fedort.protos.round_state import RoundState
+from fedort.common.round_state import RoundState
 from fedort.coordinator.server import Coordinator
 from fedort.coordinator.status import format_status, offline_status
 from fedort.cli.async_flags import add_async_flags
@@ -183,11 +183,11 @@ async def serve(config: CoordinatorConfig) -> int:
 
 
 def enroll_command(args: argparse.Namespace) -> int:
-    from fedort.coordinator.devices import DeviceStore
+    from fedort.coordinator.rpc.devices import DeviceStore
 
     import os
 
-    from fedort.protos.errors import ConfigError
+    from fedort.common.errors import ConfigError
 
     if args.out is not None and (args.out.exists() or args.out.is_symlink()):
         raise ConfigError(f"--out {args.out} exists; a token file is never overwritten (remove it or choose another)")
@@ -207,7 +207,7 @@ def enroll_command(args: argparse.Namespace) -> int:
 
 
 def revoke_command(args: argparse.Namespace) -> int:
-    from fedort.coordinator.devices import DeviceStore
+    from fedort.coordinator.rpc.devices import DeviceStore
 
     for d in DeviceStore(args.state_dir).revoke(args.device):
         print(f"revoked {d.client_id} ({d.name})")
@@ -215,7 +215,7 @@ def revoke_command(args: argparse.Namespace) -> int:
 
 
 def devices_command(args: argparse.Namespace) -> int:
-    from fedort.coordinator.devices import DeviceStore
+    from fedort.coordinator.rpc.devices import DeviceStore
 
     print(f"{'client id':<24} {'name':<24} {'enrolled (UTC)':<20} status")
     for d in DeviceStore(args.state_dir).devices():
@@ -239,7 +239,7 @@ def status_command(args: argparse.Namespace) -> int:
     import json
 
     if args.watch is not None and not args.watch > 0:
-        from fedort.protos.errors import ConfigError
+        from fedort.common.errors import ConfigError
 
         raise ConfigError(f"--watch needs a positive number of seconds, got {args.watch}")
     clear = args.watch is not None and not args.json and sys.stdout.isatty()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedort.protos.errors import ConfigError
+from fedort.common.errors import ConfigError
 from fedort.simulations.datasets import CLIENT_FILE, TEST_FILE, client_file_name, load_digits_split, save_npz, subset
 from fedort.simulations.partition import Partition, Parts, label_histogram, parse_partition
 

@@ -17,8 +17,8 @@ import signal
 import sys
 from pathlib import Path
 
-from fedort.protos.errors import FedortError
-from fedort.edge_client.retry import Backoff
+from fedort.common.errors import FedortError
+from fedort.edge_client.transport.retry import Backoff
 
 _SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
@@ -82,7 +82,7 @@ def _token(args: argparse.Namespace) -> str | None:
     if args.token:
         return args.token.strip()
     if args.token_file:
-        from fedort.protos.errors import ConfigError
+        from fedort.common.errors import ConfigError
 
         try:
             return Path(args.token_file).read_text().strip()
@@ -92,7 +92,7 @@ def _token(args: argparse.Namespace) -> str | None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from fedort.edge_client.client import EdgeClient, EdgeConfig, RoundReport
+    from fedort.edge_client.runtime.client import EdgeClient, EdgeConfig, RoundReport
 
     overrides = {"coordinator": args.coordinator, "data": args.data, "cache_dir": args.cache_dir,
                  "name": args.name, "client_id": args.client_id, "insecure": args.insecure,
@@ -104,7 +104,7 @@ def _run(args: argparse.Namespace) -> int:
         overrides["backoff"] = Backoff(give_up_after_s=args.give_up_after)
     config = EdgeConfig.load(args.config, **overrides)
     if config.data is None:
-        from fedort.protos.errors import ConfigError
+        from fedort.common.errors import ConfigError
 
         raise ConfigError("edge client needs local data (--data CLIENT.npz or `data` key)")
 

@@ -1,7 +1,7 @@
 """The privacy flags shared by `fedort coordinator serve` and `fedort simulate` (issue 10).
 
-Validated by `fedort.coordinator.privacy_config` and applied by the round engine
-(`fedort.coordinator.privacy_round`): DP-FedAvg with accounting, and secure aggregation.
+Validated by `fedort.coordinator.privacy.config` and applied by the round engine
+(`fedort.coordinator.privacy.round_privacy`): DP-FedAvg with accounting, and secure aggregation.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import argparse
 
 # the CoordinatorConfig / SimulationConfig fields these flags set: PrivacySettings' fields. privacy_config
 # imports only the standard library and protos.errors (the coordinator package loads its parts lazily)
-from fedort.coordinator.privacy_config import PRIVACY_KEYS
+from fedort.coordinator.privacy.config import PRIVACY_KEYS
 
 
 def add_privacy_flags(parser: argparse.ArgumentParser) -> None:

@@ -70,7 +70,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--codec", metavar="SPEC", help="update codec of the virtual clients: raw (default), fp16, bf16, "
                    "int8[:B], topk:F (error feedback), zstd+ any of them; the coordinator allows it")
     p.add_argument("--topk-warmup", metavar="FxR", help="top-k sparsity warm-up: FACTOR x F in round 1 decaying to F "
-                   "by round R, or 'off' (default 3x45; edge_client/topk_warmup.py)")
+                   "by round R, or 'off' (default 3x45; edge_client/uploads/topk_warmup.py)")
     p.add_argument("--export-every", type=int, metavar="N",
                    help="write the inference model every N rounds and after the last; 0 = the final one only "
                         "(default 1; other rounds keep their server eval in model.json)")
@@ -98,7 +98,7 @@ def _run(args: argparse.Namespace) -> int:
     import logging
 
     from fedort.cli import leave_without_teardown
-    from fedort.durable import fsync_tree
+    from fedort.common.durable import fsync_tree
     from fedort.simulations.backends import prepared_backend
 
     if not args.verbose:  # the per-update logs would bury the progress bar

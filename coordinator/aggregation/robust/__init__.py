@@ -1,0 +1,1 @@
+"""Robust combiners: coordinate-wise median, trimmed mean, Krum."""

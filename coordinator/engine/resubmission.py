@@ -1,0 +1,43 @@
+"""An update sent again after its round closed: was it counted then (a duplicate) or never (stale)?
+
+A device that lost the answer to an upload (it crashed, or the acknowledgement was lost and the
+round closed before its retry arrived) sends the same update again. While the round is open the
+intake answers `duplicate` for a counted one; after it closed the intake refuses it as stale
+(FAILED_PRECONDITION), which alone cannot tell "counted, then the round closed" from "never
+counted". So before that refusal leaves, this looks the update up: the client's submission row of
+that round (for the asynchronous mode, the buffer its ledger row names) whose stored payload
+digest equals the header's is the same update, already counted, and the answer is `duplicate`.
+Since protocol 1.4 a FAILED_PRECONDITION to a resent update therefore means it did not count —
+what a top-k device needs to settle its error-feedback residual (edge_client/uploads/update_codec.py).
+A header without a digest value (a co-located first attempt, protocol 1.6) matches nothing here:
+a resend carries its digest.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fedort.common import digests
+from fedort.protos.messages import SubmitResult, UpdateHeader
+
+if TYPE_CHECKING:
+    from fedort.coordinator.engine.round_engine import RoundEngine
+
+
+def counted_before(engine: "RoundEngine", h: UpdateHeader) -> SubmitResult | None:
+    """The duplicate answer if `h` re-sends an update this run already counted, else None (one indexed read)."""
+    round = h.vector.round
+    ledger = getattr(engine, "ledger", None)   # asynchronous mode: round is the base version
+    if ledger is not None:
+        round = ledger.counted_in(h.client_id, round)
+        if round is None:
+            return None
+    stored = engine.store.submission_digest(round, h.client_id)
+    if stored is None or stored != digests.stored(h.vector.digest, h.vector.sha256):
+        return None
+    engine.monitor.update_accepted(duplicate=True)
+    return SubmitResult(True, True, h.vector.round, f"duplicate: this update was counted in round {round}, "
+                        "which has closed")
+
+
+__all__ = ["counted_before"]

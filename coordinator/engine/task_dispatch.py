@@ -1,0 +1,167 @@
+"""What the round engine answers clients: tasks (long-poll), global vectors, updates, evaluations, status.
+
+These are the engine's calls for the servicer, one call per RPC, on plain values; the state they
+read is the engine's (`round_engine.RoundEngine` mixes this class in).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import AsyncIterator, Mapping
+
+from fedort.coordinator.uploads.admission import check_model
+from fedort.coordinator.engine.selection import client_seed
+from fedort.coordinator.state.integrity import read_verified_vector
+from fedort.coordinator.engine.training_round import GlobalVector
+from fedort.coordinator.status import snapshot
+from fedort.common.errors import NotFoundError, ProtocolError, StaleRoundError
+from fedort.protos.messages import Metric, Status, SubmitResult, Task, TaskKind, TrainConfig, UpdateHeader
+from fedort.common.round_state import RoundState
+
+log = logging.getLogger("fedort.coordinator.engine.round_engine")
+
+MAX_POLL_MS = 30_000
+MAX_POLL_IDS = 10_000   # client ids per PollTasks call
+
+
+class TaskDispatch:
+    """Client-facing calls of the round engine (a mixin: every attribute used here is the engine's)."""
+
+    def touch(self, client_id: str) -> None:
+        self.registry.touch(client_id)
+
+    def check_model(self, model_id: str) -> None:
+        check_model(model_id, self.model_id)
+
+    def _task_now(self, client_id: str) -> Task | None:
+        if self.state.final:
+            self._released.add(client_id)
+            return Task(TaskKind.DONE, round=self.round)
+        if not self.registry.is_active(client_id):
+            return None
+        if self._may_fit(client_id):
+            cfg = self.config
+            train = TrainConfig(cfg.local_epochs, cfg.batch_size, cfg.lr, cfg.reset_optimizer,
+                                client_seed(cfg.seed, self.round, client_id), dict(cfg.extra), cfg.prox_mu)
+            g = self.global_vector
+            return Task(TaskKind.FIT, self.round, self._fit_deadline_ms(), train, 0, g.sha256, self.length,
+                        self.secagg.task_bytes() if self.secagg is not None else b"", g.blake3)
+        return self.evaluation.task_for(client_id)
+
+    def _may_fit(self, client_id: str) -> bool:
+        """Whether `client_id` gets a FIT task now: selected for the open round and not yet reported."""
+        r = self.training
+        return (self.state is RoundState.TRAINING and r is not None and not r.closing and client_id in r.selected
+                and client_id not in r.reported and client_id not in r.pending
+                and (self.secagg is None or self.secagg.may_fit(client_id)))
+
+    def _fit_deadline_ms(self) -> int:
+        return self.training.deadline_ms
+
+    async def poll(self, client_id: str, model_id: str, wait_ms: int) -> Task:
+        """The client's next task, holding the call up to min(wait_ms, 30 s) while there is none."""
+        self.touch(client_id)
+        self.check_model(model_id)
+        wait = min(max(wait_ms, 0), MAX_POLL_MS) / 1000
+        until = time.monotonic() + wait
+        while True:
+            task = self._task_now(client_id)
+            if task is not None:
+                self.registry.touch(client_id)
+                return task
+            remaining = until - time.monotonic()
+            if remaining <= 0 or self._stopping:
+                self.registry.touch(client_id)
+                return Task(TaskKind.WAIT, self.round, retry_after_ms=1000 if wait <= 0 or self._stopping else 0)
+            await self.wait_change(remaining)
+
+    async def poll_many(self, client_ids: list[str], model_id: str,
+                        wait_ms: int) -> tuple[int, RoundState, dict[str, Task]]:
+        """PollTask for many clients in one call: (round, state, the clients whose task is not WAIT).
+
+        Held up to min(wait_ms, 30 s) while none of them has work; the clients omitted WAIT. One
+        call instead of one per client is what lets a simulation worker host many idle clients.
+        """
+        if len(client_ids) > MAX_POLL_IDS:
+            raise ProtocolError(f"PollTasks names {len(client_ids)} clients; at most {MAX_POLL_IDS} per call")
+        self.check_model(model_id)
+        ids = list(dict.fromkeys(client_ids))
+        for cid in ids:
+            self.touch(cid)
+        until = time.monotonic() + min(max(wait_ms, 0), MAX_POLL_MS) / 1000
+        while True:   # woken by every upload: look only at listed clients that can have work now
+            can = self._may_have_work()
+            tasks = {cid: t for cid in (ids if can is None else [c for c in ids if c in can])
+                     if (t := self._task_now(cid)) is not None and t.kind != TaskKind.WAIT}
+            if tasks or self._stopping or time.monotonic() >= until:
+                return self.round, self.state, tasks
+            await self.wait_change(until - time.monotonic())
+
+    def _may_have_work(self) -> frozenset[str] | set[str] | None:
+        """The clients `_task_now` may give a task other than WAIT (None: any client, the run is over)."""
+        if self.state.final:
+            return None
+        if self.state is RoundState.TRAINING and self.training is not None:
+            return self.training.selected
+        if self.state is RoundState.EVALUATING:
+            return self.evaluation.selected
+        return frozenset()
+
+    def vector_for(self, client_id: str, model_id: str, round: int) -> GlobalVector:
+        """The global vector round `round` trains from (NOT_FOUND for a round not open yet)."""
+        self.touch(client_id)
+        self.check_model(model_id)
+        g = self.global_vector
+        if g is not None and round == g.round:
+            return g
+        if g is None or round < 1 or round > g.round:
+            latest = g.round if g else 0
+            raise NotFoundError(f"no global vector for round {round} yet; the latest round is {latest}")
+        rows = {r.round: r for r in self.store.rounds()}
+        expected = self.store.get_meta("initial_vector_sha256") if round == 1 else rows[round - 1].vector_sha256
+        vector = read_verified_vector(self.store.vector_path(round), self.length, expected)
+        return GlobalVector(round, vector, bytes.fromhex(expected))
+
+    async def submit_update(self, header: UpdateHeader, chunks: AsyncIterator[bytes]) -> SubmitResult:
+        """Admit, receive, store and count one update (see `coordinator.uploads`)."""
+        return await self.uploads.submit(header, chunks)
+
+    async def secagg_step(self, client_id: str, model_id: str, round: int, step: int, payload: bytes,
+                          wait_ms: int) -> tuple[bool, bytes]:
+        """One secure-aggregation protocol step (see `coordinator.secagg_round`)."""
+        if self.secagg is None:
+            self.touch(client_id)
+            raise StaleRoundError("this run does not use secure aggregation (no --secagg)")
+        return await self.secagg.step(client_id, model_id, round, step, payload, wait_ms)
+
+    async def secagg_batch(self, calls, wait_ms: int):
+        """Many clients' steps in one call (`coordinator.secagg_batch`): a StepAnswer per StepCall."""
+        from fedort.coordinator.privacy.secagg.batch import run_batch
+
+        return await run_batch(self.secagg, calls, wait_ms)
+
+    def submit_evaluation(self, client_id: str, model_id: str, round: int, num_examples: int,
+                          metrics: Mapping[str, Metric]) -> SubmitResult:
+        return self.evaluation.submit(client_id, model_id, round, num_examples, metrics)
+
+    def join(self, client_id: str, device_name: str, capabilities: Mapping[str, str]) -> str:
+        cid = self.registry.join(client_id, device_name, capabilities)
+        log.info("client %s joined (%s)", cid, device_name or "unnamed device")
+        return cid
+
+    def leave(self, client_id: str, reason: str) -> None:
+        self.registry.leave(client_id, reason)
+        log.info("client %s left%s", client_id, f": {reason}" if reason else "")
+
+    def all_released(self) -> bool:
+        """True once every available client has been told DONE (the server may then stop)."""
+        return set(self.registry.available()) <= self._released
+
+    def heartbeat(self, client_id: str) -> tuple[int, RoundState]:
+        self.touch(client_id)
+        return self.round, self.state
+
+    def status(self) -> Status:
+        return snapshot(self.store, current_round=self.round, total_rounds=self.config.rounds,
+                        state=self.state, registered=len(self.registry), active=self.registry.active_count())

@@ -1,0 +1,98 @@
+"""A committed round's export (inference model, server eval, model.json) and spool deletion, in the background.
+
+One export at a time, each after its predecessor, overlapped with the next round; the round row
+stays COMMITTED until its export is complete, so a crash before then redoes it on restart
+(`recovery`). The EXPORTED mark is committed from the export's own thread through a side
+connection (`side_writer`), so the event loop never waits on its fsync.
+(A mixin of `round_engine.RoundEngine`: every attribute used here is the engine's.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+
+from fedort.coordinator.state.integrity import read_verified_vector
+from fedort.coordinator.engine.recovery import drop_spool
+from fedort.coordinator.state.storage import retry_when_full
+from fedort.common.durable import drop_cached, fsync_dir, fsync_file
+
+
+class RoundExports:
+    """The engine's background exports."""
+
+    _export_task: asyncio.Future | None = None   # the newest background export (each awaits its predecessor)
+    _export_writer = None                        # the exports' own SQLite connection (side_writer.SideWriter)
+
+    def prepare_exports(self) -> None:
+        """Learn the export's splice from the current global vector in the background (`Exporter.prepare`),
+        before any export: the first export waits for it, as each export waits for the one before."""
+        g = self.global_vector
+        if self._export_task is None and g is not None:
+            self._export_task = asyncio.ensure_future(asyncio.to_thread(self.exporter.prepare, g.vector))
+
+    def start_export(self, round: int) -> None:
+        """Export round `round` in the background, after the previous export (raises a failed previous one)."""
+        previous = self._export_task
+        if previous is not None and previous.done():
+            previous.result()   # an export failed: end the run visibly now
+            previous = None
+        vector, record, inline = self._export_inputs(round)   # now: the global vector moves on with the next round
+
+        async def after_previous() -> None:
+            if previous is not None:
+                await previous
+            await retry_when_full(lambda: self._write_export(round, vector, record, inline),
+                                   f"round {round} export")
+            await asyncio.to_thread(drop_spool, self, round)   # 10 x 20 MB unlinks: not on the event loop
+
+        self._export_task = asyncio.ensure_future(after_previous())
+
+    async def exports_done(self) -> None:
+        """Wait for the background exports (raising the error of a failed one)."""
+        task, self._export_task = self._export_task, None
+        if task is not None:
+            await task
+
+    async def export(self, round: int) -> None:
+        """Write round `round`'s inference model and record (redone on restart if a crash interrupted it)."""
+        await self._write_export(round, *self._export_inputs(round))
+
+    def _export_inputs(self, round: int) -> tuple[np.ndarray, dict, bool]:
+        row = next(r for r in self.store.rounds() if r.round == round)
+        g = self.global_vector
+        vector = g.vector if g and g.round == round + 1 else \
+            read_verified_vector(self.store.vector_path(round + 1), self.length, row.vector_sha256)
+        submissions = self.store.submissions(round)
+        record = {
+            "clients": row.clients, "client_ids": [s.client_id for s in submissions],
+            "codecs": sorted({s.codec for s in submissions}),
+            "bytes_up": self.uploads.bytes_received.pop(round, None),   # payload bytes (None after a restart)
+            "examples": row.examples, "metrics": row.metrics, "attempts": row.attempt,
+            "vector_sha256": row.vector_sha256, "vector": self.store.vector_path(round + 1).name,
+            "training_config": self.config.training_json(),
+        }
+        return vector, record, row.vector is not None
+
+    async def _write_export(self, round: int, vector: np.ndarray, record: dict, inline: bool = True) -> None:
+        def write() -> None:   # its row too, through a side connection: the event loop never waits on this fsync
+            vector_file = self.store.vector_path(round + 1)
+            if inline:   # the vector was durable in its row: its file must be before the export links it (export_external)
+                fsync_file(vector_file)   # and before the row drops it
+                fsync_dir(vector_file.parent)
+            path = self.exporter.export(round, vector, record, self.config.exports_model(round), vector_file)
+            if self._export_writer is None:
+                self._export_writer = self.store.submission_writer()
+            self.store.mark_exported(round, self.store.layout.relative(path), self._export_writer)
+            drop_cached(path)   # durable and done with: free its page cache (the global vectors': at the commit)
+
+        await asyncio.to_thread(write)
+
+    def close_exports(self) -> None:
+        """Cancel an unfinished export (redone on restart) and release the exports' connection."""
+        running = self._export_task is not None and not self._export_task.done()
+        if running:
+            self._export_task.cancel()
+        if self._export_writer is not None and not running:   # (a thread still exporting keeps it: garbage-collected)
+            self._export_writer.close()

@@ -1,0 +1,1 @@
+"""The asynchronous mode (FedBuff): global versions instead of rounds, staleness weights, the buffer."""

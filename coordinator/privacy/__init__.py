@@ -1,0 +1,1 @@
+"""Differential privacy (DP-FedAvg, adaptive clipping, accounting) and secure aggregation."""

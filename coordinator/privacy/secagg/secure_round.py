@@ -1,0 +1,352 @@
+"""A training round under secure aggregation: the protocol's phases as durable round states.
+
+    TRAINING ─┬─ SECAGG_ADVERTISE   clients train, then send two public keys      (until all, or the round deadline)
+              ├─ SECAGG_SHARE_KEYS  sealed Shamir shares, routed by the coordinator (until all of U1, or a phase deadline)
+              ├─ SECAGG_MASKED_INPUT masked uploads (codec secagg-u64), summed mod 2^b (until all of U2, or a deadline)
+              └─ SECAGG_UNMASK      survivors send the shares that remove the masks   (until all of U3, or a deadline)
+    ─▶ AGGREGATING (the unmasked SUM only) ─▶ the usual commit
+
+`SecAggServer` (coordinator/privacy/secagg/server.py) holds the protocol state; this module drives it,
+answers the `SecAgg` RPC and keeps it durable through `SecAggRecord` (coordinator/privacy/secagg/record.py):
+after every accepted message and phase close the protocol state is written atomically to
+`secagg/round-NNNN.state` before any client hears of it, and the uint64 sum with it (`.sum`) when
+masked-input collection closes. Masked inputs are durable
+like any update (spool file + row, acknowledged after both); a restart during their collection
+folds them again from the spool into a fresh accumulator, after it the recorded sum is used, so
+each is counted exactly once. A restarted coordinator resumes in the phase it recorded. The spool
+only ever holds masked vectors. A phase that ends with fewer than T clients (or a client whose
+masks can no longer be removed) aborts: the round fails with the reason in status and log,
+the global model unchanged; its masked inputs are forgotten, so a restart begins the round anew.
+Each phase after the first gets `round_timeout_s` (clients are already trained by then).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import threading
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+
+from fedort.coordinator.privacy.secagg.record import SecAggRecord
+from fedort.coordinator.privacy.secagg.server import SecAggResult, SecAggServer, ServerPhase
+from fedort.coordinator.state.store import now_ms
+from fedort.coordinator.state.schema import TransitionRow
+from fedort.common.dp_noise import distributed_noise_std
+from fedort.common.errors import ProtocolError, StaleRoundError, VectorError
+from fedort.protos.messages import UpdateHeader
+from fedort.common.round_state import RoundState
+from fedort.common.secagg import (
+    AdvertiseKeys, FixedPoint, SecAggAborted, SecAggError, SecAggParams, ShareKeys, UnmaskResponse,
+    default_threshold, effective_degree,
+)
+from fedort.common.secagg.pack import is_masked, packed_bits, packed_codec
+from fedort.common.secagg.scheme import LEGACY, negotiate
+from fedort.common.secagg.task import MAX_WEIGHT, SECAGG_CODEC, SecAggTask, weight_cap
+
+if TYPE_CHECKING:
+    from fedort.coordinator.engine.round_engine import RoundEngine
+
+log = logging.getLogger("fedort.coordinator.engine.round_engine")
+
+ADVERTISE, SHARE, UNMASK_REQUEST, UNMASK = 0, 1, 2, 3      # SecAggRequest.Step
+_PHASE_STATE = {ServerPhase.ADVERTISE: "SECAGG_ADVERTISE", ServerPhase.SHARE_KEYS: "SECAGG_SHARE_KEYS",
+                ServerPhase.MASKED_INPUT: "SECAGG_MASKED_INPUT", ServerPhase.UNMASK: "SECAGG_UNMASK",
+                ServerPhase.DONE: "AGGREGATING", ServerPhase.FAILED: "FAILED"}
+
+
+def default_degree(cohort: int) -> int:
+    """SecAgg+ graph degree: classic SecAgg (everyone) up to 17 clients, else max(16, 2·⌈log2 n⌉ + 4)."""
+    return max(1, min(cohort - 1, max(16, 2 * math.ceil(math.log2(max(cohort, 2))) + 4)))
+
+
+class SecAggRound:
+    """The engine's secure-aggregation side: one `SecAggServer` per round, durable, driven phase by phase."""
+
+    def __init__(self, engine: "RoundEngine") -> None:
+        self.engine = engine
+        self.server: SecAggServer | None = None
+        self.round = 0
+        self.task: SecAggTask | None = None
+        self._task_bytes = b""
+        self.result: SecAggResult | None = None
+        self.lock = threading.Lock()
+        self.record = SecAggRecord(engine.store.dir / "secagg", self.lock, lambda: (self.server, self.round))
+        self._closing = False                        # a phase close is being made durable (see _close)
+        self._phase_changed = asyncio.Event()        # what held steps wait for (see hold, wake)
+        engine.strategy.combiner.bind(self)
+
+    async def persist(self, with_sum: bool = False) -> None:
+        """The protocol state durable before this returns (group commit: `SecAggRecord.persist`)."""
+        await self.record.persist(with_sum)
+
+    def _use(self, server: SecAggServer, round: int) -> None:
+        cfg = self.engine.config
+        self.server, self.round, self.result = server, round, None
+        dp = self.engine.privacy.dp
+        n = len(server.params.cohort)
+        bits = server.params.fixed_point.bits
+        self.task = SecAggTask(server.params, "unit" if dp else "examples", dp.clip if dp else None,
+                               distributed_noise_std(dp.noise_multiplier, dp.clip, n) if dp else 0.0,
+                               packed_codec(bits) if bits % 8 == 0 else SECAGG_CODEC)
+        self._task_bytes = self.task.to_bytes()
+        log.info("round %d: secure aggregation over %d clients, %d neighbours each, threshold %d, %d-bit sums, "
+                 "scheme %s%s", round, n, effective_degree(n, server.params.degree), server.params.threshold,
+                 server.params.fixed_point.bits, server.params.scheme, f", distributed DP z={dp.noise_multiplier:g} C={dp.clip:g}"
+                 if dp and cfg.dp_noise_multiplier else "")
+
+    def ensure(self, round: int) -> SecAggServer:
+        """The round's protocol state, from the state dir after a restart (SecAggError if none)."""
+        if self.server is None or self.round != round:
+            server = self.record.load(round)
+            if server is None:
+                raise SecAggError(f"no secure-aggregation state for round {round}")
+            self._use(server, round)
+        return self.server
+
+    def round_opened(self) -> None:
+        """A new attempt opened: resume the recorded protocol state, or start a fresh one for its cohort."""
+        e, r = self.engine, self.engine.training
+        server = self.server if self.round == r.round and self.server is not None else self.record.load(r.round)
+        if server is not None and server.phase is not ServerPhase.FAILED:
+            self._use(server, r.round)
+            log.info("round %d: secure aggregation resumed in phase %s", r.round, server.phase.value)
+            return
+        cfg, n = e.config, len(r.selected)
+        degree = cfg.secagg_neighbours or default_degree(n)
+        threshold = cfg.secagg_threshold or default_threshold(effective_degree(n, degree))
+        dp, caps = e.privacy.dp, [e.registry.capabilities(c) for c in r.selected]
+        scheme = negotiate(caps)                  # every selected device computes it
+        cap = 1.0 if dp else MAX_WEIGHT if scheme == LEGACY else weight_cap(caps)   # older devices clamp at MAX_WEIGHT
+        fixed = FixedPoint.for_cohort(n, cfg.secagg_clip, cfg.secagg_scale, cap)
+        fixed = replace(fixed, bits=min(64, -(-fixed.bits // 8) * 8))  # whole bytes: packed words waste no bit
+        params = SecAggParams(r.round * 1000 + r.attempt, tuple(r.selected), threshold, degree, os.urandom(16),
+                              fixed, e.length, scheme)
+        self._use(SecAggServer(params), r.round)
+        self.record.begin(r.round)
+
+    def may_fit(self, client_id: str) -> bool:
+        """A FIT task only while keys are still collected, to a client that has not advertised yet."""
+        s = self.server
+        return s is not None and s.phase is ServerPhase.ADVERTISE and client_id not in s.state.keys
+
+    def task_bytes(self) -> bytes:
+        return self._task_bytes
+
+    @property
+    def expected_clients(self) -> int:
+        return len(self.server.params.cohort)
+
+    # ---- uploads -------------------------------------------------------------------------------------
+
+    def check_upload(self, h: UpdateHeader) -> None:
+        """Before a byte is stored: only masked uploads, only from U2, only while inputs are collected."""
+        if not is_masked(h.vector.codec):
+            raise ProtocolError(f"this run uses secure aggregation: updates must use a masked codec "
+                                f"({SECAGG_CODEC!r} or 'secagg-packed:b'), got {h.vector.codec!r}; the coordinator "
+                                f"does not accept clear updates")
+        s = self.server
+        if s is None or self.round != h.vector.round:
+            raise StaleRoundError(f"round {h.vector.round} has no secure aggregation open")
+        if s.phase is not ServerPhase.MASKED_INPUT:
+            raise StaleRoundError(f"round {h.vector.round}: masked inputs are not collected now (phase {s.phase.value})")
+        bits = s.params.fixed_point.bits
+        if h.vector.codec != SECAGG_CODEC and packed_bits(h.vector.codec) != bits:
+            raise VectorError(f"round {h.vector.round} sums {bits}-bit masked words: a packed upload must use codec "
+                              f"{packed_codec(bits)!r} (or {SECAGG_CODEC!r}), got {h.vector.codec!r}")
+        if h.client_id not in s.state.u2:
+            raise StaleRoundError(f"client {h.client_id} did not share keys in round {h.vector.round}; "
+                                  f"its masked input could not be unmasked")
+
+    def receive_masked(self, client_id: str, masked: np.ndarray) -> None:
+        """Fold one durable masked input (fold thread): into the accumulator once, then persisted."""
+        s = self.ensure(self.engine.round)
+        with self.lock:
+            if s.phase is not ServerPhase.MASKED_INPUT and client_id in s.state.u3:
+                return                                   # replayed after a restart: already in the sum
+            s.receive_masked_input(client_id, masked)   # durable in the spool already: nothing written here
+
+    # ---- the phases ----------------------------------------------------------------------------------
+
+    def _note(self, old: ServerPhase, new: ServerPhase, why: str) -> None:
+        e = self.engine
+        log.info("round %d: %s -> %s (%s)", e.round, _PHASE_STATE[old], _PHASE_STATE[new], why)
+        e.store.note_transition(TransitionRow(e.round, _PHASE_STATE[old], _PHASE_STATE[new], time.time(), why))
+        e.notify()
+        self.wake()
+
+    def wake(self) -> None:
+        """Wake every held step to look again (a phase closed durably, the round failed, the server is stopping).
+        On the event loop."""
+        self._phase_changed.set()
+        self._phase_changed = asyncio.Event()
+
+    async def _until(self, done: Callable[[], bool], deadline_ms: int) -> None:
+        while not done() and (remaining := deadline_ms - now_ms()) > 0:
+            await self.engine.wait_change(remaining / 1000)
+
+    async def _close(self, close: Callable[[], object], what: str) -> None:
+        """Close a phase; its answers (`ready`) wait until the close is durable, so a restart never closes it anew."""
+        old = self.server.phase
+        self._closing = True
+        try:
+            with self.lock:
+                close()
+            await self.persist(with_sum=old is ServerPhase.MASKED_INPUT)
+        finally:
+            self._closing = False
+        self._note(old, self.server.phase, what)
+
+    async def train(self) -> bool:
+        """Run the round's remaining phases; False (round and run FAILED, global unchanged) on abort."""
+        e, r, s = self.engine, self.engine.training, self.server
+        phase_ms = int(e.config.round_timeout_s * 1000)
+        try:
+            if s.phase is ServerPhase.ADVERTISE:
+                await self._until(lambda: set(s.state.keys) >= set(s.params.cohort), r.deadline_ms)
+                await self._close(s.close_advertise, f"{len(s.state.keys)} of {len(s.params.cohort)} advertised keys")
+            if s.phase is ServerPhase.SHARE_KEYS:
+                await self._until(lambda: set(s.state.sealed) >= set(s.state.u1), now_ms() + phase_ms)
+                await self._close(s.close_share_keys, f"{len(s.state.sealed)} of {len(s.state.u1)} shared keys")
+            if s.phase is ServerPhase.MASKED_INPUT:
+                await self._until(lambda: set(r.reported) >= set(s.state.u2) and not e.uploads.busy,
+                                  now_ms() + phase_ms)
+                r.closing = True
+                while e.uploads.busy:
+                    await e.wait_change(1.0)
+                if e.uploads.fold_error is not None:
+                    raise e.uploads.fold_error
+                await self._close(s.close_masked_input, f"{len(s.state.u3)} of {len(s.state.u2)} masked inputs")
+            if s.phase is ServerPhase.UNMASK:
+                await self._until(lambda: set(s.state.responses) >= set(s.state.u3), now_ms() + phase_ms)
+                self.result = await asyncio.to_thread(self._finish)
+        except SecAggAborted as exc:
+            await self.persist()
+            message = f"round {e.round} failed: {exc}; the global model is unchanged"
+            e.store.forget_submissions(e.round)
+            e.store.fail_round(e.round, message)
+            e.finish(RoundState.FAILED, message)
+            return False
+        finally:
+            self.wake()                          # held steps see the outcome (or the engine's state) at once
+        res = self.result
+        e.transition(RoundState.AGGREGATING, f"secure aggregation unmasked the sum of {len(res.survivors)} masked "
+                                             f"inputs ({len(res.dropped)} of the key-sharing clients dropped)")
+        return True
+
+    def _finish(self) -> SecAggResult:
+        with self.lock:
+            return self.server.finish()        # not persisted: a restart redoes it from the UNMASK state
+
+    # ---- the SecAgg RPC -----------------------------------------------------------------------------
+
+    async def step(self, client_id: str, model_id: str, round: int, step: int, payload: bytes,
+                   wait_ms: int) -> tuple[bool, bytes]:
+        """One protocol step of `client_id` (see SecAggRequest.Step): (ready, reply payload)."""
+        s = self.check(client_id, model_id, round)
+        if self.accept(client_id, step, payload):
+            await self.persist()                     # durable before the client hears back
+            self.engine.notify()
+        if not await self.hold(s, [step], wait_ms):
+            return False, b""
+        return True, self.reply(client_id, round, step)
+
+    def check(self, client_id: str, model_id: str, round: int) -> SecAggServer:
+        """The round's protocol state, if `round` is the one in progress (StaleRoundError, SecAggAborted)."""
+        e = self.engine
+        e.touch(client_id)
+        e.check_model(model_id)
+        if e.state is not RoundState.TRAINING or self.server is None or self.round != round or e.training is None:
+            raise StaleRoundError(f"round {round} has no secure aggregation in progress (round {e.round}, "
+                                  f"state {e.state.name})")
+        if self.server.phase is ServerPhase.FAILED:
+            raise SecAggAborted(self.server.state.reason)
+        return self.server
+
+    def accept(self, client_id: str, step: int, payload: bytes) -> bool:
+        """Record the step's message if its phase is open (a re-send changes nothing): True if the state changed."""
+        s = self.server
+        if step == ADVERTISE:
+            msg = _parse(AdvertiseKeys, payload, client_id)
+            if s.phase is ServerPhase.ADVERTISE and s.state.keys.get(client_id) != msg:
+                with self.lock:
+                    s.receive_keys(msg)
+                return True
+        elif step == SHARE:
+            msg = _parse(ShareKeys, payload, client_id)
+            if s.phase is ServerPhase.SHARE_KEYS and s.state.sealed.get(client_id) != dict(msg.sealed):
+                with self.lock:
+                    s.receive_shares(msg)
+                return True
+        elif step == UNMASK:
+            msg = _parse(UnmaskResponse, payload, client_id)
+            if s.phase is ServerPhase.UNMASK and client_id not in s.state.responses:
+                with self.lock:
+                    s.receive_unmask(msg)
+                return True
+        elif step != UNMASK_REQUEST:
+            raise ProtocolError(f"unknown secagg step {step}; expected 0..3 (ADVERTISE, SHARE, UNMASK_REQUEST, UNMASK)")
+        return False
+
+    def ready(self, s: SecAggServer, step: int) -> bool:
+        """Whether `step` can be answered: the phase it waits for has closed, durably (UNMASK: at once)."""
+        if self._closing:
+            return False
+        if step == ADVERTISE:
+            return s.phase is not ServerPhase.ADVERTISE
+        if step == SHARE:
+            return s.phase not in (ServerPhase.ADVERTISE, ServerPhase.SHARE_KEYS)
+        return s.phase in (ServerPhase.UNMASK, ServerPhase.DONE) if step == UNMASK_REQUEST else True
+
+    async def hold(self, s: SecAggServer, steps: list[int], wait_ms: int) -> bool:
+        """Until one of `steps` is ready or min(wait_ms, 30 s) ran out; SecAggAborted if the round failed meanwhile.
+
+        Woken by `wake` (phase closes, the round's end, the server stopping), not by every engine change: in the
+        masked-input phase each upload notifies the engine two or three times, and every held call woke for each
+        (~13 µs a wake-up, ten to thirty held batches at 100 devices)."""
+        e = self.engine
+        until = time.monotonic() + min(max(wait_ms, 0), 30_000) / 1000
+        while not any(self.ready(s, x) for x in steps) and (left := until - time.monotonic()) > 0 and not e._stopping:
+            changed = asyncio.ensure_future(self._phase_changed.wait())
+            try:
+                await asyncio.wait({changed}, timeout=left)
+            finally:
+                changed.cancel()
+        if s.phase is ServerPhase.FAILED:
+            raise SecAggAborted(s.state.reason)
+        return any(self.ready(s, x) for x in steps)
+
+    def reply(self, client_id: str, round: int, step: int) -> bytes:
+        """The answer to a ready step: the roster, the share delivery, the unmask request, or nothing."""
+        s = self.server
+        if step == ADVERTISE:
+            _member(client_id, s.state.u1, round, "advertise its keys in time")
+            return s.roster_for(client_id).to_bytes()
+        if step == SHARE:
+            _member(client_id, s.state.u2, round, "share its keys in time")
+            return s.delivery_for(client_id).to_bytes()
+        if step == UNMASK_REQUEST:
+            _member(client_id, s.state.u3, round, "send its masked input in time")
+            return s.unmask_request().to_bytes()
+        return b""
+
+
+def _member(client_id: str, members: list[str], round: int, what: str) -> None:
+    if client_id not in members:
+        raise StaleRoundError(f"client {client_id} is no longer part of round {round}'s secure aggregation: "
+                              f"it did not {what}")
+
+
+def _parse(cls, payload: bytes, client_id: str):
+    try:
+        msg = cls.from_bytes(payload)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ProtocolError(f"secagg payload is not a valid {cls.__name__}: {exc}") from None
+    if msg.client_id != client_id:
+        raise ProtocolError(f"secagg {cls.__name__} names client {msg.client_id!r}, the request {client_id!r}")
+    return msg

@@ -1,0 +1,293 @@
+"""The coordinator's side of secure aggregation: route keys and sealed shares, sum masked inputs
+mod 2^b as they arrive, and at the end remove the masks and decode the SUM only.
+
+    receive_keys(AdvertiseKeys)*  -> close_advertise()    -> roster_for(id)        U1
+    receive_shares(ShareKeys)*    -> close_share_keys()   -> delivery_for(id)      U2
+    receive_masked_input(id, y)*  -> close_masked_input() -> unmask_request()      U3
+    receive_unmask(UnmaskResponse)*                       -> finish() -> SecAggResult
+
+Memory is O(P): one uint64 accumulator; a masked vector is added and dropped. The server holds
+sealed shares it cannot open and masked vectors that are uniform mod 2^b on their own; it never
+holds a clear individual update. A client whose secrets can no longer be recovered (fewer than T
+of its neighbours left) is excluded while that is still safe (phases 0-1), and the round aborts
+with SecAggAborted naming the reason when it is not (phases 2-3) or when fewer than T survive.
+`dump()`/`load()` (or `snapshot()`/`restore()`) give the durable state: JSON (`SecAggServerState`)
+plus the accumulator; persist after every accepted message and every close_*.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+import numpy as np
+
+from fedort.common.secagg.errors import SecAggAborted, SecAggError
+from fedort.common.secagg.keys import Agreement, KeyPair
+from fedort.common.secagg.masks import pairwise_seed, pairwise_sign, self_key
+from fedort.common.secagg.messages import (
+    AdvertiseKeys, Roster, SecAggParams, ShareDelivery, ShareKeys, UnmaskRequest, UnmaskResponse, b64, unb64,
+)
+from fedort.common.secagg.prg import MaskAdder, accumulator_dtype
+from fedort.common.secagg.scheme import check_echo, combine_secrets
+
+
+class ServerPhase(Enum):
+    ADVERTISE = "advertise"
+    SHARE_KEYS = "share_keys"
+    MASKED_INPUT = "masked_input"
+    UNMASK = "unmask"
+    DONE = "done"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class SecAggResult:
+    """The decoded aggregate: sum of weight*update, sum of weights, whose inputs it holds."""
+
+    weighted_sum: np.ndarray
+    weight_sum: float
+    survivors: tuple[str, ...]
+    dropped: tuple[str, ...]
+
+
+@dataclass
+class SecAggServerState:
+    """Everything but the accumulator; JSON-serializable. Persist after every accepted message."""
+
+    params: SecAggParams
+    phase: ServerPhase = ServerPhase.ADVERTISE
+    keys: dict[str, AdvertiseKeys] = field(default_factory=dict)        # U1 once closed
+    sealed: dict[str, dict[str, bytes]] = field(default_factory=dict)   # sender -> recipient -> bundle
+    u1: list[str] = field(default_factory=list)
+    u2: list[str] = field(default_factory=list)
+    u3: list[str] = field(default_factory=list)   # masked inputs folded into the accumulator, in order
+    responses: dict[str, UnmaskResponse] = field(default_factory=dict)
+    reason: str = ""
+
+    def to_bytes(self, sealed: bool = True) -> bytes:
+        """The state as JSON; without the sealed shares (`sealed_bytes`, saved apart once) if not `sealed`."""
+        return json.dumps({
+            "params": self.params.to_dict(), "phase": self.phase.value,
+            "keys": [k.to_dict() for k in self.keys.values()],
+            **({"sealed": self._sealed_dict()} if sealed else {}),
+            "u1": self.u1, "u2": self.u2, "u3": self.u3,
+            "responses": [r.to_dict() for r in self.responses.values()], "reason": self.reason,
+        }, sort_keys=True).encode()
+
+    def _sealed_dict(self) -> dict[str, dict[str, str]]:
+        return {s: {r: b64(c) for r, c in m.items()} for s, m in self.sealed.items()}
+
+    def sealed_bytes(self) -> bytes:
+        """The sealed share bundles alone (they do not change once key sharing has closed)."""
+        return json.dumps(self._sealed_dict(), sort_keys=True).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes, sealed: bytes | None = None) -> "SecAggServerState":
+        """From `to_bytes`; `sealed` (from `sealed_bytes`) supplies the shares a state saved without them lacks."""
+        d: dict[str, Any] = json.loads(data)
+        keys = [AdvertiseKeys.from_dict(k) for k in d["keys"]]
+        responses = [UnmaskResponse.from_dict(r) for r in d["responses"]]
+        bundles = d["sealed"] if "sealed" in d else json.loads(sealed) if sealed is not None else None
+        if bundles is None and d["phase"] not in (ServerPhase.DONE.value, ServerPhase.FAILED.value):
+            raise SecAggError("secagg state was saved without its sealed shares, and they were not found")
+        bundles = bundles or {}
+        return cls(
+            SecAggParams.from_dict(d["params"]), ServerPhase(d["phase"]), {k.client_id: k for k in keys},
+            {s: {r: unb64(c) for r, c in m.items()} for s, m in bundles.items()},
+            list(d["u1"]), list(d["u2"]), list(d["u3"]), {r.client_id: r for r in responses}, d["reason"],
+        )
+
+
+class SecAggServer:
+    """The protocol state of one secure-aggregation round on the coordinator."""
+
+    def __init__(self, params: SecAggParams) -> None:
+        self.state = SecAggServerState(params)
+        self.accumulator = np.zeros(params.length + 1, dtype=np.uint64)
+
+    @property
+    def params(self) -> SecAggParams:
+        return self.state.params
+
+    @property
+    def phase(self) -> ServerPhase:
+        return self.state.phase
+
+    # ---- persistence -------------------------------------------------------------------
+    def snapshot(self) -> tuple[bytes, np.ndarray]:
+        """(state JSON, accumulator copy): write both atomically, the accumulator first."""
+        return self.state.to_bytes(), self.accumulator.copy()
+
+    def dump(self, sealed: bool = True) -> bytes:
+        """State and accumulator in one blob (8-byte length, JSON, raw uint64 LE), for one atomic
+        file write: the fold and the survivor list it belongs to can then never disagree."""
+        state = self.state.to_bytes(sealed)
+        return len(state).to_bytes(8, "little") + state + self.accumulator.astype("<u8").tobytes()
+
+    @classmethod
+    def load(cls, blob: bytes, sealed: bytes | None = None) -> "SecAggServer":
+        n = int.from_bytes(blob[:8], "little")
+        return cls.restore(blob[8:8 + n], np.frombuffer(blob[8 + n:], dtype="<u8"), sealed)
+
+    @classmethod
+    def restore(cls, state: bytes, accumulator: np.ndarray, sealed: bytes | None = None) -> "SecAggServer":
+        server = cls.__new__(cls)
+        server.state = SecAggServerState.from_bytes(state, sealed)
+        acc = np.asarray(accumulator, dtype=np.uint64)
+        if acc.shape != (server.params.length + 1,):
+            raise SecAggError(f"accumulator has shape {acc.shape}, expected ({server.params.length + 1},)")
+        server.accumulator = acc.copy()
+        return server
+
+    # ---- helpers ----------------------------------------------------------------------
+    def _expect(self, phase: ServerPhase) -> None:
+        if self.state.phase is not phase:
+            raise SecAggError(f"secagg round {self.params.round_id}: expected phase {phase.value}, in {self.state.phase.value}")
+
+    def _abort(self, reason: str) -> SecAggAborted:
+        self.state.phase = ServerPhase.FAILED
+        self.state.reason = reason
+        return SecAggAborted(f"secagg round {self.params.round_id} aborted: {reason}")
+
+    def _known(self, client_id: str, pool: list[str] | tuple[str, ...], what: str) -> None:
+        if client_id not in pool:
+            raise SecAggError(f"{what} from {client_id!r}, which is not in this phase's set of clients")
+
+    def _prune(self, alive: set[str]) -> list[str]:
+        """Drop, until none is left, clients with fewer than T neighbours in `alive`."""
+        t, graph = self.params.threshold, self.params.neighbours
+        while True:
+            weak = {c for c in alive if len(set(graph[c]) & alive) < t}
+            if not weak:
+                return sorted(alive)
+            alive -= weak
+
+    def _require(self, alive: list[str], phase: str) -> None:
+        if len(alive) < self.params.threshold:
+            raise self._abort(f"{len(alive)} clients left after {phase}, the threshold is {self.params.threshold}")
+
+    # ---- phase 0: advertise keys --------------------------------------------------------
+    def receive_keys(self, msg: AdvertiseKeys) -> None:
+        self._expect(ServerPhase.ADVERTISE)
+        self._known(msg.client_id, self.params.cohort, "keys")
+        check_echo(self.params.scheme, msg.scheme, msg.client_id)
+        if msg.client_id in self.state.keys and self.state.keys[msg.client_id] != msg:
+            raise SecAggError(f"client {msg.client_id} advertised different keys twice")
+        self.state.keys[msg.client_id] = msg
+
+    def close_advertise(self) -> list[str]:
+        self._expect(ServerPhase.ADVERTISE)
+        u1 = self._prune(set(self.state.keys))
+        self.state.keys = {c: self.state.keys[c] for c in u1}
+        self.state.u1 = u1
+        self._require(u1, "advertising keys")
+        self.state.phase = ServerPhase.SHARE_KEYS
+        return u1
+
+    def roster_for(self, client_id: str) -> Roster:
+        self._known(client_id, self.state.u1, "roster request")
+        return Roster({v: self.state.keys[v] for v in self.params.neighbours[client_id] if v in self.state.keys})
+
+    # ---- phase 1: share keys ------------------------------------------------------------
+    def receive_shares(self, msg: ShareKeys) -> None:
+        self._expect(ServerPhase.SHARE_KEYS)
+        self._known(msg.client_id, self.state.u1, "shares")
+        expected = set(self.roster_for(msg.client_id).keys)
+        if set(msg.sealed) != expected:
+            raise SecAggError(
+                f"client {msg.client_id} sealed shares for {sorted(msg.sealed)}, expected its roster {sorted(expected)}"
+            )
+        self.state.sealed[msg.client_id] = dict(msg.sealed)
+
+    def close_share_keys(self) -> list[str]:
+        self._expect(ServerPhase.SHARE_KEYS)
+        u2 = self._prune(set(self.state.sealed))
+        self.state.sealed = {c: self.state.sealed[c] for c in u2}
+        self.state.u2 = u2
+        self._require(u2, "sharing keys")
+        self.state.phase = ServerPhase.MASKED_INPUT
+        return u2
+
+    def delivery_for(self, client_id: str) -> ShareDelivery:
+        self._known(client_id, self.state.u2, "share delivery request")
+        return ShareDelivery({s: m[client_id] for s, m in self.state.sealed.items() if client_id in m})
+
+    # ---- phase 2: masked input ----------------------------------------------------------
+    def receive_masked_input(self, client_id: str, masked: np.ndarray) -> bool:
+        """Fold one masked vector into the accumulator (mod 2^b). False, and nothing folded, when
+        this client's input is already in (a retry after a lost ack or a coordinator restart)."""
+        self._expect(ServerPhase.MASKED_INPUT)
+        self._known(client_id, self.state.u2, "masked input")
+        if client_id in self.state.u3:
+            return False
+        y = np.asarray(masked)
+        if y.dtype != np.uint64 or y.shape != self.accumulator.shape:
+            raise SecAggError(f"masked input must be uint64 of shape {self.accumulator.shape}, got {y.dtype} {y.shape}")
+        if self.params.fixed_point.bits < 64 and int(y.max()) > int(self.params.fixed_point.modulus_mask):
+            raise SecAggError(f"masked input holds values >= 2^{self.params.fixed_point.bits}")
+        np.add(self.accumulator, y, out=self.accumulator)
+        self.accumulator &= self.params.fixed_point.modulus_mask
+        self.state.u3.append(client_id)
+        return True
+
+    def close_masked_input(self) -> UnmaskRequest:
+        self._expect(ServerPhase.MASKED_INPUT)
+        u3 = set(self.state.u3)
+        self._require(sorted(u3), "masked input")
+        graph, t = self.params.neighbours, self.params.threshold
+        needed = u3 | {v for v in set(self.state.u2) - u3 if set(graph[v]) & u3}
+        short = sorted(c for c in needed if len(set(graph[c]) & u3) < t)
+        if short:
+            raise self._abort(f"clients {short} have fewer than {t} surviving neighbours to unmask them")
+        self.state.phase = ServerPhase.UNMASK
+        return self.unmask_request()
+
+    def unmask_request(self) -> UnmaskRequest:
+        u3 = set(self.state.u3)
+        return UnmaskRequest(tuple(sorted(set(self.state.u2) - u3)), tuple(sorted(u3)))
+
+    # ---- phase 3: unmasking -------------------------------------------------------------
+    def receive_unmask(self, msg: UnmaskResponse) -> None:
+        self._expect(ServerPhase.UNMASK)
+        self._known(msg.client_id, self.state.u3, "unmask response")
+        request = self.unmask_request()
+        if not set(msg.key_shares) <= set(request.dropped) or not set(msg.seed_shares) <= set(request.survivors):
+            raise SecAggError(f"client {msg.client_id} answered for clients it was not asked about")
+        self.state.responses[msg.client_id] = msg
+
+    def finish(self) -> SecAggResult:
+        """Reconstruct the secrets (>= T shares each), remove all masks, decode the sum."""
+        self._expect(ServerPhase.UNMASK)
+        request, t = self.unmask_request(), self.params.threshold
+        self._require(list(self.state.responses), "unmasking")
+        survivors = set(request.survivors)
+        seed_shares = {u: [r.seed_shares[u] for r in self.state.responses.values() if u in r.seed_shares]
+                       for u in request.survivors}
+        dropped = [v for v in request.dropped if set(self.params.neighbours[v]) & survivors]
+        key_shares = {v: [r.key_shares[v] for r in self.state.responses.values() if v in r.key_shares] for v in dropped}
+        for u, shares in seed_shares.items():
+            if len(shares) < t:
+                raise self._abort(f"{len(shares)} shares of {u}'s self-mask seed arrived, {t} needed")
+        for v, shares in key_shares.items():
+            if len(shares) < t:
+                raise self._abort(f"{len(shares)} shares of dropped {v}'s mask key arrived, {t} needed")
+        secrets = combine_secrets(self.params.scheme, [*seed_shares.values(), *key_shares.values()], t)
+        bits, scheme = self.params.fixed_point.bits, self.params.scheme
+        masks = np.zeros(len(self.accumulator), dtype=accumulator_dtype(scheme, bits))   # summed, then removed once
+        adder = MaskAdder(len(self.accumulator), scheme=scheme)
+        for u, seed in zip(seed_shares, secrets):
+            adder.add(masks, self_key(self.params, seed), 1, bits)
+        for v, seed in zip(key_shares, secrets[len(seed_shares):]):
+            key = KeyPair.from_seed(seed)
+            if key.public != self.state.keys[v].mask_public:
+                raise self._abort(f"the mask key reconstructed for {v} does not match its advertised public key")
+            mine = Agreement(key.private)
+            for u in sorted(set(self.params.neighbours[v]) & survivors):
+                seed_uv = pairwise_seed(self.params, mine, self.state.keys[u].mask_public, u, v)
+                adder.add(masks, seed_uv, pairwise_sign(u, v), bits)
+        weighted, weight = self.params.fixed_point.decode_sum(np.subtract(self.accumulator, masks))
+        self.state.phase = ServerPhase.DONE
+        return SecAggResult(weighted, weight, request.survivors, request.dropped)

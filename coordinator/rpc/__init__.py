@@ -1,0 +1,1 @@
+"""The gRPC face of the coordinator: servicer, authentication, device tokens, limits, monitoring."""

@@ -1,0 +1,33 @@
+"""How a run ended, as the device reports it: DONE from PollTask does not say whether it succeeded.
+
+The coordinator answers DONE both when every round committed and when the run FAILED (it
+releases its clients either way), so the device asks the Status RPC once and exits non-zero
+for a FAILED run (`fedort edge run` exit code 1) instead of printing "done".
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fedort.edge_client.transport.grpc_transport import Transport
+from fedort.common.errors import FedortError
+from fedort.common.round_state import RoundState
+
+log = logging.getLogger("fedort.edge")
+
+
+def final_outcome(transport: Transport) -> str:
+    """'failed' when the coordinator's status says the run FAILED, else 'done'."""
+    try:
+        state = transport.status().state
+    except FedortError as e:
+        log.warning("coordinator says the run is over; could not ask whether it succeeded: %s", e)
+        return "done"
+    if state is RoundState.FAILED:
+        log.error("coordinator says the run is over: it FAILED (its log and `fedort coordinator status` say why)")
+        return "failed"
+    log.info("coordinator says the run is done")
+    return "done"
+
+
+__all__ = ["final_outcome"]

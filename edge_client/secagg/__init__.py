@@ -1,0 +1,1 @@
+"""The device's side of secure aggregation, phase by phase, and its batching on a shared transport."""

@@ -1,0 +1,189 @@
+"""The device's side of secure aggregation: one `SecAggClient` per round, driven phase by phase.
+
+    advertise() -> AdvertiseKeys
+    share_keys(Roster) -> ShareKeys
+    precompute_masks()      (optional, while the delivery is awaited: `edge_client.secagg_ahead`)
+    masked_input(ShareDelivery, vector, weight) -> uint64 vector of length P + 1
+    unmask(UnmaskRequest) -> UnmaskResponse
+
+Each call checks what the coordinator sent (neighbours only, distinct keys, at least T of them,
+authenticated shares addressed to this client in this round) and raises SecAggError otherwise.
+The client never reveals both the key share and the seed share of one neighbour, even across
+repeated unmask requests: that pair would let the server unmask that neighbour's update.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from enum import Enum
+from typing import Callable
+
+import numpy as np
+
+from fedort.common.secagg.errors import SecAggError
+from fedort.common.secagg.keys import SEED_BYTES, Agreement, KeyPair, open_sealed, seal
+from fedort.common.secagg.masks import pairwise_seed, pairwise_sign, self_key
+from fedort.common.secagg.messages import (
+    AdvertiseKeys, Roster, SecAggParams, ShareDelivery, ShareKeys, UnmaskRequest, UnmaskResponse, b64, unb64,
+)
+from fedort.common.secagg.prg import MaskAdder, accumulator_dtype
+from fedort.common.secagg.scheme import split_secret
+
+
+class ClientPhase(Enum):
+    ADVERTISE = "advertise"
+    SHARE_KEYS = "share_keys"
+    MASKED_INPUT = "masked_input"
+    UNMASK = "unmask"
+    DONE = "done"
+
+
+def _aad(params: SecAggParams, sender: str, recipient: str) -> bytes:
+    return json.dumps(["fedort-secagg-share", params.round_id, sender, recipient]).encode()
+
+
+class SecAggClient:
+    """The protocol state of one client in one round (holds its secrets; never persisted here)."""
+
+    def __init__(self, client_id: str, params: SecAggParams) -> None:
+        if client_id not in params.cohort:
+            raise SecAggError(f"client {client_id!r} is not in the round's cohort")
+        self.client_id = client_id
+        self.params = params
+        self.neighbours = params.neighbours[client_id]
+        self.phase = ClientPhase.ADVERTISE
+        self._cipher = KeyPair.generate()
+        self._share_keys = Agreement(self._cipher.private)   # AEAD keys with each neighbour, both directions
+        self._mask_seed = os.urandom(SEED_BYTES)        # shared: recovers the mask key if we drop
+        self._mask = KeyPair.from_seed(self._mask_seed)
+        self._seed = os.urandom(SEED_BYTES)             # shared: recovers our self mask if we survive
+        self._roster: dict[str, AdvertiseKeys] = {}
+        self._held: dict[str, tuple[int, bytes, bytes]] = {}  # sender -> (index, key share, seed share)
+        self._revealed_keys: set[str] = set()
+        self._revealed_seeds: set[str] = set()
+        self._ahead: tuple[tuple[np.ndarray, MaskAdder], dict[str, bytes]] | None = None  # precompute_masks
+
+    def _expect(self, phase: ClientPhase) -> None:
+        if self.phase is not phase:
+            raise SecAggError(f"secagg client {self.client_id}: expected phase {phase.value}, in {self.phase.value}")
+
+    def advertise(self) -> AdvertiseKeys:
+        self._expect(ClientPhase.ADVERTISE)
+        self.phase = ClientPhase.SHARE_KEYS
+        return AdvertiseKeys(self.client_id, self._cipher.public, self._mask.public, self.params.scheme)
+
+    def share_keys(self, roster: Roster) -> ShareKeys:
+        """Shamir-share the seeds of s_sk and of b among the neighbours in `roster`, one sealed bundle each."""
+        self._expect(ClientPhase.SHARE_KEYS)
+        peers = {k: v for k, v in roster.keys.items() if k != self.client_id}
+        strangers = sorted(set(peers) - set(self.neighbours))
+        if strangers:
+            raise SecAggError(f"roster names clients that are not neighbours of {self.client_id}: {strangers}")
+        if any(k != v.client_id for k, v in peers.items()):
+            raise SecAggError("roster entry filed under another client's id")
+        if len(peers) < self.params.threshold:
+            raise SecAggError(f"roster has {len(peers)} neighbours, the threshold is {self.params.threshold}")
+        publics = [v.cipher_public for v in peers.values()] + [v.mask_public for v in peers.values()]
+        publics += [self._cipher.public, self._mask.public]
+        if len(set(publics)) != len(publics):
+            raise SecAggError("roster repeats a public key (every client must have its own)")
+        self._roster = dict(peers)
+        holders = sorted(peers)
+        scheme = self.params.scheme
+        key_shares = split_secret(scheme, self._mask_seed, self.params.threshold, len(holders))
+        seed_shares = split_secret(scheme, self._seed, self.params.threshold, len(holders))
+        sealed = {}
+        for holder, (index, k_share), (_, b_share) in zip(holders, key_shares, seed_shares):
+            body = json.dumps({"i": index, "k": b64(k_share), "b": b64(b_share)}).encode()
+            key = self._share_keys.key(peers[holder].cipher_public, self.params.info("share", self.client_id, holder))
+            sealed[holder] = seal(key, body, _aad(self.params, self.client_id, holder))
+        self.phase = ClientPhase.MASKED_INPUT
+        return ShareKeys(self.client_id, sealed)
+
+    def masked_input(self, delivery: ShareDelivery, vector: np.ndarray, weight: float = 1.0) -> np.ndarray:
+        """Open the shares addressed to us, then encode the update and add every mask mod 2^b."""
+        self._expect(ClientPhase.MASKED_INPUT)
+        senders = sorted(delivery.sealed)
+        unknown = [s for s in senders if s not in self._roster]
+        if unknown:
+            raise SecAggError(f"shares from clients not in {self.client_id}'s roster: {unknown}")
+        if len(senders) < self.params.threshold:
+            raise SecAggError(f"{len(senders)} neighbours shared keys, the threshold is {self.params.threshold}")
+        if np.asarray(vector).shape != (self.params.length,):
+            raise SecAggError(f"update must have {self.params.length} values, got shape {np.asarray(vector).shape}")
+        for sender in senders:
+            key = self._share_keys.key(self._roster[sender].cipher_public, self.params.info("share", sender, self.client_id))
+            body = json.loads(open_sealed(key, delivery.sealed[sender], _aad(self.params, sender, self.client_id)))
+            self._held[sender] = (int(body["i"]), unb64(body["k"]), unb64(body["b"]))
+        masked, bits = self.params.fixed_point.encode(vector, weight), self.params.fixed_point.bits
+        ahead, self._ahead = self._ahead, None       # precompute_masks: PRG(b_u) and the roster's masks
+        (acc, adder), included = ahead if ahead is not None else (self._self_masked(), {})
+        masks = Agreement(self._mask.private)
+        for v in senders:
+            if v not in included:
+                seed = pairwise_seed(self.params, masks, self._roster[v].mask_public, self.client_id, v)
+                adder.add(acc, seed, pairwise_sign(self.client_id, v), bits)
+        for v in sorted(set(included) - set(senders)):     # not in U2: its mask must not be in y
+            adder.add(acc, included[v], -pairwise_sign(self.client_id, v), bits)
+        np.add(masked, acc, out=masked)
+        masked &= self.params.fixed_point.modulus_mask
+        self.phase = ClientPhase.UNMASK
+        return masked
+
+    def precompute_masks(self, cancelled: Callable[[], bool] = lambda: False) -> bool:
+        """PRG(b_u) + Σ_{v ∈ roster} sign(u, v)·PRG(s_uv) (mod 2^64, or 2^32: `prg.accumulator_dtype`), computed
+        once the roster is checked (after share_keys) and before the share delivery names U2; `masked_input`
+        then adds the encoded update and subtracts the masks of roster neighbours missing from the delivery,
+        so y is the same as without it (the sum is taken mod 2^b in the end, and addition commutes). A neighbour whose key agreement fails is left to
+        `masked_input` (which reports it only if that neighbour is in the delivery, as before).
+        False, keeping nothing, when `cancelled()` turned true between two masks."""
+        self._expect(ClientPhase.MASKED_INPUT)
+        bits = self.params.fixed_point.bits
+        acc, adder = self._self_masked()
+        masks, seeds = Agreement(self._mask.private), {}
+        for v in sorted(self._roster):
+            if cancelled():
+                return False
+            try:
+                seed = pairwise_seed(self.params, masks, self._roster[v].mask_public, self.client_id, v)
+            except SecAggError:
+                continue
+            adder.add(acc, seed, pairwise_sign(self.client_id, v), bits)
+            seeds[v] = seed
+        self._ahead = ((acc, adder), seeds)
+        return True
+
+    def _self_masked(self) -> tuple[np.ndarray, MaskAdder]:
+        """PRG(b_u) in a fresh mask accumulator (uint32 where the words are 4 bytes), and the adder for more."""
+        bits, scheme = self.params.fixed_point.bits, self.params.scheme
+        acc = np.zeros(self.params.length + 1, dtype=accumulator_dtype(scheme, bits))
+        adder = MaskAdder(len(acc), scheme=scheme)
+        adder.add(acc, self_key(self.params, self._seed), 1, bits)
+        return acc, adder
+
+    def unmask(self, request: UnmaskRequest) -> UnmaskResponse:
+        """Key shares of dropped neighbours, seed shares of surviving ones — never both for one."""
+        if self.phase not in (ClientPhase.UNMASK, ClientPhase.DONE):
+            raise SecAggError(f"secagg client {self.client_id}: unmask asked in phase {self.phase.value}")
+        dropped, survivors = set(request.dropped), set(request.survivors)
+        if dropped & survivors:
+            raise SecAggError(f"unmask request lists clients as both dropped and surviving: {sorted(dropped & survivors)}")
+        if self.client_id not in survivors:
+            raise SecAggError(f"unmask request does not list {self.client_id}, which sent its masked input")
+        if len(survivors) < self.params.threshold:
+            raise SecAggError(f"only {len(survivors)} survivors, the threshold is {self.params.threshold}")
+        keys = dropped & set(self._held)
+        seeds = survivors & set(self._held)
+        if keys & self._revealed_seeds or seeds & self._revealed_keys:
+            raise SecAggError(
+                f"unmask request contradicts an earlier one for {sorted((keys & self._revealed_seeds) | (seeds & self._revealed_keys))}"
+            )
+        self._revealed_keys |= keys
+        self._revealed_seeds |= seeds
+        self.phase = ClientPhase.DONE
+        return UnmaskResponse(
+            self.client_id,
+            {v: (self._held[v][0], self._held[v][1]) for v in sorted(keys)},
+            {v: (self._held[v][0], self._held[v][2]) for v in sorted(seeds)},
+        )

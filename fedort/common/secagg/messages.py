@@ -1,0 +1,206 @@
+"""The secure-aggregation round's public parameters and one message dataclass per phase.
+
+Phases (Bonawitz et al. 2017, rounds 0-3; SecAgg+ restricts every "all clients" to neighbours):
+
+    0 advertise keys   client -> server  AdvertiseKeys   two X25519 public keys
+                       server -> client  Roster          the neighbours' public keys (U1)
+    1 share keys       client -> server  ShareKeys       one sealed share bundle per neighbour
+                       server -> client  ShareDelivery   the bundles addressed to it (U2)
+    2 masked input     client -> server  the masked vector (uint64, P + 1, over the upload stream)
+    3 unmasking        server -> client  UnmaskRequest   who dropped, who survived (U3)
+                       client -> server  UnmaskResponse  key shares of dropped, seed shares of survivors
+
+Every message turns into JSON bytes (`to_bytes`/`from_bytes`, binary fields base64) so the
+coordinator can persist it and the wire layer can carry it in a `bytes` field.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from functools import cached_property, lru_cache
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from fedort.common.errors import ConfigError
+from fedort.common.secagg.graph import effective_degree, neighbour_graph
+from fedort.common.secagg.quantize import FixedPoint
+from fedort.common.secagg.scheme import LEGACY, require_known
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def unb64(text: str) -> bytes:
+    return base64.b64decode(text.encode("ascii"), validate=True)
+
+
+class _Json:
+    def to_dict(self) -> dict[str, Any]:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes):
+        return cls.from_dict(json.loads(data))  # type: ignore[attr-defined]
+
+
+@lru_cache(maxsize=8)
+def _graph(cohort: tuple[str, ...], degree: int, seed: bytes) -> Mapping[str, tuple[str, ...]]:
+    """The round's graph, computed once per process: a simulation worker hosts many of the cohort's
+    devices, each parsing its own copy of the parameters (the graph costs ~1 ms at 100 clients)."""
+    return MappingProxyType(neighbour_graph(cohort, degree, seed))
+
+
+def default_threshold(degree: int) -> int:
+    """Shares needed to recover a secret: a strict majority of each client's neighbours."""
+    return degree // 2 + 1
+
+
+@dataclass(frozen=True)
+class SecAggParams(_Json):
+    """What the coordinator announces for one round; both sides derive the graph from it."""
+
+    round_id: int
+    cohort: tuple[str, ...]
+    threshold: int
+    degree: int
+    graph_seed: bytes
+    fixed_point: FixedPoint
+    length: int
+    scheme: str = LEGACY            # mask PRG + Shamir field (`scheme.py`); absent on the wire: the legacy one
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cohort", tuple(sorted(self.cohort)))
+        require_known(self.scheme)
+        deg = effective_degree(len(self.cohort), self.degree)
+        if len(self.cohort) < 2:
+            raise ConfigError(f"secure aggregation needs a cohort of >= 2 clients, got {len(self.cohort)}")
+        if not (deg // 2 < self.threshold <= deg):
+            raise ConfigError(
+                f"secagg threshold must be in ({deg // 2}, {deg}] for {deg} neighbours "
+                f"(a majority of each client's neighbours), got {self.threshold}"
+            )
+        if self.length < 1:
+            raise ConfigError(f"secagg vector length must be >= 1, got {self.length}")
+
+    @cached_property
+    def neighbours(self) -> Mapping[str, tuple[str, ...]]:
+        return _graph(self.cohort, self.degree, self.graph_seed)
+
+    def info(self, purpose: str, a: str, b: str) -> bytes:
+        """HKDF info binding a derived key to this round, a purpose and an ordered pair of ids."""
+        lo, hi = sorted((a, b))
+        return json.dumps(["fedort-secagg", self.round_id, purpose, lo, hi]).encode()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "round_id": self.round_id, "cohort": list(self.cohort), "threshold": self.threshold,
+            "degree": self.degree, "graph_seed": b64(self.graph_seed),
+            "fixed_point": self.fixed_point.to_dict(), "length": self.length, "scheme": self.scheme,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "SecAggParams":
+        return cls(
+            int(d["round_id"]), tuple(d["cohort"]), int(d["threshold"]), int(d["degree"]),
+            unb64(d["graph_seed"]), FixedPoint.from_dict(d["fixed_point"]), int(d["length"]),
+            str(d.get("scheme", LEGACY)),
+        )
+
+
+@dataclass(frozen=True)
+class AdvertiseKeys(_Json):
+    client_id: str
+    cipher_public: bytes  # c_pk: derives the share-encryption keys
+    mask_public: bytes    # s_pk: derives the pairwise mask seeds
+    scheme: str = ""      # the scheme the device computes (protocol 1.3); "" from older devices: the legacy one
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {"client_id": self.client_id, "c": b64(self.cipher_public), "s": b64(self.mask_public)}
+        return {**d, "v": self.scheme} if self.scheme else d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "AdvertiseKeys":
+        return cls(d["client_id"], unb64(d["c"]), unb64(d["s"]), str(d.get("v", "")))
+
+
+@dataclass(frozen=True)
+class Roster(_Json):
+    """The public keys of the recipient's neighbours that advertised (its part of U1)."""
+
+    keys: Mapping[str, AdvertiseKeys] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"keys": [k.to_dict() for k in self.keys.values()]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Roster":
+        keys = [AdvertiseKeys.from_dict(k) for k in d["keys"]]
+        return cls({k.client_id: k for k in keys})
+
+
+@dataclass(frozen=True)
+class ShareKeys(_Json):
+    """sender -> one sealed bundle per neighbour (its Shamir shares of the s_sk seed and of b)."""
+
+    client_id: str
+    sealed: Mapping[str, bytes]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"client_id": self.client_id, "sealed": {k: b64(v) for k, v in self.sealed.items()}}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ShareKeys":
+        return cls(d["client_id"], {k: unb64(v) for k, v in d["sealed"].items()})
+
+
+@dataclass(frozen=True)
+class ShareDelivery(_Json):
+    """The sealed bundles addressed to one client, by sender (its neighbours in U2)."""
+
+    sealed: Mapping[str, bytes]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sealed": {k: b64(v) for k, v in self.sealed.items()}}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ShareDelivery":
+        return cls({k: unb64(v) for k, v in d["sealed"].items()})
+
+
+@dataclass(frozen=True)
+class UnmaskRequest(_Json):
+    """U2 minus U3 (`dropped`: sent shares, no masked input) and U3 (`survivors`)."""
+
+    dropped: tuple[str, ...]
+    survivors: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dropped": list(self.dropped), "survivors": list(self.survivors)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "UnmaskRequest":
+        return cls(tuple(d["dropped"]), tuple(d["survivors"]))
+
+
+@dataclass(frozen=True)
+class UnmaskResponse(_Json):
+    """Shares as (index, 16 bytes): of dropped neighbours' mask-key seed, of survivors' self-mask seed b."""
+
+    client_id: str
+    key_shares: Mapping[str, tuple[int, bytes]]
+    seed_shares: Mapping[str, tuple[int, bytes]]
+
+    def to_dict(self) -> dict[str, Any]:
+        enc = lambda m: {k: [i, b64(s)] for k, (i, s) in m.items()}  # noqa: E731
+        return {"client_id": self.client_id, "key": enc(self.key_shares), "seed": enc(self.seed_shares)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "UnmaskResponse":
+        dec = lambda m: {k: (int(i), unb64(s)) for k, (i, s) in m.items()}  # noqa: E731
+        return cls(d["client_id"], dec(d["key"]), dec(d["seed"]))

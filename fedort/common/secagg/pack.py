@@ -1,0 +1,81 @@
+"""The masked upload's wire formats: `secagg-u64` (8 bytes a word) and `secagg-packed:B` (b/8 bytes a word).
+
+A masked word lies in [0, 2^b). `secagg-u64` sends each as a little-endian uint64 — 8·(P + 1)
+bytes, twice a float32 update. `secagg-packed:b` (b a multiple of 8, which the coordinator makes
+it by rounding the modulus up to whole bytes when it opens the round) sends only the low b/8
+bytes of each word, little-endian: (b/8)·(P + 1) bytes, e.g. 5 bytes a value at b = 40, 4 (the
+size of float32) at b ≤ 32. Every b/8-byte string is a valid word below 2^b, so a packed
+payload can be malformed only in its size (or in naming another b than the round's).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedort.common.errors import VectorError
+
+U64_CODEC = "secagg-u64"
+PACKED_FAMILY = "secagg-packed"
+
+
+def packed_codec(bits: int) -> str:
+    """The codec spec of words packed to `bits` bits (a multiple of 8 in 8..64)."""
+    return f"{PACKED_FAMILY}:{packed_bits(f'{PACKED_FAMILY}:{bits}')}"
+
+
+def packed_bits(spec: str) -> int:
+    """b of a `secagg-packed:b` spec; VectorError (INVALID_ARGUMENT) unless b is a multiple of 8 in 8..64."""
+    family, _, arg = spec.partition(":")
+    try:
+        bits = int(arg)
+    except ValueError:
+        bits = -1
+    if family != PACKED_FAMILY or not arg.isdigit() or bits % 8 or not 8 <= bits <= 64:
+        raise VectorError(f"a packed masked upload's codec is '{PACKED_FAMILY}:b' with b a multiple of 8 in "
+                          f"8..64 (bits per masked word), got {spec!r}")
+    return bits
+
+
+def is_masked(codec: str) -> bool:
+    """Whether `codec` names a masked (secure-aggregation) upload: secagg-u64 or secagg-packed:b."""
+    return codec == U64_CODEC or codec.partition(":")[0] == PACKED_FAMILY
+
+
+def payload_size(codec: str, length: int) -> int:
+    """Bytes of a masked payload of a length-P model (P values and the weight): 8·(P+1) or (b/8)·(P+1)."""
+    width = 8 if codec == U64_CODEC else packed_bits(codec) // 8
+    return width * (length + 1)
+
+
+def pack(words: np.ndarray, codec: str) -> bytes:
+    """The payload of masked uint64 `words` (each below 2^b) in `codec`."""
+    words = np.ascontiguousarray(words, dtype="<u8")
+    if codec == U64_CODEC:
+        return words.tobytes()
+    width = packed_bits(codec) // 8
+    return _low_bytes(words, width).tobytes()
+
+
+def unpack(payload: bytes | memoryview | np.ndarray, codec: str, length: int) -> np.ndarray:
+    """The P + 1 masked uint64 words of a payload in `codec` (VectorError if its size is not the codec's)."""
+    raw = np.frombuffer(payload, dtype=np.uint8) if not isinstance(payload, np.ndarray) else \
+        np.ascontiguousarray(payload).view(np.uint8).reshape(-1)
+    expected = payload_size(codec, length)
+    if raw.nbytes != expected:
+        raise VectorError(f"{codec} update holds {raw.nbytes} bytes, expected {expected} for {length} values "
+                          f"and the weight")
+    if codec == U64_CODEC:
+        return raw.view("<u8")
+    width = expected // (length + 1)
+    # one padded copy, read as overlapping little-endian uint64 at a stride of b/8 bytes, high bytes cut
+    # (2-3× faster than copying b/8-byte items into zeroed words)
+    padded = np.zeros(raw.nbytes + 8, dtype=np.uint8)
+    padded[:raw.nbytes] = raw
+    words = np.ndarray(shape=(length + 1,), dtype="<u8", buffer=padded, strides=(width,))
+    return words & np.uint64((1 << (8 * width)) - 1)
+
+
+def _low_bytes(words: np.ndarray, width: int) -> np.ndarray:
+    """The low `width` bytes of each little-endian uint64 of `words` as one `width`-byte item each (a view:
+    copying it moves one item per word, not `width` single bytes: ~3× faster at b = 24)."""
+    return np.ndarray(shape=words.shape, dtype=f"V{width}", buffer=words, strides=(8,))

@@ -1,0 +1,113 @@
+"""Fixed-point encoding of weighted updates in Z_{2^b}, sized so that a cohort's sum cannot wrap.
+
+A client clips each value to [-c, c], multiplies by its weight w in [0, w_max] and rounds,
+q_i = round(w * x_i * s) with scale s; the weight travels as one more element, round(w * s).
+A negative q is stored as 2^b + q. The sum over n clients, taken mod 2^b, equals the integer
+sum exactly when every partial sum stays inside the representable range:
+
+    2 * n * round(w_max * c * s) < 2^b     (signed values)
+        n * round(w_max * s)     < 2^b     (the weight element)
+
+`FixedPoint.for_cohort` picks the smallest such b and refuses b > 64, because accumulators are
+uint64 (numpy's wrapping add is then exact mod 2^b for every b <= 64, since 2^b divides 2^64),
+and refuses w_max * max(c, 1) * s >= 2^52, where float64 rounding would stop being exact.
+Only the final SUM is ever decoded: `decode_sum` maps it back to signed integers and divides by s.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fedort.common.errors import ConfigError, VectorError
+
+MAX_BITS = 64
+_EXACT_FLOAT = 2.0**52
+
+
+def modulus_bits(cohort: int, clip: float, scale: float, max_weight: float = 1.0) -> int:
+    """Smallest b such that the sum of `cohort` encoded vectors cannot wrap mod 2^b."""
+    if cohort < 1:
+        raise ConfigError(f"secagg cohort must be >= 1, got {cohort}")
+    if not (clip > 0 and scale > 0 and max_weight > 0) or not all(
+        math.isfinite(v) for v in (clip, scale, max_weight)
+    ):
+        raise ConfigError(
+            f"secagg clip, scale and max_weight must be finite and > 0, got clip={clip} "
+            f"scale={scale} max_weight={max_weight}"
+        )
+    if max_weight * max(clip, 1.0) * scale >= _EXACT_FLOAT:
+        raise ConfigError(
+            f"secagg fixed point: max_weight*max(clip,1)*scale = {max_weight * max(clip, 1.0) * scale:.3g} "
+            f"must stay below 2^52 for exact float64 rounding; lower the scale"
+        )
+    value_bound = cohort * round(max_weight * clip * scale)
+    weight_bound = cohort * round(max_weight * scale)
+    bits = max(2 * value_bound, weight_bound).bit_length()
+    if bits > MAX_BITS:
+        raise ConfigError(
+            f"secagg fixed point would need {bits} bits for cohort={cohort} clip={clip} "
+            f"scale={scale} max_weight={max_weight} (at most {MAX_BITS}); lower the scale or clip"
+        )
+    return max(bits, 1)
+
+
+@dataclass(frozen=True)
+class FixedPoint:
+    """The public encoding parameters of one secure-aggregation round."""
+
+    clip: float
+    scale: float
+    bits: int
+    max_weight: float = 1.0
+
+    @classmethod
+    def for_cohort(cls, cohort: int, clip: float, scale: float, max_weight: float = 1.0) -> "FixedPoint":
+        return cls(clip, scale, modulus_bits(cohort, clip, scale, max_weight), max_weight)
+
+    @property
+    def modulus_mask(self) -> np.uint64:
+        return np.uint64((1 << self.bits) - 1)
+
+    def encode(self, vector: np.ndarray, weight: float = 1.0) -> np.ndarray:
+        """Clip, pre-multiply by `weight`, round; returns uint64 of length P + 1 (weight last)."""
+        vec = np.asarray(vector, dtype=np.float64)
+        if vec.ndim != 1:
+            raise VectorError(f"secagg encode expects a 1-D vector, got shape {vec.shape}")
+        if not np.all(np.isfinite(vec)):
+            raise VectorError("secagg encode: the vector holds NaN or infinity")
+        if not (0.0 <= weight <= self.max_weight):
+            raise VectorError(f"secagg encode: weight must be in [0, {self.max_weight}], got {weight}")
+        scaled = np.clip(vec, -self.clip, self.clip)          # one float64 temporary, rounded in place
+        scaled *= weight * self.scale
+        np.rint(scaled, out=scaled)
+        signed = np.empty(vec.size + 1, dtype=np.int64)
+        signed[:-1] = scaled
+        signed[-1] = round(weight * self.scale)
+        out = signed.view(np.uint64)
+        out &= self.modulus_mask
+        return out
+
+    def to_signed(self, total: np.ndarray) -> np.ndarray:
+        """Integers mod 2^b -> the signed integers they stand for (int64)."""
+        total = np.asarray(total, dtype=np.uint64) & self.modulus_mask
+        if self.bits == 64:
+            return total.view(np.int64)
+        signed = total.astype(np.int64)
+        signed[total >= np.uint64(1 << (self.bits - 1))] -= np.int64(1 << self.bits)
+        return signed
+
+    def decode_sum(self, total: np.ndarray) -> tuple[np.ndarray, float]:
+        """Unmasked sum mod 2^b -> (sum of w*x as float64, sum of weights)."""
+        signed = self.to_signed(total)
+        return signed[:-1].astype(np.float64) / self.scale, float(signed[-1]) / self.scale
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"clip": self.clip, "scale": self.scale, "bits": self.bits, "max_weight": self.max_weight}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "FixedPoint":
+        return cls(float(data["clip"]), float(data["scale"]), int(data["bits"]), float(data["max_weight"]))

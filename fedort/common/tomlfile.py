@@ -1,0 +1,41 @@
+"""Settings files: read one table of a TOML file, with relative paths made relative to the file.
+
+The edge client, the coordinator and the simulation all take a `--config FILE.toml`; this is
+the one reader they share (stdlib `tomllib` from Python 3.11, its `tomli` backport on 3.10).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Iterable
+
+from fedort.common.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+
+def read_table(path: str | Path, table: str | None, path_keys: Iterable[str] = ()) -> dict[str, Any]:
+    """The `[table]` of the file (its top level when absent or `table` is None).
+
+    Values of `path_keys` that are relative paths become paths relative to the file, as a reader
+    of the file expects.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path} is not valid TOML: {e}") from e
+    values = data.get(table, data) if table else data
+    if not isinstance(values, dict):
+        raise ConfigError(f"[{table}] in {path} must be a table, got {type(values).__name__}")
+    out = dict(values)
+    for key in path_keys:
+        if isinstance(out.get(key), str) and not Path(out[key]).is_absolute():
+            out[key] = str(path.parent / out[key])
+    return out
