@@ -93,6 +93,6 @@ def test_robust_strategies_stay_within_3_points_of_the_clean_run(runs, strategy)
 
 
 def test_the_byzantine_scenario_file_sets_strategy_and_attack(tmp_path):
-    scenario = Path(__file__).resolve().parents[1] / "simulations" / "scenarios" / "digits_byzantine.toml"
+    scenario = Path(__file__).resolve().parents[2] / "simulations" / "scenarios" / "digits_byzantine.toml"
     cfg = load_config(scenario, {"out": tmp_path, "strategy": "krum:2"})
     assert (cfg.strategy, cfg.byzantine_fraction, cfg.attack) == ("krum:2", 0.2, "sign-flip")

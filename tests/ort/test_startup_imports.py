@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCENARIO = Path(__file__).resolve().parents[1] / "simulations" / "scenarios" / "digits_dirichlet.toml"
+SCENARIO = Path(__file__).resolve().parents[2] / "simulations" / "scenarios" / "digits_dirichlet.toml"
 
 
 def _loaded_after(code: str, modules: list[str]) -> list[str]:

@@ -16,7 +16,7 @@ from fedort.common.errors import ConfigError
 from fedort.simulations.config import SimulationConfig, load_config
 from fedort.simulations.runner import run_simulation
 
-SCENARIOS = Path(__file__).resolve().parents[1] / "simulations" / "scenarios"
+SCENARIOS = Path(__file__).resolve().parents[2] / "simulations" / "scenarios"
 
 
 def _final_vector(run: Path) -> bytes:
