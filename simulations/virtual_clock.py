@@ -26,7 +26,7 @@ import math
 import time
 from typing import TYPE_CHECKING
 
-from fedort.edge_client.runtime.client import EdgeClient
+from fedort.edge_client.client.edge_client import EdgeClient
 from fedort.protos.messages import Task, TaskKind
 from fedort.simulations.device_speed import compute_seconds
 

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from fedort.edge_client.runtime.cache import ArtifactCache
-from fedort.edge_client.runtime.client import EdgeClient, EdgeConfig, RoundReport
+from fedort.edge_client.client.cache import ArtifactCache
+from fedort.edge_client.client.edge_client import EdgeClient, EdgeConfig, RoundReport
 from fedort.edge_client.transport.retry import Backoff, call_with_retry
 from fedort.ort.session import SessionConfig, TrainingSession
 from fedort.edge_client.transport.grpc_transport import ChannelConfig, Transport

@@ -25,7 +25,7 @@ from chaos_support import CoordinatorProcess, open_access, vector_files
 from coordinator_fixtures import (  # noqa: F401
     P_MLP, StubClient, chunks_of, mlp_artifacts, start_coordinator, update_header, wait_for_metric,
 )
-from fedort.edge_client.runtime.heartbeat import Heartbeat
+from fedort.edge_client.client.heartbeat import Heartbeat
 from fedort.edge_client.transport.grpc_transport import ChannelConfig, Transport
 from fedort.protos.stubs import fedort_v1_pb2 as pb
 

@@ -49,7 +49,7 @@ def test_the_wheel_carries_every_part_under_fedort(wheel):
     names = set(wheel.namelist())
     for module in ("fedort/__init__.py", "fedort/cli/__init__.py", "fedort/common/durable.py", "fedort/common/errors.py",
                    "fedort/protos/fedort_v1.proto", "fedort/coordinator/server.py",
-                   "fedort/common/client_data.py", "fedort/protos/stubs/fedort_v1_pb2.py", "fedort/edge_client/runtime/client.py", "fedort/simulations/runner.py",
+                   "fedort/common/client_data.py", "fedort/protos/stubs/fedort_v1_pb2.py", "fedort/edge_client/client/edge_client.py", "fedort/simulations/runner.py",
                    "fedort/simulations/scenarios/digits_iid.toml"):
         assert module in names, module
 

@@ -92,7 +92,7 @@ def _token(args: argparse.Namespace) -> str | None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from fedort.edge_client.runtime.client import EdgeClient, EdgeConfig, RoundReport
+    from fedort.edge_client.client.edge_client import EdgeClient, EdgeConfig, RoundReport
 
     overrides = {"coordinator": args.coordinator, "data": args.data, "cache_dir": args.cache_dir,
                  "name": args.name, "client_id": args.client_id, "insecure": args.insecure,

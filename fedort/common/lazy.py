@@ -1,6 +1,6 @@
 """Lazy public names for a package (PEP 562): each name's module is imported on first use.
 
-    __getattr__, __dir__ = lazy_exports(__name__, {"EdgeClient": "fedort.edge_client.runtime.client"}, globals())
+    __getattr__, __dir__ = lazy_exports(__name__, {"EdgeClient": "fedort.edge_client.client.edge_client"}, globals())
 
 Keeps `import fedort`, `import fedort.edge_client` and `import fedort.simulations` cheap: nothing
 heavy (ONNX Runtime, gRPC, the coordinator) loads until a name that needs it is used.

@@ -13,7 +13,7 @@ from fedort.protos.vector_stream import vector_digest
 from fedort.common.errors import ArtifactError
 from fedort.ort.artifacts import ARTIFACT_FILES, MANIFEST, build_artifacts, sha256_file
 from fedort.common.durable import atomic_write
-from fedort.edge_client.runtime.cache import ArtifactCache, default_cache_dir, identity_key
+from fedort.edge_client.client.cache import ArtifactCache, default_cache_dir, identity_key
 from fedort.ort.models import mlp
 from fedort.ort.session import TrainingSession
 from fedort.edge_client.transport.grpc_transport import ArtifactRef

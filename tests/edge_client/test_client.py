@@ -16,9 +16,9 @@ from edge_support import (  # noqa: F401 (fixtures)
 )
 from fedort.protos.messages import TaskKind
 from fedort.edge_client import EdgeClient, EdgeConfig
-from fedort.edge_client.runtime.cache import ArtifactCache
+from fedort.edge_client.client.cache import ArtifactCache
 from fedort.common.client_data import ClientData
-from fedort.edge_client.runtime.heartbeat import Heartbeat
+from fedort.edge_client.client.heartbeat import Heartbeat
 from fedort.ort.session import TrainingSession
 from fedort.edge_client.transport.grpc_transport import ChannelConfig, Transport
 

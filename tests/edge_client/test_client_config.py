@@ -16,7 +16,7 @@ from edge_support import (  # noqa: F401 (fixtures)
 from fedort.common.errors import DataError, WrongModelError
 from fedort.edge_client import EdgeClient, EdgeConfig
 from fedort.ort.artifacts import build_artifacts
-from fedort.edge_client.runtime.cache import ArtifactCache
+from fedort.edge_client.client.cache import ArtifactCache
 from fedort.ort.models import cnn, mlp
 from fedort.edge_client.transport.retry import Backoff
 from fedort.ort.session import TrainingSession

@@ -15,7 +15,7 @@ import pytest
 
 from coordinator_fixtures import mlp_artifacts, start_coordinator  # noqa: F401
 from fedort.edge_client import EdgeClient, EdgeConfig
-from fedort.edge_client.runtime.cache import ArtifactCache
+from fedort.edge_client.client.cache import ArtifactCache
 from fedort.edge_client.transport.retry import Backoff
 from fedort.edge_client.transport.grpc_transport import Transport
 from fedort.common.errors import ArtifactError, CertificateError, ConfigError, ProtocolError, ResourceExhaustedError

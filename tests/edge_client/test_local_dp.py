@@ -29,7 +29,7 @@ def test_a_negative_noise_is_refused():
 
 
 def test_edge_config_refuses_local_dp_noise_without_a_clip():
-    from fedort.edge_client.runtime.config import EdgeConfig
+    from fedort.edge_client.client.config import EdgeConfig
 
     with pytest.raises(ConfigError, match="needs local_dp_clip"):
         EdgeConfig("127.0.0.1:1", local_dp_noise=1.0)

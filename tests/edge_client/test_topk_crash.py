@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from fedort.edge_client import EdgeClient
-from fedort.edge_client.runtime.cache import identity_key
+from fedort.edge_client.client.cache import identity_key
 from fedort.edge_client.uploads.update_codec import ResidualStore
 
 from edge_support import config, db, digits, part, server  # noqa: F401 (fixtures)

@@ -13,7 +13,7 @@ import hashlib
 import numpy as np
 import pytest
 
-from fedort.edge_client.runtime.cache import ArtifactCache
+from fedort.edge_client.client.cache import ArtifactCache
 from fedort.edge_client.uploads.local_vectors import LocalVectors
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from fedort.coordinator.rpc.devices import DeviceStore
 from coordinator_fixtures import mlp_artifacts, start_coordinator  # noqa: F401
-from fedort.edge_client.runtime.client import EdgeClient, EdgeConfig
+from fedort.edge_client.client.edge_client import EdgeClient, EdgeConfig
 from fedort.edge_client.transport.retry import Backoff
 from fedort.edge_client.transport.grpc_transport import ChannelConfig, Transport
 from fedort.common.errors import CertificateError, ConfigError, UnavailableError

@@ -46,19 +46,19 @@ from fedort.common.errors import ConfigError, FedortError, NotFoundError, Protoc
 from fedort.protos.messages import Metric, Task, TaskKind
 from fedort.edge_client.training import local_round
 from fedort.ort.artifacts import Manifest
-from fedort.edge_client.runtime.cache import ArtifactCache, IdentityLock
+from fedort.edge_client.client.cache import ArtifactCache, IdentityLock
 from fedort.common.client_data import ClientData
 from fedort.edge_client.uploads.local_dp import LocalDP
-from fedort.edge_client.runtime.config import EdgeConfig
+from fedort.edge_client.client.config import EdgeConfig
 from fedort.edge_client.training.guards import check_finite
-from fedort.edge_client.runtime.heartbeat import Heartbeat
-from fedort.edge_client.runtime.joining import Joining
-from fedort.edge_client.runtime.reports import RoundReport, RunSummary
+from fedort.edge_client.client.heartbeat import Heartbeat
+from fedort.edge_client.client.joining import Joining
+from fedort.edge_client.client.reports import RoundReport, RunSummary
 from fedort.edge_client.transport.retry import StoppedError, call_with_retry
-from fedort.edge_client.runtime.run_end import final_outcome
+from fedort.edge_client.client.run_end import final_outcome
 from fedort.ort.session import TrainingSession
 from fedort.edge_client.transport.grpc_transport import JoinInfo, SubmitResult, Transport
-from fedort.edge_client.runtime.pending import Pending
+from fedort.edge_client.client.pending import Pending
 from fedort.edge_client.uploads.update_codec import UpdateEncoder
 
 log = logging.getLogger("fedort.edge")

@@ -15,9 +15,9 @@ import platform
 import sys
 
 from fedort.ort.artifacts import ARTIFACT_FILES, Manifest
-from fedort.edge_client.runtime.cache import identity_key
+from fedort.edge_client.client.cache import identity_key
 from fedort.edge_client.uploads.local_vectors import LocalVectors
-from fedort.edge_client.runtime.pending import Pending
+from fedort.edge_client.client.pending import Pending
 from fedort.edge_client.transport.retry import call_with_retry
 from fedort.ort.session import SessionConfig, TrainingSession
 from fedort.edge_client.transport.grpc_transport import JoinInfo
