@@ -210,7 +210,7 @@ async def test_an_idle_upload_expires_and_frees_its_slot(begun):
 
 async def test_a_header_naming_a_local_file_is_refused(begun):
     coord, client, _, payload = begun
-    header = update_header("client-a", coord.engine.model_id, 1, np.frombuffer(payload, "<f4"), 5, )
+    header = update_header("client-a", coord.engine.model_id, 1, np.frombuffer(payload, "<f4"), 5)
     header.local_file = "client-a.x"
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await client.stub.BeginUpload(pb.BeginUploadRequest(header=header), timeout=RPC_TIMEOUT)
