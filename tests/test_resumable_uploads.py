@@ -247,3 +247,13 @@ async def test_an_open_upload_ends_with_its_round(start_coordinator, stub_client
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await client.stub.GetUpload(pb.UploadRef(client_id="client-a", upload_id=state.upload_id), timeout=RPC_TIMEOUT)
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+@pytest.mark.parametrize("field, value", [("payload_bytes", 4 * 9610 + 4), ("length", 9609)])
+async def test_a_header_of_the_wrong_total_length_is_refused_at_begin(start_coordinator, stub_client, field, value):
+    coord, client, model, round, g, _ = await opened_round(start_coordinator, stub_client, max_chunk_bytes=PART)
+    header = update_header("client-a", model, round, g + np.float32(1), 5, **{field: value})
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await client.stub.BeginUpload(pb.BeginUploadRequest(header=header), timeout=RPC_TIMEOUT)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value.details()
+    nothing_changed(coord, round)
