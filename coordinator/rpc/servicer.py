@@ -13,6 +13,8 @@ client (`coordinator.limits`), joins per client and per peer address (`coordinat
 A full disk becomes UNAVAILABLE "coordinator storage full" (`coordinator.storage`), a message is
 cut to 1024 characters (it may quote client strings), a wait the caller must keep travels as
 `retry-after` trailing metadata, and every failure is counted (`coordinator.monitoring`).
+The web port (`coordinator.web_transport`) serves this same object to browsers through a context
+adapter; resumable uploads (protocol 1.7) are `coordinator.resumable_uploads`.
 """
 
 from __future__ import annotations
@@ -29,11 +31,13 @@ import grpc
 
 from fedort.coordinator.uploads.admission import accepted_digests, allowed_codecs
 from fedort.coordinator.rpc.malformed import reject_malformed
+from fedort.coordinator.rpc.device_capabilities import check_capabilities
+from fedort.coordinator.uploads.resumable import ResumableUploads
 from fedort.coordinator.rpc.auth import Authenticator, check_identity
 from fedort.coordinator.rpc.join_limits import JoinGate, clip
 from fedort.coordinator.uploads.client_limits import RateLimiter, StreamLimiter
 from fedort.coordinator.rpc.monitoring import Monitoring
-from fedort.coordinator.engine.resubmission import counted_before
+from fedort.coordinator.engine.resubmission import submit_counted_once
 from fedort.coordinator.engine.round_engine import RoundEngine
 from fedort.coordinator.state.storage import storage_error
 from fedort.ort.artifacts import ARTIFACT_FILES
@@ -43,7 +47,7 @@ from fedort.protos.stubs import fedort_v1_pb2_grpc as pb_grpc
 from fedort.protos.vector_stream import CHUNK_BYTES, VectorMeta, iter_chunk_views
 from fedort.protos.update_codecs.stream import iter_payload_chunks
 from fedort.protos.update_codecs.xor_delta import DOWNLOAD_DELTA
-from fedort.common.errors import FedortError, NotFoundError, ProtocolError, ResourceExhaustedError, StaleRoundError
+from fedort.common.errors import FedortError, NotFoundError, ProtocolError, ResourceExhaustedError
 from fedort.protos.messages import UpdateHeader, meta_to_pb, metrics_from_pb
 from fedort.protos.status_codes import status_for
 from fedort.protos.update_part import chunk_message, part_kind
@@ -119,6 +123,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         self.streams = StreamLimiter(engine.config.max_streams_per_client)
         self.submissions = RateLimiter(engine.config.submissions_per_minute)
         self.joins = JoinGate(engine.config.joins_per_minute, engine.config.joins_per_minute_per_address)
+        self.resumable = ResumableUploads(engine, engine.config.upload_resume_idle_s, engine.config.max_chunk_bytes)
         self.artifacts_dir = artifacts_dir
         self.chunk_bytes = chunk_bytes
         manifest = engine.manifest
@@ -142,6 +147,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     async def Join(self, request: pb.JoinRequest, context) -> pb.JoinReply:
         self.joins.admit(request.device_name, request.capabilities, request.client_id or _caller.get() or "",
                          context.peer())
+        check_capabilities(self.engine.config, request.capabilities)
         cid = self.engine.join(request.client_id or _caller.get() or "", request.device_name,
                                dict(request.capabilities))
         cfg = self.engine.config
@@ -228,15 +234,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         check_identity(_caller.get(), header.client_id)
         with self.streams.stream(header.client_id, "upload"):
             self.submissions.take(header.client_id)
-            chunks = self._chunks(context)
-            try:
-                result = await self.engine.submit_update(header, chunks)
-            except StaleRoundError:
-                result = counted_before(self.engine, header)   # resent after its round closed (resubmission.py)
-                if result is None:
-                    raise
-                async for _ in chunks:   # drained and acknowledged, as an open round's duplicate is
-                    pass
+            # resent after its round closed: duplicate if counted then (resubmission.py)
+            result = await submit_counted_once(self.engine, header, self._chunks(context))
             if result.duplicate and header.local_file and self.engine.local_vectors is not None:
                 self.engine.local_vectors.discard(header)   # a handed-over file not taken: ours to delete
             return result.to_pb()
@@ -271,6 +270,27 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         finally:
             if ahead is not None:
                 ahead.cancel()
+
+    @unary
+    async def BeginUpload(self, request: pb.BeginUploadRequest, context) -> pb.UploadState:
+        header = UpdateHeader.from_pb(request.header)
+        check_identity(_caller.get(), header.client_id)
+        state = await self.resumable.begin(header, new_upload=lambda: self.submissions.take(header.client_id))
+        return state.to_pb()
+
+    @unary
+    async def PutUploadPart(self, request: pb.UploadPartRequest, context) -> pb.UploadState:
+        return (await self.resumable.put(request.client_id, request.upload_id, request.offset, request.data,
+                                         bytes(request.sha256))).to_pb()
+
+    @unary
+    async def GetUpload(self, request: pb.UploadRef, context) -> pb.UploadState:
+        return (await self.resumable.get(request.client_id, request.upload_id)).to_pb()
+
+    @unary
+    async def CommitUpload(self, request: pb.UploadRef, context) -> pb.SubmitReply:
+        result = await self.resumable.commit(request.client_id, request.upload_id)
+        return result.to_pb()
 
     @unary
     async def SubmitEvaluation(self, request: pb.EvaluationResult, context) -> pb.SubmitReply:
