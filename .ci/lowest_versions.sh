@@ -25,6 +25,6 @@ print("lowest-versions env:", ", ".join(f"{p} {version(p)}" for p in
       ("grpcio", "grpcio-health-checking", "grpcio-reflection", "protobuf", "numpy", "onnx", "prometheus-client")))
 PY
 "$ENV/bin/python" -m pytest -q -p no:randomly -p no:cacheprovider \
-  tests/test_protos_current.py::test_the_stubs_need_no_newer_protobuf_than_the_declared_minimum \
-  tests/test_codec.py tests/test_server.py tests/test_monitoring.py tests/test_statelock.py \
-  tests/test_join_limits.py tests/test_tls.py tests/test_device_faults.py
+  tests/protos/test_protos_current.py::test_the_stubs_need_no_newer_protobuf_than_the_declared_minimum \
+  tests/protos/test_codec.py tests/coordinator/engine/test_server.py tests/coordinator/rpc/test_monitoring.py tests/coordinator/state/test_statelock.py \
+  tests/coordinator/rpc/test_join_limits.py tests/coordinator/rpc/test_tls.py tests/edge_client/test_device_faults.py

@@ -10,7 +10,7 @@ memoryview of the payload for exactly that shape (minimal varint of at most 5 by
 to what follows), which saves protobuf's parse and the `.chunk` copy per message. Any other bytes
 (the header, a repeated field, unknown fields, an over-long varint, garbage) go to
 `UpdatePart.FromString`, so protobuf decides everything but the plain chunk and both paths give
-the same payload for it (tests/test_update_part_wire.py). A device reads DownloadVector's
+the same payload for it (tests/protos/test_update_part_wire.py). A device reads DownloadVector's
 `VectorPart{chunk}` messages the same way (`parse_vector_part`), and the coordinator writes them
 without protobuf (`chunk_message`, sent through `serialize_part`).
 """

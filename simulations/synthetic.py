@@ -12,7 +12,7 @@ Li et al., "Federated Optimization in Heterogeneous Networks" (MLSys 2020), afte
 β controls how much the clients' inputs differ (v_k's common mean B_k). α only shifts every entry
 of W_k and b_k by the same u_k, which adds the same amount to every class's logit, so the argmax
 — the labels — and the inputs do not depend on α at all: with one seed, Synthetic(0, β) and
-Synthetic(5, β) are the same data (tests/test_synthetic.py checks it). The clients' models still
+Synthetic(5, β) are the same data (tests/simulations/test_synthetic.py checks it). The clients' models still
 differ through their N(0, 1) parts, so even Synthetic(0, 0) is strongly non-IID in labels and sizes.
 This follows the paper's definition and code exactly; it is a property of that benchmark. As in the paper's
 code, α and β are the standard deviations passed to the normal draws, and client sizes follow a

@@ -9,7 +9,7 @@ initializer: its first value's bits give its offset in the vector, its bytes mus
 and occur exactly once in the file, and the slices must tile the vector exactly (no gap, no
 overlap). Then `render(v)` is the template with `v`'s slices copied over those places. The caller
 also checks, once, that `render` of the real vector equals ORT's export of it byte for byte
-(tests/test_export_splice.py), and otherwise keeps exporting through ORT. The exporter writes
+(tests/coordinator/export/test_export_splice.py), and otherwise keeps exporting through ORT. The exporter writes
 `chunks(v)` (the same bytes, in pieces of at most STEP, views of the template and of `v`) straight
 into the file and its sha256 while each piece is in cache: no 20 MB model copy in memory.
 """

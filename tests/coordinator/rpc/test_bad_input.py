@@ -2,7 +2,7 @@
 
 "Nothing" is `chaos_support.state_snapshot`: the SQLite dump (`StateStore.dump()`), every
 global vector file byte for byte, and the spool listing. The complete list of the classes the
-reliability issue names, and where each is tested (tests/test_servicer.py holds the first 19
+reliability issue names, and where each is tested (tests/coordinator/rpc/test_servicer.py holds the first 19
 SubmitUpdate cases, which check the same snapshot):
 
 | class | status | test |
@@ -18,7 +18,7 @@ SubmitUpdate cases, which check the same snapshot):
 | future round | FAILED_PRECONDITION | test_servicer[round not open], test_stale_round_message_names_the_open_round |
 | duplicate | OK, duplicate=True | here: test_duplicate_is_acknowledged_and_changes_nothing (test_servicer checks the count) |
 | unknown client | NOT_FOUND | test_servicer[unknown client]; here: test_unknown_client_on_every_rpc |
-| bad credential | UNAUTHENTICATED | here: test_bad_credential_is_unauthenticated; tests/test_auth.py in depth |
+| bad credential | UNAUTHENTICATED | here: test_bad_credential_is_unauthenticated; tests/coordinator/rpc/test_auth.py in depth |
 | wrong model id | FAILED_PRECONDITION | test_servicer[wrong model id]; here: test_wrong_model_on_every_rpc |
 | garbage bytes | INVALID_ARGUMENT | here: test_garbage_bytes_where_a_message_is_expected[every method] |
 | a header without chunks | INVALID_ARGUMENT | here: test_header_without_chunks |
@@ -218,7 +218,7 @@ async def test_garbage_bytes_where_a_message_is_expected(open_round, method):
 
 
 async def test_bad_credential_is_unauthenticated(start_coordinator, tmp_path):
-    """Token auth (tests/test_auth.py covers it in depth): a wrong token on an open round changes nothing."""
+    """Token auth (tests/coordinator/rpc/test_auth.py covers it in depth): a wrong token on an open round changes nothing."""
     from fedort.coordinator.rpc.devices import DeviceStore
 
     state = tmp_path / "state"
