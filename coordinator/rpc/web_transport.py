@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import logging
 import re
 import socket
@@ -49,7 +50,15 @@ except ImportError as e:   # pragma: no cover - depends on the environment
 log = logging.getLogger(__name__)
 
 SERVICE_PATH = "/fedort.v1.Coordinator/"
-PACKAGED_PAGE = Path(__file__).resolve().parent.parent / "edge_client" / "web" / "dist"
+
+def _packaged_page_dir() -> Path | None:
+    """`edge_client/web/dist` of this checkout or install, located without importing the device package."""
+    spec = importlib.util.find_spec("fedort.edge_client")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0]) / "web" / "dist"
+
+
 #: Request headers a browser may send cross-origin (Connect, gRPC-Web, our auth) and response headers it may read.
 ALLOW_HEADERS = ["authorization", "content-type", "connect-protocol-version", "connect-timeout-ms", "x-grpc-web",
                  "x-user-agent", "grpc-timeout"]
@@ -158,7 +167,8 @@ def web_page(config: CoordinatorConfig) -> Path | None:
         if not (config.web_page / "index.html").is_file():
             raise ConfigError(f"web_page must be a folder with an index.html, got {config.web_page}")
         return config.web_page
-    return PACKAGED_PAGE if (PACKAGED_PAGE / "index.html").is_file() else None
+    page = _packaged_page_dir()
+    return page if page is not None and (page / "index.html").is_file() else None
 
 
 def web_app(servicer: CoordinatorServicer, config: CoordinatorConfig):
