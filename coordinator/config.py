@@ -42,6 +42,7 @@ expected and what arrived.
 | insecure | false | serve plaintext; required (explicitly) when no TLS certificate is given |
 | auth | token | `token`: every RPC but health needs an enrolled device's token; `open`: none (simulations) |
 | max_streams_per_client | 4 | downloads/uploads one client may have in progress at once (0 disables) |
+| unauthenticated_calls | 2 | Join calls without a token in metadata served at once (token auth); more are refused RESOURCE_EXHAUSTED before their request is read (`coordinator.call_gate`) |
 | stream_idle_timeout_s | 30 | an upload that sends nothing this long is dropped (frees its slot) |
 | codecs | all registered | update codecs devices may use (`raw`, `fp16`, `bf16`, `int8`, `topk`, `zstd+int8`, `topk:0.01`, ...; a family name admits every parameter; raw is always allowed); announced at Join |
 | max_concurrent_uploads | 16 | uploads received at once (each holds a few chunks in memory, never the vector) |
@@ -126,6 +127,7 @@ class CoordinatorConfig(AsyncSettings, PrivacySettings):
     insecure: bool = False
     auth: str = "token"
     max_streams_per_client: int = 4
+    unauthenticated_calls: int = 2
     stream_idle_timeout_s: float = 30.0
     submissions_per_minute: float = 60.0
     joins_per_minute: float = 10.0
@@ -244,6 +246,8 @@ class CoordinatorConfig(AsyncSettings, PrivacySettings):
         need(not (self.insecure and self.tls_cert is not None), "insecure and tls_cert exclude each other", self.insecure)
         need(_number(self.stream_idle_timeout_s) and self.stream_idle_timeout_s > 0, "stream_idle_timeout_s must be > 0",
              self.stream_idle_timeout_s)
+        need(isinstance(self.unauthenticated_calls, int) and self.unauthenticated_calls >= 1,
+             "unauthenticated_calls must be an integer >= 1", self.unauthenticated_calls)
         need(isinstance(self.max_streams_per_client, int) and self.max_streams_per_client >= 0,
              "max_streams_per_client must be an integer >= 0 (0 disables)", self.max_streams_per_client)
         need(_number(self.submissions_per_minute) and self.submissions_per_minute >= 0,

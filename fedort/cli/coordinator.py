@@ -82,6 +82,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           "open: no authentication (local simulations)")
     sec.add_argument("--max-streams-per-client", metavar="N", type=int,
                      help="downloads/uploads a client may run at once; 0 disables (default 4)")
+    sec.add_argument("--unauthenticated-calls", metavar="N", type=int,
+                     help="Join calls without a token in metadata served at once; more are refused before their "
+                          "request is read (default 2)")
     sec.add_argument("--submissions-per-minute", metavar="N", type=float,
                      help="per-client rate of updates and evaluations; 0 disables (default 60)")
     serve.add_argument("--metrics-address", metavar="HOST:PORT",
@@ -130,7 +133,7 @@ _FLAG_KEYS = ("artifacts", "state_dir", "address", "port_file", "rounds", "min_c
               "seed", "eval_data", "fraction_evaluate", "client_timeout_s", "keep_spool", "strategy",
               "server_optimizer", "mode", "buffer_size", "max_staleness", "staleness_weight",
               "tls_cert", "tls_key", "tls_client_ca", "insecure", "auth", "max_streams_per_client", "submissions_per_minute",
-              "metrics_address", "codecs", "local_vector_dir", "export_external_bytes")
+              "unauthenticated_calls", "metrics_address", "codecs", "local_vector_dir", "export_external_bytes")
 
 
 def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
