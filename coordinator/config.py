@@ -48,7 +48,8 @@ expected and what arrived.
 | max_concurrent_uploads | 16 | uploads received at once (each holds a few chunks in memory, never the vector) |
 | uploads_per_client | 1 | of which one client may hold at most this many (more are refused UNAVAILABLE) |
 | upload_slot_wait_s | 30 | an upload waits this long for a slot, then is refused UNAVAILABLE (the device retries) |
-| upload_min_rate_bytes_s | 65536 | a whole upload must arrive within upload_grace_s + payload bytes / this rate |
+| upload_min_rate_bytes_s | 65536 | a whole upload must arrive within upload_grace_s + payload bytes / this rate (and never after its round's deadline), and keep this rate over every upload_rate_window_s after the grace, or it loses its slot (`coordinator.upload_progress`) |
+| upload_rate_window_s | 10 | the window over which an upload's rate is measured |
 | upload_grace_s | 10 | the fixed part of that deadline |
 | inline_update_bytes | 262144 | an update of at most this many payload bytes is made durable inside its SQLite row (no spool-file and folder fsync; one WAL fsync per group commit); so is a committed global vector this small (its file is fsynced by the background export); 0 (and with keep_spool, whose files must stay durable after the commit): always through the fsynced spool file |
 | commit_delay_ms | 0 | arrivals wait up to this long to share a group commit (ends early once the round's last update is in); 0: a commit starts with the first arrival, later ones join the next |
@@ -139,6 +140,7 @@ class CoordinatorConfig(AsyncSettings, PrivacySettings):
     upload_slot_wait_s: float = 30.0
     upload_min_rate_bytes_s: float = 65536.0
     upload_grace_s: float = 10.0
+    upload_rate_window_s: float = 10.0
     local_vector_dir: Path | None = None
     commit_delay_ms: float = 0.0
     inline_update_bytes: int = 256 << 10
@@ -263,7 +265,7 @@ class CoordinatorConfig(AsyncSettings, PrivacySettings):
             value = getattr(self, name)
             need(isinstance(value, int) and not isinstance(value, bool) and value >= 1, f"{name} must be an integer >= 1",
                  value)
-        for name in ("upload_slot_wait_s", "upload_min_rate_bytes_s", "upload_grace_s"):
+        for name in ("upload_slot_wait_s", "upload_min_rate_bytes_s", "upload_grace_s", "upload_rate_window_s"):
             need(_number(getattr(self, name)) and getattr(self, name) > 0, f"{name} must be > 0", getattr(self, name))
         if self.local_vector_dir is not None:
             from fedort.coordinator.state_layout import StateLayout

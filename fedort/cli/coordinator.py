@@ -85,6 +85,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sec.add_argument("--unauthenticated-calls", metavar="N", type=int,
                      help="Join calls without a token in metadata served at once; more are refused before their "
                           "request is read (default 2)")
+    sec.add_argument("--upload-min-rate", dest="upload_min_rate_bytes_s", metavar="BYTES_S", type=float,
+                     help="an upload slower than this over any --upload-rate-window loses its slot (default 65536)")
+    sec.add_argument("--upload-rate-window", dest="upload_rate_window_s", metavar="S", type=float,
+                     help="the window an upload's rate is measured over (default 10)")
     sec.add_argument("--submissions-per-minute", metavar="N", type=float,
                      help="per-client rate of updates and evaluations; 0 disables (default 60)")
     serve.add_argument("--metrics-address", metavar="HOST:PORT",
@@ -133,7 +137,7 @@ _FLAG_KEYS = ("artifacts", "state_dir", "address", "port_file", "rounds", "min_c
               "seed", "eval_data", "fraction_evaluate", "client_timeout_s", "keep_spool", "strategy",
               "server_optimizer", "mode", "buffer_size", "max_staleness", "staleness_weight",
               "tls_cert", "tls_key", "tls_client_ca", "insecure", "auth", "max_streams_per_client", "submissions_per_minute",
-              "unauthenticated_calls", "metrics_address", "codecs", "local_vector_dir", "export_external_bytes")
+              "unauthenticated_calls", "upload_min_rate_bytes_s", "upload_rate_window_s", "metrics_address", "codecs", "local_vector_dir", "export_external_bytes")
 
 
 def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
