@@ -23,7 +23,7 @@ expected and what arrived.
 | fraction_evaluate | 0.0 | share of clients asked to evaluate the final model |
 | client_timeout_s | 60 | a client unseen this long is not selected (0 disables) |
 | heartbeat_interval_ms | 10000 | told to clients at join |
-| max_examples | 10**9 | upper bound of an update's num_examples |
+| max_examples | 10**9 | upper bound of an update's num_examples (its FedAvg weight); a device that announced its data set size at Join (the `examples` capability; the edge client does) is held to that. Set it to bound a device that lies at Join too |
 | max_chunk_bytes | 4 MiB - 64 KiB | largest accepted upload chunk (told to clients at join) |
 | download_chunk_bytes | 1 MiB | chunk size of vector and artifact downloads |
 | max_vector_length | 2**28 | largest accepted vector (elements) |

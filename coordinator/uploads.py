@@ -152,7 +152,8 @@ class Uploads:
         e.touch(h.client_id)
         check_codec(e, h)
         admitted = admit_update(h, model_id=e.model_id, length=e.length, config=cfg, state=e.state,
-                                current=e.round, open_round=e.training, global_vector=e.global_vector)
+                                current=e.round, open_round=e.training, global_vector=e.global_vector,
+                                announced=e.registry.capabilities(h.client_id).get("examples"))
         if admitted is None:
             async for _ in chunks:
                 pass

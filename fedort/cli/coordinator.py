@@ -85,6 +85,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sec.add_argument("--unauthenticated-calls", metavar="N", type=int,
                      help="Join calls without a token in metadata served at once; more are refused before their "
                           "request is read (default 2)")
+    sec.add_argument("--max-examples", metavar="N", type=int,
+                     help="most examples (FedAvg weight) one update may claim; a device is also held to the number "
+                          "it announced at Join (default 1000000000)")
     sec.add_argument("--upload-min-rate", dest="upload_min_rate_bytes_s", metavar="BYTES_S", type=float,
                      help="an upload slower than this over any --upload-rate-window loses its slot (default 65536)")
     sec.add_argument("--upload-rate-window", dest="upload_rate_window_s", metavar="S", type=float,
@@ -137,7 +140,7 @@ _FLAG_KEYS = ("artifacts", "state_dir", "address", "port_file", "rounds", "min_c
               "seed", "eval_data", "fraction_evaluate", "client_timeout_s", "keep_spool", "strategy",
               "server_optimizer", "mode", "buffer_size", "max_staleness", "staleness_weight",
               "tls_cert", "tls_key", "tls_client_ca", "insecure", "auth", "max_streams_per_client", "submissions_per_minute",
-              "unauthenticated_calls", "upload_min_rate_bytes_s", "upload_rate_window_s", "metrics_address", "codecs", "local_vector_dir", "export_external_bytes")
+              "unauthenticated_calls", "max_examples", "upload_min_rate_bytes_s", "upload_rate_window_s", "metrics_address", "codecs", "local_vector_dir", "export_external_bytes")
 
 
 def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
