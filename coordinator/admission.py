@@ -30,6 +30,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from fedort.coordinator.aggregation import Decoder, codecs, decoder_for
+from fedort.coordinator.metric_limits import check_metrics
 from fedort.coordinator.aggregation.decode import family
 from fedort.coordinator.config import CoordinatorConfig
 from fedort.coordinator.training_round import GlobalVector, TrainingRound
@@ -171,6 +172,7 @@ def check_update(h: UpdateHeader, *, length: int, config: CoordinatorConfig, tra
         raise VectorError(f"update codec {codec!r} is not allowed in this run; allowed: {allowed}")
     payload_bytes = decoder.payload_bytes(length, meta.payload_bytes)
     check_trained_from(h, decoder, trained_from, trains_from)
+    check_metrics(h.metrics)
     cap, why = examples_cap(config, announced)
     if not 1 <= h.num_examples <= cap:
         raise ProtocolError(f"num_examples must be in 1..{cap} ({why}), got {h.num_examples}")

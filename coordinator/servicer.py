@@ -32,6 +32,7 @@ from fedort.coordinator.malformed import reject_malformed
 from fedort.coordinator.auth import Authenticator, check_identity
 from fedort.coordinator.join_limits import JoinGate, clip
 from fedort.coordinator.limits import RateLimiter, StreamLimiter
+from fedort.coordinator.metric_limits import check_metrics
 from fedort.coordinator.monitoring import Monitoring
 from fedort.coordinator.resubmission import counted_before
 from fedort.coordinator.round_engine import RoundEngine
@@ -275,6 +276,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     @unary
     async def SubmitEvaluation(self, request: pb.EvaluationResult, context) -> pb.SubmitReply:
         self.submissions.take(request.client_id)
+        check_metrics(request.metrics, "an evaluation")
         return self.engine.submit_evaluation(request.client_id, request.model_id, request.round, request.num_examples,
                                              metrics_from_pb(request.metrics)).to_pb()
 
