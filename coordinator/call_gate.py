@@ -24,7 +24,7 @@ from typing import Awaitable, Callable
 import grpc
 
 from fedort.coordinator.auth import Authenticator
-from fedort.protos.errors import UnauthenticatedError
+from fedort.protos.errors import FedortError, ResourceExhaustedError, UnauthenticatedError
 
 SERVICE_PREFIX = "/fedort.v1.Coordinator/"
 SMALL_MESSAGE_BYTES = 256 << 10      # Join, Heartbeat, PollTask(s), Status, Leave, SubmitEvaluation, download requests
@@ -47,10 +47,13 @@ def _refusal(code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
 class CallGate(grpc.aio.ServerInterceptor):
     """Token checks and the unauthenticated-call slots, before a call's request is read (see the module docstring)."""
 
-    def __init__(self, auth: Authenticator, unauthenticated_calls: int = UNAUTHENTICATED_CALLS) -> None:
+    def __init__(self, auth: Authenticator, unauthenticated_calls: int = UNAUTHENTICATED_CALLS,
+                 on_refused: Callable[[str, FedortError], None] = lambda method, error: None) -> None:
+        """`on_refused(method, error)` hears of every call refused here (the monitor counts them)."""
         self.auth = auth
         self.limit = unauthenticated_calls
         self.open_unauthenticated = 0
+        self.on_refused = on_refused
 
     async def intercept_service(self, continuation: Callable[..., Awaitable[grpc.RpcMethodHandler]],
                                 details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
@@ -63,21 +66,23 @@ class CallGate(grpc.aio.ServerInterceptor):
             try:
                 self.auth.identify(metadata)
             except UnauthenticatedError as e:
+                self.on_refused(method, e)
                 return _refusal(grpc.StatusCode.UNAUTHENTICATED, str(e))
             return await continuation(details)
         handler = await continuation(details)
         if handler is None or handler.unary_unary is None:
             return handler
-        return grpc.stream_unary_rpc_method_handler(self._slotted(handler.unary_unary),
+        return grpc.stream_unary_rpc_method_handler(self._slotted(method, handler.unary_unary),
                                                     request_deserializer=handler.request_deserializer,
                                                     response_serializer=handler.response_serializer)
 
-    def _slotted(self, serve):
+    def _slotted(self, method: str, serve):
         async def join(requests, context):
             if self.open_unauthenticated >= self.limit:
-                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                    f"{self.limit} Join calls without a token in metadata are already in progress; "
-                                    "retry later, or send 'authorization: Bearer <token>' metadata")
+                busy = ResourceExhaustedError(f"{self.limit} Join calls without a token in metadata are already in "
+                                              "progress; retry later, or send 'authorization: Bearer <token>' metadata")
+                self.on_refused(method, busy)
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(busy))
             self.open_unauthenticated += 1
             try:
                 request = None

@@ -186,7 +186,8 @@ class Coordinator:
 
         options = server_options(cfg)
         # token checks and the unauthenticated-call slots run before a request is read (coordinator.call_gate)
-        server = grpc.aio.server(options=options, interceptors=[CallGate(auth, cfg.unauthenticated_calls)])
+        gate = CallGate(auth, cfg.unauthenticated_calls, self.monitoring.call_failed)
+        server = grpc.aio.server(options=options, interceptors=[gate])
         add_servicer(CoordinatorServicer(engine, artifacts, cfg.download_chunk_bytes, auth=auth),
                      server, dict(options)["grpc.max_receive_message_length"])  # garbage -> INVALID_ARGUMENT
         self._health = health.aio.HealthServicer()

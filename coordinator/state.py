@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 
+from fedort.durable import private_file
 from fedort.coordinator.state_layout import DB_NAME, StateLayout
 from fedort.coordinator.state_schema import (
     COMMITTED, EXPORTED, FAILED, OPEN, SCHEMA_VERSION, ClientRow, RoundRow, SubmissionRow, TransitionRow, create_tables,
@@ -300,7 +301,9 @@ class StateStore:
 
 
 def _writable(db: Path, any_thread: bool = False) -> sqlite3.Connection:
-    """A read-write connection: WAL, and every commit fsynced before it returns (synchronous=FULL)."""
+    """A read-write connection: WAL, and every commit fsynced before it returns (synchronous=FULL); the
+    database file is the owner's only (0600: it holds devices' updates)."""
+    private_file(db)
     con = sqlite3.connect(db, isolation_level=None, timeout=30, check_same_thread=not any_thread)
     con.execute("PRAGMA journal_mode=WAL")
     con.execute("PRAGMA synchronous=FULL")

@@ -145,8 +145,8 @@ class TaskDispatch:
                           metrics: Mapping[str, Metric]) -> SubmitResult:
         return self.evaluation.submit(client_id, model_id, round, num_examples, metrics)
 
-    def join(self, client_id: str, device_name: str, capabilities: Mapping[str, str]) -> str:
-        cid = self.registry.join(client_id, device_name, capabilities)
+    def join(self, client_id: str, device_name: str, capabilities: Mapping[str, str], enrolled: bool = False) -> str:
+        cid = self.registry.join(client_id, device_name, capabilities, enrolled)
         log.info("client %s joined (%s)", cid, device_name or "unnamed device")
         return cid
 
