@@ -10,7 +10,8 @@ the codec's layout (INVALID_ARGUMENT); which global vector the update was traine
 (`trained_from_sha256`, and for a delta codec `base_sha256`, which must agree): this round's, or
 the work is stale (FAILED_PRECONDITION); num_examples in 1..cap (INVALID_ARGUMENT), where the cap
 is the number of examples the device announced at Join (its `examples` capability) and never more
-than the run's `max_examples`, so no device can weigh more than its own data set says. The asynchronous mode admits
+than the run's `max_examples`, so no device can weigh more than its own data set says (a masked
+update's weight is instead clamped to the cohort's largest announcement, `protos.secagg.task`). The asynchronous mode admits
 with `admit_async_update`: the round field is the base version b the update was trained from,
 and the header must name version b's global vector (a delta codec's base is that vector too).
 
@@ -173,7 +174,8 @@ def check_update(h: UpdateHeader, *, length: int, config: CoordinatorConfig, tra
     payload_bytes = decoder.payload_bytes(length, meta.payload_bytes)
     check_trained_from(h, decoder, trained_from, trains_from)
     check_metrics(h.metrics)
-    cap, why = examples_cap(config, announced)
+    # a masked update's weight is clamped to the cohort's largest announcement by its fixed-point encoding
+    cap, why = examples_cap(config, None if is_masked(codec) else announced)
     if not 1 <= h.num_examples <= cap:
         raise ProtocolError(f"num_examples must be in 1..{cap} ({why}), got {h.num_examples}")
     return decoder, payload_bytes
