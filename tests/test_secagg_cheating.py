@@ -5,15 +5,22 @@ reason — never a silently wrong sum."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import os
 
 import numpy as np
 import pytest
 
+from coordinator_fixtures import P_MLP, mlp_artifacts, start_coordinator, stub_client  # noqa: F401 (fixtures)
+from secagg_devices import deltas_for, run_devices
+
 from fedort.coordinator.secagg_server import SecAggServer
 from fedort.coordinator.secagg_shares import holder_index
 from fedort.edge_client.secagg_client import SecAggClient
+from fedort.protos.round_state import RoundState
 from fedort.protos.secagg import SecAggAborted
+from fedort.protos.secagg.messages import ShareKeys
 from fedort.protos.secagg.scheme import AES_PRIME
 from fedort.protos.secagg.shamir_prime import PRIME, SHARE_BYTES
 from secagg_support import make_params, quantized_sum
@@ -75,3 +82,45 @@ def test_a_wrong_share_with_one_to_spare_aborts_the_round_instead_of_a_wrong_sum
     params, updates, server = _round(7, ATTACKS["a share off by one"], threshold=5)
     with pytest.raises(SecAggAborted, match="do not lie on one polynomial"):
         server.finish()
+
+
+# ---- over gRPC: a member that seals garbage for its neighbours --------------------------------------
+
+class GarbageShares:
+    """A device's transport that replaces every sealed bundle it shares with random bytes."""
+
+    def __init__(self, transport) -> None:
+        self.transport = transport
+
+    def __getattr__(self, name):
+        return getattr(self.transport, name)
+
+    def secagg_step(self, client_id, model_id, round, step, payload, wait_ms):
+        if step == 1:   # SHARE
+            shares = ShareKeys.from_bytes(payload)
+            payload = ShareKeys(shares.client_id, {k: os.urandom(len(v)) for k, v in shares.sealed.items()}).to_bytes()
+        return self.transport.secagg_step(client_id, model_id, round, step, payload, wait_ms)
+
+
+async def test_garbage_sealed_shares_end_the_attempt_for_honest_devices_without_an_error_and_the_round_is_retried(
+        start_coordinator, stub_client):
+    ids = [f"dev-{i}" for i in range(5)]
+    coord = await start_coordinator(rounds=1, min_clients=4, min_available_clients=5, secagg=True, secagg_neighbours=4,
+                                    secagg_threshold=3, round_timeout_s=10, max_round_attempts=2)
+    deltas = deltas_for(ids, P_MLP, seed=6)
+    honest = {c: deltas[c] for c in ids[1:]}
+    cheater = asyncio.ensure_future(asyncio.to_thread(run_devices, coord.port, {ids[0]: deltas[ids[0]]}, None, None,
+                                                      1, {ids[0]: GarbageShares}))   # one attempt, then it leaves
+    outcomes = await asyncio.to_thread(run_devices, coord.port, honest)
+    for c in honest:                        # each honest device left the attempt (no exception, no exit 1)
+        assert outcomes[c][0][0] == "stale" and "is unusable" in outcomes[c][0][1], outcomes[c]
+    again = await asyncio.to_thread(run_devices, coord.port, honest)   # attempt 2, without the cheater
+    assert all(o == [("accepted", "accepted")] for o in again.values()), again
+    await asyncio.wait_for(cheater, 120)
+    assert (await asyncio.wait_for(coord.wait_done(), 30)).state is RoundState.DONE
+    client = stub_client(coord.port)
+    model = (await client.join(ids[1])).model_id
+    _, start = await client.download_vector(ids[1], model, 1)
+    _, final = await client.download_vector(ids[1], model, 2)
+    mean = sum(np.rint(np.clip(deltas[c].astype(np.float64), -1, 1) * 10 * 65536.0) for c in honest) / 65536.0 / 40
+    np.testing.assert_allclose(final, start.astype(np.float64) + mean, atol=1e-6)
