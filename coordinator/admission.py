@@ -10,8 +10,9 @@ the codec's layout (INVALID_ARGUMENT); which global vector the update was traine
 (`trained_from_sha256`, and for a delta codec `base_sha256`, which must agree): this round's, or
 the work is stale (FAILED_PRECONDITION); num_examples in 1..cap (INVALID_ARGUMENT), where the cap
 is the number of examples the device announced at Join (its `examples` capability) and never more
-than the run's `max_examples`, so no device can weigh more than its own data set says (a masked
-update's weight is instead clamped to the cohort's largest announcement, `protos.secagg.task`). The asynchronous mode admits
+than the run's `max_examples`, so no device can weigh more than its own data set says (a
+masked update's weight is instead clamped to the cohort's largest announcement,
+`protos.secagg.task`). The asynchronous mode admits
 with `admit_async_update`: the round field is the base version b the update was trained from,
 and the header must name version b's global vector (a delta codec's base is that vector too).
 
@@ -188,6 +189,7 @@ def admit_async_update(h: UpdateHeader, *, length: int, config: CoordinatorConfi
     sha256 is `base_sha256` (FAILED_PRECONDITION otherwise); a delta codec's payload is relative to
     that vector (`base_vector()`, read only then), not to the current version's."""
     base = h.vector.round
-    decoder, payload_bytes = check_update(h, length=length, config=config, trained_from=base_sha256, announced=announced,
+    decoder, payload_bytes = check_update(h, length=length, config=config, trained_from=base_sha256,
+                                          announced=announced,
                                           trains_from=f"version {base} (the round field) is global vector")
     return AdmittedUpdate(h, decoder, payload_bytes, base_vector() if decoder.delta else None)

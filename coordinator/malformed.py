@@ -87,7 +87,8 @@ class _Details:
     invocation_metadata: tuple = ()
 
 
-def add_servicer(servicer: pb_grpc.CoordinatorServicer, server: grpc.aio.Server, server_limit: int | None = None) -> None:
+def add_servicer(servicer: pb_grpc.CoordinatorServicer, server: grpc.aio.Server,
+                 server_limit: int | None = None) -> None:
     """`pb_grpc.add_CoordinatorServicer_to_server`, with garbage-tolerant request deserializers that refuse
     requests over the method's `call_gate.message_limit` (when `server_limit` is given)."""
     capture = _Capture()

@@ -17,10 +17,10 @@ A full disk at a round's open, commit or export is waited out (`storage.retry_wh
 fatal. A committed round's export (inference model, server eval, model.json) runs in the background,
 overlapped with the next round, one export at a time; a crash before it finished redoes it on
 restart (the round row stays COMMITTED until then), and the run ends only after the last one.
-The committed round's spool is deleted by the same background job. Every transition is logged
-and recorded (with its time) in the state database. The rest lives beside this module: upload admission (`admission`), the upload path into the spool and the
-aggregator (`uploads`), the aggregation pipeline (`aggregation`), restart replay (`recovery`), the evaluation
-phase (`evaluation`), when a round closes (`round_deadline`) and the client-facing calls (`task_dispatch`).
+The committed round's spool is deleted by the same background job. Every transition is logged and
+recorded (with its time) in the state database. The rest lives beside this module: upload admission (`admission`), the upload path into the spool and the aggregator (`uploads`), the aggregation
+pipeline (`aggregation`), restart replay (`recovery`), the evaluation phase (`evaluation`), when a round
+closes (`round_deadline`) and the client-facing calls (`task_dispatch`).
 """
 
 from __future__ import annotations

@@ -68,11 +68,11 @@ async def _flood_and_heartbeat(port: int, token: str, pid: int) -> tuple[list, p
         await stub.Join(pb.JoinRequest(client_id="client-a"), metadata=bearer(token), timeout=RPC_TIMEOUT)
         before = _peak_rss_kib(pid)
         body = pb.JoinRequest(device_name="x" * FLOOD_BYTES).SerializeToString()
-        channels = [grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=BIG + [("grpc.use_local_subchannel_pool", 1)])
-                    for _ in range(10)]
+        options = BIG + [("grpc.use_local_subchannel_pool", 1)]   # ten connections, not one shared
+        channels = [grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=options) for _ in range(10)]
         try:
-            calls = [asyncio.ensure_future(channels[i % 10].unary_unary("/fedort.v1.Coordinator/Join")(body, timeout=60))
-                     for i in range(FLOOD)]
+            joins = [c.unary_unary("/fedort.v1.Coordinator/Join") for c in channels]
+            calls = [asyncio.ensure_future(joins[i % 10](body, timeout=60)) for i in range(FLOOD)]
             done, _ = await asyncio.wait(calls, return_when=asyncio.FIRST_COMPLETED)   # the flood is under way
             beat = await stub.Heartbeat(pb.HeartbeatRequest(client_id="client-a"), metadata=bearer(token), timeout=10)
             outcomes = await asyncio.gather(*calls, return_exceptions=True)

@@ -18,8 +18,8 @@ from fedort.protos.round_state import RoundState
 
 HONEST = ("honest-a", "honest-b", "honest-c")
 TRICKLING = tuple(f"trickle-{i:02d}" for i in range(16))
-SETTINGS = dict(max_concurrent_uploads=16, uploads_per_client=1, upload_min_rate_bytes_s=1000.0, upload_rate_window_s=0.5,
-                upload_grace_s=0.5, stream_idle_timeout_s=120, upload_slot_wait_s=30)
+SETTINGS = dict(max_concurrent_uploads=16, uploads_per_client=1, upload_min_rate_bytes_s=1000.0,
+                upload_rate_window_s=0.5, upload_grace_s=0.5, stream_idle_timeout_s=120, upload_slot_wait_s=30)
 
 
 def test_the_whole_upload_deadline_is_grace_plus_bytes_at_the_minimum_rate():

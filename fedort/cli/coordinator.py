@@ -140,7 +140,8 @@ _FLAG_KEYS = ("artifacts", "state_dir", "address", "port_file", "rounds", "min_c
               "seed", "eval_data", "fraction_evaluate", "client_timeout_s", "keep_spool", "strategy",
               "server_optimizer", "mode", "buffer_size", "max_staleness", "staleness_weight",
               "tls_cert", "tls_key", "tls_client_ca", "insecure", "auth", "max_streams_per_client", "submissions_per_minute",
-              "unauthenticated_calls", "max_examples", "upload_min_rate_bytes_s", "upload_rate_window_s", "metrics_address", "codecs", "local_vector_dir", "export_external_bytes")
+              "unauthenticated_calls", "max_examples", "upload_min_rate_bytes_s", "upload_rate_window_s",
+              "metrics_address", "codecs", "local_vector_dir", "export_external_bytes")
 
 
 def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
