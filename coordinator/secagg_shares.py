@@ -17,6 +17,7 @@ against its advertised public key when it is rebuilt (`secagg_server.finish`).
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from typing import Mapping, Sequence
@@ -45,21 +46,25 @@ def holder_index(params: SecAggParams, keys: Mapping[str, AdvertiseKeys], owner:
     return roster.index(holder) + 1 if holder in roster else None
 
 
+@functools.lru_cache(maxsize=4096)
+def _lagrange_at(base: tuple[int, ...], x: int) -> tuple[int, ...]:
+    """L_j(x) mod p for the Lagrange basis of the points `base` (cached: most secrets share one index set)."""
+    out = []
+    for j, xj in enumerate(base):
+        num = den = 1
+        for m, xm in enumerate(base):
+            if m != j:
+                num = num * (x - xm) % PRIME
+                den = den * (xj - xm) % PRIME
+        out.append(num * pow(den, -1, PRIME) % PRIME)
+    return tuple(out)
+
+
 def _on_one_polynomial(shares: Sequence[tuple[int, int]], t: int) -> bool:
     """All `shares` (x, y) over Z_p agree with the polynomial of degree < t through the first t."""
     base, rest = shares[:t], shares[t:]
-    for x, y in rest:
-        value = 0
-        for j, (xj, yj) in enumerate(base):
-            num = den = 1
-            for m, (xm, _) in enumerate(base):
-                if m != j:
-                    num = num * (x - xm) % PRIME
-                    den = den * (xj - xm) % PRIME
-            value = (value + yj * num * pow(den, -1, PRIME)) % PRIME
-        if value != y:
-            return False
-    return True
+    xs, ys = tuple(x for x, _ in base), [y for _, y in base]
+    return all(sum(l * y for l, y in zip(_lagrange_at(xs, x), ys)) % PRIME == y_x for x, y_x in rest)
 
 
 def _odd_one_out(shares: list[tuple[str, int, int]], t: int) -> str | None:
