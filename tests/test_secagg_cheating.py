@@ -20,7 +20,7 @@ from fedort.coordinator.secagg_shares import holder_index
 from fedort.edge_client.secagg_client import SecAggClient
 from fedort.protos.round_state import RoundState
 from fedort.protos.secagg import SecAggAborted
-from fedort.protos.secagg.messages import ShareKeys
+from fedort.protos.secagg.messages import ShareKeys, UnmaskResponse
 from fedort.protos.secagg.scheme import AES_PRIME
 from fedort.protos.secagg.shamir_prime import PRIME, SHARE_BYTES
 from secagg_support import make_params, quantized_sum
@@ -123,4 +123,39 @@ async def test_garbage_sealed_shares_end_the_attempt_for_honest_devices_without_
     _, start = await client.download_vector(ids[1], model, 1)
     _, final = await client.download_vector(ids[1], model, 2)
     mean = sum(np.rint(np.clip(deltas[c].astype(np.float64), -1, 1) * 10 * 65536.0) for c in honest) / 65536.0 / 40
+    np.testing.assert_allclose(final, start.astype(np.float64) + mean, atol=1e-6)
+
+
+class BumpedShare:
+    """A device's transport that answers the unmask request with one survivor's seed share off by one."""
+
+    def __init__(self, transport) -> None:
+        self.transport = transport
+
+    def __getattr__(self, name):
+        return getattr(self.transport, name)
+
+    def secagg_step(self, client_id, model_id, round, step, payload, wait_ms):
+        if step == 3 and payload:   # UNMASK
+            response = UnmaskResponse.from_bytes(payload)
+            owner = sorted(response.seed_shares)[0]
+            shares = {**response.seed_shares, owner: _bump(response.seed_shares[owner])}
+            payload = dataclasses.replace(response, seed_shares=shares).to_bytes()
+        return self.transport.secagg_step(client_id, model_id, round, step, payload, wait_ms)
+
+
+async def test_over_grpc_a_bumped_seed_share_is_left_out_and_the_round_commits_the_exact_mean(start_coordinator,
+                                                                                           stub_client):
+    ids = [f"dev-{i}" for i in range(6)]           # 5 neighbours each, T = 3: two shares to spare per secret
+    coord = await start_coordinator(rounds=1, min_clients=6, secagg=True, secagg_neighbours=5, secagg_threshold=3,
+                                    round_timeout_s=30, max_round_attempts=1)
+    deltas = deltas_for(ids, P_MLP, seed=8)
+    outcomes = await asyncio.to_thread(run_devices, coord.port, deltas, None, None, 1, {ids[0]: BumpedShare})
+    assert all(o == [("accepted", "accepted")] for o in outcomes.values()), outcomes
+    assert (await asyncio.wait_for(coord.wait_done(), 30)).state is RoundState.DONE
+    client = stub_client(coord.port)
+    model = (await client.join(ids[1])).model_id
+    _, start = await client.download_vector(ids[1], model, 1)
+    _, final = await client.download_vector(ids[1], model, 2)
+    mean = sum(np.rint(np.clip(deltas[c].astype(np.float64), -1, 1) * 10 * 65536.0) for c in ids) / 65536.0 / 60
     np.testing.assert_allclose(final, start.astype(np.float64) + mean, atol=1e-6)
