@@ -111,3 +111,17 @@ async def test_a_revoked_token_stops_an_upload_already_streaming(start_coordinat
         assert await call.code() == grpc.StatusCode.UNAUTHENTICATED
         assert "revoked" in await call.details()
     assert coord.engine.store.submissions(task.round) == []
+
+
+async def test_downloads_of_an_old_round_share_one_copy_of_its_vector(start_coordinator, stub_client):
+    coord = await start_coordinator(rounds=2, min_clients=1)
+    client = stub_client(coord.port)
+    model = (await client.join("client-a")).model_id
+    await client.fit_round("client-a", model, 0.5, 10)
+    task = await client.poll("client-a", model)
+    assert task.kind == pb.Task.FIT and task.round == 2              # round 1 is now an old round
+    first = coord.engine.vector_for("client-a", model, 1)
+    second = coord.engine.vector_for("client-a", model, 1)
+    assert first.vector is second.vector and not first.vector.flags.writeable
+    _, streamed = await client.download_vector("client-a", model, 1)
+    np.testing.assert_array_equal(streamed, first.vector)
