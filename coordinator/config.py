@@ -23,7 +23,7 @@ expected and what arrived.
 | fraction_evaluate | 0.0 | share of clients asked to evaluate the final model |
 | client_timeout_s | 60 | a client unseen this long is not selected (0 disables) |
 | heartbeat_interval_ms | 10000 | told to clients at join |
-| max_examples | 10**9 | upper bound of an update's num_examples |
+| max_examples | 10**9 | upper bound of an update's num_examples (its FedAvg weight); a device that announced its data set size at Join (the `examples` capability; the edge client does) is held to that. Set it to bound a device that lies at Join too |
 | max_chunk_bytes | 4 MiB - 64 KiB | largest accepted upload chunk (told to clients at join) |
 | download_chunk_bytes | 1 MiB | chunk size of vector and artifact downloads |
 | max_vector_length | 2**28 | largest accepted vector (elements) |
@@ -42,12 +42,14 @@ expected and what arrived.
 | insecure | false | serve plaintext; required (explicitly) when no TLS certificate is given |
 | auth | token | `token`: every RPC but health needs an enrolled device's token; `open`: none (simulations) |
 | max_streams_per_client | 4 | downloads/uploads one client may have in progress at once (0 disables) |
+| unauthenticated_calls | 2 | Join calls without a token in metadata served at once (token auth); more are refused RESOURCE_EXHAUSTED before their request is read (`coordinator.call_gate`) |
 | stream_idle_timeout_s | 30 | an upload that sends nothing this long is dropped (frees its slot) |
 | codecs | all registered | update codecs devices may use (`raw`, `fp16`, `bf16`, `int8`, `topk`, `zstd+int8`, `topk:0.01`, ...; a family name admits every parameter; raw is always allowed); announced at Join |
 | max_concurrent_uploads | 16 | uploads received at once (each holds a few chunks in memory, never the vector) |
 | uploads_per_client | 1 | of which one client may hold at most this many (more are refused UNAVAILABLE) |
 | upload_slot_wait_s | 30 | an upload waits this long for a slot, then is refused UNAVAILABLE (the device retries) |
-| upload_min_rate_bytes_s | 65536 | a whole upload must arrive within upload_grace_s + payload bytes / this rate |
+| upload_min_rate_bytes_s | 65536 | a whole upload must arrive within upload_grace_s + payload bytes / this rate (and never after its round's deadline), and keep this rate over every upload_rate_window_s after the grace, or it loses its slot (`coordinator.upload_progress`) |
+| upload_rate_window_s | 10 | the window over which an upload's rate is measured |
 | upload_grace_s | 10 | the fixed part of that deadline |
 | inline_update_bytes | 262144 | an update of at most this many payload bytes is made durable inside its SQLite row (no spool-file and folder fsync; one WAL fsync per group commit); so is a committed global vector this small (its file is fsynced by the background export); 0 (and with keep_spool, whose files must stay durable after the commit): always through the fsynced spool file |
 | commit_delay_ms | 0 | arrivals wait up to this long to share a group commit (ends early once the round's last update is in); 0: a commit starts with the first arrival, later ones join the next |
@@ -130,6 +132,7 @@ class CoordinatorConfig(AsyncSettings, PrivacySettings):
     insecure: bool = False
     auth: str = "token"
     max_streams_per_client: int = 4
+    unauthenticated_calls: int = 2
     stream_idle_timeout_s: float = 30.0
     submissions_per_minute: float = 60.0
     joins_per_minute: float = 10.0
@@ -141,6 +144,7 @@ class CoordinatorConfig(AsyncSettings, PrivacySettings):
     upload_slot_wait_s: float = 30.0
     upload_min_rate_bytes_s: float = 65536.0
     upload_grace_s: float = 10.0
+    upload_rate_window_s: float = 10.0
     local_vector_dir: Path | None = None
     commit_delay_ms: float = 0.0
     inline_update_bytes: int = 256 << 10
@@ -256,6 +260,8 @@ class CoordinatorConfig(AsyncSettings, PrivacySettings):
         need(not (self.insecure and self.tls_cert is not None), "insecure and tls_cert exclude each other", self.insecure)
         need(_number(self.stream_idle_timeout_s) and self.stream_idle_timeout_s > 0, "stream_idle_timeout_s must be > 0",
              self.stream_idle_timeout_s)
+        need(isinstance(self.unauthenticated_calls, int) and self.unauthenticated_calls >= 1,
+             "unauthenticated_calls must be an integer >= 1", self.unauthenticated_calls)
         need(isinstance(self.max_streams_per_client, int) and self.max_streams_per_client >= 0,
              "max_streams_per_client must be an integer >= 0 (0 disables)", self.max_streams_per_client)
         need(_number(self.submissions_per_minute) and self.submissions_per_minute >= 0,
@@ -271,7 +277,8 @@ class CoordinatorConfig(AsyncSettings, PrivacySettings):
             value = getattr(self, name)
             need(isinstance(value, int) and not isinstance(value, bool) and value >= 1, f"{name} must be an integer >= 1",
                  value)
-        for name in ("upload_slot_wait_s", "upload_min_rate_bytes_s", "upload_grace_s", "upload_resume_idle_s"):
+        for name in ("upload_slot_wait_s", "upload_min_rate_bytes_s", "upload_grace_s", "upload_resume_idle_s",
+                     "upload_rate_window_s"):
             need(_number(getattr(self, name)) and getattr(self, name) > 0, f"{name} must be > 0", getattr(self, name))
         if self.web_address is not None:
             host, _, port = self.web_address.rpartition(":")

@@ -27,6 +27,7 @@ from grpc_reflection.v1alpha import reflection
 
 from fedort.coordinator.aggregation import Strategy
 from fedort.coordinator.rpc.auth import Authenticator
+from fedort.coordinator.rpc.call_gate import CallGate
 from fedort.coordinator.config import CoordinatorConfig
 from fedort.coordinator.rpc.devices import DeviceStore
 from fedort.coordinator.export.inference import Exporter
@@ -186,9 +187,12 @@ class Coordinator:
             self._store = None
             raise
 
-        server = grpc.aio.server(options=server_options(cfg))
+        options = server_options(cfg)
+        # token checks and the unauthenticated-call slots run before a request is read (coordinator.call_gate)
+        gate = CallGate(auth, cfg.unauthenticated_calls, self.monitoring.call_failed)
+        server = grpc.aio.server(options=options, interceptors=[gate])
         self.servicer = CoordinatorServicer(engine, artifacts, cfg.download_chunk_bytes, auth=auth)
-        add_servicer(self.servicer, server)  # garbage -> INVALID_ARGUMENT
+        add_servicer(self.servicer, server, dict(options)["grpc.max_receive_message_length"])  # garbage -> INVALID_ARGUMENT
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         # server reflection: grpcurl-style tools can list and call the services without the .proto

@@ -71,6 +71,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Iterator
 
 import numpy as np
 
+from fedort.coordinator.rpc.client_ids import owns_file
 from fedort.coordinator.uploads.admission import AdmittedUpdate
 from fedort.coordinator.aggregation.decode import DensePiece, check_reconstructed
 from fedort.coordinator.rpc.join_limits import clip
@@ -207,9 +208,10 @@ class LocalVectorDir:
 
 
 def _plain(h: UpdateHeader) -> bool:
-    """`h.local_file` is a plain name of `h.client_id`'s in the directory itself: '<client_id>.<name>.f32'."""
+    """`h.local_file` is a plain name of `h.client_id`'s in the directory itself: '<client_id>.<name>.f32', with no
+    '.' in <name> (`client_ids.owns_file`: an id that is another's prefix up to a '.' does not own its files)."""
     name = h.local_file
-    return bool(_NAME.fullmatch(name)) and name.startswith(f"{h.client_id}.") and name.endswith(".f32")
+    return bool(_NAME.fullmatch(name)) and owns_file(h.client_id, name)
 
 
 def _check_file(st: os.stat_result, want: int, what: str) -> None:

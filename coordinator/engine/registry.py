@@ -7,18 +7,17 @@ counts as seen when it last joined or left, until its next RPC.
 
 from __future__ import annotations
 
-import re
 import secrets
 import time
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
+from fedort.coordinator.rpc.client_ids import CLIENT_ID, check_new_client_id
 from fedort.coordinator.rpc.join_limits import clip
 from fedort.coordinator.state.store import StateStore, now_ms
 from fedort.coordinator.state.schema import ClientRow
 from fedort.common.errors import NotFoundError, ProtocolError
 
-CLIENT_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
 @dataclass
@@ -44,10 +43,13 @@ class ClientRegistry:
     def __len__(self) -> int:
         return len(self._clients)
 
-    def join(self, client_id: str, device_name: str, capabilities: Mapping[str, str]) -> str:
-        """Register (or re-activate) a client; returns its id (generated when `client_id` is empty)."""
+    def join(self, client_id: str, device_name: str, capabilities: Mapping[str, str], enrolled: bool = False) -> str:
+        """Register (or re-activate) a client; returns its id (generated when `client_id` is empty). An id new to the
+        registry must use the new-id alphabet unless `enrolled` (a token vouched for it: `client_ids`)."""
         if client_id and not CLIENT_ID.match(client_id):
             raise ProtocolError(f"client_id must match {CLIENT_ID.pattern}, got {clip(client_id)!r}")
+        if client_id and client_id not in self._clients and not enrolled:
+            check_new_client_id(client_id)
         if not client_id:
             client_id = "c-" + secrets.token_hex(6)
             while client_id in self._clients:

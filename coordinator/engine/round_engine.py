@@ -10,18 +10,17 @@ max(min_clients, ceil(fraction * available)) of them (capped at what is availabl
 (seed, round, attempt) over the sorted client ids. It closes as soon as every selected client
 reported (and at least min_clients did), or at its deadline if at least min_clients did;
 otherwise it is retried among available clients that have not reported, with a new deadline, up
-to max_round_attempts, and then the run FAILS with a message saying why: a round never hangs.
+to max_round_attempts, and then the run FAILS with a message saying why: a round never hangs. A
+non-finite aggregate is refused and its round reopened the same way (`refused_aggregate`).
 
 A full disk at a round's open, commit or export is waited out (`storage.retry_when_full`), not
 fatal. A committed round's export (inference model, server eval, model.json) runs in the background,
 overlapped with the next round, one export at a time; a crash before it finished redoes it on
 restart (the round row stays COMMITTED until then), and the run ends only after the last one.
-The committed round's spool is deleted by the same background job. Every transition is logged
-and recorded (with its time) in the state database. The rest lives
-beside this module: upload admission (`admission`), the upload path into the spool and the
-aggregator (`uploads`), the aggregation pipeline (`aggregation`), restart replay (`recovery`),
-the evaluation phase (`evaluation`), when a round closes (`round_deadline`) and the client-facing
-calls (`task_dispatch`).
+The committed round's spool is deleted by the same background job. Every transition is logged and
+recorded (with its time) in the state database. The rest lives beside this module: upload admission (`admission`), the upload path into the spool and the aggregator (`uploads`), the aggregation
+pipeline (`aggregation`), restart replay (`recovery`), the evaluation phase (`evaluation`), when a round
+closes (`round_deadline`) and the client-facing calls (`task_dispatch`).
 """
 
 from __future__ import annotations
@@ -43,6 +42,7 @@ from fedort.coordinator.export.inference import Exporter
 from fedort.coordinator.colocated.local_vectors import LocalVectorDir
 from fedort.coordinator.rpc.monitoring import Monitoring
 from fedort.coordinator.engine.recovery import acknowledged_updates, recover, save_server_state
+from fedort.coordinator.engine.refused_aggregate import candidate, commit_or_retry
 from fedort.coordinator.engine.registry import ClientRegistry
 from fedort.coordinator.engine.round_deadline import wait_for_close
 from fedort.coordinator.engine.selection import sample_size, select_clients
@@ -67,7 +67,7 @@ SMALL_VECTOR = 1 << 16   # values: a round result this small is computed on the 
 _ALLOWED: dict[RoundState, frozenset[RoundState]] = {
     S.WAITING_FOR_CLIENTS: frozenset({S.TRAINING, S.EVALUATING, S.DONE, S.FAILED}),
     S.TRAINING: frozenset({S.TRAINING, S.AGGREGATING, S.FAILED}),
-    S.AGGREGATING: frozenset({S.EXPORTING, S.FAILED}),
+    S.AGGREGATING: frozenset({S.EXPORTING, S.TRAINING, S.FAILED}),   # TRAINING: a refused aggregate (refused_aggregate)
     S.EXPORTING: frozenset({S.WAITING_FOR_CLIENTS, S.EVALUATING, S.DONE, S.FAILED}),
     S.EVALUATING: frozenset({S.DONE, S.FAILED}),
     S.DONE: frozenset(),
@@ -229,7 +229,9 @@ class RoundEngine(TaskDispatch, RoundExports):
                 # the commit of a round the next one follows shares the next open's fsync (see _commit)
                 # (not with privacy accounting: its budget check before the next open reads committed rows)
                 defer = self.round < self.config.rounds and self.secagg is None and not self.privacy.accounting
-                await self._commit(defer)
+                while not await commit_or_retry(self, defer):   # a non-finite aggregate: reopened, or FAILED
+                    if self._finished.is_set() or not await self._train():
+                        return self._outcome
                 if defer:
                     export_next = self.round - 1   # its export reads the committed row: after the open
                 else:
@@ -345,7 +347,7 @@ class RoundEngine(TaskDispatch, RoundExports):
         # (durable.drop_cached; nothing reads g_{r-1} now: deltas read g_r)
         older = None if inline_sized else self.store.vector_path(self.round - 1)
         dropping = None if older is None else asyncio.ensure_future(asyncio.to_thread(drop_cached, older))
-        result = r.aggregator.result() if small else await asyncio.to_thread(r.aggregator.result)
+        result = await candidate(r.aggregator, small)   # RefusedAggregate if not finite
         if self.strategy.needs_all_updates:
             log.info("round %d: %s aggregated %d spooled updates in %.1f ms", self.round, self.strategy,
                      result.updates, 1000 * (time.perf_counter() - t0))

@@ -1,4 +1,5 @@
-"""Round metrics: client metrics marked sync_dist, averaged across clients weighted by num_examples."""
+"""Round metrics: client metrics marked sync_dist, averaged across clients weighted by num_examples
+(a round keeps at most `metric_limits.MAX_ROUND_METRICS` of them)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from fedort.coordinator.uploads.metric_limits import kept_names
 from fedort.protos.messages import Metric
 
 
@@ -25,7 +27,9 @@ class MetricSums:
                 acc[1] += n
 
     def means(self) -> dict[str, float]:
-        return {k: s / w for k, (s, w) in sorted(self.sums.items()) if w > 0}
+        """The example-weighted means, of at most MAX_ROUND_METRICS names (those reported over the most examples)."""
+        keep = kept_names({k: w for k, (_, w) in self.sums.items() if w > 0})
+        return {k: s / w for k, (s, w) in sorted(self.sums.items()) if k in keep}
 
 
 def metrics_json(metrics: Mapping[str, Metric]) -> dict[str, Any]:

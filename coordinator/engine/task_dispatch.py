@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from typing import AsyncIterator, Mapping
 
 from fedort.coordinator.uploads.admission import check_model
@@ -23,6 +24,10 @@ log = logging.getLogger("fedort.coordinator.engine.round_engine")
 
 MAX_POLL_MS = 30_000
 MAX_POLL_IDS = 10_000   # client ids per PollTasks call
+
+
+#: (round, sha256 hex) -> an old round's global vector while some download holds it (then it is freed)
+_OLD_VECTORS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
 class TaskDispatch:
@@ -120,7 +125,13 @@ class TaskDispatch:
             raise NotFoundError(f"no global vector for round {round} yet; the latest round is {latest}")
         rows = {r.round: r for r in self.store.rounds()}
         expected = self.store.get_meta("initial_vector_sha256") if round == 1 else rows[round - 1].vector_sha256
-        vector = read_verified_vector(self.store.vector_path(round), self.length, expected)
+        # an old round's vector is read once and shared by every download of it in progress (not one copy each)
+        key = (round, expected)
+        vector = _OLD_VECTORS.get(key)
+        if vector is None:
+            vector = read_verified_vector(self.store.vector_path(round), self.length, expected)
+            vector.flags.writeable = False
+            _OLD_VECTORS[key] = vector
         return GlobalVector(round, vector, bytes.fromhex(expected))
 
     async def submit_update(self, header: UpdateHeader, chunks: AsyncIterator[bytes]) -> SubmitResult:
@@ -145,8 +156,8 @@ class TaskDispatch:
                           metrics: Mapping[str, Metric]) -> SubmitResult:
         return self.evaluation.submit(client_id, model_id, round, num_examples, metrics)
 
-    def join(self, client_id: str, device_name: str, capabilities: Mapping[str, str]) -> str:
-        cid = self.registry.join(client_id, device_name, capabilities)
+    def join(self, client_id: str, device_name: str, capabilities: Mapping[str, str], enrolled: bool = False) -> str:
+        cid = self.registry.join(client_id, device_name, capabilities, enrolled)
         log.info("client %s joined (%s)", cid, device_name or "unnamed device")
         return cid
 

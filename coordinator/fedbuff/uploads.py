@@ -88,7 +88,8 @@ class AsyncUploads:
             return None
         base = h.vector.round
         return admit_async_update(h, length=e.length, config=e.config, base_sha256=e.version_sha256(base),
-                                  base_vector=lambda: e.version_vector(base))
+                                  base_vector=lambda: e.version_vector(base),
+                                  announced=e.registry.capabilities(h.client_id).get("examples"))
 
     async def submit(self, h: UpdateHeader, chunks: AsyncIterator[bytes]) -> SubmitResult:
         """Admit, receive, store, fold (and commit a version on the K-th update); acknowledged when this returns."""

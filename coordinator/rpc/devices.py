@@ -24,13 +24,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from fedort.coordinator.rpc.client_ids import CLIENT_ID, NEW_CLIENT_ID
+from fedort.common.durable import private_file
 from fedort.common.errors import ConfigError, UnauthenticatedError
 
 log = logging.getLogger(__name__)
 
 DB_NAME = "devices.db"
 TOKEN_PREFIX = "fedort_"
-CLIENT_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 _SECRET = re.compile(r"^[0-9a-f]{64}$")
 
 _SCHEMA = """
@@ -95,6 +96,7 @@ class DeviceStore:
         self._table_lock = threading.Lock()
 
     def _connect(self) -> sqlite3.Connection:
+        private_file(self.path)   # token hashes: the owner's only
         con = sqlite3.connect(self.path, timeout=10, isolation_level=None)
         con.execute("PRAGMA journal_mode=WAL")
         return con
@@ -107,9 +109,9 @@ class DeviceStore:
         if not name:
             raise ConfigError("enroll needs a device name")
         if client_id is None:
-            client_id = name if CLIENT_ID.match(name) else "c-" + secrets.token_hex(6)
-        if not CLIENT_ID.match(client_id):
-            raise ConfigError(f"client id must match {CLIENT_ID.pattern}, got {client_id!r}")
+            client_id = name if NEW_CLIENT_ID.match(name) else "c-" + secrets.token_hex(6)
+        if not NEW_CLIENT_ID.match(client_id):
+            raise ConfigError(f"client id must match {NEW_CLIENT_ID.pattern}, got {client_id!r}")
         secret = secrets.token_hex(32)
         now = int(time.time() * 1000)
         con = self._connect()

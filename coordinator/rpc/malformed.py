@@ -7,7 +7,8 @@ both logged as server faults, although it is the peer that broke the wire contra
 unparseable bytes into a `Malformed` marker; the servicer's error boundary rejects it with
 ProtocolError (INVALID_ARGUMENT) like any other bad input. SubmitUpdate's deserializer hands a
 plain chunk message over as a memoryview of its payload (`protos.update_part`), protobuf parses the rest;
-DownloadVector's serializer sends a chunk the servicer already encoded (bytes) as it is.
+DownloadVector's serializer sends a chunk the servicer already encoded (bytes) as it is. A request
+over its method's limit (`call_gate.message_limit`) is marked without being parsed and refused the same way.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from google.protobuf.message import DecodeError
 
 from fedort.protos.stubs import fedort_v1_pb2 as pb
 from fedort.protos.stubs import fedort_v1_pb2_grpc as pb_grpc
+from fedort.coordinator.rpc.call_gate import LARGE_METHODS, message_limit
 from fedort.common.errors import ProtocolError
 from fedort.protos.update_part import parse_update_part, serialize_part
 
@@ -33,16 +35,23 @@ class Malformed:
     """Stands in for a request message whose bytes did not parse."""
 
     error: str
+    oversized: bool = False
 
 
 def reject_malformed(request: Any) -> None:
-    """Raise ProtocolError if `request` is a `Malformed` marker."""
+    """Raise ProtocolError (INVALID_ARGUMENT) if `request` is a `Malformed` marker."""
     if isinstance(request, Malformed):
+        if request.oversized:
+            raise ProtocolError(request.error)
         raise ProtocolError(f"request is not a valid protobuf message: {request.error}")
 
 
-def tolerant(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+def tolerant(deserialize: Callable[[bytes], Any], limit: int | None = None, method: str = "") -> Callable[[bytes], Any]:
+    """`deserialize` that marks unparseable bytes, and requests over `limit` bytes unparsed, as `Malformed`."""
     def parse(data: bytes) -> Any:
+        if limit is not None and len(data) > limit:
+            return Malformed(f"{method} requests must be at most {limit} bytes, got {len(data)} (unparsed)",
+                             oversized=True)
         try:
             return deserialize(data)
         except DecodeError as e:
@@ -78,11 +87,15 @@ class _Details:
     invocation_metadata: tuple = ()
 
 
-def add_servicer(servicer: pb_grpc.CoordinatorServicer, server: grpc.aio.Server) -> None:
-    """`pb_grpc.add_CoordinatorServicer_to_server`, with garbage-tolerant request deserializers."""
+def add_servicer(servicer: pb_grpc.CoordinatorServicer, server: grpc.aio.Server,
+                 server_limit: int | None = None) -> None:
+    """`pb_grpc.add_CoordinatorServicer_to_server`, with garbage-tolerant request deserializers that refuse
+    requests over the method's `call_gate.message_limit` (when `server_limit` is given)."""
     capture = _Capture()
     pb_grpc.add_CoordinatorServicer_to_server(servicer, capture)
-    handlers = {name: h._replace(request_deserializer=tolerant(DESERIALIZERS.get(name, h.request_deserializer)),
+    handlers = {name: h._replace(request_deserializer=tolerant(
+                    DESERIALIZERS.get(name, h.request_deserializer),
+                    None if server_limit is None or name in LARGE_METHODS else message_limit(name, server_limit), name),
                                  response_serializer=SERIALIZERS.get(name, h.response_serializer))
                 for name, h in capture.handlers.items()}
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))

@@ -19,6 +19,7 @@
 Counters the servicer feeds are per process lifetime (Prometheus handles resets); the round
 counts and durations are read from `state.db` at scrape time, and the gauges from the engine.
 Each Coordinator owns its own registry, so several coordinators in one process (tests) do not mix.
+The HTTP server serves at most MAX_SCRAPES connections at once with a READ_TIMEOUT_S read timeout.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import contextlib
 import logging
 import socket
 import threading
-from socketserver import ThreadingMixIn
+from concurrent.futures import ThreadPoolExecutor
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from pathlib import Path
 from typing import Any, AsyncIterator
@@ -45,6 +46,8 @@ log = logging.getLogger(__name__)
 
 DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600)
 _AUTH_CODES = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
+MAX_SCRAPES = 4          # /metrics connections served at once
+READ_TIMEOUT_S = 5.0     # a scrape connection's socket timeout
 
 
 class Monitoring:
@@ -143,10 +146,36 @@ class Monitoring:
             self._http = None
 
 
-class _Server(ThreadingMixIn, WSGIServer):
-    """/metrics over HTTP, one thread per scrape (prometheus_client's own server differs across its versions)."""
+class _Server(WSGIServer):
+    """/metrics over HTTP (prometheus_client's own server differs across its versions): at most MAX_SCRAPES
+    connections are served at once, by a pool of that many threads, each read with a READ_TIMEOUT_S socket
+    timeout; a connection beyond them is closed at once, so idle or half-open connections cost no threads."""
 
-    daemon_threads = True
+    _pool: ThreadPoolExecutor | None = None
+    _busy: threading.BoundedSemaphore | None = None
+
+    def process_request(self, request, client_address) -> None:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(MAX_SCRAPES, thread_name_prefix="fedort-metrics-scrape")
+            self._busy = threading.BoundedSemaphore(MAX_SCRAPES)
+        if not self._busy.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        self._pool.submit(self._serve_one, request, client_address)
+
+    def _serve_one(self, request, client_address) -> None:
+        try:
+            self.finish_request(request, client_address)
+        except Exception:  # noqa: BLE001 - a broken or timed-out scrape: socketserver's report, then the next
+            self.handle_error(request, client_address)
+        finally:
+            self.shutdown_request(request)
+            self._busy.release()
+
+    def server_close(self) -> None:
+        super().server_close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
 
 
 class _Server6(_Server):
@@ -154,6 +183,8 @@ class _Server6(_Server):
 
 
 class _QuietHandler(WSGIRequestHandler):
+    timeout = READ_TIMEOUT_S   # a connection that sends nothing is closed after this (StreamRequestHandler)
+
     def log_message(self, format: str, *args: Any) -> None:   # scrapes are not news
         pass
 

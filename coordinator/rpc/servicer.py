@@ -36,6 +36,7 @@ from fedort.coordinator.uploads.resumable import ResumableUploads
 from fedort.coordinator.rpc.auth import Authenticator, check_identity
 from fedort.coordinator.rpc.join_limits import JoinGate, clip
 from fedort.coordinator.uploads.client_limits import RateLimiter, StreamLimiter
+from fedort.coordinator.uploads.metric_limits import check_metrics
 from fedort.coordinator.rpc.monitoring import Monitoring
 from fedort.coordinator.engine.resubmission import submit_counted_once
 from fedort.coordinator.engine.round_engine import RoundEngine
@@ -54,6 +55,7 @@ from fedort.protos.update_part import chunk_message, part_kind
 
 _timeout = getattr(asyncio, "timeout", None)   # Python >= 3.11
 UPLOAD_WINDOW_BYTES = 256 << 10   # the per-stream receive window (server.server_options); see _chunks
+TOKEN_RECHECK_S = 1.0             # an upload's token is verified again this often: a revoked device's upload stops
 
 
 def _retrieved(read: asyncio.Future) -> None:
@@ -112,6 +114,20 @@ def streaming(fn: Callable) -> Callable:
     return wrapper
 
 
+MAX_ROUND = (1 << 63) - 1   # rounds are SQLite integers
+
+
+def is_local_peer(peer: str) -> bool:
+    """A gRPC peer string of a caller on this host: loopback or a Unix socket."""
+    return peer.startswith(("ipv4:127.", "ipv6:[::1]", "unix:"))
+
+
+def check_round(round: int) -> None:
+    """ProtocolError (INVALID_ARGUMENT) for a round number no run reaches (SQLite stores at most 2**63 - 1)."""
+    if not 0 <= round <= MAX_ROUND:
+        raise ProtocolError(f"round must be in 0..{MAX_ROUND}, got {round}")
+
+
 class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     """Implements fedort.v1.Coordinator over a RoundEngine and the coordinator's artifacts copy."""
 
@@ -137,6 +153,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     def _authenticate(self, request, context) -> None:
         """Who calls (UNAUTHENTICATED if unknown); PERMISSION_DENIED if a unary request names another client."""
         is_join = isinstance(request, pb.JoinRequest)
+        check_round(getattr(request, "round", 0))
         identity = self.auth.identify(context.invocation_metadata(), request.credential if is_join else "")
         _caller.set(identity)
         client_id = getattr(request, "client_id", None)
@@ -149,14 +166,19 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                          context.peer())
         check_capabilities(self.engine.config, request.capabilities)
         cid = self.engine.join(request.client_id or _caller.get() or "", request.device_name,
-                               dict(request.capabilities))
+                               dict(request.capabilities), enrolled=_caller.get() is not None)
         cfg = self.engine.config
         return pb.JoinReply(client_id=cid, model_id=self.engine.model_id, manifest_json=self._manifest_json,
                             artifacts=list(self._artifacts.values()), heartbeat_interval_ms=cfg.heartbeat_interval_ms,
                             max_chunk_bytes=cfg.max_chunk_bytes, upload_codecs=allowed_codecs(cfg),
-                            local_vector_dir=str(local.path) if (local := self.engine.local_vectors) else "",
-                            update_digests=accepted_digests(cfg),
-                            hashes_local_files=self.engine.local_vectors is not None)
+                            local_vector_dir=str(local.path) if (local := self._local_dir(context)) else "",
+                            update_digests=accepted_digests(cfg), hashes_local_files=local is not None)
+
+    def _local_dir(self, context):
+        """The co-located devices' directory, told only to a caller on this host (loopback or a Unix socket):
+        a remote device cannot use it, and has no business knowing the coordinator's paths."""
+        local = self.engine.local_vectors
+        return local if local is not None and is_local_peer(context.peer() or "") else None
 
     @streaming
     async def DownloadArtifact(self, request: pb.ArtifactRequest, context) -> AsyncIterator[pb.ArtifactPart]:
@@ -231,6 +253,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             raise ProtocolError("an update stream must start with an UpdateHeader, got "
                                 + ("an empty stream" if first is grpc.aio.EOF else f"a {part_kind(first)}"))
         header = UpdateHeader.from_pb(first.header)
+        check_round(header.vector.round)
         check_identity(_caller.get(), header.client_id)
         with self.streams.stream(header.client_id, "upload"):
             self.submissions.take(header.client_id)
@@ -251,12 +274,17 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         chunks cost 21-85 ms without it, 2-17 ms with it; benchmarks/README.md, "Issue 12, part 5").
         At most one message is read ahead."""
         ahead: asyncio.Future | None = None
+        loop = asyncio.get_running_loop()
+        checked = loop.time()
         try:
             while True:
                 part = await (ahead if ahead is not None else self._read(context))
                 ahead = None
                 if part is grpc.aio.EOF:
                     return
+                if not self.auth.open and loop.time() - checked >= TOKEN_RECHECK_S:   # revoked meanwhile?
+                    self.auth.identify(context.invocation_metadata())
+                    checked = loop.time()
                 if type(part) is not memoryview:
                     reject_malformed(part)
                     if part.WhichOneof("part") != "chunk":
@@ -295,6 +323,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     @unary
     async def SubmitEvaluation(self, request: pb.EvaluationResult, context) -> pb.SubmitReply:
         self.submissions.take(request.client_id)
+        check_metrics(request.metrics, "an evaluation")
         return self.engine.submit_evaluation(request.client_id, request.model_id, request.round, request.num_examples,
                                              metrics_from_pb(request.metrics)).to_pb()
 

@@ -20,10 +20,9 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 
+from fedort.common.durable import private_file
 from fedort.coordinator.state.layout import DB_NAME, StateLayout
-from fedort.coordinator.state.schema import (
-    COMMITTED, EXPORTED, FAILED, OPEN, SCHEMA_VERSION, ClientRow, RoundRow, SubmissionRow, TransitionRow, create_tables,
-)
+from fedort.coordinator.state.schema import COMMITTED, EXPORTED, FAILED, OPEN, SCHEMA_VERSION, ClientRow, RoundRow, SubmissionRow, TransitionRow, create_tables
 from fedort.coordinator.state.storage import raise_if_full, storage_error
 from fedort.common.errors import ConfigError, CorruptStateError, StorageError, VectorError
 from fedort.common.round_state import RunState
@@ -300,7 +299,9 @@ class StateStore:
 
 
 def _writable(db: Path, any_thread: bool = False) -> sqlite3.Connection:
-    """A read-write connection: WAL, and every commit fsynced before it returns (synchronous=FULL)."""
+    """A read-write connection: WAL, and every commit fsynced before it returns (synchronous=FULL); the
+    database file is the owner's only (0600: it holds devices' updates)."""
+    private_file(db)
     con = sqlite3.connect(db, isolation_level=None, timeout=30, check_same_thread=not any_thread)
     con.execute("PRAGMA journal_mode=WAL")
     con.execute("PRAGMA synchronous=FULL")

@@ -8,7 +8,11 @@ length (INVALID_ARGUMENT) and the size limit (RESOURCE_EXHAUSTED); the codec: re
 the aggregation pipeline and allowed by the run (INVALID_ARGUMENT), `payload_bytes` possible for
 the codec's layout (INVALID_ARGUMENT); which global vector the update was trained from
 (`trained_from_sha256`, and for a delta codec `base_sha256`, which must agree): this round's, or
-the work is stale (FAILED_PRECONDITION); num_examples in range. The asynchronous mode admits
+the work is stale (FAILED_PRECONDITION); num_examples in 1..cap (INVALID_ARGUMENT), where the cap
+is the number of examples the device announced at Join (its `examples` capability) and never more
+than the run's `max_examples`, so no device can weigh more than its own data set says (a
+masked update's weight is instead clamped to the cohort's largest announcement,
+`protos.secagg.task`). The asynchronous mode admits
 with `admit_async_update`: the round field is the base version b the update was trained from,
 and the header must name version b's global vector (a delta codec's base is that vector too).
 
@@ -28,6 +32,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from fedort.coordinator.aggregation import Decoder, codecs, decoder_for
+from fedort.coordinator.uploads.metric_limits import check_metrics
 from fedort.coordinator.aggregation.decode import family
 from fedort.coordinator.config import CoordinatorConfig
 from fedort.coordinator.engine.training_round import GlobalVector, TrainingRound
@@ -126,8 +131,16 @@ def check_trained_from(h: UpdateHeader, decoder: Decoder, want: bytes, trains_fr
                               f"{trains_from} {want.hex()[:16]}…: stale work, poll for the current task")
 
 
+def examples_cap(config: CoordinatorConfig, announced: str | None) -> tuple[int, str]:
+    """The most examples one update may claim, and why: what the device announced at Join, at most max_examples."""
+    if announced and announced.isdigit() and 0 < int(announced) < config.max_examples:
+        return int(announced), "the examples the device announced at Join"
+    return config.max_examples, "max_examples"
+
+
 def admit_update(h: UpdateHeader, *, model_id: str, length: int, config: CoordinatorConfig, state: RoundState,
-                 current: int, open_round: TrainingRound | None, global_vector: GlobalVector) -> AdmittedUpdate | None:
+                 current: int, open_round: TrainingRound | None, global_vector: GlobalVector,
+                 announced: str | None = None) -> AdmittedUpdate | None:
     """What to receive the update with, or None for a duplicate (drain the stream and acknowledge)."""
     check_model(h.vector.model_id, model_id)
     check_open(state, current, open_round, h.client_id, h.vector.round)
@@ -135,12 +148,13 @@ def admit_update(h: UpdateHeader, *, model_id: str, length: int, config: Coordin
         return None
     check_not_pending(open_round, h.client_id)
     decoder, payload_bytes = check_update(h, length=length, config=config, trained_from=global_vector.sha256,
+                                          announced=announced,
                                           trains_from=f"round {global_vector.round} trains from")
     return AdmittedUpdate(h, decoder, payload_bytes, global_vector.vector if decoder.delta else None)
 
 
 def check_update(h: UpdateHeader, *, length: int, config: CoordinatorConfig, trained_from: bytes,
-                 trains_from: str) -> tuple[Decoder, int]:
+                 trains_from: str, announced: str | None = None) -> tuple[Decoder, int]:
     """The vector header, codec, payload size, global vector and num_examples checks; (decoder, payload bytes)."""
     meta = h.vector
     if meta.dtype not in DTYPES:
@@ -160,18 +174,22 @@ def check_update(h: UpdateHeader, *, length: int, config: CoordinatorConfig, tra
         raise VectorError(f"update codec {codec!r} is not allowed in this run; allowed: {allowed}")
     payload_bytes = decoder.payload_bytes(length, meta.payload_bytes)
     check_trained_from(h, decoder, trained_from, trains_from)
-    if not 1 <= h.num_examples <= config.max_examples:
-        raise ProtocolError(f"num_examples must be in 1..{config.max_examples}, got {h.num_examples}")
+    check_metrics(h.metrics)
+    # a masked update's weight is clamped to the cohort's largest announcement by its fixed-point encoding
+    cap, why = examples_cap(config, None if is_masked(codec) else announced)
+    if not 1 <= h.num_examples <= cap:
+        raise ProtocolError(f"num_examples must be in 1..{cap} ({why}), got {h.num_examples}")
     return decoder, payload_bytes
 
 
 def admit_async_update(h: UpdateHeader, *, length: int, config: CoordinatorConfig, base_sha256: bytes,
-                       base_vector: Callable[[], np.ndarray]) -> AdmittedUpdate:
+                       base_vector: Callable[[], np.ndarray], announced: str | None = None) -> AdmittedUpdate:
     """Asynchronous mode: an update trained from version b = `h.vector.round` (its staleness and
     duplicates are checked by the async intake first) must name version b's global vector, whose
     sha256 is `base_sha256` (FAILED_PRECONDITION otherwise); a delta codec's payload is relative to
     that vector (`base_vector()`, read only then), not to the current version's."""
     base = h.vector.round
     decoder, payload_bytes = check_update(h, length=length, config=config, trained_from=base_sha256,
+                                          announced=announced,
                                           trains_from=f"version {base} (the round field) is global vector")
     return AdmittedUpdate(h, decoder, payload_bytes, base_vector() if decoder.delta else None)

@@ -14,9 +14,10 @@ O(P + concurrent uploads × chunk). A co-located raw update is checked in the fo
 as it is read, before its group commit (`local_vectors`, `early_fold`); if it then is not counted,
 the round's close refolds what was (`RoundAggregator.stale`).
 
-Bounded in time as well (issue 13, starvation): an upload holds one of the run's upload slots
-(`upload_slots`) at most until its deadline, upload_grace_s + payload_bytes /
-upload_min_rate_bytes_s (RESOURCE_EXHAUSTED, the device may retry), and never past the close of
+Bounded in time as well (starvation): an upload holds one of the run's upload slots
+(`upload_slots`) only while it makes progress (`upload_progress`: a minimum rate over every
+window, and a deadline of upload_grace_s + payload_bytes / upload_min_rate_bytes_s, never past
+the round's deadline; RESOURCE_EXHAUSTED, the device may retry), and never past the close of
 the round it targets (FAILED_PRECONDITION).
 The engine's monitor counts the bytes received, the slots in use and each update accepted or
 found a duplicate (a refusal is counted where the RPC fails, in the servicer's error boundary).
@@ -43,10 +44,11 @@ from fedort.coordinator.engine.round_metrics import metrics_json
 from fedort.coordinator.state.store import now_ms
 from fedort.coordinator.state.schema import SubmissionRow
 from fedort.coordinator.uploads.spool_free import FreeSpoolFiles
+from fedort.coordinator.uploads.progress import ProgressRule, watch
 from fedort.coordinator.uploads.slots import UploadSlots
 from fedort.coordinator.uploads.stream import UpdateReceiver
 from fedort.common import digests
-from fedort.common.errors import ProtocolError, ResourceExhaustedError, StaleRoundError
+from fedort.common.errors import ProtocolError, StaleRoundError
 from fedort.protos.messages import SubmitResult, UpdateHeader
 from fedort.common.secagg.pack import is_masked
 
@@ -64,11 +66,13 @@ LOOP_FOLD_BYTES = 256 << 10   # an inline update this small is folded on the eve
 async def received(admitted: AdmittedUpdate, tmp: Path, chunks: AsyncIterator[bytes], *, slots: UploadSlots,
                    slot_round: int, config: CoordinatorConfig, monitor: "Monitoring",
                    inline_max: int = 0, free: FreeSpoolFiles | None = None,
-                   early: Callable[[], EarlyFold | None] = lambda: None) -> AsyncIterator[UpdateReceiver | TakenFile]:
+                   early: Callable[[], EarlyFold | None] = lambda: None,
+                   until_ms: int | None = None) -> AsyncIterator[UpdateReceiver | TakenFile]:
     """Receive an admitted update into the temp spool file `tmp` under an upload slot and the
     whole-upload deadline; the body runs once all bytes arrived, checked and fsynced (slot already
     released; a payload of at most `inline_max` bytes is in `receiver.payload` and not fsynced), and
-    must rename `tmp` into place to keep it. `slots.abort_round(slot_round)` cuts it short.
+    must rename `tmp` into place to keep it. `slots.abort_round(slot_round)` cuts it short, and so does
+    falling behind `upload_progress` (`until_ms`: the round's deadline, which the upload never outlives).
     A header naming a co-located device's file instead of chunks goes to `coordinator.local_vectors`
     (which may fold it while checking it: `early`), and is not fsynced there: the body must fsync a
     `TakenFile` before it acknowledges (the group commit does, `Arrival.sync`)."""
@@ -78,7 +82,9 @@ async def received(admitted: AdmittedUpdate, tmp: Path, chunks: AsyncIterator[by
         return
     cfg = config
     slot = await slots.acquire(admitted.header.client_id, slot_round, cfg.upload_slot_wait_s)
-    deadline = cfg.upload_grace_s + admitted.payload_bytes / cfg.upload_min_rate_bytes_s
+    rule = ProgressRule(cfg.upload_min_rate_bytes_s, cfg.upload_rate_window_s, cfg.upload_grace_s)
+    deadline = rule.deadline_s(admitted.payload_bytes)
+    round_left = None if until_ms is None else (until_ms - now_ms()) / 1000
     recv: asyncio.Future | None = None
     receiver: UpdateReceiver | None = None
     try:
@@ -99,13 +105,7 @@ async def received(admitted: AdmittedUpdate, tmp: Path, chunks: AsyncIterator[by
         recv = asyncio.ensure_future(receive())
         slot.task = recv
         async with monitor.upload_slot():
-            done, _ = await asyncio.wait({recv}, timeout=deadline)
-        if not done:
-            recv.cancel()
-            raise ResourceExhaustedError(
-                f"upload too slow: {receiver.received} of {admitted.payload_bytes} bytes in {deadline:.0f} s; an "
-                f"update must arrive at >= {cfg.upload_min_rate_bytes_s:g} bytes/s (upload_min_rate_bytes_s, after "
-                f"upload_grace_s {cfg.upload_grace_s:g} s); it was dropped, send it again")
+            await watch(recv, lambda: receiver.received, admitted.payload_bytes, rule, deadline, round_left)
         if recv.cancelled() and slot.abort is not None:
             raise slot.abort
         recv.result()
@@ -155,7 +155,8 @@ class Uploads:
         e.touch(h.client_id)
         check_codec(e, h)
         admitted = admit_update(h, model_id=e.model_id, length=e.length, config=cfg, state=e.state,
-                                current=e.round, open_round=e.training, global_vector=e.global_vector)
+                                current=e.round, open_round=e.training, global_vector=e.global_vector,
+                                announced=e.registry.capabilities(h.client_id).get("examples"))
         if admitted is None:
             async for _ in chunks:
                 pass
@@ -167,7 +168,8 @@ class Uploads:
         inline = 0 if cfg.keep_spool else cfg.inline_update_bytes   # kept spools must stay durable by themselves
         async with received(admitted, tmp, chunks, slots=self.slots, slot_round=h.vector.round, config=cfg,
                             monitor=e.monitor, inline_max=inline, free=e.spool_free,
-                            early=lambda: self.early_fold(h, tmp)) as receiver:
+                            early=lambda: self.early_fold(h, tmp),
+                            until_ms=(e.training.deadline_ms or None) if e.training is not None else None) as receiver:
             t1 = time.perf_counter()
             folded = tmp if getattr(receiver, "folded", False) else None
             h = with_taken_digest(h, receiver)

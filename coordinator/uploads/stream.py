@@ -85,7 +85,7 @@ class UpdateReceiver:
             tmp_path.parent.mkdir(parents=True, exist_ok=True)
             # a committed round's spool file, overwritten in place (coordinator.spool_free), else a new one
             self._recycled = free is not None and free.claim(tmp_path, admitted.payload_bytes)
-            self._fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | (0 if self._recycled else os.O_TRUNC), 0o644)
+            self._fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | (0 if self._recycled else os.O_TRUNC), 0o600)
         except OSError as e:
             raise spool_error(e, "create a spool file") from e
 

@@ -21,12 +21,10 @@ from typing import Callable
 
 import numpy as np
 
-from fedort.common.secagg.errors import SecAggError
+from fedort.common.secagg.errors import PeerShareError, SecAggError
 from fedort.common.secagg.keys import SEED_BYTES, Agreement, KeyPair, open_sealed, seal
 from fedort.common.secagg.masks import pairwise_seed, pairwise_sign, self_key
-from fedort.common.secagg.messages import (
-    AdvertiseKeys, Roster, SecAggParams, ShareDelivery, ShareKeys, UnmaskRequest, UnmaskResponse, b64, unb64,
-)
+from fedort.common.secagg.messages import AdvertiseKeys, Roster, SecAggParams, ShareDelivery, ShareKeys, UnmaskRequest, UnmaskResponse, b64, unb64
 from fedort.common.secagg.prg import MaskAdder, accumulator_dtype
 from fedort.common.secagg.scheme import split_secret
 
@@ -114,8 +112,12 @@ class SecAggClient:
             raise SecAggError(f"update must have {self.params.length} values, got shape {np.asarray(vector).shape}")
         for sender in senders:
             key = self._share_keys.key(self._roster[sender].cipher_public, self.params.info("share", sender, self.client_id))
-            body = json.loads(open_sealed(key, delivery.sealed[sender], _aad(self.params, sender, self.client_id)))
-            self._held[sender] = (int(body["i"]), unb64(body["k"]), unb64(body["b"]))
+            try:
+                body = json.loads(open_sealed(key, delivery.sealed[sender], _aad(self.params, sender, self.client_id)))
+                self._held[sender] = (int(body["i"]), unb64(body["k"]), unb64(body["b"]))
+            except (SecAggError, ValueError, KeyError, TypeError) as e:   # the sender's doing, not ours
+                raise PeerShareError(f"the share bundle {sender} sealed for {self.client_id} is unusable ({e}); "
+                                     f"{self.client_id} leaves this round") from None
         masked, bits = self.params.fixed_point.encode(vector, weight), self.params.fixed_point.bits
         ahead, self._ahead = self._ahead, None       # precompute_masks: PRG(b_u) and the roster's masks
         (acc, adder), included = ahead if ahead is not None else (self._self_masked(), {})

@@ -13,7 +13,8 @@ A round under a secure-aggregation scheme this device does not compute (`protos.
 as `stale` before any step. Nothing but the masked vector leaves the device; its protocol secrets
 live in memory only (a device restart drops it from this round). A coordinator
 that says the client is no longer part of the round (FAILED_PRECONDITION) or aborted the round
-(ABORTED) ends it as `stale`.
+(ABORTED) ends it as `stale`, and so does a neighbour's share bundle that does not open (that
+neighbour cheated: the device leaves the round, which goes on as after a dropout).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from fedort.protos.vector_stream import VectorMeta, vector_digest
 from fedort.common.dp_noise import clip_to_norm, gaussian
 from fedort.common.errors import FedortError
 from fedort.protos.messages import Metric, SubmitResult, Task, UpdateHeader
+from fedort.common.secagg.errors import PeerShareError
 from fedort.common.secagg.messages import Roster, ShareDelivery, UnmaskRequest
 from fedort.common.secagg.pack import pack
 from fedort.common.secagg.task import SecAggTask
@@ -128,6 +130,9 @@ class SecAggFlow:
                 result = None
             request = UnmaskRequest.from_bytes(self._step(UNMASK_REQUEST, b""))
             self._step(UNMASK, client.unmask(request).to_bytes())
+        except PeerShareError as e:          # a neighbour cheated: this round goes on without us, as after a dropout
+            log.warning("round %d: %s", self.task.round, e)
+            return "stale", str(e)
         except FedortError as e:
             if getattr(e, "code", None) not in ENDS_ROUND:
                 raise

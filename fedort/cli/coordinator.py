@@ -82,6 +82,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           "open: no authentication (local simulations)")
     sec.add_argument("--max-streams-per-client", metavar="N", type=int,
                      help="downloads/uploads a client may run at once; 0 disables (default 4)")
+    sec.add_argument("--unauthenticated-calls", metavar="N", type=int,
+                     help="Join calls without a token in metadata served at once; more are refused before their "
+                          "request is read (default 2)")
+    sec.add_argument("--max-examples", metavar="N", type=int,
+                     help="most examples (FedAvg weight) one update may claim; a device is also held to the number "
+                          "it announced at Join (default 1000000000)")
+    sec.add_argument("--upload-min-rate", dest="upload_min_rate_bytes_s", metavar="BYTES_S", type=float,
+                     help="an upload slower than this over any --upload-rate-window loses its slot (default 65536)")
+    sec.add_argument("--upload-rate-window", dest="upload_rate_window_s", metavar="S", type=float,
+                     help="the window an upload's rate is measured over (default 10)")
     sec.add_argument("--submissions-per-minute", metavar="N", type=float,
                      help="per-client rate of updates and evaluations; 0 disables (default 60)")
     serve.add_argument("--metrics-address", metavar="HOST:PORT",
@@ -139,6 +149,7 @@ _FLAG_KEYS = ("artifacts", "state_dir", "address", "port_file", "rounds", "min_c
               "seed", "eval_data", "fraction_evaluate", "client_timeout_s", "keep_spool", "strategy",
               "server_optimizer", "mode", "buffer_size", "max_staleness", "staleness_weight",
               "tls_cert", "tls_key", "tls_client_ca", "insecure", "auth", "max_streams_per_client", "submissions_per_minute",
+              "unauthenticated_calls", "max_examples", "upload_min_rate_bytes_s", "upload_rate_window_s",
               "metrics_address", "codecs", "local_vector_dir", "export_external_bytes",
               "web_address", "web_cors_origins", "web_page")
 

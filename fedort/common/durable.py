@@ -76,6 +76,13 @@ def _chunks(data: Data) -> Iterable[bytes | memoryview]:
     return data
 
 
+def private_file(path: str | os.PathLike) -> None:
+    """Create `path` readable and writable by its owner only (0600), or narrow an existing file to that: for files
+    that hold devices' updates or secrets (SQLite gives its -wal and -shm files the database file's mode)."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+    os.chmod(path, 0o600)
+
+
 def atomic_write(path: str | os.PathLike, data: Data, *, durable: bool = True, sync_dir: bool = True) -> None:
     """Write `data` (bytes, a numpy array's raw bytes, or an iterable of byte chunks) to `path` atomically.
 

@@ -2,11 +2,13 @@
 
 The error bound, the delta convention and the layout inside are X's. The frame must declare its
 content size (we always write it) and that size must equal X's exact payload size for the
-header's length, so a decoder knows before decompressing anything that the output is bounded
-(no decompression bomb); the frame carries zstd's content checksum. Truncated, corrupt or
-trailing bytes raise VectorError. Memory: one `feed` returns what its chunk decompresses to
-(at most X's payload for the whole vector, typically a few chunks' worth), decoded by X's
-streaming decoder as it goes.
+header's length, and the decoder holds the frame to it: it reads the block headers as bytes
+arrive, hands zstd at most about SEGMENT_OUTPUT bytes' worth of blocks per call, and refuses the
+frame as soon as the output passes the declared size, so a frame that lies about its size (a
+decompression bomb of RLE blocks) costs no more than an honest one. Frames whose window exceeds
+MAX_WINDOW are refused (our level-3 frames use at most 2 MiB). The frame carries zstd's content
+checksum. Truncated, corrupt or trailing bytes raise VectorError. Memory: zstd's window
+(≤ MAX_WINDOW) plus one `feed`'s decoded pieces, never more than X's payload for the vector.
 
 Pays where X's bytes are redundant: int8 codes and top-k indices shrink, float mantissas
 (raw, fp16, bf16) barely — see benchmarks/README.md "Codecs".
@@ -22,6 +24,9 @@ from fedort.protos.update_codecs.base import Codec, StreamDecoder
 
 LEVEL = 3
 FRAME_HEADER_MAX = 18
+BLOCK_MAX = 128 << 10          # zstd's largest block, raw, RLE or compressed (its regenerated size)
+SEGMENT_OUTPUT = 1 << 20       # at most about this many output bytes per call into zstd
+MAX_WINDOW = 8 << 20           # the largest window a frame may ask for (zstd levels ≤ 19 stay within it)
 
 
 def max_compressed_size(inner_bytes: int) -> int:
@@ -56,6 +61,8 @@ class _ZstdDecoder(StreamDecoder):
         self.inner_bytes = inner_bytes
         self._prefix = b""
         self._obj = None
+        self._blocks: _BlockScan | None = None
+        self._out = 0
 
     def feed(self, chunk: bytes | memoryview) -> list:
         n = len(chunk)
@@ -72,14 +79,22 @@ class _ZstdDecoder(StreamDecoder):
             self._open(data)
         elif self._obj.eof:
             raise VectorError(f"{self.spec} payload has {n} bytes after the end of its zstd frame")
-        try:
-            out = self._obj.decompress(data)
-        except zstandard.ZstdError as e:
-            raise VectorError(f"{self.spec} payload: corrupt zstd frame ({e})") from None
-        if self._obj.eof and self._obj.unused_data:
-            raise VectorError(f"{self.spec} payload has {len(self._obj.unused_data)} bytes after the end of its "
-                              f"zstd frame")
-        return self.inner.feed(out) if out else []
+        pieces: list = []
+        for segment in self._blocks.segments(memoryview(data)):
+            try:
+                out = self._obj.decompress(segment)
+            except zstandard.ZstdError as e:
+                raise VectorError(f"{self.spec} payload: corrupt zstd frame ({e})") from None
+            self._out += len(out)
+            if self._out > self.inner_bytes:
+                raise VectorError(f"{self.spec} payload: zstd frame decompresses to more than the "
+                                  f"{self.inner_bytes} bytes it declares")
+            if self._obj.eof and self._obj.unused_data:
+                raise VectorError(f"{self.spec} payload has {len(self._obj.unused_data)} bytes after the end of "
+                                  f"its zstd frame")
+            if out:
+                pieces += self.inner.feed(out)
+        return pieces
 
     def _open(self, head: bytes) -> None:
         try:
@@ -90,7 +105,11 @@ class _ZstdDecoder(StreamDecoder):
             declared = "no size" if params.content_size == zstandard.CONTENTSIZE_UNKNOWN else params.content_size
             raise VectorError(f"{self.spec} payload: zstd frame must declare {self.inner_bytes} bytes of content "
                               f"for {self.length} values, it declares {declared}")
-        self._obj = zstandard.ZstdDecompressor().decompressobj()
+        if params.window_size > MAX_WINDOW:
+            raise VectorError(f"{self.spec} payload: zstd frame asks for a {params.window_size}-byte window, "
+                              f"at most {MAX_WINDOW} is accepted")
+        self._obj = zstandard.ZstdDecompressor(max_window_size=MAX_WINDOW).decompressobj()
+        self._blocks = _BlockScan(self.spec, zstandard.frame_header_size(head), checksum=params.has_checksum)
 
     def finish(self) -> list:
         super().finish()
@@ -98,3 +117,48 @@ class _ZstdDecoder(StreamDecoder):
             raise VectorError(f"{self.spec} payload: truncated or corrupt zstd frame (the frame did not end "
                               f"within the {self.payload_bytes} bytes the header declares)")
         return self.inner.finish()
+
+
+class _BlockScan:
+    """The block structure of one zstd frame, read as its bytes arrive, to cut the input into segments
+    that each regenerate at most about SEGMENT_OUTPUT bytes (a block regenerates at most BLOCK_MAX)."""
+
+    def __init__(self, spec, header_bytes: int, checksum: bool) -> None:
+        self.spec = spec
+        self.skip = header_bytes    # bytes before the next block header (frame header, block content, checksum)
+        self.head = b""             # a block header split across chunks
+        self.ended = False          # the last block's header was read
+        self.checksum = 4 if checksum else 0
+
+    def segments(self, data: memoryview):
+        start = pos = bound = 0
+        n = len(data)
+        while pos < n:
+            if self.skip:
+                step = min(self.skip, n - pos)
+                pos += step
+                self.skip -= step
+                continue
+            if self.ended:
+                raise VectorError(f"{self.spec} payload has {n - pos} bytes after the end of its zstd frame")
+            if bound >= SEGMENT_OUTPUT:
+                yield data[start:pos]
+                start, bound = pos, 0
+            part = bytes(data[pos:pos + 3 - len(self.head)])
+            self.head += part
+            pos += len(part)
+            if len(self.head) < 3:
+                break
+            word = int.from_bytes(self.head, "little")
+            self.head = b""
+            kind, size = (word >> 1) & 3, word >> 3
+            if kind == 3 or size > BLOCK_MAX:
+                raise VectorError(f"{self.spec} payload: corrupt zstd frame (block of type {kind} and size {size}; "
+                                  f"types are 0-2 and sizes at most {BLOCK_MAX})")
+            self.skip = 1 if kind == 1 else size
+            bound += BLOCK_MAX if kind == 2 else size
+            if word & 1:
+                self.ended = True
+                self.skip += self.checksum
+        if start < n:
+            yield data[start:n]

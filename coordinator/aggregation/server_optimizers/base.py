@@ -119,7 +119,8 @@ class ServerOptimizer:
             delta = x - combined[start:stop].astype(np.float64)
             blocks = [old[n][start:stop].astype(np.float64) if n in old else np.zeros(stop - start) for n in self.moments]
             x_new, *moments = self._step(x, delta, blocks, t)
-            out[start:stop] = x_new
+            with np.errstate(over="ignore"):   # an overflow to Inf is refused just below, with a message
+                out[start:stop] = x_new
             if not np.isfinite(out[start:stop]).all():
                 raise VectorError(f"{self}: step {t} produced non-finite values (inputs were finite); the state is "
                                   "unchanged")

@@ -15,8 +15,10 @@ like any update (spool file + row, acknowledged after both); a restart during th
 folds them again from the spool into a fresh accumulator, after it the recorded sum is used, so
 each is counted exactly once. A restarted coordinator resumes in the phase it recorded. The spool
 only ever holds masked vectors. A phase that ends with fewer than T clients (or a client whose
-masks can no longer be removed) aborts: the round fails with the reason in status and log,
-the global model unchanged; its masked inputs are forgotten, so a restart begins the round anew.
+masks can no longer be removed, or shares no single liar explains: `secagg_shares`) aborts: its
+masked inputs are forgotten and the round is retried with a fresh protocol run while attempts
+remain (`max_round_attempts`); then it fails with the reason in status and log, the global model
+unchanged, and a restart begins the round anew.
 Each phase after the first gets `round_timeout_s` (clients are already trained by then).
 """
 
@@ -26,6 +28,7 @@ import asyncio
 import logging
 import math
 import os
+import shutil
 import threading
 import time
 from dataclasses import replace
@@ -227,8 +230,16 @@ class SecAggRound:
                 self.result = await asyncio.to_thread(self._finish)
         except SecAggAborted as exc:
             await self.persist()
-            message = f"round {e.round} failed: {exc}; the global model is unchanged"
             e.store.forget_submissions(e.round)
+            if r.attempt < e.config.max_round_attempts:   # a fresh protocol run (new keys, new cohort)
+                log.warning("round %d: attempt %d: %s; the round is retried", e.round, r.attempt, exc)
+                shutil.rmtree(e.store.spool_dir(e.round), ignore_errors=True)
+                e.uploads.bytes_received.pop(e.round, None)
+                e.begin_round()
+                e.select(r.attempt + 1)
+                self.wake()
+                return await self.train()
+            message = f"round {e.round} failed: {exc}; the global model is unchanged"
             e.store.fail_round(e.round, message)
             e.finish(RoundState.FAILED, message)
             return False

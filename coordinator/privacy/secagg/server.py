@@ -24,12 +24,11 @@ from typing import Any
 
 import numpy as np
 
+from fedort.coordinator.privacy.secagg.share_checks import trusted_shares
 from fedort.common.secagg.errors import SecAggAborted, SecAggError
 from fedort.common.secagg.keys import Agreement, KeyPair
 from fedort.common.secagg.masks import pairwise_seed, pairwise_sign, self_key
-from fedort.common.secagg.messages import (
-    AdvertiseKeys, Roster, SecAggParams, ShareDelivery, ShareKeys, UnmaskRequest, UnmaskResponse, b64, unb64,
-)
+from fedort.common.secagg.messages import AdvertiseKeys, Roster, SecAggParams, ShareDelivery, ShareKeys, UnmaskRequest, UnmaskResponse, b64, unb64
 from fedort.common.secagg.prg import MaskAdder, accumulator_dtype
 from fedort.common.secagg.scheme import check_echo, combine_secrets
 
@@ -264,16 +263,18 @@ class SecAggServer:
         request, t = self.unmask_request(), self.params.threshold
         self._require(list(self.state.responses), "unmasking")
         survivors = set(request.survivors)
-        seed_shares = {u: [r.seed_shares[u] for r in self.state.responses.values() if u in r.seed_shares]
-                       for u in request.survivors}
         dropped = [v for v in request.dropped if set(self.params.neighbours[v]) & survivors]
-        key_shares = {v: [r.key_shares[v] for r in self.state.responses.values() if v in r.key_shares] for v in dropped}
+        try:   # index = sender, one polynomial per secret: a lying responder's shares are left out
+            trusted = trusted_shares(self.params, self.state.keys, self.state.responses, request, dropped)
+        except SecAggAborted as e:
+            raise self._abort(str(e)) from None
+        seed_shares, key_shares = trusted.seed, trusted.key
         for u, shares in seed_shares.items():
             if len(shares) < t:
-                raise self._abort(f"{len(shares)} shares of {u}'s self-mask seed arrived, {t} needed")
+                raise self._abort(f"{len(shares)} trusted shares of {u}'s self-mask seed arrived, {t} needed")
         for v, shares in key_shares.items():
             if len(shares) < t:
-                raise self._abort(f"{len(shares)} shares of dropped {v}'s mask key arrived, {t} needed")
+                raise self._abort(f"{len(shares)} trusted shares of dropped {v}'s mask key arrived, {t} needed")
         secrets = combine_secrets(self.params.scheme, [*seed_shares.values(), *key_shares.values()], t)
         bits, scheme = self.params.fixed_point.bits, self.params.scheme
         masks = np.zeros(len(self.accumulator), dtype=accumulator_dtype(scheme, bits))   # summed, then removed once

@@ -3,6 +3,7 @@
     ProtocolError
      +-- SecAggError          a peer sent something the protocol forbids      INVALID_ARGUMENT
           +-- SecAggAborted   the round cannot finish (too few survivors)     ABORTED
+          +-- PeerShareError  a neighbour's sealed share does not open         INVALID_ARGUMENT
           +-- SchemeError     the device computes another mask/sharing scheme FAILED_PRECONDITION
 """
 
@@ -26,3 +27,9 @@ class SchemeError(SecAggError):
     the device cannot take part in this round; an older device needs an update."""
 
     code = "FAILED_PRECONDITION"
+
+
+class PeerShareError(SecAggError):
+    """A neighbour's sealed share bundle does not open or does not parse: that neighbour cheated (or the
+    coordinator routed garbage). The device leaves this round instead of failing; its missing input is
+    handled as any dropout."""

@@ -85,7 +85,7 @@ async def test_30_percent_of_20_dropping_the_round_completes(start_coordinator, 
 async def test_fewer_than_t_survivors_fail_the_round_cleanly(start_coordinator, stub_client):
     ids = [f"dev-{i}" for i in range(5)]
     coord = await start_coordinator(rounds=1, min_clients=5, secagg=True, secagg_neighbours=4, secagg_threshold=3,
-                                    round_timeout_s=3)
+                                    round_timeout_s=3, max_round_attempts=1)
     deltas = deltas_for(ids, P_MLP)
     outcomes = await asyncio.to_thread(run_devices, coord.port, deltas, {c: "upload" for c in ids[:3]})
     assert all(outcomes[c][0][0] == "stale" for c in ids[3:]), outcomes
@@ -94,6 +94,23 @@ async def test_fewer_than_t_survivors_fail_the_round_cleanly(start_coordinator, 
     assert "2 clients left after masked input, the threshold is 3" in outcome.message
     assert "global model is unchanged" in coord.engine.status().message
     assert not (coord.engine.store.vector_path(2)).exists()        # no next global vector was written
+
+
+async def test_an_aborted_secure_attempt_is_retried_and_the_round_commits(start_coordinator, stub_client):
+    ids = [f"dev-{i}" for i in range(5)]
+    coord = await start_coordinator(rounds=1, min_clients=5, secagg=True, secagg_neighbours=4, secagg_threshold=3,
+                                    round_timeout_s=10, max_round_attempts=2)
+    deltas = deltas_for(ids, P_MLP, seed=3)
+    await asyncio.to_thread(run_devices, coord.port, deltas, {c: "upload" for c in ids[:3]})   # attempt 1 aborts
+    outcomes = await asyncio.to_thread(run_devices, coord.port, deltas)                       # attempt 2: all in
+    assert all(o == [("accepted", "accepted")] for o in outcomes.values()), outcomes
+    outcome = await asyncio.wait_for(coord.wait_done(), 30)
+    assert outcome.state is RoundState.DONE and outcome.rounds_completed == 1
+    client = stub_client(coord.port)
+    model = (await client.join(ids[0])).model_id
+    start, final = await _vectors(coord, client, ids[0], model)
+    np.testing.assert_allclose(final, start.astype(np.float64) + _quantized_mean(deltas, ids, {c: 10 for c in ids}),
+                               atol=1e-6)
 
 
 async def test_secagg_with_dp_commits_the_clipped_deltas_over_the_expected_cohort(start_coordinator, stub_client):
@@ -150,7 +167,8 @@ def test_simulate_with_secagg_and_distributed_dp_runs_real_edge_clients(tmp_path
 
 async def test_restarting_after_a_failed_secagg_round_runs_it_afresh(start_coordinator, stub_client, tmp_path):
     ids = [f"dev-{i}" for i in range(5)]
-    settings = dict(rounds=1, min_clients=5, secagg=True, secagg_neighbours=4, secagg_threshold=3, round_timeout_s=3)
+    settings = dict(rounds=1, min_clients=5, secagg=True, secagg_neighbours=4, secagg_threshold=3, round_timeout_s=3,
+                    max_round_attempts=1)
     coord = await start_coordinator(**settings)
     deltas = deltas_for(ids, P_MLP, seed=9)
     await asyncio.to_thread(run_devices, coord.port, deltas, {c: "upload" for c in ids[:3]})

@@ -25,13 +25,23 @@ async def join(client, **fields):
     return await client.stub.Join(pb.JoinRequest(**fields), timeout=RPC_TIMEOUT)
 
 
-async def test_a_megabyte_device_name_is_refused_and_not_stored(start_coordinator, stub_client, tmp_path):
+async def test_a_long_device_name_is_refused_and_not_stored(start_coordinator, stub_client, tmp_path):
+    coordinator = await start_coordinator()
+    client = stub_client(coordinator.port)
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await join(client, client_id="a", device_name="n" * 4096)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "device_name must be at most 128 bytes, got 4096" in err.value.details()
+    assert client_rows(tmp_path / "state") == 0
+
+
+async def test_a_megabyte_join_is_refused_unparsed_and_not_stored(start_coordinator, stub_client, tmp_path):
     coordinator = await start_coordinator()
     client = stub_client(coordinator.port)
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await join(client, client_id="a", device_name="n" * (1 << 20))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "device_name must be at most 128 bytes, got 1048576" in err.value.details()
+    assert "Join requests must be at most 262144 bytes, got 1048583 (unparsed)" in err.value.details()
     assert client_rows(tmp_path / "state") == 0
 
 

@@ -1,0 +1,116 @@
+"""Which unmask shares the coordinator trusts: what the public neighbour graph and the shares
+themselves let it check, so a member that answers the unmask request with wrong shares is caught
+and left out, instead of crashing the round or unmasking a silently wrong sum.
+
+    index check   owner o's holders are its roster (neighbours in U1) in sorted order, holder k of
+                  them got share index k + 1: a share whose index is not its sender's is a lie.
+    consistency   (Shamir over Z_p, the AES schemes) the T + e shares of one secret lie on one
+                  polynomial of degree T − 1; with e ≥ 1 extra shares a wrong one is seen, with
+                  e ≥ 2 the one share whose removal makes the rest agree is found.
+
+A responder caught once is a cheater: all its shares are dropped and the checks run again. A
+secret left with fewer than T trusted shares, or a disagreement no single share explains, ends
+the round with SecAggAborted naming it (a clean failure, never a wrong sum). Under the legacy
+GF(2^128) scheme only the index check runs. The mask key of a dropped client is further checked
+against its advertised public key when it is rebuilt (`secagg_server.finish`).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from fedort.common.secagg.errors import SecAggAborted
+from fedort.common.secagg.messages import AdvertiseKeys, SecAggParams, UnmaskRequest, UnmaskResponse
+from fedort.common.secagg.scheme import AES_SCHEMES
+from fedort.common.secagg.shamir_prime import PRIME
+
+log = logging.getLogger(__name__)
+Share = tuple[int, bytes]
+
+
+@dataclass(frozen=True)
+class TrustedShares:
+    """The shares to rebuild each secret from (owner -> shares), and who was caught lying."""
+
+    seed: dict[str, list[Share]]
+    key: dict[str, list[Share]]
+    cheaters: frozenset[str]
+
+
+def holder_index(params: SecAggParams, keys: Mapping[str, AdvertiseKeys], owner: str, holder: str) -> int | None:
+    """The share index `owner` gave `holder` (1-based rank in its sorted roster), None if it gave it none."""
+    roster = sorted(v for v in params.neighbours[owner] if v in keys and v != owner)
+    return roster.index(holder) + 1 if holder in roster else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _lagrange_at(base: tuple[int, ...], x: int) -> tuple[int, ...]:
+    """L_j(x) mod p for the Lagrange basis of the points `base` (cached: most secrets share one index set)."""
+    out = []
+    for j, xj in enumerate(base):
+        num = den = 1
+        for m, xm in enumerate(base):
+            if m != j:
+                num = num * (x - xm) % PRIME
+                den = den * (xj - xm) % PRIME
+        out.append(num * pow(den, -1, PRIME) % PRIME)
+    return tuple(out)
+
+
+def _on_one_polynomial(shares: Sequence[tuple[int, int]], t: int) -> bool:
+    """All `shares` (x, y) over Z_p agree with the polynomial of degree < t through the first t."""
+    base, rest = shares[:t], shares[t:]
+    xs, ys = tuple(x for x, _ in base), [y for _, y in base]
+    return all(sum(l * y for l, y in zip(_lagrange_at(xs, x), ys)) % PRIME == y_x for x, y_x in rest)
+
+
+def _odd_one_out(shares: list[tuple[str, int, int]], t: int) -> str | None:
+    """The sender of the one share whose removal leaves the rest on one polynomial (None: all agree already)."""
+    points = [(x, y) for _, x, y in shares]
+    if len(points) <= t or _on_one_polynomial(points, t):
+        return None
+    if len(points) >= t + 2:
+        for k, (sender, _, _) in enumerate(shares):
+            if _on_one_polynomial(points[:k] + points[k + 1:], t):
+                return sender
+    raise SecAggAborted(f"the {len(points)} shares of one secret do not lie on one polynomial and no single share "
+                        "explains it")
+
+
+def trusted_shares(params: SecAggParams, keys: Mapping[str, AdvertiseKeys], responses: Mapping[str, UnmaskResponse],
+                   request: UnmaskRequest, key_owners: Sequence[str]) -> TrustedShares:
+    """The checked shares of every survivor's self-mask seed and of each of `key_owners`' mask keys."""
+    t = params.threshold
+    cheaters: set[str] = set()
+    for r in responses.values():
+        for owner, (index, _) in [*r.seed_shares.items(), *r.key_shares.items()]:
+            if index != holder_index(params, keys, owner, r.client_id):
+                log.warning("secure aggregation: %s sent a share of %s under index %d, not its own; its shares "
+                            "are ignored", r.client_id, owner, index)
+                cheaters.add(r.client_id)
+    while True:
+        honest = [r for c, r in sorted(responses.items()) if c not in cheaters]
+        seed = {u: [(r.client_id, *r.seed_shares[u]) for r in honest if u in r.seed_shares] for u in request.survivors}
+        key = {v: [(r.client_id, *r.key_shares[v]) for r in honest if v in r.key_shares] for v in key_owners}
+        caught = None
+        if params.scheme in AES_SCHEMES:
+            for owner, shares in [*seed.items(), *key.items()]:
+                points = [(c, i, int.from_bytes(y, "big")) for c, i, y in shares]
+                try:
+                    caught = _odd_one_out(points, t)
+                except SecAggAborted as e:
+                    raise SecAggAborted(f"shares of {owner}'s secret: {e}") from None
+                if caught is not None:
+                    log.warning("secure aggregation: %s sent a share of %s off the polynomial the other %d agree "
+                                "on; its shares are ignored", caught, owner, len(shares) - 1)
+                    break
+        if caught is None:
+            strip = lambda m: {o: [(i, y) for _, i, y in s] for o, s in m.items()}  # noqa: E731
+            return TrustedShares(strip(seed), strip(key), frozenset(cheaters))
+        cheaters.add(caught)
+
+
+__all__ = ["TrustedShares", "holder_index", "trusted_shares"]
