@@ -27,7 +27,7 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	@# bytecode for the editable checkout (pip compiles a wheel's modules, not these): without it, a shell with
-	@# PYTHONDONTWRITEBYTECODE set compiles ~150 modules in every process of every run (~0.1 s per run)
+	@# PYTHONDONTWRITEBYTECODE set compiles ~150 modules in every process of every run
 	$(BIN)/python -m compileall -q fedort coordinator edge_client protos simulations
 	@touch $@
 

@@ -112,7 +112,7 @@ class RoundEngine(TaskDispatch, RoundExports):
         self.uploads = Uploads(self)
         self.download_deltas = DownloadDeltas(self)
         self.secagg = None
-        if config.secagg:   # imported only for a masked run: the protocol and its key agreement (~20 ms)
+        if config.secagg:   # imported only for a masked run: the protocol and its key agreement
             from fedort.coordinator.secagg_round import SecAggRound
 
             self.secagg = SecAggRound(self)
@@ -350,7 +350,7 @@ class RoundEngine(TaskDispatch, RoundExports):
             log.info("round %d: %s aggregated %d spooled updates in %.1f ms", self.round, self.strategy,
                      result.updates, 1000 * (time.perf_counter() - t0))
         vector = result.vector
-        # a large vector's sha256 (≈ 10 ms per 20 MB) runs in a thread while the files are written, not on the loop
+        # a large vector's sha256 runs in a thread while the files are written, not on the loop
         hashing = None if small else asyncio.ensure_future(asyncio.to_thread(vector_digest, vector))
         sha = vector_digest(vector) if small else b""
         # devices check the file they read or the stream they receive with BLAKE3: computed beside the sha256

@@ -14,7 +14,7 @@ O(P + concurrent uploads × chunk). A co-located raw update is checked in the fo
 as it is read, before its group commit (`local_vectors`, `early_fold`); if it then is not counted,
 the round's close refolds what was (`RoundAggregator.stale`).
 
-Bounded in time as well (issue 13, starvation): an upload holds one of the run's upload slots
+Bounded in time as well (so slow uploads cannot starve the others): an upload holds one of the run's upload slots
 (`upload_slots`) at most until its deadline, upload_grace_s + payload_bytes /
 upload_min_rate_bytes_s (RESOURCE_EXHAUSTED, the device may retry), and never past the close of
 the round it targets (FAILED_PRECONDITION).

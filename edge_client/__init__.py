@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
-    # training core (issue 2)
+    # training core
     "TrainingSession": "fedort.edge_client.session",
     "SessionConfig": "fedort.edge_client.session",
     "TrainingModule": "fedort.edge_client.module",
@@ -47,7 +47,7 @@ _EXPORTS: dict[str, str] = {
     "VectorError": "fedort.protos.errors",
     "ArtifactError": "fedort.protos.errors",
     "TrainingError": "fedort.protos.errors",
-    # edge runtime (issue 4)
+    # edge runtime
     "EdgeClient": "fedort.edge_client.client",
     "EdgeConfig": "fedort.edge_client.client",
 }

@@ -1,7 +1,7 @@
 """Import `onnxruntime.training.api` / `.artifacts` without importing torch.
 
 ORT 1.19.2's `onnxruntime/training/__init__.py` imports `optim`, which imports torch
-(upstream issue #22070), although the on-device `api` and the `artifacts` generator need none
+(onnxruntime GitHub issue #22070), although the on-device `api` and the `artifacts` generator need none
 of it. We register a bare package object for `onnxruntime.training` (with the real `__path__`)
 before importing its submodules, so Python finds them without running that `__init__`.
 This module is the only place that knows; a port to a newer ORT touches only here and
@@ -26,7 +26,7 @@ def install_bare_training_package() -> None:
 
     Called when `fedort.edge_client` is imported, so before anything of ours imports `onnxruntime`:
     ORT's own `__init__` then finds the bare package too and skips the real one, which imports
-    `onnx` and tries `ortmodule` (~60 ms of every process's start-up, doing nothing we use).
+    `onnx` and tries `ortmodule` (start-up time of every process, doing nothing we use).
     Finding the package's folder does not import `onnxruntime`.
     """
     if _PKG not in sys.modules:

@@ -1,6 +1,6 @@
 """Built-in models' training artifacts, built once per machine and reused by every run.
 
-Building the artifacts of a built-in model costs a run ~0.1-0.3 s of its start-up (importing
+Building the artifacts of a built-in model costs a run part of its start-up (importing
 `onnx` and ORT's artifact generator, building the graph, opening it once to read its names),
 and the result is fixed by its inputs: the model, its seed, the optimizer, the loss, the
 versions of onnx / ONNX Runtime / numpy and the source of fedort's builder. Those inputs name a

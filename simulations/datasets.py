@@ -60,7 +60,7 @@ def load_digits_split(test_fraction: float = 0.2, seed: int = 0) -> tuple[Arrays
 
 
 def _split_cache(test_fraction: float, seed: int) -> Path:
-    """Where the split is cached: importing scikit-learn costs 1-4 s per run, the split is fixed by its inputs."""
+    """Where the split is cached: importing scikit-learn is slow, the split is fixed by its inputs."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
