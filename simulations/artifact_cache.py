@@ -20,6 +20,7 @@ import shutil
 import uuid
 from pathlib import Path
 
+from fedort.cache_root import cache_root
 from fedort.edge_client.artifacts import Manifest, copy_artifacts
 from fedort.protos.errors import ArtifactError
 
@@ -31,11 +32,6 @@ LOSS = "cross-entropy"          # the built-in models' loss (build_artifacts' de
 _BUILDER_SOURCES = ("edge_client/models.py", "edge_client/artifacts.py", "edge_client/_ort.py")
 _DISTRIBUTIONS = {"onnx": ("onnx",), "onnxruntime": ("onnxruntime-training-cpu", "onnxruntime-training", "onnxruntime"),
                   "numpy": ("numpy",)}
-
-
-def cache_root() -> Path:
-    """The simulation cache: $XDG_CACHE_HOME/fedort (default ~/.cache/fedort)."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fedort"
 
 
 def artifacts_key(model: str, seed: int, optimizer: str) -> dict:

@@ -20,6 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
+from fedort.cache_root import cache_root
 from fedort.protos.errors import ConfigError, DataError
 from fedort.edge_client.client_data import Arrays, read_npz
 
@@ -67,8 +68,7 @@ def _split_cache(test_fraction: float, seed: int) -> Path:
         sk = version("scikit-learn")
     except PackageNotFoundError:
         sk = "none"
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fedort"
-    return root / f"digits-split-{test_fraction!r}-{seed}-sklearn{sk}.npz"
+    return cache_root() / f"digits-split-{test_fraction!r}-{seed}-sklearn{sk}.npz"
 
 
 def _digits_split(test_fraction: float, seed: int) -> tuple[Arrays, Arrays]:
