@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from fedort.edge_client.client_data import read_npz
+from fedort.edge_client.client_data import ClientData, read_npz
 from fedort.protos.errors import ConfigError
 from fedort.simulations.datasets import Arrays, load_digits_split, load_npz_folder, save_npz, subset
 from fedort.simulations.partition import label_histogram, parse_partition
@@ -63,6 +63,11 @@ class DataSource:
             return read_npz(self.folder)
         return None
 
+    def describe(self, client: VirtualClient) -> str:
+        """Where a client's rows of the shared training arrays come from (what its data errors name)."""
+        split = f"{self.folder}" if self.kind == "npz" else f"the digits training split (seed {self.seed})"
+        return f"{split}, the rows of {client.client_id}"
+
 
 @dataclass(frozen=True)
 class VirtualClient:
@@ -85,10 +90,11 @@ class ClientArrays:
     def _train(self) -> Arrays | None:
         return self.source.train()
 
-    def for_client(self, client: VirtualClient) -> Arrays:
+    def for_client(self, client: VirtualClient) -> ClientData:
+        """The client's arrays, named after where they came from, so that a data error names the file."""
         if client.indices is not None:
-            return subset(self._train, client.indices)
-        return read_npz(client.file)
+            return ClientData.from_arrays(subset(self._train, client.indices), source=self.source.describe(client))
+        return ClientData.load(client.file)
 
 
 @dataclass(frozen=True)

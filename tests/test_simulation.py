@@ -115,6 +115,27 @@ def test_users_own_artifacts_and_data_folder(tmp_path):
     assert len(labels) == len(set(labels)) and "test accuracy" not in labels   # each fact once
 
 
+def test_a_bad_label_in_one_client_file_names_the_file_the_array_the_value_and_the_range(tmp_path):
+    """A researcher with many client files learns which one is wrong, not `<arrays>`."""
+    from fedort.edge_client.artifacts import build_artifacts
+    from fedort.edge_client.models import mlp
+    from fedort.simulations.backends import WorkerFailed
+
+    data = tmp_path / "data"
+    subprocess.run([sys.executable, "-m", "fedort", "data", "digits", "--clients", "3", "--partition", "iid",
+                    "--out", str(data)], check=True, capture_output=True, timeout=120)
+    bad = data / "client-0001.npz"
+    arrays = dict(np.load(bad))
+    arrays["labels"][5] = 12
+    np.savez(bad, **arrays)
+    build_artifacts(mlp(), tmp_path / "art")   # 10 classes
+    with pytest.raises(WorkerFailed, match=r"client-0001\.npz: array 'labels' holds label 12 \(1 of \d+ labels out "
+                                           r"of range, from 12 to 12\); the model has 10 classes, so labels must be "
+                                           r"in 0\.\.9"):
+        run_simulation(SimulationConfig(artifacts=tmp_path / "art", data=data, rounds=1, progress=False,
+                                        out=tmp_path / "run"))
+
+
 def test_artifacts_without_data_is_a_config_error():
     with pytest.raises(ConfigError, match="--artifacts and --data go together"):
         SimulationConfig(artifacts=Path("x"))
