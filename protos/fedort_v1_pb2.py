@@ -110,3 +110,4 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _globals['_COORDINATOR']._serialized_start=3709
   _globals['_COORDINATOR']._serialized_end=4501
 # @@protoc_insertion_point(module_scope)
+# generated from fedort_v1.proto, sha256 404a48186a34411cc2b283f5893949171837e194dcf184ace71dce22ab270714

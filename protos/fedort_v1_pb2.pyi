@@ -422,3 +422,4 @@ class StatusReply(_message.Message):
     rounds: _containers.RepeatedCompositeFieldContainer[RoundSummary]
     latest_model: str
     def __init__(self, model_id: _Optional[str] = ..., current_round: _Optional[int] = ..., total_rounds: _Optional[int] = ..., state: _Optional[str] = ..., registered_clients: _Optional[int] = ..., active_clients: _Optional[int] = ..., rounds: _Optional[_Iterable[_Union[RoundSummary, _Mapping]]] = ..., latest_model: _Optional[str] = ...) -> None: ...
+# generated from fedort_v1.proto, sha256 404a48186a34411cc2b283f5893949171837e194dcf184ace71dce22ab270714

@@ -444,3 +444,4 @@ class Coordinator(object):
             fedort_dot_protos_dot_fedort__v1__pb2.SecAggBatchReply.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+# generated from fedort_v1.proto, sha256 404a48186a34411cc2b283f5893949171837e194dcf184ace71dce22ab270714
