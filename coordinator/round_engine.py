@@ -51,6 +51,7 @@ from fedort.coordinator.state import StateStore, now_ms
 from fedort.coordinator.state_schema import TransitionRow
 from fedort.coordinator.storage import retry_when_full
 from fedort.durable import atomic_write, drop_cached
+from fedort.faults import fault_point
 from fedort.coordinator.task_dispatch import TaskDispatch
 from fedort.coordinator.round_exports import RoundExports
 from fedort.coordinator.training_round import GlobalVector, TrainingRound
@@ -331,6 +332,7 @@ class RoundEngine(TaskDispatch, RoundExports):
         `defer`: the round's row is committed with the next transaction, the next round's open (one WAL
         fsync for both); no task of the next round exists before that transaction, so nothing acts on
         an uncommitted round, and a crash in between replays it from its durable updates."""
+        fault_point("round.before_commit")
         r = self.training
         t0 = time.perf_counter()
         if r.aggregator.stale:   # an update folded while checked was not counted (uploads): refold the counted ones

@@ -17,6 +17,7 @@ from fedort.coordinator.integrity import read_verified_vector
 from fedort.coordinator.recovery import drop_spool
 from fedort.coordinator.storage import retry_when_full
 from fedort.durable import drop_cached, fsync_dir, fsync_file
+from fedort.faults import fault_point
 
 
 class RoundExports:
@@ -77,6 +78,7 @@ class RoundExports:
 
     async def _write_export(self, round: int, vector: np.ndarray, record: dict, inline: bool = True) -> None:
         def write() -> None:   # its row too, through a side connection: the event loop never waits on this fsync
+            fault_point("export.before_write")
             vector_file = self.store.vector_path(round + 1)
             if inline:   # the vector was durable in its row: its file must be before the export links it (export_external)
                 fsync_file(vector_file)   # and before the row drops it
@@ -84,7 +86,9 @@ class RoundExports:
             path = self.exporter.export(round, vector, record, self.config.exports_model(round), vector_file)
             if self._export_writer is None:
                 self._export_writer = self.store.submission_writer()
+            fault_point("export.before_mark")
             self.store.mark_exported(round, self.store.layout.relative(path), self._export_writer)
+            fault_point("export.after_mark")
             drop_cached(path)   # durable and done with: free its page cache (the global vectors': at the commit)
 
         await asyncio.to_thread(write)
