@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import re
 import secrets
-import time
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
+from fedort import clock
 from fedort.coordinator.join_limits import clip
 from fedort.coordinator.state import StateStore, now_ms
 from fedort.coordinator.state_schema import ClientRow
@@ -24,7 +24,7 @@ CLIENT_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 @dataclass
 class _Client:
     row: ClientRow
-    last_seen: float  # time.time()
+    last_seen: float  # clock.now()
 
 
 class ClientRegistry:
@@ -81,8 +81,9 @@ class ClientRegistry:
     def touch(self, client_id: str) -> None:
         """Note an RPC from `client_id` (NotFoundError if it never joined)."""
         client = self.require(client_id)
-        was = self._available(client, time.time())
-        client.last_seen = time.time()
+        now = clock.now()
+        was = self._available(client, now)
+        client.last_seen = now
         if not was and client.row.active:
             self._on_change()
 
@@ -97,7 +98,7 @@ class ClientRegistry:
 
     def available(self) -> list[str]:
         """Ids of clients that may be selected now: joined, not left, seen within the timeout (sorted)."""
-        now = time.time()
+        now = clock.now()
         return sorted(cid for cid, c in self._clients.items() if self._available(c, now))
 
     def active_count(self) -> int:

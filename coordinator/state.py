@@ -14,12 +14,12 @@ import logging
 import os
 import sqlite3
 import threading
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 
+from fedort import clock
 from fedort.coordinator.state_layout import DB_NAME, StateLayout
 from fedort.coordinator.state_schema import (
     COMMITTED, EXPORTED, FAILED, OPEN, SCHEMA_VERSION, ClientRow, RoundRow, SubmissionRow, TransitionRow, create_tables,
@@ -35,7 +35,8 @@ log = logging.getLogger(__name__)
 
 
 def now_ms() -> int:
-    return int(time.time() * 1000)
+    """Milliseconds since the epoch on the process's clock (`fedort.clock`: a test may drive it)."""
+    return clock.now_ms()
 
 
 def read_vector(path: Path, length: int | None = None) -> np.ndarray:

@@ -25,6 +25,7 @@ from chaos_support import CoordinatorProcess, open_access, vector_files
 from coordinator_fixtures import (  # noqa: F401
     P_MLP, StubClient, chunks_of, mlp_artifacts, start_coordinator, update_header, wait_for_metric,
 )
+from fedort.clock import ManualClock, use
 from fedort.edge_client.heartbeat import Heartbeat
 from fedort.edge_client.transport import ChannelConfig, Transport
 from fedort.protos import fedort_v1_pb2 as pb
@@ -310,6 +311,11 @@ async def test_thirty_percent_of_clients_die_mid_round_every_round_and_the_run_f
 
 @pytest.mark.timeout(60)
 async def test_clients_that_stop_heartbeating_are_dropped_from_selection_and_rejoin_cleanly(start_coordinator):
+    with use(ManualClock()) as clock:   # the registry's liveness timeout runs on a clock the test moves
+        await _heartbeats_keep_clients_selectable(start_coordinator, clock)
+
+
+async def _heartbeats_keep_clients_selectable(start_coordinator, clock: ManualClock) -> None:
     timeout = 1.0
     coord = await start_coordinator(rounds=3, min_clients=2, fraction=1.0, client_timeout_s=timeout,
                                     round_timeout_s=30, **open_access())
@@ -319,7 +325,7 @@ async def test_clients_that_stop_heartbeating_are_dropped_from_selection_and_rej
     transports = [Transport(ChannelConfig(f"127.0.0.1:{coord.port}", insecure=True)) for _ in range(3)]
     try:
         model = (await client.join(c)).model_id       # c joins, then goes silent: no heartbeat, no call
-        await asyncio.sleep(timeout + 0.3)
+        clock.advance(timeout + 0.3)
         with Heartbeat(transports[0], a, 0.2), Heartbeat(transports[1], b, 0.2):
             await client.join(a)
             await client.join(b)
@@ -331,7 +337,8 @@ async def test_clients_that_stop_heartbeating_are_dropped_from_selection_and_rej
             assert (await client.join(c)).client_id == c   # c comes back (same identity) during round 2 ...
             with Heartbeat(transports[2], c, 0.2):          # ... and heartbeats from now on
                 await fit(client, a, model, 2)
-                await asyncio.sleep(timeout + 0.5)    # a, b and c make no call now, but their heartbeats go on
+                clock.advance(timeout + 0.5)          # a, b and c make no call now, but their heartbeats go on:
+                await until_available(coord, {a, b, c})   # each heartbeat since makes its client available again
                 await fit(client, b, model, 2)        # round 2 closes; round 3 opens
                 assert await selected(state, 3) == [a, b, c]   # a and c kept by heartbeats alone; c is back
                 for cid in (c, a, b):
@@ -352,6 +359,14 @@ async def fit(client: StubClient, cid: str, model: str, round: int) -> None:
     _, vector = await client.download_vector(cid, model, round)
     update = local_update(cid, round, vector)
     assert (await client.submit(cid, model, round, update, 10)).accepted
+
+
+async def until_available(coord, clients: set[str]) -> None:
+    for _ in range(500):
+        if set(coord.engine.registry.available()) >= clients:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{sorted(clients)} did not all become available: {coord.engine.registry.available()}")
 
 
 async def selected(state: Path, round: int) -> list[str]:

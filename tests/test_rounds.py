@@ -12,6 +12,7 @@ import sys
 import numpy as np
 import pytest
 
+from fedort.clock import ManualClock, use
 from fedort.coordinator import RoundState
 from fedort.coordinator.round_engine import IllegalTransition
 from fedort.coordinator.selection import client_seed, sample_size, select_clients
@@ -175,14 +176,15 @@ async def test_concurrent_uploads_are_each_folded_once(start_coordinator, stub_c
 
 
 async def test_clients_unseen_for_client_timeout_are_not_selected(start_coordinator, stub_client):
-    coord = await start_coordinator(min_clients=2, client_timeout_s=1.0)
-    client = stub_client(coord.port)
-    model = (await client.join("client-a")).model_id
-    await asyncio.sleep(1.3)                                  # client-a goes quiet past the timeout
-    await client.join("client-b")
-    assert (await client.poll("client-b", model, wait_ms=300)).kind == pb.Task.WAIT   # only 1 available
-    task = await client.poll("client-a", model, wait_ms=10_000)  # any RPC makes it available again
-    assert task.kind == pb.Task.FIT
+    with use(ManualClock()) as clock:   # the registry's liveness timeout runs on a clock the test moves
+        coord = await start_coordinator(min_clients=2, client_timeout_s=1.0)
+        client = stub_client(coord.port)
+        model = (await client.join("client-a")).model_id
+        clock.advance(1.3)                                        # client-a goes quiet past the timeout
+        await client.join("client-b")
+        assert (await client.poll("client-b", model, wait_ms=300)).kind == pb.Task.WAIT   # only 1 available
+        task = await client.poll("client-a", model, wait_ms=10_000)  # any RPC makes it available again
+        assert task.kind == pb.Task.FIT
 
 
 async def test_restarting_a_failed_run_retries_the_round_keeping_acknowledged_updates(start_coordinator, stub_client):
