@@ -282,12 +282,10 @@ async def test_thirty_percent_of_clients_die_mid_round_every_round_and_the_run_f
             doomed[str(c)][r] = PHASES[int(rng.integers(len(PHASES)))]
     rejoin_at_once = {2, 4}            # even rounds: the dead come back and finish it; odd: the deadline closes it
     log: list[tuple[int, str, str]] = []
-    t0 = time.monotonic()
     tasks = [asyncio.create_task(chaos_client(coord.port, c, dict(doomed[c]), rejoin_at_once, coord.engine, log))
              for c in cids]
     outcome = await asyncio.wait_for(coord.wait_done(), 60)
     await asyncio.wait_for(asyncio.gather(*tasks), 30)
-    elapsed = time.monotonic() - t0
     assert outcome.state.name == "DONE" and outcome.rounds_completed == CHAOS_ROUNDS, outcome
 
     state = coord.state_dir
@@ -303,8 +301,6 @@ async def test_thirty_percent_of_clients_die_mid_round_every_round_and_the_run_f
     assert rows == [(r, "EXPORTED", 1, N_CLIENTS if r in rejoin_at_once else N_CLIENTS - DOOMED_PER_ROUND)
                     for r in range(1, CHAOS_ROUNDS + 1)]
     assert not list((state / "spool").rglob("*.tmp")), "a cut-off upload left a temp file"
-    # two rounds wait out their 2 s deadline, two close as soon as the dead rejoined and reported
-    assert elapsed < 2 * 2.0 + 15, elapsed
 
 
 # ---- c. heartbeats ----------------------------------------------------------------------------------

@@ -209,10 +209,14 @@ def test_stop_cuts_a_long_poll_short_and_leaves(server, tmp_path, digits):
     client = EdgeClient(EdgeConfig(address, insecure=True, name="dev", cache_dir=tmp_path / "c", poll_wait_ms=30_000,
                                    backoff=FAST), data=part(digits, 0, 4))
     client.join()
+    result: list = []
+    thread = threading.Thread(target=lambda: result.append(client.run()), daemon=True)
+    thread.start()
+    # the stop comes while the client is held in the server's 30 s long-poll (it polls again and again,
+    # min_clients=2 never being reached), so a stop at any moment must end it
     threading.Timer(0.5, client.stop, args=("test stop",)).start()
-    started = time.monotonic()
-    summary = client.run()
-    assert summary.outcome == "stopped" and time.monotonic() - started < 5
+    thread.join(20)                       # well inside the 30 s hold: the stop cut it short
+    assert not thread.is_alive() and result[0].outcome == "stopped"
     assert db(tmp_path, "SELECT active, left_reason FROM clients") == [(0, "test stop")]
 
 

@@ -127,12 +127,9 @@ async def test_long_poll_wakes_when_the_round_opens(start_coordinator, stub_clie
     waiting = asyncio.ensure_future(client.poll("client-a", model, wait_ms=30_000))
     await until_held(coord, "client-a", since, waiting)
     assert not waiting.done()          # one client is not enough: the call is held
-    loop = asyncio.get_running_loop()
-    t0 = loop.time()
     await client.join("client-b")      # the second client makes the round open
-    task = await asyncio.wait_for(waiting, 20)
-    # FIT, not the WAIT that ends a hold, and long before that 30 s hold would end
-    assert task.kind == pb.Task.FIT and task.round == 1 and loop.time() - t0 < 15.0
+    task = await asyncio.wait_for(waiting, 20)   # before the 30 s hold would end
+    assert task.kind == pb.Task.FIT and task.round == 1   # FIT, not the WAIT that ends a hold
     assert task.vector_length == P_MLP and len(task.vector_sha256) == 32
     assert task.config.local_epochs == 1 and task.config.batch_size == 32
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 import grpc
 import numpy as np
@@ -94,10 +93,9 @@ def test_cancel_inflight_interrupts_a_long_poll(address):
     with Transport.connect(address, insecure=True) as t:
         info = t.join("dev")
         threading.Timer(0.3, t.cancel_inflight).start()
-        started = time.monotonic()
         with pytest.raises(FedortError) as err:
             t.poll(info.client_id, info.model_id, wait_ms=20_000)
-        assert err.value.code == "CANCELLED" and time.monotonic() - started < 3
+        assert err.value.code == "CANCELLED"   # a hold that ran out would answer WAIT
 
 
 def test_a_non_cancellable_transport_makes_the_same_calls(address):
