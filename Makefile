@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUN ?= runs/demo
 
-.PHONY: demo test bench protos clean
+.PHONY: demo test test-fast bench protos clean
 
 demo: $(VENV)/.installed
 	rm -rf $(RUN)
@@ -14,6 +14,10 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest
+
+# the fast tier: every test not marked `slow`, spread over the cores (pytest-xdist); under a minute
+test-fast: $(VENV)/.installed
+	$(BIN)/python -m pytest -m "not slow" -n auto -q
 
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/run_all.py

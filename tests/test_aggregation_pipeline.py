@@ -73,6 +73,7 @@ class _Negated(Decoder):
         return -payload.view("<f4")
 
 
+@pytest.mark.slow
 async def test_a_registered_codec_is_admitted_and_decoded_into_the_round(start_coordinator, stub_client):
     register_decoder(_Negated())
     assert "test-negated" in codecs()
@@ -99,6 +100,7 @@ async def _submit_negated(client, cid: str, model: str) -> np.ndarray:
     return start
 
 
+@pytest.mark.slow
 async def test_replay_after_a_restart_decodes_each_spooled_update_with_its_recorded_codec(start_coordinator,
                                                                                           stub_client):
     register_decoder(_Negated())

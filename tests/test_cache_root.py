@@ -35,6 +35,7 @@ def test_the_platform_folders(monkeypatch, tmp_path):
     assert cache_root() == tmp_path / "home" / "Library" / "Caches" / "fedort"
 
 
+@pytest.mark.slow
 def test_the_device_cache_and_both_simulation_caches_live_under_it(monkeypatch, tmp_path):
     root = tmp_path / "fedort-cache"
     monkeypatch.setenv("FEDORT_CACHE_DIR", str(root))

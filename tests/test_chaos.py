@@ -184,6 +184,7 @@ def crash_run(artifacts: Path, state: Path, log: Path, kills: int, seed: int) ->
             c.join(10)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_coordinator_sigkilled_at_random_moments_matches_an_uninterrupted_run(mlp_artifacts, tmp_path):
     reference, _ = crash_run(mlp_artifacts, tmp_path / "reference", tmp_path / "reference.log", kills=0, seed=0)
@@ -270,6 +271,7 @@ async def chaos_client(port: int, cid: str, doomed: dict[int, str], rejoin_at_on
         await client.close()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 async def test_thirty_percent_of_clients_die_mid_round_every_round_and_the_run_finishes(start_coordinator):
     coord = await start_coordinator(rounds=CHAOS_ROUNDS, min_clients=5, min_available_clients=N_CLIENTS, fraction=1.0,
@@ -305,6 +307,7 @@ async def test_thirty_percent_of_clients_die_mid_round_every_round_and_the_run_f
 
 # ---- c. heartbeats ----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 async def test_clients_that_stop_heartbeating_are_dropped_from_selection_and_rejoin_cleanly(start_coordinator):
     with use(ManualClock()) as clock:   # the registry's liveness timeout runs on a clock the test moves

@@ -148,12 +148,14 @@ def uninterrupted(mlp_artifacts, tmp_path_factory) -> dict[str, bytes]:
     return vectors(tmp / "state")
 
 
+@pytest.mark.slow
 def test_uninterrupted_run_matches_the_numpy_weighted_mean(uninterrupted):
     initial = np.frombuffer(uninterrupted["round-0001.f32"], dtype="<f4")
     final = np.frombuffer(uninterrupted[f"round-{ROUNDS + 1:04d}.f32"], dtype="<f4")
     np.testing.assert_allclose(final, expected_final(initial), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_sigkill_after_an_acknowledged_update_resumes_without_loss_or_double_count(servers, uninterrupted, tmp_path):
     state = tmp_path / "crashed"
     server = servers(state)
@@ -225,6 +227,7 @@ def close_round_2_and_die(server: Server, model: str) -> str:
     return server.fault_fired()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", list(CLOSE_WINDOWS))
 def test_sigkill_while_a_round_closes_resumes_into_the_next_round(servers, uninterrupted, tmp_path, point):
     state = tmp_path / "crashed-closing"
@@ -253,6 +256,7 @@ def test_sigkill_while_a_round_closes_resumes_into_the_next_round(servers, unint
     assert (state / "models" / "round-0002" / "model.json").is_file()   # an interrupted export is redone
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", list(CLOSE_WINDOWS))
 def test_sigkill_around_an_external_data_export_leaves_every_round_s_model_loadable(servers, uninterrupted, tmp_path,
                                                                                    point):

@@ -39,6 +39,7 @@ def coordinator_config(mlp_artifacts, state_dir, **overrides):
     return make_config(mlp_artifacts, state_dir, **overrides)
 
 
+@pytest.mark.slow
 def test_a_rate_limited_join_is_retried_after_the_wait_the_coordinator_names(coordinator_thread, mlp_artifacts,
                                                                            tmp_path, digits):
     port = coordinator_thread.start(coordinator_config(mlp_artifacts, tmp_path / "state", joins_per_minute=0,
@@ -136,6 +137,7 @@ def test_a_coordinator_host_that_does_not_resolve_fails_at_start(tmp_path, digit
         assert clock.monotonic() == started     # failed at once: no retry waited out its backoff
 
 
+@pytest.mark.slow
 def test_an_unacknowledged_update_is_sent_again_when_the_coordinator_returns_and_counts_once(
         coordinator_thread, mlp_artifacts, tmp_path, digits):
     import logging

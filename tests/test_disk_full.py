@@ -115,6 +115,7 @@ def fedort(*args: str) -> list[str]:
     return [str(exe), *args] if exe.exists() else [sys.executable, "-m", "fedort", *args]
 
 
+@pytest.mark.slow
 async def test_an_edge_client_exits_non_zero_when_the_run_failed(start_coordinator, stub_client, tmp_path):
     coord = await start_coordinator(rounds=1, min_clients=2, round_timeout_s=3, max_round_attempts=1)
     idle = stub_client(coord.port)
@@ -135,6 +136,7 @@ async def test_an_edge_client_exits_non_zero_when_the_run_failed(start_coordinat
     assert (out + err).decode().count("round 1 fit:") == 1        # each round once, not also in the log
 
 
+@pytest.mark.slow
 async def test_the_round_engine_waits_for_space_at_commit_and_finishes_when_it_returns(small_disk, start_coordinator,
                                                                                      stub_client):
     # three selected, two report: the round closes at its deadline, after the disk was filled
@@ -154,6 +156,7 @@ async def test_the_round_engine_waits_for_space_at_commit_and_finishes_when_it_r
     assert outcome.state is RoundState.DONE and outcome.rounds_completed == 1
 
 
+@pytest.mark.slow
 async def test_status_shows_the_storage_full_condition(small_disk, start_coordinator):
     coord = await start_coordinator(state_dir=small_disk.path / "state", rounds=1)
 
@@ -171,6 +174,7 @@ async def test_status_shows_the_storage_full_condition(small_disk, start_coordin
     assert json.loads(status("--json"))["storage_full"] is False
 
 
+@pytest.mark.slow
 async def test_the_run_end_waits_for_space_and_ends_done_when_it_returns(small_disk, start_coordinator, stub_client):
     # the final evaluation's summary and the run's DONE are the last writes: a full disk there is waited out too
     coord = await start_coordinator(state_dir=small_disk.path / "state", rounds=1, fraction_evaluate=1.0,

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import numpy as np
+import pytest
 
 from coordinator_fixtures import mlp_artifacts, start_coordinator, stub_client, update_header  # noqa: F401
 from fedort.coordinator import Coordinator
@@ -90,6 +91,7 @@ def inline(cid: str, x: np.ndarray, n: int) -> Update:
     return Update(cid, n, "raw", Path(f"{cid}.f32"), np.frombuffer(x.tobytes(), np.uint8))
 
 
+@pytest.mark.slow
 async def test_an_inline_update_counted_during_an_early_fold_is_folded_after_it_not_into_the_middle(
         start_coordinator, stub_client):
     coord = await start_coordinator(rounds=1, min_clients=2, round_timeout_s=240)   # a never reports: stays open
@@ -113,6 +115,7 @@ async def test_an_inline_update_counted_during_an_early_fold_is_folded_after_it_
     assert aggregator.result().vector.tobytes() == expected.result().vector.tobytes()
 
 
+@pytest.mark.slow
 async def test_an_early_fold_whose_round_closes_before_it_counts_holds_the_close_and_is_left_out(
         start_coordinator, stub_client):
     coord = await start_coordinator(rounds=1, min_clients=2, min_available_clients=3, round_timeout_s=5)

@@ -165,6 +165,7 @@ def assert_device_modules_only(procs: Procs, name: str) -> None:
 
 # ---- the run ------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_three_devices_train_three_rounds_of_fedavg(procs, tmp_path, mlp_artifacts, data):
     state = tmp_path / "state"
     port = start_coordinator(procs, mlp_artifacts, state, rounds=3, min_clients=3, lr=0.003, round_timeout=40)
@@ -181,6 +182,7 @@ def test_three_devices_train_three_rounds_of_fedavg(procs, tmp_path, mlp_artifac
     assert acc[0] < acc[1] < acc[2] and acc[2] > 0.8, acc
 
 
+@pytest.mark.slow
 def test_a_client_killed_mid_upload_leaves_the_round_to_the_others(procs, tmp_path, mlp_artifacts, data):
     state = tmp_path / "state"
     port = start_coordinator(procs, mlp_artifacts, state, rounds=1, min_clients=2, min_available_clients=3,
@@ -236,6 +238,7 @@ pb_grpc.CoordinatorStub(client.transport._channel).SubmitUpdate(parts(), timeout
 '''
 
 
+@pytest.mark.slow
 def test_clients_reconnect_when_the_coordinator_is_killed_and_restarted(procs, tmp_path, mlp_artifacts, data):
     state, port = tmp_path / "state", free_port()
     flags = dict(rounds=3, min_clients=3, local_epochs=40, round_timeout=40)
@@ -263,6 +266,7 @@ def test_clients_reconnect_when_the_coordinator_is_killed_and_restarted(procs, t
 
 # ---- refusals and stopping ----------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_bad_data_file_is_refused_before_joining(procs, tmp_path, mlp_artifacts, data):
     state = tmp_path / "state"
     port = start_coordinator(procs, mlp_artifacts, state, rounds=1)
@@ -276,6 +280,7 @@ def test_a_bad_data_file_is_refused_before_joining(procs, tmp_path, mlp_artifact
     assert query(state, "SELECT * FROM clients") == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signal_stops_the_client_which_leaves(procs, tmp_path, mlp_artifacts, data, sig, code):
     state = tmp_path / "state"
@@ -290,6 +295,7 @@ def test_a_signal_stops_the_client_which_leaves(procs, tmp_path, mlp_artifacts, 
     assert active == 0 and signal.Signals(sig).name in reason
 
 
+@pytest.mark.slow
 def test_a_signal_during_local_training_stops_at_once(procs, tmp_path, mlp_artifacts, data):
     state = tmp_path / "state"
     port = start_coordinator(procs, mlp_artifacts, state, rounds=1, min_clients=1, local_epochs=2000)  # minutes of work
@@ -318,6 +324,7 @@ def test_edge_run_help_explains_the_flags():
     assert "130 SIGINT, 143 SIGTERM" in out.stdout and "--debug-modules" not in out.stdout
 
 
+@pytest.mark.slow
 def test_out_of_range_labels_stop_the_device_before_training(procs, tmp_path, mlp_artifacts, data):
     state = tmp_path / "state"
     port = start_coordinator(procs, mlp_artifacts, state, rounds=1, min_clients=1)

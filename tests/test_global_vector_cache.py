@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import pytest
 
 from coordinator_fixtures import mlp_artifacts, start_coordinator, stub_client  # noqa: F401 (fixtures)
 from page_cache_support import LINUX_ONLY, resident_pages, skip_on_tmpfs
 
 
+@pytest.mark.slow
 @LINUX_ONLY
 async def test_each_commit_frees_the_cache_of_the_vector_two_rounds_back_and_changes_no_vector_file(
         start_coordinator, stub_client, tmp_path):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import pytest
 
 
 def _run(code: str, cwd) -> subprocess.CompletedProcess:
@@ -39,6 +40,7 @@ HOST_LOADED_FIRST = """
 """
 
 
+@pytest.mark.slow
 def test_a_training_package_the_host_loaded_first_stays_in_place(tmp_path):
     result = _run(HOST_LOADED_FIRST, tmp_path)
     assert result.returncode == 0, result.stderr
@@ -65,6 +67,7 @@ WITH_FEDORT = """
 """
 
 
+@pytest.mark.slow
 def test_a_later_import_of_the_training_package_sees_the_real_one(tmp_path):
     """Whatever the real package gives the host without fedort (its names, or its own ImportError when
     torch is missing), it gives after fedort registered its bare package and trained with it."""

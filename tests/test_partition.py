@@ -61,6 +61,7 @@ def test_dirichlet_redraws_until_every_client_has_min_size():
     assert_exact_cover(parts, len(LABELS))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("clients, alpha, min_size", [(1000, 0.5, 1), (1000, 0.05, 1), (300, 0.1, 4), (300, 0.5, 5)])
 def test_dirichlet_over_more_clients_than_a_draw_can_fill_gives_everyone_min_size(clients, alpha, min_size):
     assert min(len(p) for p in dirichlet(LABELS, clients, alpha, seed=0, min_size=0)) < min_size  # draws fall short
@@ -70,12 +71,14 @@ def test_dirichlet_over_more_clients_than_a_draw_can_fill_gives_everyone_min_siz
     assert_exact_cover(parts, len(LABELS))
 
 
+@pytest.mark.slow
 def test_a_topped_up_dirichlet_partition_depends_only_on_the_seed():
     first, again, other = (dirichlet(LABELS, 1000, 0.5, seed=s, min_size=1) for s in (0, 0, 1))
     assert all(np.array_equal(a, b) for a, b in zip(first, again))
     assert not all(np.array_equal(a, b) for a, b in zip(first, other))
 
 
+@pytest.mark.slow
 def test_a_topped_up_dirichlet_partition_keeps_its_label_skew():
     topped = dirichlet(LABELS, 200, 0.1, seed=0, min_size=5)
     assert min(len(p) for p in dirichlet(LABELS, 200, 0.1, seed=0, min_size=0)) < 5  # it was topped up

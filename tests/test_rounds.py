@@ -56,6 +56,7 @@ async def test_illegal_transition_raises_naming_the_state(start_coordinator):
         coord.engine._transition(RoundState.AGGREGATING)
 
 
+@pytest.mark.slow
 async def test_fraction_selects_the_seeded_subset(start_coordinator, stub_client):
     coord = await start_coordinator(min_clients=1, min_available_clients=4, fraction=0.5, seed=11)
     client = stub_client(coord.port)
@@ -70,6 +71,7 @@ async def test_fraction_selects_the_seeded_subset(start_coordinator, stub_client
     assert fit == select_clients(ids, 2, seed=11, round=1, attempt=1)
 
 
+@pytest.mark.slow
 async def test_round_closes_at_the_deadline_with_min_clients(start_coordinator, stub_client):
     coord = await start_coordinator(min_clients=2, min_available_clients=3, round_timeout_s=4, rounds=1)
     client = stub_client(coord.port)
@@ -82,6 +84,7 @@ async def test_round_closes_at_the_deadline_with_min_clients(start_coordinator, 
         assert db.execute("SELECT clients, attempt FROM rounds WHERE round = 1").fetchone() == (2, 1)
 
 
+@pytest.mark.slow
 async def test_round_without_quorum_is_retried_with_a_new_attempt(start_coordinator, stub_client):
     coord = await start_coordinator(min_clients=2, round_timeout_s=3, rounds=1, max_round_attempts=3)
     client = stub_client(coord.port)
@@ -100,6 +103,7 @@ async def test_round_without_quorum_is_retried_with_a_new_attempt(start_coordina
         assert db.execute("SELECT clients, examples, attempt FROM rounds WHERE round = 1").fetchone() == (2, 40, 2)
 
 
+@pytest.mark.slow
 async def test_round_fails_clearly_after_max_attempts_instead_of_hanging(start_coordinator, stub_client):
     coord = await start_coordinator(min_clients=2, round_timeout_s=2, rounds=2, max_round_attempts=2)
     client = stub_client(coord.port)
@@ -175,6 +179,7 @@ async def test_concurrent_uploads_are_each_folded_once(start_coordinator, stub_c
     np.testing.assert_allclose(final, start + (weights * np.arange(12)).sum() / weights.sum(), atol=1e-5)
 
 
+@pytest.mark.slow
 async def test_clients_unseen_for_client_timeout_are_not_selected(start_coordinator, stub_client):
     with use(ManualClock()) as clock:   # the registry's liveness timeout runs on a clock the test moves
         coord = await start_coordinator(min_clients=2, client_timeout_s=1.0)
@@ -187,6 +192,7 @@ async def test_clients_unseen_for_client_timeout_are_not_selected(start_coordina
         assert task.kind == pb.Task.FIT
 
 
+@pytest.mark.slow
 async def test_restarting_a_failed_run_retries_the_round_keeping_acknowledged_updates(start_coordinator, stub_client):
     coord = await start_coordinator(min_clients=2, round_timeout_s=2, rounds=1, max_round_attempts=1)
     client = stub_client(coord.port)
@@ -206,6 +212,7 @@ async def test_restarting_a_failed_run_retries_the_round_keeping_acknowledged_up
     np.testing.assert_allclose(final, start + 2.0, atol=1e-6)
 
 
+@pytest.mark.slow
 async def test_a_resumed_failed_round_selects_afresh_when_its_selected_client_left(start_coordinator, stub_client):
     coord = await start_coordinator(rounds=1, min_clients=1, fraction=0.5, round_timeout_s=1, max_round_attempts=1)
     client = stub_client(coord.port)

@@ -41,6 +41,7 @@ async def test_two_clients_complete_two_rounds_with_weighted_average(start_coord
     assert done.kind == pb.Task.DONE
 
 
+@pytest.mark.slow
 async def test_each_round_exports_a_model_plain_onnxruntime_runs(start_coordinator, stub_client):
     coord = await start_coordinator(rounds=2)
     client = stub_client(coord.port)
@@ -73,6 +74,7 @@ async def test_health_service_answers_serving(start_coordinator):
             assert reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
+@pytest.mark.slow
 async def test_join_lists_the_artifacts_and_download_matches_their_sha256(start_coordinator, stub_client,
                                                                           mlp_artifacts):
     coord = await start_coordinator()
@@ -177,6 +179,7 @@ async def test_leave_makes_a_client_unselectable(start_coordinator, stub_client)
     assert (await client.poll("client-a", model, wait_ms=3000)).kind == pb.Task.FIT
 
 
+@pytest.mark.slow
 async def test_memory_does_not_grow_with_the_number_of_updates(tmp_path, stub_client):
     """50 updates of a 5 M-parameter vector: peak traced memory stays a few vectors, not 50."""
     import tracemalloc

@@ -86,6 +86,7 @@ def uninterrupted(servers, tmp_path) -> dict[str, bytes]:
     return vector_files(state)
 
 
+@pytest.mark.slow
 def test_the_uninterrupted_run_is_fedadam_over_the_weighted_means(uninterrupted):
     g = np.frombuffer(uninterrupted["round-0001.f32"], dtype="<f4")
     optimizer = parse_server_optimizer(SPEC)
@@ -97,6 +98,7 @@ def test_the_uninterrupted_run_is_fedadam_over_the_weighted_means(uninterrupted)
     np.testing.assert_allclose(np.frombuffer(uninterrupted[FINAL], dtype="<f4"), g, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_sigkill_mid_round_after_an_acknowledged_update_gives_the_same_final_vector(servers, uninterrupted, tmp_path):
     state = tmp_path / "crashed"
     server = servers(state)
@@ -117,6 +119,7 @@ def test_sigkill_mid_round_after_an_acknowledged_update_gives_the_same_final_vec
     np.testing.assert_allclose(final_of(state), np.frombuffer(uninterrupted[FINAL], dtype="<f4"), atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", ["round.before_commit", "export.before_write", "export.before_mark",
                                    "export.after_mark"])
 def test_sigkill_while_a_round_aggregates_commits_or_exports_gives_the_same_final_vector(

@@ -188,6 +188,7 @@ def big_spool(tmp_path_factory) -> list[SpooledUpdate]:
     return updates
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", [Median(), TrimmedMean(0.2), Krum(2, 5)], ids=str)
 def test_spool_strategies_stay_far_below_holding_every_update_in_memory(big_spool, strategy):
     length = 1 << 21
@@ -234,6 +235,7 @@ async def test_a_clipping_round_bounds_each_clients_pull(start_coordinator, stub
     assert np.linalg.norm(delta) == pytest.approx(1.0 / 3, rel=1e-4)
 
 
+@pytest.mark.slow
 async def test_a_restarted_median_round_aggregates_the_replayed_and_new_updates(start_coordinator, stub_client):
     coord = await start_coordinator(min_clients=3, round_timeout_s=2, rounds=1, max_round_attempts=1,
                                     strategy="median")

@@ -111,6 +111,7 @@ def rows_of(tmp_path: Path, client_id: str) -> list[tuple]:
     return db(tmp_path, "SELECT round FROM submissions WHERE client_id = ?", client_id)
 
 
+@pytest.mark.slow
 def test_killed_after_the_coordinator_acknowledged_the_restarted_device_keeps_r_prime(server, tmp_path, doomed):
     address = server.start_with(rounds=2, min_clients=1)
     data, cache, expected = doomed(address, "after-ack")
@@ -125,6 +126,7 @@ def test_killed_after_the_coordinator_acknowledged_the_restarted_device_keeps_r_
         client.close()
 
 
+@pytest.mark.slow
 def test_killed_before_sending_while_the_round_is_open_the_restarted_device_delivers_it(server, tmp_path, doomed):
     address = server.start_with(rounds=2, min_clients=1, round_timeout_s=60)
     data, cache, expected = doomed(address, "before-send")
@@ -138,6 +140,7 @@ def test_killed_before_sending_while_the_round_is_open_the_restarted_device_deli
         client.close()
 
 
+@pytest.mark.slow
 def test_killed_before_the_coordinator_counted_it_the_restarted_device_keeps_c(server, tmp_path, digits, doomed):
     # a second device makes the round close at its deadline without the doomed device's update
     address = server.start_with(rounds=3, min_clients=1, min_available_clients=2, round_timeout_s=5)

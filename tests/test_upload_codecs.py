@@ -153,6 +153,7 @@ async def test_a_codec_the_run_does_not_allow_is_refused_and_join_announces_the_
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "not allowed in this run" in e.value.details()
 
 
+@pytest.mark.slow
 async def test_a_restart_replays_coded_updates_from_the_spool(start_coordinator, stub_client):
     coord = await start_coordinator(min_clients=2, rounds=1, round_timeout_s=2, max_round_attempts=1)
     client = stub_client(coord.port)
