@@ -84,14 +84,21 @@ async def test_round_closes_at_the_deadline_with_min_clients(start_coordinator, 
         assert db.execute("SELECT clients, attempt FROM rounds WHERE round = 1").fetchone() == (2, 1)
 
 
-@pytest.mark.slow
 async def test_round_without_quorum_is_retried_with_a_new_attempt(start_coordinator, stub_client):
-    coord = await start_coordinator(min_clients=2, round_timeout_s=3, rounds=1, max_round_attempts=3)
+    with use(ManualClock()) as clock:   # the round deadline passes when the test moves this clock
+        await _retried_with_a_new_attempt(start_coordinator, stub_client, clock)
+
+
+async def _retried_with_a_new_attempt(start_coordinator, stub_client, clock: ManualClock) -> None:
+    coord = await start_coordinator(min_clients=2, round_timeout_s=30, rounds=1, max_round_attempts=3)
     client = stub_client(coord.port)
     model = (await client.join("client-a")).model_id
     await client.join("client-b")
     await client.fit_round("client-a", model, 1.0, 10)
-    deadline = asyncio.get_running_loop().time() + 30       # attempt 1 times out with 1 of 2 updates
+    assert coord.engine.attempt == 1
+    clock.advance(31)                     # attempt 1's deadline passes with 1 of 2 updates
+    coord.engine.notify()                 # (the engine re-reads the clock when woken)
+    deadline = asyncio.get_running_loop().time() + 30
     while coord.engine.attempt < 2 and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.02)
     assert coord.engine.attempt == 2
