@@ -16,7 +16,7 @@ from fedort.clock import ManualClock, use
 from fedort.coordinator import RoundState
 from fedort.coordinator.round_engine import IllegalTransition
 from fedort.coordinator.selection import client_seed, sample_size, select_clients
-from coordinator_fixtures import mlp_artifacts, start_coordinator, stub_client  # noqa: F401
+from coordinator_fixtures import manual_clock, mlp_artifacts, pass_the_deadline, start_coordinator, stub_client  # noqa: F401
 from fedort.protos import fedort_v1_pb2 as pb
 
 
@@ -71,13 +71,13 @@ async def test_fraction_selects_the_seeded_subset(start_coordinator, stub_client
     assert fit == select_clients(ids, 2, seed=11, round=1, attempt=1)
 
 
-@pytest.mark.slow
-async def test_round_closes_at_the_deadline_with_min_clients(start_coordinator, stub_client):
-    coord = await start_coordinator(min_clients=2, min_available_clients=3, round_timeout_s=4, rounds=1)
+async def test_round_closes_at_the_deadline_with_min_clients(start_coordinator, stub_client, manual_clock):
+    coord = await start_coordinator(min_clients=2, min_available_clients=3, round_timeout_s=600, rounds=1)
     client = stub_client(coord.port)
     model = [await client.join(c) for c in ("client-a", "client-b", "client-c")][0].model_id
     await client.fit_round("client-a", model, 1.0, 10)
     await client.fit_round("client-b", model, 3.0, 10)      # client-c never reports
+    await pass_the_deadline(coord, manual_clock)
     outcome = await asyncio.wait_for(coord.wait_done(), 30)
     assert outcome.state is RoundState.DONE
     with sqlite3.connect(coord.state_dir / "state.db") as db:
@@ -110,13 +110,14 @@ async def _retried_with_a_new_attempt(start_coordinator, stub_client, clock: Man
         assert db.execute("SELECT clients, examples, attempt FROM rounds WHERE round = 1").fetchone() == (2, 40, 2)
 
 
-@pytest.mark.slow
-async def test_round_fails_clearly_after_max_attempts_instead_of_hanging(start_coordinator, stub_client):
-    coord = await start_coordinator(min_clients=2, round_timeout_s=2, rounds=2, max_round_attempts=2)
+async def test_round_fails_clearly_after_max_attempts_instead_of_hanging(start_coordinator, stub_client, manual_clock):
+    coord = await start_coordinator(min_clients=2, round_timeout_s=600, rounds=2, max_round_attempts=2)
     client = stub_client(coord.port)
     model = (await client.join("client-a")).model_id
     await client.join("client-b")
     await client.fit_round("client-a", model, 1.0, 10)
+    await pass_the_deadline(coord, manual_clock, attempt=1)
+    await pass_the_deadline(coord, manual_clock, attempt=2)
     outcome = await asyncio.wait_for(coord.wait_done(), 60)
     assert outcome.state is RoundState.FAILED
     assert "round 1 failed: 1 of the required 2 clients reported after 2 attempt(s)" in outcome.message
@@ -199,13 +200,14 @@ async def test_clients_unseen_for_client_timeout_are_not_selected(start_coordina
         assert task.kind == pb.Task.FIT
 
 
-@pytest.mark.slow
-async def test_restarting_a_failed_run_retries_the_round_keeping_acknowledged_updates(start_coordinator, stub_client):
-    coord = await start_coordinator(min_clients=2, round_timeout_s=2, rounds=1, max_round_attempts=1)
+async def test_restarting_a_failed_run_retries_the_round_keeping_acknowledged_updates(start_coordinator, stub_client,
+                                                                                      manual_clock):
+    coord = await start_coordinator(min_clients=2, round_timeout_s=600, rounds=1, max_round_attempts=1)
     client = stub_client(coord.port)
     model = (await client.join("client-a")).model_id
     await client.join("client-b")
     await client.fit_round("client-a", model, 1.0, 10)
+    await pass_the_deadline(coord, manual_clock)
     assert (await asyncio.wait_for(coord.wait_done(), 60)).state is RoundState.FAILED
     await coord.stop()
     again = await start_coordinator(min_clients=2, round_timeout_s=10, rounds=1, max_round_attempts=1)
@@ -219,9 +221,9 @@ async def test_restarting_a_failed_run_retries_the_round_keeping_acknowledged_up
     np.testing.assert_allclose(final, start + 2.0, atol=1e-6)
 
 
-@pytest.mark.slow
-async def test_a_resumed_failed_round_selects_afresh_when_its_selected_client_left(start_coordinator, stub_client):
-    coord = await start_coordinator(rounds=1, min_clients=1, fraction=0.5, round_timeout_s=1, max_round_attempts=1)
+async def test_a_resumed_failed_round_selects_afresh_when_its_selected_client_left(start_coordinator, stub_client,
+                                                                                   manual_clock):
+    coord = await start_coordinator(rounds=1, min_clients=1, fraction=0.5, round_timeout_s=600, max_round_attempts=1)
     client = stub_client(coord.port)
     model = (await client.join("client-a")).model_id
     await client.join("client-b")
@@ -233,6 +235,7 @@ async def test_a_resumed_failed_round_selects_afresh_when_its_selected_client_le
     (chosen,) = coord.engine.selected
     other = "client-b" if chosen == "client-a" else "client-a"
     await client.stub.Leave(pb.LeaveRequest(client_id=chosen, reason="gone"), timeout=10)
+    await pass_the_deadline(coord, manual_clock)
     outcome = await asyncio.wait_for(coord.wait_done(), 30)   # nobody reports: the round (and run) fail
     assert outcome.state is RoundState.FAILED
     await coord.stop(grace=0)
