@@ -253,7 +253,8 @@ def test_clients_reconnect_when_the_coordinator_is_killed_and_restarted(procs, t
     first.send_signal(signal.SIGKILL)
     first.wait(10)
     assert all(p.poll() is None for p in edges), "a client gave up when the coordinator died"
-    time.sleep(1.0)
+    wait_for(lambda: any("; retry " in p.err_path.read_text() for p in edges), 60,
+             "a client to meet the dead coordinator and retry")
     start_coordinator(procs, mlp_artifacts, state, port, name="coordinator-2", **flags)
     for p in edges:
         assert finish(p, 120) == 0, p.err_path.read_text()[-3000:]
