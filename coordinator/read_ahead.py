@@ -1,7 +1,8 @@
 """A file's bytes read and hashed in a thread of their own, a few steps ahead of the thread that uses them.
 
 A co-located update's take reads its file, hashes it (BLAKE3) and checks and folds it. In one thread
-those add up per update, and the fold thread takes a round's updates one after another: once the devices have written their files, the second core idles
+those add up per update, and the fold thread takes a round's updates one after another: once the
+devices have written their files, the second core idles
 while the last takes queue up. Here the reading and hashing run beside the check and fold, so a take
 costs about its check and fold in wall time when a core is free (a little more CPU for the hand-overs).
 

@@ -60,7 +60,8 @@ def _pool(workers: int, method: str = "spawn") -> cf.ProcessPoolExecutor:
 def _start_method() -> str:
     """"fork" while this process is still single-threaded and has loaded neither gRPC nor ONNX Runtime
     (Linux), else "spawn". A forked worker skips a fresh interpreter's start and the imports the parent
-    already made (numpy, the CLI), and it starts at once instead of later on a busy machine. Nothing a worker must not share exists yet: no gRPC channel or thread, no ORT
+    already made (numpy, the CLI), and it starts at once instead of later on a busy
+    machine. Nothing a worker must not share exists yet: no gRPC channel or thread, no ORT
     session; those it makes itself, as a spawned worker would."""
     import sys
     import threading

@@ -3,7 +3,8 @@
 Splitting is the `shamirs` library's (a maintained pure-Python implementation over a prime field:
 polynomial coefficients from `secrets.randbelow(p)`, shares at x = 1..n). Python's integers make a
 130-bit multiplication mod p far cheaper than pycryptodome's pure-Python GF(2^128) of the legacy
-scheme, and so a device's split of its seeds among its neighbours. A 16-byte secret s (big-endian, < 2^128 < p) is the polynomial's value at 0; a share's
+scheme, and so a device's split of its seeds among its neighbours.
+A 16-byte secret s (big-endian, < 2^128 < p) is the polynomial's value at 0; a share's
 value travels as 17 bytes big-endian.
 
 Reconstruction: `shamirs.interpolate` recomputes the Lagrange basis with T² modular inversions
