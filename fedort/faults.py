@@ -10,14 +10,19 @@ first): ACTION `kill` (default) ends the process at once with SIGKILL, as a powe
 would, after the log line is durable; `raise` raises `FaultInjected` (a plain exception, for the error
 paths). A point costs one dictionary lookup when nothing is armed. Points are named `area.moment`
 (`POINTS` lists them), so a test can assert which window it hit.
+
+In the test's own process, `with armed(NAME, action):` calls `action()` at each pass of NAME instead
+(to hold a thread at a point while the test acts, for example).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
+from typing import Callable, Iterator
 
 ENV, LOG_ENV = "FEDORT_FAULT", "FEDORT_FAULT_LOG"
 ACTIONS = ("kill", "raise")
@@ -54,10 +59,27 @@ def _parse(spec: str) -> dict[str, tuple[int, str]]:
 _ARMED = _parse(os.environ.get(ENV, ""))
 _HITS: dict[str, int] = {}
 _LOCK = threading.Lock()
+_ACTIONS: dict[str, Callable[[], None]] = {}
+
+
+@contextlib.contextmanager
+def armed(name: str, action: Callable[[], None]) -> Iterator[None]:
+    """Inside the block, every pass of point `name` in this process calls `action()` (tests)."""
+    if name not in POINTS:
+        raise ValueError(f"unknown fault point {name!r}; known points: {sorted(POINTS)}")
+    _ACTIONS[name] = action
+    try:
+        yield
+    finally:
+        _ACTIONS.pop(name, None)
 
 
 def fault_point(name: str) -> None:
     """Fire the fault armed at `name`, if any (see the module docstring); otherwise nothing."""
+    if _ACTIONS:
+        action = _ACTIONS.get(name)
+        if action is not None:
+            action()
     if not _ARMED or name not in _ARMED:
         return
     nth, action = _ARMED[name]
@@ -86,4 +108,4 @@ def _record(line: str) -> None:
             os.close(fd)
 
 
-__all__ = ["ACTIONS", "ENV", "LOG_ENV", "POINTS", "FaultInjected", "fault_point"]
+__all__ = ["ACTIONS", "ENV", "LOG_ENV", "POINTS", "FaultInjected", "armed", "fault_point"]
