@@ -33,6 +33,8 @@ POINTS = {
     "export.before_write": "the round committed durably; its export not yet begun",
     "export.before_mark": "the round's model files written; the export not yet recorded in the state",
     "export.after_mark": "the round's export recorded; the next step not yet taken",
+    "upload.before_send": "a device's update encoded (and journaled); nothing of it sent",
+    "upload.after_reply": "a device's upload answered (acknowledged, or refused as stale); the answer not yet recorded",
 }
 
 

@@ -30,35 +30,28 @@ from edge_support import config, db, digits, part, server  # noqa: F401 (fixture
 CODEC = "topk:0.05"
 
 DEVICE = r'''
-"""A top-k device that SIGKILLs itself at `when` (after-ack | before-send) of its first upload."""
+"""A top-k device that SIGKILLs itself at fault point `point` of its first upload:
+upload.before_send (nothing sent) or upload.after_reply (acknowledged, the answer never recorded)."""
 import os, signal, sys
 import numpy as np
 from fedort.edge_client import EdgeClient, EdgeConfig
-from fedort.edge_client.transport import Transport
+from fedort.faults import armed
 
-address, data, cache, when, expected = sys.argv[1:6]
+address, data, cache, point, expected = sys.argv[1:6]
 client = None
 
 
 def die() -> None:
     u = client._pending.update   # what this run keeps: r' if the upload counts, c if not
-    np.savez(expected, residual=u.residual, corrected=u.corrected, round=client._pending.round)
+    np.savez(expected, residual=u.residual, corrected=u.corrected, round=client._pending.round, point=point)
     os.kill(os.getpid(), signal.SIGKILL)
-
-
-class Dying(Transport):
-    def submit_update(self, *args, **kwargs):
-        if when == "before-send":
-            die()
-        reply = super().submit_update(*args, **kwargs)
-        die()   # acknowledged, but the answer is never recorded
-        return reply
 
 
 cfg = EdgeConfig(address, data=data, cache_dir=cache, name="doomed", poll_wait_ms=1000, insecure=True,
                  codec="''' + CODEC + r'''", topk_warmup="off")
-client = EdgeClient(cfg, transport=Dying(cfg.channel_config()))
-client.run()
+client = EdgeClient(cfg)
+with armed(point, die):
+    client.run()
 '''
 
 
@@ -81,13 +74,16 @@ def doomed(tmp_path, digits):
     procs: list[subprocess.Popen] = []
 
     def run(address: str, when: str):
+        point = {"before-send": "upload.before_send", "after-ack": "upload.after_reply"}[when]
         expected = tmp_path / "expected.npz"
         with open(tmp_path / "doomed.err", "wb") as err:
             p = subprocess.Popen([sys.executable, str(script), address, str(data), str(tmp_path / "cache-doomed"),
-                                  when, str(expected)], stderr=err, cwd=tmp_path)
+                                  point, str(expected)], stderr=err, cwd=tmp_path)
         procs.append(p)
         assert p.wait(120) == -signal.SIGKILL, (tmp_path / "doomed.err").read_text()[-3000:]
-        return data, tmp_path / "cache-doomed", {k: v[()] for k, v in np.load(expected).items()}
+        kept = {k: v[()] for k, v in np.load(expected).items()}
+        assert kept.pop("point") == point     # it died at that window, in its first upload
+        return data, tmp_path / "cache-doomed", kept
 
     yield run
     for p in procs:
