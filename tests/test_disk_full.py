@@ -16,7 +16,9 @@ import grpc
 import numpy as np
 import pytest
 
-from coordinator_fixtures import mlp_artifacts, start_coordinator, stub_client, wait_for_metric  # noqa: F401
+from coordinator_fixtures import (  # noqa: F401
+    manual_clock, mlp_artifacts, pass_the_deadline, start_coordinator, stub_client, wait_for_metric,
+)
 from fedort.coordinator import RoundState
 from fedort.coordinator.devices import DeviceStore
 from fedort.coordinator.state import StateStore
@@ -116,8 +118,8 @@ def fedort(*args: str) -> list[str]:
 
 
 @pytest.mark.slow
-async def test_an_edge_client_exits_non_zero_when_the_run_failed(start_coordinator, stub_client, tmp_path):
-    coord = await start_coordinator(rounds=1, min_clients=2, round_timeout_s=3, max_round_attempts=1)
+async def test_an_edge_client_exits_non_zero_when_the_run_failed(start_coordinator, stub_client, tmp_path, manual_clock):
+    coord = await start_coordinator(rounds=1, min_clients=2, round_timeout_s=600, max_round_attempts=1)
     idle = stub_client(coord.port)
     await idle.join("idle")                        # selected, never submits: the round fails at its deadline
     data = tmp_path / "client.npz"
@@ -127,7 +129,13 @@ async def test_an_edge_client_exits_non_zero_when_the_run_failed(start_coordinat
         *fedort("edge", "run", "--coordinator", f"127.0.0.1:{coord.port}", "--insecure", "--data", str(data),
                 "--cache-dir", str(tmp_path / "cache"), "--name", "dev", "--poll-wait-ms", "1000"),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    communicating = asyncio.ensure_future(proc.communicate())
+    for _ in range(3000):                          # until the device's update is in: then the deadline passes
+        if coord.engine.training is not None and len(coord.engine.training.reported) == 1:
+            break
+        await asyncio.sleep(0.02)
+    await pass_the_deadline(coord, manual_clock)
+    out, err = await asyncio.wait_for(communicating, 120)
     outcome = await asyncio.wait_for(coord.wait_done(), 60)
     assert outcome.state is RoundState.FAILED
     assert proc.returncode == 1, (out.decode(), err.decode())
