@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUN ?= runs/demo
 
-.PHONY: demo test bench protos clean
+.PHONY: demo test test-fast lint bench protos clean
 
 demo: $(VENV)/.installed
 	rm -rf $(RUN)
@@ -14,6 +14,16 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest
+
+# the fast tier: every test not marked `slow`, spread over the cores (pytest-xdist); under a minute
+test-fast: $(VENV)/.installed
+	$(BIN)/python -m pytest -m "not slow" -n auto -q
+
+# static checks of the product code: ruff's linter and its formatter (configured in pyproject.toml)
+LINTED := fedort coordinator edge_client protos simulations
+lint: $(VENV)/.installed
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
 
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/run_all.py
@@ -27,7 +37,7 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	@# bytecode for the editable checkout (pip compiles a wheel's modules, not these): without it, a shell with
-	@# PYTHONDONTWRITEBYTECODE set compiles ~150 modules in every process of every run (~0.1 s per run)
+	@# PYTHONDONTWRITEBYTECODE set compiles ~150 modules in every process of every run
 	$(BIN)/python -m compileall -q fedort coordinator edge_client protos simulations
 	@touch $@
 

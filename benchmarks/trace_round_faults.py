@@ -7,8 +7,8 @@ minor faults and CPU ticks (/proc/PID/stat) every 20 ms. Per steady round (round
 between two TRAINING transitions) it reports the medians, and how many rounds hit a step's slow mode.
 
 Why: on a VM that hands freed guest memory back to its host (free page reporting), the first touch
-of such a page costs a host fault, so a fresh 20 MB array or a new 20 MB file's page cache can cost
-30-70 ms instead of 3-4 (benchmarks/README.md, issue 12 part 8). Page-cache pages a write allocates
+of such a page costs a host fault, so a fresh 20 MB array or a new 20 MB file's page cache costs
+many times a write into mapped memory. Page-cache pages a write allocates
 are no minor faults: the step's thread CPU shows them instead.
 
     python benchmarks/trace_round_faults.py --trials 3

@@ -63,9 +63,9 @@ def server_options(config: CoordinatorConfig) -> list[tuple[str, int]]:
         # gRPC sets SO_REUSEPORT by default: a second coordinator would bind the same port and split the devices
         ("grpc.so_reuseport", 0),
         # A fixed per-stream receive window instead of BDP probing, which grew each upload's window
-        # to ~the whole update while the event loop drained 50 streams (issue 13: 1.2 GB peak RSS for
-        # 50 concurrent 20 MB uploads). Memory is then O(concurrent uploads x (window + chunk)):
-        # benchmarks/bench_upload_memory.py. 256 KiB still allows ~2.5 MB/s per stream at 100 ms RTT.
+        # to ~the whole update while the event loop drained many streams, so peak memory grew
+        # with the updates' size. Memory is then O(concurrent uploads x (window + chunk)):
+        # benchmarks/bench_upload_memory.py. The window bounds a stream's rate to window / RTT.
         ("grpc.http2.bdp_probe", 0),
         ("grpc.http2.lookahead_bytes", UPLOAD_WINDOW_BYTES),
     ]

@@ -20,7 +20,7 @@ from fedort.common.lazy import lazy_exports
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
-    # training core (issue 2)
+    # training core
     "TrainingSession": "fedort.ort.session",
     "SessionConfig": "fedort.ort.session",
     "TrainingModule": "fedort.edge_client.training.module",
@@ -42,7 +42,7 @@ _EXPORTS: dict[str, str] = {
     "VectorError": "fedort.common.errors",
     "ArtifactError": "fedort.common.errors",
     "TrainingError": "fedort.common.errors",
-    # edge runtime (issue 4)
+    # edge runtime
     "EdgeClient": "fedort.edge_client.client.edge_client",
     "EdgeConfig": "fedort.edge_client.client.edge_client",
 }

@@ -39,8 +39,8 @@ _export, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 
 def __getattr__(name: str):
-    """`__version__` is read from the installed metadata on first use (importlib.metadata costs
-    ~15 ms, paid by every spawned simulation worker otherwise); other names load their module."""
+    """`__version__` is read from the installed metadata on first use (importlib.metadata is not
+    free, and every spawned simulation worker would pay for it otherwise); other names load their module."""
     if name != "__version__":
         return _export(name)
     from importlib.metadata import PackageNotFoundError, version

@@ -11,11 +11,15 @@ gencode). Such stubs carry no runtime-version check and import with every protob
 older protobuf. grpcio-tools 1.62 itself needs protobuf < 5, so it does not go into fedort's own
 environment: when the installed grpcio-tools is not that version, the generator runs it in a
 throwaway environment made by `uv` (`pip install uv`) from the package registry.
+
+Each stub ends with a stamp line, the sha256 of the .proto it was generated from (`STAMP`), so a test
+tells offline that the stubs are stale when the .proto changed without regenerating them.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import shutil
 import subprocess
 import sys
@@ -27,6 +31,18 @@ HERE = Path(__file__).resolve().parent
 OUTPUTS = ("fedort_v1_pb2.py", "fedort_v1_pb2.pyi", "fedort_v1_pb2_grpc.py", "fedort_v1_connect.py")
 GRPCIO_TOOLS = "1.62.3"
 CONNECT_PLUGIN = "0.9.0"   # protoc-gen-connect-python, matching the connect-python runtime of fedort[web]
+STAMP = "# generated from fedort_v1.proto, sha256 "
+
+
+def proto_sha256(proto: Path = HERE / PROTO) -> str:
+    """The hex sha256 of the .proto's bytes (what the stubs' stamp line records)."""
+    return hashlib.sha256(proto.read_bytes()).hexdigest()
+
+
+def stamped_sha256(stub: Path) -> str | None:
+    """The .proto sha256 a generated stub records in its last line, or None if it has no stamp."""
+    lines = stub.read_text().splitlines()
+    return lines[-1][len(STAMP):].strip() if lines and lines[-1].startswith(STAMP) else None
 
 
 def _installed_tools_version() -> str | None:
@@ -68,8 +84,10 @@ def generate(out_dir: Path) -> list[Path]:
             raise SystemExit("protoc failed")
         out_dir.mkdir(parents=True, exist_ok=True)
         written = []
+        stamp = f"{STAMP}{proto_sha256()}\n"
         for name in OUTPUTS:
-            shutil.copyfile(Path(tmp) / "fedort" / "protos" / "stubs" / name, out_dir / name)
+            text = (Path(tmp) / "fedort" / "protos" / "stubs" / name).read_text()
+            (out_dir / name).write_text(text + ("" if text.endswith("\n") else "\n") + stamp)
             written.append(out_dir / name)
         return written
 

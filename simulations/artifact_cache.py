@@ -1,6 +1,6 @@
 """Built-in models' training artifacts, built once per machine and reused by every run.
 
-Building the artifacts of a built-in model costs a run ~0.1-0.3 s of its start-up (importing
+Building the artifacts of a built-in model costs a run part of its start-up (importing
 `onnx` and ORT's artifact generator, building the graph, opening it once to read its names),
 and the result is fixed by its inputs: the model, its seed, the optimizer, the loss, the
 versions of onnx / ONNX Runtime / numpy and the source of fedort's builder. Those inputs name a
@@ -20,6 +20,9 @@ import shutil
 import uuid
 from pathlib import Path
 
+from fedort.common.cache_root import cache_root
+from fedort.ort.artifacts import Manifest, copy_artifacts
+from fedort.common.errors import ArtifactError
 from fedort.ort.artifacts import Manifest, copy_artifacts
 from fedort.common.errors import ArtifactError
 
@@ -31,11 +34,6 @@ LOSS = "cross-entropy"          # the built-in models' loss (build_artifacts' de
 _BUILDER_SOURCES = ("fedort/ort/models.py", "fedort/ort/artifacts.py", "fedort/ort/_training_api.py")
 _DISTRIBUTIONS = {"onnx": ("onnx",), "onnxruntime": ("onnxruntime-training-cpu", "onnxruntime-training", "onnxruntime"),
                   "numpy": ("numpy",)}
-
-
-def cache_root() -> Path:
-    """The simulation cache: $XDG_CACHE_HOME/fedort (default ~/.cache/fedort)."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fedort"
 
 
 def artifacts_key(model: str, seed: int, optimizer: str) -> dict:

@@ -60,8 +60,8 @@ def _pool(workers: int, method: str = "spawn") -> cf.ProcessPoolExecutor:
 def _start_method() -> str:
     """"fork" while this process is still single-threaded and has loaded neither gRPC nor ONNX Runtime
     (Linux), else "spawn". A forked worker skips a fresh interpreter's start and the imports the parent
-    already made (numpy, the CLI): ~0.1 s of CPU each, and it starts at once instead of 0.1-0.6 s later
-    on a busy machine. Nothing a worker must not share exists yet: no gRPC channel or thread, no ORT
+    already made (numpy, the CLI), and it starts at once instead of later on a busy
+    machine. Nothing a worker must not share exists yet: no gRPC channel or thread, no ORT
     session; those it makes itself, as a spawned worker would."""
     import sys
     import threading
@@ -94,7 +94,7 @@ class LocalBackend:
         self._futures: list[cf.Future] = []
 
     def prepare(self, workers: int) -> None:
-        """Start the worker processes now, so their imports (~1-2 s) overlap the run's preparation."""
+        """Start the worker processes now, so their imports overlap the run's preparation."""
         self._pool = _pool(workers, _start_method())
         # a spawn pool starts a process per task submitted while none is idle (a fork pool starts all
         # at the first): one task each
@@ -166,7 +166,7 @@ class RayBackend:
 
     def _init_local(self, attempts: int = 3, **kwargs) -> None:
         """Start a local Ray instance, trying again a few times: now and then its GCS or raylet
-        misses Ray's own start-up timeouts on a busy 2-core machine ("Timed out waiting for file
+        misses Ray's own start-up timeouts on a busy machine ("Timed out waiting for file
         .../gcs_server_port", "The current node timed out during startup"), raised as
         RuntimeError or a bare Exception."""
         for attempt in range(1, attempts + 1):
@@ -213,7 +213,7 @@ def make_backend(name: str, *, ray_address: str | None = None, num_cpus: int | N
 
 def prepared_backend(cfg: SimulationConfig) -> Backend:
     """The run's backend; local worker processes are spawned at once, so that their start-up
-    (interpreter, ONNX Runtime, gRPC: 1-2 s on a busy machine) overlaps everything the run does
+    (interpreter, ONNX Runtime, gRPC) overlaps everything the run does
     before it needs them, the caller's own imports included (call this before importing the runner)."""
     workers = max(1, min(cfg.worker_count, cfg.clients))
     backend = make_backend(cfg.backend, ray_address=cfg.ray_address, num_cpus=workers)

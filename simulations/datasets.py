@@ -20,6 +20,9 @@ from typing import Sequence
 
 import numpy as np
 
+from fedort.common.cache_root import cache_root
+from fedort.common.errors import ConfigError, DataError
+from fedort.common.client_data import Arrays, read_npz
 from fedort.common.errors import ConfigError, DataError
 from fedort.common.client_data import Arrays, read_npz
 
@@ -60,15 +63,14 @@ def load_digits_split(test_fraction: float = 0.2, seed: int = 0) -> tuple[Arrays
 
 
 def _split_cache(test_fraction: float, seed: int) -> Path:
-    """Where the split is cached: importing scikit-learn costs 1-4 s per run, the split is fixed by its inputs."""
+    """Where the split is cached: importing scikit-learn is slow, the split is fixed by its inputs."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
         sk = version("scikit-learn")
     except PackageNotFoundError:
         sk = "none"
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fedort"
-    return root / f"digits-split-{test_fraction!r}-{seed}-sklearn{sk}.npz"
+    return cache_root() / f"digits-split-{test_fraction!r}-{seed}-sklearn{sk}.npz"
 
 
 def _digits_split(test_fraction: float, seed: int) -> tuple[Arrays, Arrays]:

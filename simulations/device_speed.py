@@ -10,7 +10,7 @@ gives every client the same speed in every run and under every backend:
 | `lognormal:SIGMA` | exp(SIGMA·z), z ~ N(0, 1): median 1, log-std SIGMA ≥ 0 |
 | `slow:F:K` | exactly round(F·N) clients (seeded choice) are K× slower (0 ≤ F ≤ 1, K ≥ 1), the rest 1 |
 
-`slow:0.3:10` is the issue's "30 % of devices 10× slower". Simulated compute time of a local
+`slow:0.3:10` makes 30 % of devices 10× slower. Simulated compute time of a local
 round: `compute_seconds(factor, steps, step_seconds)`. The simulation honours them on a virtual
 clock (`simulations/virtual_clock.py`, `--device-speed`).
 """

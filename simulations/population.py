@@ -15,6 +15,8 @@ from typing import Sequence
 
 import numpy as np
 
+from fedort.common.client_data import ClientData, read_npz
+from fedort.common.errors import ConfigError
 from fedort.common.client_data import read_npz
 from fedort.common.errors import ConfigError
 from fedort.simulations.datasets import Arrays, load_digits_split, load_npz_folder, save_npz, subset
@@ -63,6 +65,11 @@ class DataSource:
             return read_npz(self.folder)
         return None
 
+    def describe(self, client: VirtualClient) -> str:
+        """Where a client's rows of the shared training arrays come from (what its data errors name)."""
+        split = f"{self.folder}" if self.kind == "npz" else f"the digits training split (seed {self.seed})"
+        return f"{split}, the rows of {client.client_id}"
+
 
 @dataclass(frozen=True)
 class VirtualClient:
@@ -85,10 +92,11 @@ class ClientArrays:
     def _train(self) -> Arrays | None:
         return self.source.train()
 
-    def for_client(self, client: VirtualClient) -> Arrays:
+    def for_client(self, client: VirtualClient) -> ClientData:
+        """The client's arrays, named after where they came from, so that a data error names the file."""
         if client.indices is not None:
-            return subset(self._train, client.indices)
-        return read_npz(client.file)
+            return ClientData.from_arrays(subset(self._train, client.indices), source=self.source.describe(client))
+        return ClientData.load(client.file)
 
 
 @dataclass(frozen=True)

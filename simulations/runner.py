@@ -95,7 +95,7 @@ def coordinator_config(cfg: SimulationConfig, artifacts: Path, state_dir: Path, 
         codecs=("raw",) if cfg.codec == "raw" else ("raw", _family(cfg.codec)),   # the run allows what its clients use
         **{k: getattr(cfg, k) for k in PRIVACY_KEYS},
         # local, loopback-only run of our own virtual clients: plaintext, no device tokens, no rate limits (all
-        # its clients join from one address: the deployed 600 joins/min per address cost 1,000 clients 40 s)
+        # its clients join from one address, which the deployed per-address limit would throttle)
         insecure=True, auth="open", submissions_per_minute=0, joins_per_minute=0, joins_per_minute_per_address=0,
     )
 
@@ -163,7 +163,7 @@ def _run(cfg: SimulationConfig, out: Path, backend, started: float) -> Simulatio
     figure = _BlankFigure()
     try:
         backend.start(plans)
-        # the plot's imports (~0.3 s of CPU) and its empty figure while the rounds run: the main thread only
+        # the plot's imports and its empty figure while the rounds run: the main thread only
         # watches progress
         figure.start()
         while True:

@@ -82,8 +82,8 @@ _preopened: dict[int, TrainingSession] = {}   # intra-op threads -> a session op
 def preopen_session(folder: str | Path, intra_op_threads: int = 1) -> None:
     """Open the shared session from the run's own artifacts (co-located) while the coordinator starts.
 
-    The first join then neither downloads the artifacts nor opens a session (0.06-0.25 s before the
-    first round); a failure here is left for that join to report."""
+    The first join then neither downloads the artifacts nor opens a session before the
+    first round; a failure here is left for that join to report."""
     if intra_op_threads in _preopened:
         return
     try:

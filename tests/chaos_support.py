@@ -10,6 +10,7 @@ as a subprocess that a test may SIGKILL and restart on the same state dir.
 from __future__ import annotations
 
 import dataclasses
+import os
 import signal
 import sqlite3
 import subprocess
@@ -126,16 +127,36 @@ def serve_command(artifacts: Path, state_dir: Path, port_file: Path, **flags) ->
     return args + open_access_flags()
 
 
-class CoordinatorProcess:
-    """One `fedort coordinator serve` process on a state dir; `kill()` SIGKILLs it."""
+def fault_env(fault: str | None, fault_log: Path) -> dict[str, str] | None:
+    """The environment of a process armed with fedort.common.faults point `fault` (None: the plain environment)."""
+    if fault is None:
+        return None
+    fault_log.unlink(missing_ok=True)
+    return {**os.environ, "FEDORT_FAULT": fault, "FEDORT_FAULT_LOG": str(fault_log)}
 
-    def __init__(self, artifacts: Path, state_dir: Path, log: Path, wait_ready: bool = True, **flags) -> None:
+
+def fault_fired(proc: subprocess.Popen, fault_log: Path, log: Path, timeout: float = 60.0) -> str:
+    """Wait for a process armed by `fault_env` to kill itself; the point that fired ("NAME@N kill")."""
+    assert proc.wait(timeout) == -signal.SIGKILL, f"the process ended with {proc.returncode}, not at its fault point; see {log}"
+    assert fault_log.exists(), f"the process was SIGKILLed but no fault point fired; see {log}"
+    return fault_log.read_text().strip()
+
+
+class CoordinatorProcess:
+    """One `fedort coordinator serve` process on a state dir; `kill()` SIGKILLs it.
+
+    `fault`: a fedort.common.faults spec (`NAME@N`); the process then kills itself there, and `fault_fired()`
+    says which point it died at."""
+
+    def __init__(self, artifacts: Path, state_dir: Path, log: Path, wait_ready: bool = True,
+                 fault: str | None = None, **flags) -> None:
         self.port_file = state_dir.parent / f"{state_dir.name}.port"
         self.port_file.unlink(missing_ok=True)
         self.log = log
+        self.fault_log = state_dir.parent / f"{state_dir.name}.faults"
         with open(log, "ab") as err:
             self.proc = subprocess.Popen(serve_command(artifacts, state_dir, self.port_file, **flags),
-                                         stdout=subprocess.DEVNULL, stderr=err)
+                                         stdout=subprocess.DEVNULL, stderr=err, env=fault_env(fault, self.fault_log))
         self.port: int | None = None
         self.channel: grpc.Channel | None = None
         self.stub: pb_grpc.CoordinatorStub | None = None
@@ -154,6 +175,13 @@ class CoordinatorProcess:
         self.channel = grpc.insecure_channel(f"127.0.0.1:{self.port}")
         self.stub = pb_grpc.CoordinatorStub(self.channel)
         return True
+
+    def fault_fired(self, timeout: float = 60.0) -> str:
+        """Wait until the process killed itself at its armed fault point; that point ("NAME@N kill")."""
+        fired = fault_fired(self.proc, self.fault_log, self.log, timeout)
+        if self.channel is not None:
+            self.channel.close()
+        return fired
 
     def kill(self) -> None:
         if self.proc.poll() is None:

@@ -18,6 +18,24 @@ from fedort.ort.artifacts import build_artifacts
 from fedort.ort.models import cnn, mlp
 
 
+def pytest_configure(config) -> None:
+    """The whole run (every xdist worker included) caches into one fresh folder, never ~/.cache/fedort.
+
+    Set before any test imports fedort's caches; xdist workers start after this and inherit it, so
+    they share the run's folder (the caches are safe for concurrent processes). Removed at the end."""
+    if hasattr(config, "workerinput"):     # an xdist worker: the controller has set it
+        return
+    folder = tempfile.mkdtemp(prefix="fedort-test-cache-")
+    os.environ["FEDORT_CACHE_DIR"] = folder
+    config._fedort_cache_dir = folder
+
+
+def pytest_unconfigure(config) -> None:
+    folder = getattr(config, "_fedort_cache_dir", None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def _digits_split(test_fraction: float = 0.2, seed: int = 0) -> tuple[dict, dict]:
     try:
         from fedort.simulations.datasets import load_digits_split

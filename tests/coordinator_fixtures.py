@@ -16,6 +16,11 @@ import grpc
 import numpy as np
 import pytest
 
+from fedort.common.clock import ManualClock, use
+from fedort.coordinator import Coordinator, CoordinatorConfig, RoundState
+from fedort.protos.stubs import fedort_v1_pb2 as pb
+from fedort.protos.stubs import fedort_v1_pb2_grpc as pb_grpc
+from fedort.protos.vector_stream import CHUNK_BYTES
 from fedort.coordinator import Coordinator, CoordinatorConfig
 from fedort.protos.stubs import fedort_v1_pb2 as pb
 from fedort.protos.stubs import fedort_v1_pb2_grpc as pb_grpc
@@ -207,3 +212,23 @@ async def wait_for_metric(coordinator: Coordinator, name: str, ok, labels: dict[
             return value
         assert asyncio.get_running_loop().time() < deadline, f"{name}{labels or ''} stayed at {value}"
         await asyncio.sleep(0.01)
+
+
+@pytest.fixture
+def manual_clock():
+    """The process's clock (fedort.common.clock) replaced by one the test moves, for deadlines and timeouts."""
+    with use(ManualClock()) as clock:
+        yield clock
+
+
+async def pass_the_deadline(coord, clock: ManualClock, attempt: int = 1) -> None:
+    """Once attempt `attempt` of the open round is training, move `clock` past its deadline and wake the engine."""
+    engine = coord.engine
+    for _ in range(1500):
+        if engine.attempt == attempt and engine.state is RoundState.TRAINING and engine.deadline_ms:
+            break
+        await asyncio.sleep(0.02)
+    else:
+        raise AssertionError(f"attempt {attempt} did not start training (attempt {engine.attempt}, {engine.state})")
+    clock.advance(max(0.0, engine.deadline_ms / 1000 - clock.now()) + 1)
+    engine.notify()

@@ -35,6 +35,7 @@ def wheel(tmp_path_factory) -> zipfile.ZipFile:
         yield z
 
 
+@pytest.mark.slow
 def test_the_wheels_only_top_level_name_is_fedort(wheel):
     names = wheel.namelist()
     tops = {n.split("/")[0] for n in names}

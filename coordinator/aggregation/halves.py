@@ -1,7 +1,7 @@
 """Elementwise numpy work on a large vector split over two threads.
 
 numpy's ufuncs release the GIL, so the two halves of a 5 M-value divide run on two cores: the commit's
-FedAvg mean (float64 sum / Σ w, rounded to float32) takes ≈ 1.6 instead of ≈ 2.7 ms on the 2-core VM, on
+FedAvg mean (float64 sum / Σ w, rounded to float32) takes less wall time when a second core is free; it is on
 the round's critical path, where the devices wait for the next task. Each element is computed exactly as
 in one pass, so the bits are the same.
 """

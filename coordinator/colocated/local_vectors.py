@@ -29,7 +29,7 @@ counted leaves the aggregator `stale`, and the round's close refolds the counted
 their durable copies (`RoundAggregator.rebuild`): what is acknowledged is still exactly what is summed.
 
 Who hashes (protocol 1.6): the update's digest names it in its row and in a resend (coordinator/engine/resubmission.py).
-Hashing it on both sides cost a 5 M round two BLAKE3 passes over each 20 MB update on a 2-core host, so a
+Hashing it on both sides would cost two BLAKE3 passes over each update, so a
 device may leave the digest value of its first attempt empty and the coordinator records the digest of the
 bytes it read and folded (it hashes them anyway); a resend carries the digest, as a streamed update always
 does. The recorded digest is then always the coordinator's own reading of the spooled bytes.
@@ -46,14 +46,14 @@ that keeps the file open could still change it after the check.
 Recycling (`recycle`): a committed round's spool files are moved into FREE (at most KEEP_FREE files,
 KEEP_FREE_BYTES; emptied when the coordinator starts and closes) instead of being deleted, and a device claims one by renaming it to its update's
 name and overwrites it in place (edge_client/uploads/local_vectors.py). Overwriting pages the page cache
-already holds, on blocks the file already has, costs a 20 MB update ≈ 12 ms less than a new file
-(no page allocation, no block allocation in the fsync, no unlink freeing 5,000 pages later). The
+already holds, on blocks the file already has, costs less than a new file
+(no page allocation, no block allocation in the fsync, no unlink freeing its pages later). The
 checks above are the same whatever file the device wrote into.
 
 Download (`publish`): each new global vector is hard-linked as global/<sha256 hex>.f32 (the files
 in vectors/ are written once and replaced by rename, never changed in place). FIT tasks also carry
-the vector's BLAKE3 (`file_digest`, protocol 1.5), so a device checks the file it reads in ≈ 2 ms
-instead of sha256's ≈ 10 ms per 20 MB, against a digest that came over its gRPC channel; the device checks
+the vector's BLAKE3 (`file_digest`, protocol 1.5), so a device checks the file it reads with the faster
+digest, against a digest that came over its gRPC channel; the device checks
 its length and sha256 against the Task. The two newest stay.
 """
 

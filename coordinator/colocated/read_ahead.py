@@ -1,11 +1,10 @@
 """A file's bytes read and hashed in a thread of their own, a few steps ahead of the thread that uses them.
 
-A co-located update's take reads its 20 MB file (≈ 0.6 ms per 5 M values), hashes it (BLAKE3 ≈ 2.5 ms) and
-checks and folds it (≈ 3.7 ms). In one thread that is ≈ 6.5 ms per update, and the fold thread takes a
-round's updates one after another: once the devices have written their files, the second core idles
+A co-located update's take reads its file, hashes it (BLAKE3) and checks and folds it. In one thread
+those add up per update, and the fold thread takes a round's updates one after another: once the
+devices have written their files, the second core idles
 while the last takes queue up. Here the reading and hashing run beside the check and fold, so a take
-costs ≈ 3.7 ms of wall time when a core is free (≈ 1 ms more CPU for the hand-overs); benchmarks/README.md,
-issue 12 part 12.
+costs about its check and fold in wall time when a core is free (a little more CPU for the hand-overs).
 
 The reader stays at most SLOTS steps ahead, in a pooled ring of SLOTS slots, and waits on nothing but its
 own consumer's progress and the disk; `close` (the context manager's exit) stops it and waits for it, so
@@ -46,7 +45,7 @@ class ReadAhead:
             return
         self._ring = _RINGS.take(SLOTS * self.step // 4)
         self._mem = memoryview(self._ring).cast("B")
-        # a thread of its own (≈ 0.05 ms): a shared pool's readers would wait for their consumers while
+        # a thread of its own (cheap to start): a shared pool's readers would wait for their consumers while
         # other consumers wait for a reader the pool cannot start
         self._thread = threading.Thread(target=self._run, name="fedort-read-ahead", daemon=True)
         self._thread.start()

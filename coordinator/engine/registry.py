@@ -8,10 +8,14 @@ counts as seen when it last joined or left, until its next RPC.
 from __future__ import annotations
 
 import secrets
-import time
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
+from fedort.common import clock
+from fedort.coordinator.rpc.join_limits import clip
+from fedort.coordinator.state.store import StateStore, now_ms
+from fedort.coordinator.state.schema import ClientRow
+from fedort.common.errors import NotFoundError, ProtocolError
 from fedort.coordinator.rpc.client_ids import CLIENT_ID, check_new_client_id
 from fedort.coordinator.rpc.join_limits import clip
 from fedort.coordinator.state.store import StateStore, now_ms
@@ -23,7 +27,7 @@ from fedort.common.errors import NotFoundError, ProtocolError
 @dataclass
 class _Client:
     row: ClientRow
-    last_seen: float  # time.time()
+    last_seen: float  # clock.now()
 
 
 class ClientRegistry:
@@ -83,8 +87,9 @@ class ClientRegistry:
     def touch(self, client_id: str) -> None:
         """Note an RPC from `client_id` (NotFoundError if it never joined)."""
         client = self.require(client_id)
-        was = self._available(client, time.time())
-        client.last_seen = time.time()
+        now = clock.now()
+        was = self._available(client, now)
+        client.last_seen = now
         if not was and client.row.active:
             self._on_change()
 
@@ -99,7 +104,7 @@ class ClientRegistry:
 
     def available(self) -> list[str]:
         """Ids of clients that may be selected now: joined, not left, seen within the timeout (sorted)."""
-        now = time.time()
+        now = clock.now()
         return sorted(cid for cid, c in self._clients.items() if self._available(c, now))
 
     def active_count(self) -> int:

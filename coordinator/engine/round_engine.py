@@ -42,6 +42,30 @@ from fedort.coordinator.export.inference import Exporter
 from fedort.coordinator.colocated.local_vectors import LocalVectorDir
 from fedort.coordinator.rpc.monitoring import Monitoring
 from fedort.coordinator.engine.recovery import acknowledged_updates, recover, save_server_state
+from fedort.coordinator.engine.registry import ClientRegistry
+from fedort.coordinator.engine.round_deadline import wait_for_close
+from fedort.coordinator.engine.selection import sample_size, select_clients
+from fedort.coordinator.aggregation.server_optimizers.stage import configured_strategy
+from fedort.coordinator.state.store import StateStore, now_ms
+from fedort.coordinator.state.schema import TransitionRow
+from fedort.coordinator.state.storage import retry_when_full
+from fedort.common.durable import atomic_write, drop_cached
+from fedort.common.faults import fault_point
+from fedort.coordinator.engine.task_dispatch import TaskDispatch
+from fedort.coordinator.export.round_exports import RoundExports
+from fedort.coordinator.engine.training_round import GlobalVector, TrainingRound
+from fedort.coordinator.uploads.spool_free import FreeSpoolFiles
+from fedort.coordinator.uploads.intake import Uploads
+from fedort.protos.vector_stream import vector_digest
+from fedort.common.errors import FedortError
+from fedort.common.round_state import RoundRowState, RoundState, RunState
+from fedort.coordinator.rpc.download_delta import DownloadDeltas
+from fedort.coordinator.engine.evaluation import EvaluationPhase
+from fedort.coordinator.privacy.round_privacy import PrivacyPlan
+from fedort.coordinator.export.inference import Exporter
+from fedort.coordinator.colocated.local_vectors import LocalVectorDir
+from fedort.coordinator.rpc.monitoring import Monitoring
+from fedort.coordinator.engine.recovery import acknowledged_updates, recover, save_server_state
 from fedort.coordinator.engine.refused_aggregate import candidate, commit_or_retry
 from fedort.coordinator.engine.registry import ClientRegistry
 from fedort.coordinator.engine.round_deadline import wait_for_close
@@ -112,7 +136,7 @@ class RoundEngine(TaskDispatch, RoundExports):
         self.uploads = Uploads(self)
         self.download_deltas = DownloadDeltas(self)
         self.secagg = None
-        if config.secagg:   # imported only for a masked run: the protocol and its key agreement (~20 ms)
+        if config.secagg:   # imported only for a masked run: the protocol and its key agreement
             from fedort.coordinator.privacy.secagg.secure_round import SecAggRound
 
             self.secagg = SecAggRound(self)
@@ -333,6 +357,7 @@ class RoundEngine(TaskDispatch, RoundExports):
         `defer`: the round's row is committed with the next transaction, the next round's open (one WAL
         fsync for both); no task of the next round exists before that transaction, so nothing acts on
         an uncommitted round, and a crash in between replays it from its durable updates."""
+        fault_point("round.before_commit")
         r = self.training
         t0 = time.perf_counter()
         if r.aggregator.stale:   # an update folded while checked was not counted (uploads): refold the counted ones
@@ -352,7 +377,7 @@ class RoundEngine(TaskDispatch, RoundExports):
             log.info("round %d: %s aggregated %d spooled updates in %.1f ms", self.round, self.strategy,
                      result.updates, 1000 * (time.perf_counter() - t0))
         vector = result.vector
-        # a large vector's sha256 (≈ 10 ms per 20 MB) runs in a thread while the files are written, not on the loop
+        # a large vector's sha256 runs in a thread while the files are written, not on the loop
         hashing = None if small else asyncio.ensure_future(asyncio.to_thread(vector_digest, vector))
         sha = vector_digest(vector) if small else b""
         # devices check the file they read or the stream they receive with BLAKE3: computed beside the sha256

@@ -11,8 +11,8 @@ trainable initializer's bytes sit in it. So for a model whose trainable paramete
     models/round-000N/model.onnx.data   a hard link to vectors/round-000{N+1}.f32
 
 instead of a 20 MB spliced copy per 5 M round: no copy, no hash (model.json records the data
-file's sha256, which is the committed vector's), no fresh page-cache pages (on the 2-vCPU
-Firecracker VM, whose freed pages go back to the host, writing 20 MB into a new file costs 4-50 ms).
+file's sha256, which is the committed vector's), no fresh page-cache pages (costly on a VM whose
+freed pages go back to the host).
 `onnxruntime.InferenceSession(path)` and `onnx.load(path)` read it unchanged; the folder (both
 files) travels together. An older round's folder stays valid: its link keeps its vector's bytes.
 The link is made under a temporary name and renamed over the data file, so a re-export (recovery)

@@ -142,8 +142,8 @@ class Exporter:
 
     def prepare(self, vector: np.ndarray) -> None:
         """Learn where the parameters sit in the exported model (export_splice) from `vector` now, before the
-        first export: the two ORT exports it takes (≈ 0.3 s of CPU for 5 M values) then run while clients
-        join, not beside the run's second round, which they slowed to twice a steady round's time."""
+        first export: the two ORT exports it takes then run while clients
+        join, not beside the run's second round, which they would slow down."""
         if self._learned:
             return
         try:

@@ -10,6 +10,8 @@ connection (`side_writer`), so the event loop never waits on its fsync.
 from __future__ import annotations
 
 import asyncio
+import logging
+import threading
 
 import numpy as np
 
@@ -17,6 +19,10 @@ from fedort.coordinator.state.integrity import read_verified_vector
 from fedort.coordinator.engine.recovery import drop_spool
 from fedort.coordinator.state.storage import retry_when_full
 from fedort.common.durable import drop_cached, fsync_dir, fsync_file
+from fedort.common.faults import fault_point
+
+log = logging.getLogger(__name__)
+CLOSE_WAIT_S = 60.0   # how long closing waits for an export being written (its fsyncs) before leaving it
 
 
 class RoundExports:
@@ -24,6 +30,8 @@ class RoundExports:
 
     _export_task: asyncio.Future | None = None   # the newest background export (each awaits its predecessor)
     _export_writer = None                        # the exports' own SQLite connection (side_writer.SideWriter)
+    _export_thread: threading.Lock | None = None  # held by the thread writing an export, for its whole write
+    _exports_closed = False
 
     def prepare_exports(self) -> None:
         """Learn the export's splice from the current global vector in the background (`Exporter.prepare`),
@@ -77,6 +85,12 @@ class RoundExports:
 
     async def _write_export(self, round: int, vector: np.ndarray, record: dict, inline: bool = True) -> None:
         def write() -> None:   # its row too, through a side connection: the event loop never waits on this fsync
+            with busy:
+                if not self._exports_closed:   # closed meanwhile: the export is redone on restart
+                    write_locked()
+
+        def write_locked() -> None:
+            fault_point("export.before_write")
             vector_file = self.store.vector_path(round + 1)
             if inline:   # the vector was durable in its row: its file must be before the export links it (export_external)
                 fsync_file(vector_file)   # and before the row drops it
@@ -84,15 +98,31 @@ class RoundExports:
             path = self.exporter.export(round, vector, record, self.config.exports_model(round), vector_file)
             if self._export_writer is None:
                 self._export_writer = self.store.submission_writer()
+            fault_point("export.before_mark")
             self.store.mark_exported(round, self.store.layout.relative(path), self._export_writer)
+            fault_point("export.after_mark")
             drop_cached(path)   # durable and done with: free its page cache (the global vectors': at the commit)
 
+        if self._export_thread is None:
+            self._export_thread = threading.Lock()
+        busy = self._export_thread
         await asyncio.to_thread(write)
 
     def close_exports(self) -> None:
-        """Cancel an unfinished export (redone on restart) and release the exports' connection."""
-        running = self._export_task is not None and not self._export_task.done()
-        if running:
+        """Cancel an unfinished export (redone on restart) and release the exports' connection.
+
+        A cancelled export's thread runs on (a thread cannot be cancelled), so this waits for one that is
+        writing before it closes the connection that thread commits through; one that has not begun writing
+        exports nothing. A thread still busy after CLOSE_WAIT_S keeps the connection (garbage-collected)."""
+        if self._export_task is not None and not self._export_task.done():
             self._export_task.cancel()
-        if self._export_writer is not None and not running:   # (a thread still exporting keeps it: garbage-collected)
+        busy = self._export_thread
+        if busy is not None and not busy.acquire(timeout=CLOSE_WAIT_S):
+            log.warning("an export is still being written after %.0f s; its connection stays open", CLOSE_WAIT_S)
+            return
+        self._exports_closed = True
+        if busy is not None:
+            busy.release()
+        if self._export_writer is not None:
             self._export_writer.close()
+            self._export_writer = None

@@ -1,7 +1,7 @@
 """Per-round inference export without ORT: the last ORT export's bytes with the parameters replaced.
 
-ORT's `export_model_for_inferencing` re-serializes the whole pruned graph every round (≈ 50 ms of
-CPU for 5 M values, plus `from_buffer`), although only the trainable initializers' `raw_data`
+ORT's `export_model_for_inferencing` re-serializes the whole pruned graph every round (plus
+`from_buffer`), although only the trainable initializers' `raw_data`
 change between rounds, and a protobuf bytes field of unchanged length sits at the same offset. So
 once, the coordinator exports a *probe* vector through ORT (`probe(n)`: n distinct finite float32
 values whose bits are BASE + i, so every value names its own index); `learn` reads back each float

@@ -22,7 +22,7 @@ MAX_ROUNDS = 10**7
 
 def round_event(q: float, z: float) -> "dp_accounting.DpEvent":  # noqa: F821
     """The DpEvent of one round: Poisson sampling at rate q of the Gaussian mechanism with multiplier z."""
-    import dp_accounting   # imported on first use: it pulls scipy (~2 s), the coordinator should start without it
+    import dp_accounting   # imported on first use: it pulls scipy, the coordinator should start without it
 
     return dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z))
 

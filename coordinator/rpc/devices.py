@@ -20,10 +20,11 @@ import re
 import secrets
 import sqlite3
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from fedort.common import clock
+from fedort.common.errors import ConfigError, UnauthenticatedError
 from fedort.coordinator.rpc.client_ids import CLIENT_ID, NEW_CLIENT_ID
 from fedort.common.durable import private_file
 from fedort.common.errors import ConfigError, UnauthenticatedError
@@ -113,7 +114,7 @@ class DeviceStore:
         if not NEW_CLIENT_ID.match(client_id):
             raise ConfigError(f"client id must match {NEW_CLIENT_ID.pattern}, got {client_id!r}")
         secret = secrets.token_hex(32)
-        now = int(time.time() * 1000)
+        now = clock.now_ms()
         con = self._connect()
         try:
             row = con.execute("SELECT revoked_ms FROM devices WHERE client_id = ?", (client_id,)).fetchone()
@@ -127,7 +128,7 @@ class DeviceStore:
 
     def revoke(self, name_or_id: str) -> list[Device]:
         """Revoke the device with that client id, else every active device with that name; ConfigError if none."""
-        now = int(time.time() * 1000)
+        now = clock.now_ms()
         con = self._connect()
         try:
             ids = [r[0] for r in con.execute("SELECT client_id FROM devices WHERE client_id = ? AND revoked_ms IS NULL",

@@ -270,8 +270,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         A chunk larger than the stream's receive window (UPLOAD_WINDOW_BYTES) is handed on only once the
         next message's read is posted: gRPC opens the window for a message it is asked to read, so the
         device sends the next chunk while this one is hashed and spooled instead of stalling after one
-        window's worth (benchmarks/bench_upload_stall.py: 29 ms of per-chunk pauses per 100 MB in 1 MiB
-        chunks cost 21-85 ms without it, 2-17 ms with it; benchmarks/README.md, "Issue 12, part 5").
+        window's worth (benchmarks/bench_upload_stall.py measures the difference).
         At most one message is read ahead."""
         ahead: asyncio.Future | None = None
         loop = asyncio.get_running_loop()

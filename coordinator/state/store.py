@@ -14,12 +14,17 @@ import logging
 import os
 import sqlite3
 import threading
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 
+from fedort.common import clock
+from fedort.coordinator.state.layout import DB_NAME, StateLayout
+from fedort.coordinator.state.schema import COMMITTED, EXPORTED, FAILED, OPEN, SCHEMA_VERSION, ClientRow, RoundRow, SubmissionRow, TransitionRow, create_tables
+from fedort.coordinator.state.storage import raise_if_full, storage_error
+from fedort.common.errors import ConfigError, CorruptStateError, StorageError, VectorError
+from fedort.common.round_state import RunState
 from fedort.common.durable import private_file
 from fedort.coordinator.state.layout import DB_NAME, StateLayout
 from fedort.coordinator.state.schema import COMMITTED, EXPORTED, FAILED, OPEN, SCHEMA_VERSION, ClientRow, RoundRow, SubmissionRow, TransitionRow, create_tables
@@ -34,7 +39,8 @@ log = logging.getLogger(__name__)
 
 
 def now_ms() -> int:
-    return int(time.time() * 1000)
+    """Milliseconds since the epoch on the process's clock (`fedort.common.clock`: a test may drive it)."""
+    return clock.now_ms()
 
 
 def read_vector(path: Path, length: int | None = None) -> np.ndarray:

@@ -16,7 +16,7 @@ masked update's weight is instead clamped to the cohort's largest announcement,
 with `admit_async_update`: the round field is the base version b the update was trained from,
 and the header must name version b's global vector (a delta codec's base is that vector too).
 
-Binding an update to the round's global vector (issue 13, replay into the next round): a device's
+Binding an update to the round's global vector (against replay into the next round): a device's
 round-r bytes re-sent with only the round field changed name round r's global vector, so they
 are refused as stale, and the device's genuine round r+1 update still counts. A header naming no
 global vector at all (a device from before this field) is refused with INVALID_ARGUMENT telling

@@ -41,7 +41,7 @@ from fedort.common.errors import ProtocolError, ResourceExhaustedError, VectorEr
 log = logging.getLogger(__name__)
 
 SYNC_EVERY = 8 << 20      # start an fdatasync of the spool file every this many bytes (the tail left to the
-                          # final fsync, after the last byte, stays ≤ 8 MB: ≈ 5 ms at this VM's 1.6-2.5 GB/s)
+                          # final fsync, after the last byte, stays ≤ 8 MB)
 
 
 def spool_error(e: OSError, what: str) -> BaseException:

@@ -21,13 +21,17 @@ import hashlib
 import json
 import os
 import re
-import sys
 import threading
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
+from fedort.common.cache_root import cache_root
+from fedort.common.durable import atomic_write
+from fedort.common.errors import ArtifactError, ConfigError
+from fedort.ort.artifacts import MANIFEST, sha256_file
+from fedort.edge_client.transport.grpc_transport import ArtifactRef
 from fedort.common.durable import atomic_write
 from fedort.common.errors import ArtifactError, ConfigError
 from fedort.ort.artifacts import MANIFEST, sha256_file
@@ -37,16 +41,8 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
 def default_cache_dir() -> Path:
-    """$FEDORT_CACHE_DIR, else the platform's user cache folder + /fedort."""
-    env = os.environ.get("FEDORT_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    if sys.platform == "win32":
-        base = Path(os.environ.get("LOCALAPPDATA", Path.home() / "AppData" / "Local"))
-        return base / "fedort" / "Cache"
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Caches" / "fedort"
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fedort"
+    """$FEDORT_CACHE_DIR, else the platform's user cache folder + /fedort (`fedort.common.cache_root`)."""
+    return cache_root()
 
 
 def identity_key(address: str, name: str, data: str = "") -> str:

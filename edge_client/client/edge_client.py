@@ -41,6 +41,9 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from fedort.common.faults import fault_point
+from fedort.protos.vector_stream import CHUNK_BYTES, vector_digest
+from fedort.common.errors import ConfigError, FedortError, NotFoundError, ProtocolError
 from fedort.protos.vector_stream import CHUNK_BYTES, vector_digest
 from fedort.common.errors import ConfigError, FedortError, NotFoundError, ProtocolError
 from fedort.protos.messages import Metric, Task, TaskKind
@@ -269,7 +272,9 @@ class EdgeClient(Joining):
             send = functools.partial(self.transport.submit_update, header, body)
         self.phase = "uploading"
         try:
+            fault_point("upload.before_send")
             reply = self._submit(f"SubmitUpdate round {p.round}", send)
+            fault_point("upload.after_reply")
         finally:
             self.phase = "idle"
         self._pending = None  # acknowledged (accepted or duplicate), or the round is gone (stale)

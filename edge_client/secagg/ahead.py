@@ -11,9 +11,8 @@ and `masked_input` then computes every mask on demand, as it would without it.
 Only worth it where the device's CPU idles while it waits (`worth_it`): a simulation worker hosting
 many devices on one transport runs their protocol steps at the same time under one interpreter lock,
 and there the masks of the first devices to seal delay the shares of the last ones, which the phase
-waits for. Measured (bench_secagg_round, 100 devices x 100 k on 2 workers, 2 shared cores, A/B of 4 runs):
-SHARE_KEYS 0.084 -> 0.223 s, MASKED_INPUT 0.385 -> 0.303 s, the round 0.56 -> 0.62 s; the same with the
-thread at nice 19, so it is the interpreter lock, not the cores.
+waits for (benchmarks/bench_secagg_round.py shows it; the same with the thread at a low priority, so it
+is the interpreter lock, not the cores).
 """
 
 from __future__ import annotations

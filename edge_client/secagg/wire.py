@@ -7,7 +7,7 @@ first step opens a batch, which is sent as soon as every registered flow (`flow(
 the batcher, or LINGER_S after it opened (UNMASK_LINGER_S for a batch opened by an UNMASK_REQUEST
 step: no answer can come before the masked-input phase closes, which needs every masked input, so
 waiting for the other flows costs nothing, while devices that mask one at a time (`secagg_lane`)
-finish a few milliseconds apart: with 20 ms, ~25 small held batches per worker and round). Steps
+finish a few milliseconds apart: a shorter linger sends many small batches). Steps
 that come while a batch is in flight open the next
 one — a held batch never delays a new one, since a phase may be waiting for exactly that step.
 A batch of one goes as a plain SecAgg call (what a single device always sends), and after a

@@ -86,7 +86,7 @@ class Transport:
         self._metadata = config.metadata()
         self._stub = _stub(self._channel)
         # downloaded vectors land in memory that earlier downloads used once nothing refers to it any more (the
-        # cache keeps the last one): no fresh pages per download, which this VM's host hands out slowly
+        # cache keeps the last one): no fresh pages per download, which a VM's host may hand out slowly
         self._vectors = BufferPool(2)
         self._lock = threading.RLock()  # RLock: cancel_inflight may run in a signal handler
         self._inflight: set = set()
@@ -281,7 +281,7 @@ class Transport:
         """(vector, bytes received): like `download_vector`; with `base` (a cached (digest, vector)) the
         coordinator may send the lossless `xor+zstd` delta against it, rebuilt and checked here. With
         `expected_blake3` (Task.vector_blake3) and the `blake3` package here, the device asks for the vector
-        checked with BLAKE3 (VectorRequest.digests, protocol 1.6; 3-4x faster than sha256), whose header value
+        checked with BLAKE3 (VectorRequest.digests, protocol 1.6; faster than sha256), whose header value
         must then equal it; a coordinator that sends sha256 instead is checked against `expected_sha256`."""
         blake3 = bool(expected_blake3) and digests.BLAKE3 in digests.available()
         req = pb.VectorRequest(client_id=client_id, model_id=model_id, round=round,

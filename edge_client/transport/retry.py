@@ -18,12 +18,13 @@ from __future__ import annotations
 import logging
 import random
 import threading
-import time
 from dataclasses import dataclass
 from typing import Callable, Iterator, TypeVar
 
 import grpc
 
+from fedort.common import clock as fedort_clock
+from fedort.common.errors import CertificateError, FedortError, UnavailableError
 from fedort.common.errors import CertificateError, FedortError, UnavailableError
 
 log = logging.getLogger("fedort.edge.retry")
@@ -102,7 +103,7 @@ def call_with_retry(
     stop: threading.Event | None = None,
     rng: random.Random | None = None,
     on_retry: Callable[[int, BaseException, float], None] | None = None,
-    clock: Callable[[], float] = time.monotonic,
+    clock: Callable[[], float] = fedort_clock.monotonic,
 ) -> T:
     """Call `fn()` until it succeeds, retrying only retryable failures.
 
@@ -137,10 +138,10 @@ def call_with_retry(
             if on_retry is not None:
                 on_retry(attempt, exc, delay)
             if stop is not None:
-                if stop.wait(delay):
+                if fedort_clock.wait(stop, delay):
                     raise StoppedError(f"stopped while waiting to retry {what}") from exc
             else:
-                time.sleep(delay)
+                fedort_clock.sleep(delay)
 
 
 def retry_after(exc: BaseException) -> float | None:

@@ -55,12 +55,12 @@ FREE = ".free"                     # the coordinator's recycled files (coordinat
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 WRITE_BLOCK = 256 << 10            # bytes hashed and written per step (stays in the CPU's cache in between)
 # global vectors are read into recycled arrays, shared by the clients of a process (a simulation worker's): the
-# one the cache holds for the round being trained and the next round's (fedort.common.buffer_pool; a fresh 20 MB array
-# per round may page-fault anew, as the coordinator's mean did: issue 12 part 8)
+# one the cache holds for the round being trained and the next round's (fedort.common.buffer_pool; a fresh array
+# per round may page-fault anew)
 _READS = BufferPool(2)
 # One update file written at a time per process (a simulation worker hosts many clients): files written
 # side by side all finish late; one after the other, the first is handed over early and the coordinator's
-# takes (one at a time) start sooner. 5 M no-work round: 154-170 vs 173-177 ms (then with the device's fdatasync).
+# takes (one at a time) start sooner.
 _DISK = threading.Lock()
 
 
@@ -85,7 +85,7 @@ class LocalVectors:
         """The global vector with digest `sha256` from the directory, or None (absent, wrong length or digest).
 
         With `blake3` (Task.vector_blake3, protocol 1.5) and the `blake3` package here, the bytes are checked
-        against that instead of sha256 (3-4x faster); both digests came from the coordinator in the same Task."""
+        against that instead of sha256 (faster); both digests came from the coordinator in the same Task."""
         if not self.enabled or len(sha256) != 32:
             return None
         path = self._global(sha256)
@@ -190,7 +190,6 @@ def _write_locked(path: Path, data: memoryview, free: Path | None, hasher: diges
                 done += os.pwrite(fd, block[done:], start + done)
         os.ftruncate(fd, size)
         # its writeback started, not waited for (the coordinator fdatasyncs it before it answers; module docstring):
-        # 5 M no-work round 157-160 ms against 160-174 with fdatasync here (benchmarks/README.md, issue 12 part 11)
         if not start_writeback(fd):   # where sync_file_range is missing
             os.fdatasync(fd)
     finally:

@@ -12,8 +12,7 @@ and tightens the sparsity exponentially; this is that schedule, by the run's rou
     (rounded to 4 significant digits, capped at 1; default factor 3 over 45 rounds: `3x45`)
 
 Bytes: over the warm-up sum_t F_t ~ F * rounds * (factor - 1) / ln(factor), i.e. 1.82x the
-bytes of F alone for `3x45` (topk:0.01: ~27x fewer bytes than raw float32 over 45 rounds;
-`zstd+topk:0.01`, whose uint32 indices compress, ~33x — benchmarks/README.md "Codecs").
+bytes of F alone for `3x45` (benchmarks/README.md, "Codecs", has the bytes per codec).
 The round is the coordinator's (the task's), so a device that joins late or skips rounds uses
 the fraction of the round it trains for. The device sends the spec it used (`topk:F_t`); a
 coordinator that allows only the exact `topk:F` gets F (no warm-up), one that allows the family

@@ -63,7 +63,7 @@ _leave_now = False
 def leave_without_teardown() -> None:
     """Called by a command once every file it wrote is closed and fsynced: the `fedort` process then
     ends with `os._exit` instead of the interpreter's teardown (module and native-library finalisers
-    of ONNX Runtime, gRPC, matplotlib: 0.2-2 s after a simulation, doing nothing anyone needs)."""
+    of ONNX Runtime, gRPC, matplotlib: seconds after a simulation, doing nothing anyone needs)."""
     global _leave_now
     _leave_now = True
 

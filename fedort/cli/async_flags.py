@@ -1,7 +1,7 @@
 """The asynchronous-mode (FedBuff) flags shared by `fedort coordinator serve` and `fedort simulate`.
 
 A module of its own so that `fedort simulate` parses its flags without loading the coordinator
-(`fedort.cli.coordinator` imports it: ~0.3 s that would delay the simulation's worker processes).
+(`fedort.cli.coordinator` imports it, which would delay the simulation's worker processes).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The privacy flags shared by `fedort coordinator serve` and `fedort simulate` (issue 10).
+"""The privacy flags shared by `fedort coordinator serve` and `fedort simulate`.
 
 Validated by `fedort.coordinator.privacy.config` and applied by the round engine
 (`fedort.coordinator.privacy.round_privacy`): DP-FedAvg with accounting, and secure aggregation.

@@ -126,7 +126,7 @@ def _run(args: argparse.Namespace) -> int:
     print(f"plot:   {result.out / 'metrics.png'}")
     print(f"model:  {result.model}  (test accuracy {_pct(result.final.get('test_accuracy'))})")
     # every output durable; the coordinator's state already is (atomic writes, SQLite synchronous=FULL) and
-    # the workers' download caches are no output: ~150 redundant fsyncs, 0.1-0.6 s on a busy disk
+    # the workers' download caches are no output: their fsyncs would be redundant
     fsync_tree(result.out, skip=("state", "cache"))
     leave_without_teardown()    # outputs durable: the process may skip the interpreter's teardown
     return 0

@@ -3,19 +3,16 @@ an array nobody holds any more.
 
 A fresh multi-megabyte numpy array costs more than the copy into it: numpy asks the kernel for huge
 pages, which the kernel zeroes (and may compact memory for), and the allocator hands big blocks back
-to the kernel when they are freed, so every to_buffer of a 5 M-value model paid 7-12 ms of CPU in a
-simulation worker against ~1 ms into memory that is already mapped. A buffer is handed out again
+to the kernel when they are freed, so every to_buffer of a large model would pay for fresh pages instead of
+a copy into memory that is already mapped. A buffer is handed out again
 only when the pool holds the only reference to it (CPython's reference count: an array that a
 caller, a view, a memoryview or a pending upload still refers to is never overwritten). The pool
 keeps at most `keep` buffers, allocated on demand, so its resident memory is the peak number of
 vectors that were alive at once (capped at `keep` of them), not a new cost.
 
-The buffers are anonymous mappings of plain pages, not numpy's huge-page memory: in trials on the
-2-core VM, the coordinator's write of a new 20 MB global vector file cost 15-40 ms of CPU instead of 5
-in 13 of 17 trials while the workers held pooled huge-page buffers, against 2 of 10 without a pool and
-2 of 14 with plain pages (benchmarks/README.md, issue 12 part 5; weak evidence, mechanism not pinned down).
-On the coordinator, each round's fresh 20 MB mean array took 44-45 ms instead of 3 in 2 of 8 rounds (huge-page
-faults on a VM that hands freed memory back to its host; issue 12 part 8).
+The buffers are anonymous mappings of plain pages, not numpy's huge-page memory: pooled huge-page
+buffers made the coordinator's writes of new files slower more often (weak evidence, mechanism not
+pinned down), and fresh huge-page arrays fault slowly on a VM that hands freed memory back to its host.
 
 It lives in the root package because both sides use it; it imports only the standard library and numpy.
 """

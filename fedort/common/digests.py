@@ -2,8 +2,8 @@
 
 `VectorHeader.sha256` carries the payload's digest and `VectorHeader.digest` names its algorithm
 ("" = "sha256", what every 1.0–1.2 peer sends and checks). BLAKE3-256 (the `blake3` package,
-bindings of the reference Rust crate; 32 bytes like sha256) hashes 3–4× faster than sha256 with
-SHA-NI on this project's machines, which matters where every acknowledged update is hashed by the
+bindings of the reference Rust crate; 32 bytes like sha256) hashes faster than sha256 (even with
+SHA-NI), which matters where every acknowledged update is hashed by the
 device and again by the coordinator. A coordinator lists the digests it accepts besides sha256 in
 `JoinReply.update_digests`; a device uses BLAKE3 only if announced there (an older coordinator
 would read the digest as a sha256 and refuse the update), and a coordinator refuses a digest it

@@ -118,12 +118,11 @@ def atomic_write(path: str | os.PathLike, data: Data, *, durable: bool = True, s
 def drop_cached(*paths: str | os.PathLike) -> None:
     """Ask the kernel to drop these durable files' pages from the page cache (best effort, Linux).
 
-    A coordinator writes new 20 MB files every 5 M round (global vector, model) and rarely reads them
-    again. On a VM whose guest hands free memory back to the host (free page reporting, as on the
-    Firecracker VM the benchmarks ran on), a write into pages that were handed back pays a host fault per
-    page: a new 20 MB file took 30-70 ms instead of 4. Pages freed here just before such a write are
+    A coordinator writes large new files every round (global vector, model) and rarely reads them
+    again. On a VM whose guest hands free memory back to the host (free page reporting), a write into
+    pages that were handed back pays a host fault per page. Pages freed here just before such a write are
     taken by it before they are reported, so the round's commit drops g_{r-1}'s file right before it
-    writes g_{r+1}'s (benchmarks/README.md, issue 12 parts 7 and 8).
+    writes g_{r+1}'s.
     A dropped file is read back from disk if it is needed again. Dirty pages are not dropped."""
     advise = getattr(os, "posix_fadvise", None)
     for path in paths:

@@ -1096,3 +1096,4 @@ class CoordinatorClientSync(ConnectClientSync):
             headers=headers,
             timeout_ms=timeout_ms,
         )
+# generated from fedort_v1.proto, sha256 082245896ea7f7ad9df47c405718213ce0912d7cb68821899cb7a88d280968cf

@@ -118,3 +118,4 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _globals['_COORDINATOR']._serialized_start=4056
   _globals['_COORDINATOR']._serialized_end=5110
 # @@protoc_insertion_point(module_scope)
+# generated from fedort_v1.proto, sha256 082245896ea7f7ad9df47c405718213ce0912d7cb68821899cb7a88d280968cf

@@ -5,7 +5,7 @@
 
 `shuffle` groups the 1st bytes of every value, then the 2nd, ... : between rounds the sign, exponent
 and high mantissa bits rarely change, so those planes are runs of zeros that zstd removes
-(benchmarks/README.md "Download delta": 1.6x on the README task, 5.7x when clients upload top-k).
+(benchmarks/README.md, "Codecs").
 The frame declares its content size, which must be 4P (no decompression bomb) and carries zstd's
 checksum; the device still checks the rebuilt vector against Task.vector_sha256.
 """

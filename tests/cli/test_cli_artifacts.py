@@ -95,6 +95,7 @@ def test_help_describes_the_options(capsys):
         assert text in out
 
 
+@pytest.mark.slow
 def test_the_installed_fedort_script_builds(tmp_path):
     fedort = shutil.which("fedort") or str(__import__("pathlib").Path(sys.executable).with_name("fedort"))
     out = subprocess.run([fedort, "artifacts", "build", "--builtin", "mlp", "--out", str(tmp_path)],

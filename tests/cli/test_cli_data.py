@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from fedort.cli import main
 from fedort.simulations.datasets import load_npz_folder
@@ -17,6 +18,7 @@ def fedort(*args: str) -> subprocess.CompletedProcess:
                           timeout=60)
 
 
+@pytest.mark.slow
 def test_data_digits_writes_client_files_test_set_and_summary(tmp_path):
     out = tmp_path / "data"
     done = fedort("data", "digits", "--clients", "5", "--partition", "dirichlet:0.5", "--seed", "3", "--out", str(out))
@@ -44,6 +46,7 @@ def same(a, b):
         a[f].keys() == b[f].keys() and all(np.array_equal(a[f][k], b[f][k]) for k in a[f]) for f in a)
 
 
+@pytest.mark.slow
 def test_data_digits_is_reproducible_per_seed(tmp_path):
     args = ["data", "digits", "--clients", "4", "--partition", "iid"]
     assert main(args + ["--seed", "1", "--out", str(tmp_path / "a")]) == 0
@@ -74,6 +77,7 @@ def test_bad_partition_spec_fails_before_writing_anything(tmp_path, capsys):
     assert not (tmp_path / "d").exists()
 
 
+@pytest.mark.slow
 def test_existing_data_needs_overwrite_and_stale_clients_are_removed(tmp_path, capsys):
     assert main(["data", "digits", "--clients", "6", "--out", str(tmp_path)]) == 0
     assert main(["data", "digits", "--clients", "3", "--out", str(tmp_path)]) == 1

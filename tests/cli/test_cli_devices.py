@@ -7,6 +7,7 @@ import sys
 import time
 
 import numpy as np
+import pytest
 
 from fedort.coordinator.rpc.devices import DeviceStore
 from coordinator_fixtures import mlp_artifacts  # noqa: F401
@@ -17,6 +18,7 @@ def fedort(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "fedort", *args], capture_output=True, text=True, timeout=30)
 
 
+@pytest.mark.slow
 def test_enroll_prints_the_token_once_devices_lists_without_it_and_revoke_withdraws_it(tmp_path):
     state = str(tmp_path / "state")
     out = fedort("coordinator", "enroll", "kitchen-sensor", "--state-dir", state)
@@ -41,6 +43,7 @@ def test_enroll_prints_the_token_once_devices_lists_without_it_and_revoke_withdr
     assert missing.returncode == 1 and "no active device" in missing.stderr
 
 
+@pytest.mark.slow
 def test_a_name_that_is_not_a_client_id_gets_a_generated_id(tmp_path):
     out = fedort("coordinator", "enroll", "Anna's phone", "--state-dir", str(tmp_path))
     assert out.returncode == 0, out.stderr
@@ -48,6 +51,7 @@ def test_a_name_that_is_not_a_client_id_gets_a_generated_id(tmp_path):
     assert "enrolled Anna's phone as client c-" in out.stderr
 
 
+@pytest.mark.slow
 def test_serve_over_mutual_tls_with_an_enrolled_edge_client_end_to_end(tmp_path, mlp_artifacts, pki):  # noqa: F811
     """The operator's path: enroll, serve with TLS + client CA, `fedort edge run --ca-file --cert --key --token-file`."""
     from sklearn.datasets import load_digits
@@ -86,6 +90,7 @@ def test_serve_over_mutual_tls_with_an_enrolled_edge_client_end_to_end(tmp_path,
         serve.communicate(timeout=10)
 
 
+@pytest.mark.slow
 def test_enroll_out_writes_the_token_to_a_file_only_its_owner_can_read(tmp_path):
     import os
     import stat

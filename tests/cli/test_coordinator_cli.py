@@ -87,6 +87,7 @@ def test_export_external_bytes_flag_sets_the_threshold_and_a_negative_one_is_ref
         config_from_args(parse(*args, "-1"))
 
 
+@pytest.mark.slow
 def test_serve_runs_a_round_then_sigterm_stops_gracefully_and_status_prints_it(processes, mlp_artifacts, tmp_path):
     state, port_file = tmp_path / "state", tmp_path / "port"
     serve = ["coordinator", "serve", "--artifacts", str(mlp_artifacts), "--state-dir", str(state), "--address",
@@ -127,6 +128,7 @@ def test_serve_runs_a_round_then_sigterm_stops_gracefully_and_status_prints_it(p
     assert "round-0001/model.onnx" in after.stdout
 
 
+@pytest.mark.slow
 def test_a_state_dir_of_another_model_is_refused_clearly(processes, mlp_artifacts, tmp_path):
     state, port_file = tmp_path / "state", tmp_path / "port"
     proc = processes("coordinator", "serve", "--artifacts", str(mlp_artifacts), "--state-dir", str(state),
@@ -143,6 +145,7 @@ def test_a_state_dir_of_another_model_is_refused_clearly(processes, mlp_artifact
     assert "belongs to model" in err and "use a new --state-dir" in err
 
 
+@pytest.mark.slow
 def test_a_failed_run_exits_1_with_the_reason(processes, mlp_artifacts, tmp_path):
     proc = processes("coordinator", "serve", "--artifacts", str(mlp_artifacts), "--state-dir", str(tmp_path / "s"),
                      "--address", "127.0.0.1:0", "--port-file", str(tmp_path / "port"), "--min-clients", "1",
@@ -161,6 +164,7 @@ def test_a_failed_run_exits_1_with_the_reason(processes, mlp_artifacts, tmp_path
     assert "round 1 failed: 0 of the required 1 clients reported after 2 attempt(s)" in err
 
 
+@pytest.mark.slow
 def test_status_of_a_missing_state_dir_is_a_clear_error(tmp_path):
     result = subprocess.run(fedort("coordinator", "status", "--state-dir", str(tmp_path / "nope")),
                             capture_output=True, text=True, timeout=30)

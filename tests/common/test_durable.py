@@ -25,6 +25,7 @@ def test_bytes_arrays_and_chunk_iterables_are_written_whole(tmp_path):
     assert (tmp_path / "c.bin").read_bytes() == b"\x00\x00\x00\x01\x01\x01\x02\x02\x02\x03\x03\x03"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra", [0, 4, WRITEBACK_STEP - 4])
 def test_a_write_of_several_writeback_steps_is_written_whole(tmp_path, extra):
     """A durable write larger than WRITEBACK_STEP goes out step by step, each step's writeback started as it goes."""
@@ -85,6 +86,7 @@ def test_fsync_helpers_accept_existing_paths(tmp_path):
     fsync_dir(tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
 def test_a_writer_killed_mid_write_leaves_the_old_file(tmp_path):
     target = tmp_path / "v.bin"

@@ -42,6 +42,7 @@ def test_negotiation_picks_the_newest_scheme_every_device_announced():
     assert negotiate([]) == AES_PRIME_W32
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme, scale, wide", [(AES_PRIME, 2.0**16, False), (AES_PRIME_W32, 2.0**16, False),
                                                  (AES_PRIME_W32, 2.0**30, True)])
 def test_masked_sum_equals_the_plain_quantized_sum_exactly_under_aes_and_prime_shares(scheme, scale, wide):
@@ -105,6 +106,7 @@ async def _secagg_round(coord, stub_client, ids, capabilities):
     return client, model, tasks
 
 
+@pytest.mark.slow
 async def test_an_old_device_under_the_new_scheme_gets_failed_precondition_naming_what_it_needs(
         start_coordinator, stub_client):
     ids = ["dev-a", "dev-b", "dev-c"]
@@ -120,6 +122,7 @@ async def test_an_old_device_under_the_new_scheme_gets_failed_precondition_namin
     assert AES_PRIME_W32 in e.value.details() and "protocol >= 1.3" in e.value.details()
 
 
+@pytest.mark.slow
 async def test_a_cohort_with_an_old_device_runs_the_legacy_scheme_and_sums_exactly(start_coordinator, stub_client):
     ids = [f"dev-{i:02d}" for i in range(5)]
     coord = await start_coordinator(rounds=1, min_clients=5, secagg=True, round_timeout_s=30)
@@ -138,6 +141,7 @@ async def test_a_cohort_with_an_old_device_runs_the_legacy_scheme_and_sums_exact
     np.testing.assert_allclose(final, start.astype(np.float64) + mean, atol=1e-6)
 
 
+@pytest.mark.slow
 async def test_a_cohort_of_current_devices_runs_the_new_scheme(start_coordinator):
     ids = [f"dev-{i:02d}" for i in range(4)]
     coord = await start_coordinator(rounds=1, min_clients=4, secagg=True, round_timeout_s=30)
@@ -148,6 +152,7 @@ async def test_a_cohort_of_current_devices_runs_the_new_scheme(start_coordinator
     assert json.loads(state)["params"]["scheme"] == AES_PRIME_W32
 
 
+@pytest.mark.slow
 async def test_the_weight_bound_is_the_cohorts_announced_examples_and_a_larger_count_is_clamped(
         start_coordinator, stub_client):
     """Under the newer scheme b is sized for the largest example count the cohort announced (smaller

@@ -31,6 +31,7 @@ def b3(vector: np.ndarray) -> bytes:
     return blake3.blake3(np.ascontiguousarray(vector, dtype="<f4").tobytes()).digest()
 
 
+@pytest.mark.slow
 async def test_a_coordinator_announces_blake3_and_records_a_blake3_update_with_its_algorithm(
         start_coordinator, stub_client):
     coord, client, model, round, g, _ = await opened_round(start_coordinator, stub_client)
@@ -44,6 +45,7 @@ async def test_a_coordinator_announces_blake3_and_records_a_blake3_update_with_i
     assert np.array_equal(np.fromfile(coord.engine.store.vector_path(2), dtype="<f4"), update)
 
 
+@pytest.mark.slow
 async def test_a_sha256_only_coordinator_refuses_a_blake3_update_and_still_takes_sha256(start_coordinator, stub_client):
     coord, client, model, round, g, _ = await opened_round(start_coordinator, stub_client, update_digests=())
     assert list((await client.join("client-b")).update_digests) == []
@@ -55,6 +57,7 @@ async def test_a_sha256_only_coordinator_refuses_a_blake3_update_and_still_takes
     assert (await client.submit("client-a", model, round, g, 10)).accepted   # an older device's update
 
 
+@pytest.mark.slow
 async def test_an_unknown_digest_is_refused(start_coordinator, stub_client):
     coord, client, model, round, g, _ = await opened_round(start_coordinator, stub_client)
     with pytest.raises(grpc.aio.AioRpcError) as e:
@@ -63,6 +66,7 @@ async def test_an_unknown_digest_is_refused(start_coordinator, stub_client):
     nothing_changed(coord, round)
 
 
+@pytest.mark.slow
 async def test_a_streamed_blake3_update_whose_bytes_differ_is_refused_and_nothing_counts(start_coordinator, stub_client):
     coord, client, model, round, g, _ = await opened_round(start_coordinator, stub_client)
     sent = g.copy()
@@ -103,6 +107,7 @@ def test_recovery_checks_a_spooled_blake3_update_with_blake3(tmp_path):
         read_verified_bytes(path, recorded)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("accepted, expected", [(("blake3",), "blake3:"), ((), "")])
 def test_a_device_uses_blake3_only_where_the_coordinator_announces_it(mlp_artifacts, tmp_path, accepted, expected):
     rng = np.random.default_rng(0)

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import hashlib
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from fedort.protos.vector_stream import vector_digest
+from fedort.common.errors import ArtifactError
+from fedort.ort.artifacts import ARTIFACT_FILES, MANIFEST, build_artifacts, sha256_file
+from fedort.common.durable import atomic_write
+from fedort.edge_client.client.cache import ArtifactCache, identity_key
+from fedort.ort.models import mlp
+from fedort.ort.session import TrainingSession
+from fedort.edge_client.transport.grpc_transport import ArtifactRef
 from fedort.protos.vector_stream import vector_digest
 from fedort.common.errors import ArtifactError
 from fedort.ort.artifacts import ARTIFACT_FILES, MANIFEST, build_artifacts, sha256_file
@@ -182,15 +189,6 @@ def test_atomic_write_never_leaves_a_partial_file(tmp_path):
     with pytest.raises(OSError):
         atomic_write(target, interrupted())
     assert target.read_bytes() == b"old" and _leftovers(tmp_path) == []
-
-
-@pytest.mark.skipif(sys.platform in ("win32", "darwin"), reason="XDG layout is the Linux default")
-def test_default_cache_dir_follows_the_environment(monkeypatch, tmp_path):
-    monkeypatch.setenv("FEDORT_CACHE_DIR", str(tmp_path / "explicit"))
-    assert default_cache_dir() == tmp_path / "explicit"
-    monkeypatch.delenv("FEDORT_CACHE_DIR")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert default_cache_dir() == tmp_path / "xdg" / "fedort"
 
 
 def test_an_identity_lock_is_exclusive_until_released(tmp_path):

@@ -6,10 +6,12 @@ The coordinator is asyncio; it runs on its own event loop in a background thread
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
 import numpy as np
+import pytest
 
 from edge_support import (  # noqa: F401 (fixtures)
     FAST, config, db, digits, part, run_in_threads, server, start_in_threads,
@@ -25,6 +27,7 @@ from fedort.edge_client.transport.grpc_transport import ChannelConfig, Transport
 
 # ---- the loop ---------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_run_trains_every_round_and_returns_when_done(server, tmp_path, digits):
     address = server.start_with(rounds=2)
     clients = [EdgeClient(config(address, tmp_path, f"dev{i}"), data=part(digits, i, 2)) for i in range(2)]
@@ -38,6 +41,7 @@ def test_run_trains_every_round_and_returns_when_done(server, tmp_path, digits):
     assert {n for _, _, n in rows} == {len(part(digits, 0, 2)["x"]), len(part(digits, 1, 2)["x"])}
 
 
+@pytest.mark.slow
 def test_the_update_carries_the_logged_metrics_with_their_sync_flags(server, tmp_path, digits):
     address = server.start_with(rounds=1)
     data = [ClientData.from_arrays(part(digits, i, 2, 300), val=part(digits, i + 2, 4, 60)) for i in range(2)]
@@ -49,6 +53,7 @@ def test_the_update_carries_the_logged_metrics_with_their_sync_flags(server, tmp
     assert "val_accuracy" in round_metrics
 
 
+@pytest.mark.slow
 def test_evaluate_tasks_report_metrics_without_training(server, tmp_path, digits):
     address = server.start_with(rounds=1, fraction_evaluate=1.0)
     clients = [EdgeClient(config(address, tmp_path, f"dev{i}"), data=part(digits, i, 2, 200)) for i in range(2)]
@@ -62,6 +67,7 @@ def test_evaluate_tasks_report_metrics_without_training(server, tmp_path, digits
 
 # ---- identity -----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_the_client_id_is_saved_and_reused_by_a_restarted_client(server, tmp_path, digits):
     address = server.start_with()
     cache = tmp_path / "shared-cache"
@@ -85,23 +91,26 @@ def test_an_explicit_client_id_is_registered_as_given(server, tmp_path, digits):
     assert db(tmp_path, "SELECT client_id FROM clients") == [("client-0007",)]
 
 
+@pytest.mark.slow
 def test_artifacts_are_downloaded_once_per_cache(server, tmp_path, digits):
     address = server.start_with()
     cache = tmp_path / "cache"
     a = EdgeClient(config(address, tmp_path, "a", cache_dir=cache), data=part(digits, 0, 4))
     a.join()
-    blobs = {p: p.stat().st_mtime_ns for p in (cache / "blobs" / "sha256").iterdir()}
+    blobs = {p: (p.stat().st_ino, 10**9) for p in (cache / "blobs" / "sha256").iterdir()}
     assert len(blobs) == 4
-    time.sleep(0.01)
+    for p in blobs:   # an old mtime, so any rewrite shows (no waiting for the clock to tick)
+        os.utime(p, ns=(10**9, 10**9))
     b = EdgeClient(config(address, tmp_path, "b", cache_dir=cache), data=part(digits, 1, 4))
     b.join()
-    assert {p: p.stat().st_mtime_ns for p in (cache / "blobs" / "sha256").iterdir()} == blobs
+    assert {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in (cache / "blobs" / "sha256").iterdir()} == blobs
     for c in (a, b):
         c.close()
 
 
 # ---- many virtual clients in one process --------------------------------------------------------
 
+@pytest.mark.slow
 def test_virtual_clients_share_one_channel_one_session_and_one_vector_download(server, tmp_path, mlp_artifacts, digits):
     address = server.start_with(rounds=2, min_clients=2, min_available_clients=6, fraction=0.5)
     transport = Transport(ChannelConfig(address, insecure=True))
@@ -141,6 +150,7 @@ def test_virtual_clients_share_one_channel_one_session_and_one_vector_download(s
 
 # ---- idempotent and stale submissions -----------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_second_submission_for_the_same_round_counts_once(server, tmp_path, digits):
     address = server.start_with(rounds=1)
     a, b = (EdgeClient(config(address, tmp_path, n), data=part(digits, i, 2, 100)) for i, n in enumerate("ab"))
@@ -169,6 +179,7 @@ def _round_one_closed(server, tmp_path, digits, hook) -> tuple[EdgeClient, EdgeC
     return a, b, first
 
 
+@pytest.mark.slow
 def test_an_update_for_a_round_that_closed_is_dropped_as_stale(server, tmp_path, digits):
     shifts = iter([0.0, 0.001])            # a's second round-1 update differs from the one that counted
     a, b, first = _round_one_closed(server, tmp_path, digits, lambda task, g, v: v + np.float32(next(shifts)))
@@ -179,6 +190,7 @@ def test_an_update_for_a_round_that_closed_is_dropped_as_stale(server, tmp_path,
         c.close()
 
 
+@pytest.mark.slow
 def test_the_counted_update_sent_again_after_its_round_closed_is_acknowledged_as_a_duplicate(server, tmp_path,
                                                                                               digits):
     same = lambda task, g, v: g + np.float32(0.001)   # noqa: E731 - the same bytes each time it trains round 1
@@ -192,6 +204,7 @@ def test_the_counted_update_sent_again_after_its_round_closed_is_acknowledged_as
 
 # ---- liveness, stopping, restarts -----------------------------------------------------------------
 
+@pytest.mark.slow
 def test_heartbeats_are_sent_while_busy(server, tmp_path, digits):
     address = server.start_with()
     client = EdgeClient(config(address, tmp_path, "dev"), data=part(digits, 0, 4))
@@ -204,18 +217,24 @@ def test_heartbeats_are_sent_while_busy(server, tmp_path, digits):
     client.close()
 
 
+@pytest.mark.slow
 def test_stop_cuts_a_long_poll_short_and_leaves(server, tmp_path, digits):
     address = server.start_with(min_clients=2)           # one client alone never gets a task
     client = EdgeClient(EdgeConfig(address, insecure=True, name="dev", cache_dir=tmp_path / "c", poll_wait_ms=30_000,
                                    backoff=FAST), data=part(digits, 0, 4))
     client.join()
+    result: list = []
+    thread = threading.Thread(target=lambda: result.append(client.run()), daemon=True)
+    thread.start()
+    # the stop comes while the client is held in the server's 30 s long-poll (it polls again and again,
+    # min_clients=2 never being reached), so a stop at any moment must end it
     threading.Timer(0.5, client.stop, args=("test stop",)).start()
-    started = time.monotonic()
-    summary = client.run()
-    assert summary.outcome == "stopped" and time.monotonic() - started < 5
+    thread.join(20)                       # well inside the 30 s hold: the stop cut it short
+    assert not thread.is_alive() and result[0].outcome == "stopped"
     assert db(tmp_path, "SELECT active, left_reason FROM clients") == [(0, "test stop")]
 
 
+@pytest.mark.slow
 def test_clients_resume_after_the_coordinator_restarts(tmp_path, mlp_artifacts, digits):
     # a real crash: the coordinator process is SIGKILLed after round 1 and started again on the same port
     from chaos_support import CoordinatorProcess
@@ -251,6 +270,7 @@ def test_clients_resume_after_the_coordinator_restarts(tmp_path, mlp_artifacts, 
 
 # ---- research/testing hook ------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_an_update_hook_replaces_the_uploaded_vector_given_the_rounds_global_vector(server, tmp_path, digits):
     address = server.start_with(rounds=1, min_clients=1)
     seen = []

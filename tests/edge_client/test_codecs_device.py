@@ -98,6 +98,7 @@ def test_edge_config_refuses_a_bad_codec_and_reads_it_from_toml(tmp_path):
     assert EdgeConfig.load(toml, codec="int8").codec == "int8"
 
 
+@pytest.mark.slow
 def test_a_device_configured_for_int8_uploads_raw_to_a_coordinator_that_allows_only_raw(server, tmp_path, digits):
     address = server.start_with(rounds=1, codecs=("raw",))
     clients = [EdgeClient(config(address, tmp_path, f"dev{i}", codec="int8"), data=part(digits, i, 2, 200))
@@ -114,6 +115,7 @@ def test_the_task_seed_makes_stochastic_rounding_reproducible():
     assert a.payload == b.payload != c.payload
 
 
+@pytest.mark.slow
 def test_fedort_edge_run_refuses_an_unknown_codec_before_connecting(tmp_path):
     import subprocess
     import sys
@@ -125,6 +127,7 @@ def test_fedort_edge_run_refuses_an_unknown_codec_before_connecting(tmp_path):
     assert "bad codec setting: unknown codec 'gzip'" in done.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("codec", ["fp16", "int8", "zstd+int8", "topk:0.05"])
 def test_devices_train_a_round_through_the_coordinator_with_each_codec(server, tmp_path, digits, codec):
     address = server.start_with(rounds=2)

@@ -165,6 +165,7 @@ def assert_device_modules_only(procs: Procs, name: str) -> None:
 
 # ---- the run ------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_three_devices_train_three_rounds_of_fedavg(procs, tmp_path, mlp_artifacts, data):
     state = tmp_path / "state"
     port = start_coordinator(procs, mlp_artifacts, state, rounds=3, min_clients=3, lr=0.003, round_timeout=40)
@@ -181,6 +182,7 @@ def test_three_devices_train_three_rounds_of_fedavg(procs, tmp_path, mlp_artifac
     assert acc[0] < acc[1] < acc[2] and acc[2] > 0.8, acc
 
 
+@pytest.mark.slow
 def test_a_client_killed_mid_upload_leaves_the_round_to_the_others(procs, tmp_path, mlp_artifacts, data):
     state = tmp_path / "state"
     port = start_coordinator(procs, mlp_artifacts, state, rounds=1, min_clients=2, min_available_clients=3,
@@ -237,6 +239,7 @@ pb_grpc.CoordinatorStub(client.transport._channel).SubmitUpdate(parts(), timeout
 '''
 
 
+@pytest.mark.slow
 def test_clients_reconnect_when_the_coordinator_is_killed_and_restarted(procs, tmp_path, mlp_artifacts, data):
     state, port = tmp_path / "state", free_port()
     flags = dict(rounds=3, min_clients=3, local_epochs=40, round_timeout=40)
@@ -251,7 +254,8 @@ def test_clients_reconnect_when_the_coordinator_is_killed_and_restarted(procs, t
     first.send_signal(signal.SIGKILL)
     first.wait(10)
     assert all(p.poll() is None for p in edges), "a client gave up when the coordinator died"
-    time.sleep(1.0)
+    wait_for(lambda: any("; retry " in p.err_path.read_text() for p in edges), 60,
+             "a client to meet the dead coordinator and retry")
     start_coordinator(procs, mlp_artifacts, state, port, name="coordinator-2", **flags)
     for p in edges:
         assert finish(p, 120) == 0, p.err_path.read_text()[-3000:]
@@ -264,6 +268,7 @@ def test_clients_reconnect_when_the_coordinator_is_killed_and_restarted(procs, t
 
 # ---- refusals and stopping ----------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_bad_data_file_is_refused_before_joining(procs, tmp_path, mlp_artifacts, data):
     state = tmp_path / "state"
     port = start_coordinator(procs, mlp_artifacts, state, rounds=1)
@@ -277,6 +282,7 @@ def test_a_bad_data_file_is_refused_before_joining(procs, tmp_path, mlp_artifact
     assert query(state, "SELECT * FROM clients") == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signal_stops_the_client_which_leaves(procs, tmp_path, mlp_artifacts, data, sig, code):
     state = tmp_path / "state"
@@ -291,6 +297,7 @@ def test_a_signal_stops_the_client_which_leaves(procs, tmp_path, mlp_artifacts, 
     assert active == 0 and signal.Signals(sig).name in reason
 
 
+@pytest.mark.slow
 def test_a_signal_during_local_training_stops_at_once(procs, tmp_path, mlp_artifacts, data):
     state = tmp_path / "state"
     port = start_coordinator(procs, mlp_artifacts, state, rounds=1, min_clients=1, local_epochs=2000)  # minutes of work
@@ -303,9 +310,8 @@ def test_a_signal_during_local_training_stops_at_once(procs, tmp_path, mlp_artif
              "the client to fetch round 1's vector")
     assert edge.poll() is None, edge.err_path.read_text()[-2000:]
     time.sleep(0.5)
-    started = time.monotonic()
     edge.send_signal(signal.SIGTERM)
-    assert finish(edge, 10) == 143 and time.monotonic() - started < 5
+    assert finish(edge, 10) == 143        # within 10 s of minutes of training: it stopped at once
     err = edge.err_path.read_text()
     assert "stopped during local training" in err and "stopped by SIGTERM" in err
     assert query(state, "SELECT active FROM clients") == [(0,)]
@@ -320,6 +326,7 @@ def test_edge_run_help_explains_the_flags():
     assert "130 SIGINT, 143 SIGTERM" in out.stdout and "--debug-modules" not in out.stdout
 
 
+@pytest.mark.slow
 def test_out_of_range_labels_stop_the_device_before_training(procs, tmp_path, mlp_artifacts, data):
     state = tmp_path / "state"
     port = start_coordinator(procs, mlp_artifacts, state, rounds=1, min_clients=1)

@@ -5,12 +5,15 @@ from __future__ import annotations
 import random
 import socket
 import threading
-import time
 from concurrent import futures
 
 import grpc
 import pytest
 
+from fedort.common.clock import ManualClock, use
+from fedort.protos.stubs import fedort_v1_pb2 as pb
+from fedort.protos.stubs import fedort_v1_pb2_grpc as pb_grpc
+from fedort.common.errors import FedortError, UnavailableError
 from fedort.protos.stubs import fedort_v1_pb2 as pb
 from fedort.protos.stubs import fedort_v1_pb2_grpc as pb_grpc
 from fedort.common.errors import FedortError, UnavailableError
@@ -91,11 +94,13 @@ def test_errors_retrying_cannot_fix_are_raised_at_once(code):
 
 def test_gives_up_after_the_time_budget_naming_the_call():
     fn, calls = _failing(grpc.StatusCode.UNAVAILABLE, times=10**9)
-    started = time.monotonic()
-    with pytest.raises(UnavailableError, match=r"SubmitUpdate round 2 failed \d+ time\(s\) over .* giving up"):
-        call_with_retry(fn, Backoff(initial_s=0.01, max_delay_s=0.02, give_up_after_s=0.3),
-                        what="SubmitUpdate round 2")
-    assert time.monotonic() - started < 1.0 and calls["n"] > 3
+    with use(ManualClock()) as clock:          # the backoff sleeps move this clock, not the test's time
+        started = clock.monotonic()
+        with pytest.raises(UnavailableError, match=r"SubmitUpdate round 2 failed \d+ time\(s\) over .* giving up"):
+            call_with_retry(fn, Backoff(initial_s=1.0, max_delay_s=10.0, give_up_after_s=300.0),
+                            what="SubmitUpdate round 2", rng=random.Random(0))
+        spent = clock.monotonic() - started
+    assert calls["n"] > 10 and 0 < spent <= 300.0   # it waited between attempts, and never past the budget
 
 
 def test_gives_up_after_max_attempts():
@@ -109,12 +114,24 @@ def test_gives_up_after_max_attempts():
 def test_stop_event_cuts_a_backoff_sleep_short():
     fn, _ = _failing(grpc.StatusCode.UNAVAILABLE, times=10**9)
     stop = threading.Event()
-    threading.Timer(0.2, stop.set).start()
-    started = time.monotonic()
-    with pytest.raises(StoppedError):
-        call_with_retry(fn, Backoff(initial_s=30.0, max_delay_s=30.0, give_up_after_s=None), what="Poll",
+    with use(ManualClock()) as clock:
+        started = clock.monotonic()
+        with pytest.raises(StoppedError, match="stopped while waiting to retry Poll"):
+            # the stop comes as the first 30 s backoff begins (on_retry runs just before the wait)
+            call_with_retry(fn, Backoff(initial_s=30.0, max_delay_s=30.0, give_up_after_s=None), what="Poll",
+                            stop=stop, rng=random.Random(0), on_retry=lambda n, e, d: stop.set())
+        assert clock.monotonic() == started        # none of the backoff was waited out
+
+
+def test_a_stop_event_set_during_a_real_backoff_ends_it():
+    fn, _ = _failing(grpc.StatusCode.UNAVAILABLE, times=10**9)
+    stop = threading.Event()
+    timer = threading.Timer(0.05, stop.set)
+    timer.start()
+    with pytest.raises(StoppedError, match="stopped while waiting to retry Poll"):   # else the 1 h backoff hangs
+        call_with_retry(fn, Backoff(initial_s=3600.0, max_delay_s=3600.0, give_up_after_s=None), what="Poll",
                         stop=stop, rng=random.Random(0))
-    assert time.monotonic() - started < 2.0
+    timer.join()
 
 
 def test_plain_connection_errors_are_retryable_but_bugs_are_not():

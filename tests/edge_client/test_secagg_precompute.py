@@ -153,6 +153,7 @@ def test_masks_expanded_in_the_thread_are_used_once_the_wait_is_over():
     assert clients[me].masked_input(delivery, x).tobytes() == twin.masked_input(delivery, x).tobytes()
 
 
+@pytest.mark.slow
 def test_a_wait_that_fails_stops_and_joins_the_mask_thread():
     """Big masks, so the wait usually fails while they are being expanded; either way the thread is
     gone when the block is left, and what it left behind (nothing, or every mask) gives the same y."""
@@ -169,6 +170,7 @@ def test_a_wait_that_fails_stops_and_joins_the_mask_thread():
     assert clients[me].masked_input(delivery, x).tobytes() == twin.masked_input(delivery, x).tobytes()
 
 
+@pytest.mark.slow
 async def test_devices_whose_round_aborts_during_the_share_wait_leave_no_mask_thread(start_coordinator):
     ids = [f"dev-{i}" for i in range(5)]
     coord = await start_coordinator(rounds=1, min_clients=5, secagg=True, secagg_neighbours=4, secagg_threshold=3,

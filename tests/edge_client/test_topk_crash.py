@@ -30,35 +30,29 @@ from edge_support import config, db, digits, part, server  # noqa: F401 (fixture
 CODEC = "topk:0.05"
 
 DEVICE = r'''
-"""A top-k device that SIGKILLs itself at `when` (after-ack | before-send) of its first upload."""
+"""A top-k device that SIGKILLs itself at fault point `point` of its first upload:
+upload.before_send (nothing sent) or upload.after_reply (acknowledged, the answer never recorded)."""
 import os, signal, sys
 import numpy as np
 from fedort.edge_client import EdgeClient, EdgeConfig
+from fedort.common.faults import armed
 from fedort.edge_client.transport.grpc_transport import Transport
 
-address, data, cache, when, expected = sys.argv[1:6]
+address, data, cache, point, expected = sys.argv[1:6]
 client = None
 
 
 def die() -> None:
     u = client._pending.update   # what this run keeps: r' if the upload counts, c if not
-    np.savez(expected, residual=u.residual, corrected=u.corrected, round=client._pending.round)
+    np.savez(expected, residual=u.residual, corrected=u.corrected, round=client._pending.round, point=point)
     os.kill(os.getpid(), signal.SIGKILL)
-
-
-class Dying(Transport):
-    def submit_update(self, *args, **kwargs):
-        if when == "before-send":
-            die()
-        reply = super().submit_update(*args, **kwargs)
-        die()   # acknowledged, but the answer is never recorded
-        return reply
 
 
 cfg = EdgeConfig(address, data=data, cache_dir=cache, name="doomed", poll_wait_ms=1000, insecure=True,
                  codec="''' + CODEC + r'''", topk_warmup="off")
-client = EdgeClient(cfg, transport=Dying(cfg.channel_config()))
-client.run()
+client = EdgeClient(cfg)
+with armed(point, die):
+    client.run()
 '''
 
 
@@ -81,13 +75,16 @@ def doomed(tmp_path, digits):
     procs: list[subprocess.Popen] = []
 
     def run(address: str, when: str):
+        point = {"before-send": "upload.before_send", "after-ack": "upload.after_reply"}[when]
         expected = tmp_path / "expected.npz"
         with open(tmp_path / "doomed.err", "wb") as err:
             p = subprocess.Popen([sys.executable, str(script), address, str(data), str(tmp_path / "cache-doomed"),
-                                  when, str(expected)], stderr=err, cwd=tmp_path)
+                                  point, str(expected)], stderr=err, cwd=tmp_path)
         procs.append(p)
         assert p.wait(120) == -signal.SIGKILL, (tmp_path / "doomed.err").read_text()[-3000:]
-        return data, tmp_path / "cache-doomed", {k: v[()] for k, v in np.load(expected).items()}
+        kept = {k: v[()] for k, v in np.load(expected).items()}
+        assert kept.pop("point") == point     # it died at that window, in its first upload
+        return data, tmp_path / "cache-doomed", kept
 
     yield run
     for p in procs:
@@ -111,6 +108,7 @@ def rows_of(tmp_path: Path, client_id: str) -> list[tuple]:
     return db(tmp_path, "SELECT round FROM submissions WHERE client_id = ?", client_id)
 
 
+@pytest.mark.slow
 def test_killed_after_the_coordinator_acknowledged_the_restarted_device_keeps_r_prime(server, tmp_path, doomed):
     address = server.start_with(rounds=2, min_clients=1)
     data, cache, expected = doomed(address, "after-ack")
@@ -125,6 +123,7 @@ def test_killed_after_the_coordinator_acknowledged_the_restarted_device_keeps_r_
         client.close()
 
 
+@pytest.mark.slow
 def test_killed_before_sending_while_the_round_is_open_the_restarted_device_delivers_it(server, tmp_path, doomed):
     address = server.start_with(rounds=2, min_clients=1, round_timeout_s=60)
     data, cache, expected = doomed(address, "before-send")
@@ -138,6 +137,7 @@ def test_killed_before_sending_while_the_round_is_open_the_restarted_device_deli
         client.close()
 
 
+@pytest.mark.slow
 def test_killed_before_the_coordinator_counted_it_the_restarted_device_keeps_c(server, tmp_path, digits, doomed):
     # a second device makes the round close at its deadline without the doomed device's update
     address = server.start_with(rounds=3, min_clients=1, min_available_clients=2, round_timeout_s=5)

@@ -103,6 +103,7 @@ def test_the_residual_survives_a_restart_of_the_device_in_its_cache_folder(tmp_p
     assert ResidualStore(tmp_path).load("dev|other-model", P) is None
 
 
+@pytest.mark.slow
 def test_devices_upload_the_warmup_fractions_through_the_coordinator(server, tmp_path, digits):
     address = server.start_with(rounds=2)
     clients = [EdgeClient(config(address, tmp_path, f"dev{i}", codec="topk:0.05", topk_warmup="3x30"),

@@ -34,6 +34,7 @@ def test_central_mlp_reaches_95_percent_on_held_out_digits(session, digits_train
     assert test.num_examples == len(digits_test["labels"])
 
 
+@pytest.mark.slow
 def test_the_builtin_cnn_trains_too(cnn_artifacts, digits_train, digits_test):
     module = TrainingModule(TrainingSession.from_artifacts(cnn_artifacts), lr=0.01)
     before = Trainer(batch_size=256).test(module, digits_test).metrics["test_accuracy"]
@@ -42,6 +43,7 @@ def test_the_builtin_cnn_trains_too(cnn_artifacts, digits_train, digits_test):
     assert before < 0.5 < 0.85 <= after
 
 
+@pytest.mark.slow
 def test_fit_result_counts_examples_steps_epochs_and_keeps_history(session, digits_train, digits_test):
     result = Trainer(max_epochs=3, batch_size=50).fit(TrainingModule(session), small(digits_train, 120), digits_test)
     assert isinstance(result, RunResult)
@@ -52,6 +54,7 @@ def test_fit_result_counts_examples_steps_epochs_and_keeps_history(session, digi
     assert result.metrics == result.history[-1]
 
 
+@pytest.mark.slow
 def test_fit_equals_the_same_steps_written_by_hand(sgd_artifacts, digits_train):
     data = small(digits_train, 100)
     ours = TrainingSession.from_artifacts(sgd_artifacts)
@@ -77,6 +80,7 @@ def _fit_vector(artifacts, data, **trainer_kwargs) -> np.ndarray:
     return session.to_buffer().copy()
 
 
+@pytest.mark.slow
 def test_shuffling_is_reproducible_from_the_seed(sgd_artifacts, digits_train):
     data = small(digits_train, 96)
     a = _fit_vector(sgd_artifacts, data, seed=1)
@@ -85,6 +89,7 @@ def test_shuffling_is_reproducible_from_the_seed(sgd_artifacts, digits_train):
     assert not np.array_equal(a, _fit_vector(sgd_artifacts, data, shuffle=False))
 
 
+@pytest.mark.slow
 def test_gradient_accumulation_of_k_batches_with_lr_over_k_equals_one_k_times_larger_batch_for_sgd(
         sgd_artifacts, digits_train):
     # ORT sums gradients until lazy_reset_grad; the built-in loss is a batch mean. Both runs
@@ -320,6 +325,7 @@ def test_predict_returns_outputs_per_batch_with_or_without_labels(session, digit
     assert listed[0]["logits"].shape == (5, 10)
 
 
+@pytest.mark.slow
 def test_progress_bar_shows_the_epoch_and_prog_bar_metrics(session, digits_train, capsys):
     Trainer(max_epochs=2, batch_size=16, progress=True).fit(TrainingModule(session), small(digits_train, 64),
                                                             small(digits_train, 16))
@@ -348,6 +354,7 @@ print("LOADED", bad)
 """
 
 
+@pytest.mark.slow
 def test_using_edge_client_never_imports_torch_or_the_coordinator():
     out = subprocess.run([sys.executable, "-c", _NO_TORCH], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 import grpc
 import numpy as np
@@ -65,6 +64,7 @@ def test_keepalive_and_message_limits_are_set_on_the_channel():
     assert options["grpc.max_receive_message_length"] > 4 << 20  # above the largest chunk a server may send
 
 
+@pytest.mark.slow
 def test_join_and_download_the_round_vector(address):
     with Transport.connect(address, insecure=True) as t:
         info = t.join("dev")
@@ -90,16 +90,17 @@ def test_errors_arrive_as_fedort_errors_with_the_status_code(address):
         assert info.value.code == "NOT_FOUND" and "unknown client" in str(info.value)
 
 
+@pytest.mark.slow
 def test_cancel_inflight_interrupts_a_long_poll(address):
     with Transport.connect(address, insecure=True) as t:
         info = t.join("dev")
         threading.Timer(0.3, t.cancel_inflight).start()
-        started = time.monotonic()
         with pytest.raises(FedortError) as err:
             t.poll(info.client_id, info.model_id, wait_ms=20_000)
-        assert err.value.code == "CANCELLED" and time.monotonic() - started < 3
+        assert err.value.code == "CANCELLED"   # a hold that ran out would answer WAIT
 
 
+@pytest.mark.slow
 def test_a_non_cancellable_transport_makes_the_same_calls(address):
     with Transport(ChannelConfig(address, insecure=True), cancellable=False) as t:
         info = t.join("dev")
@@ -182,6 +183,7 @@ class Relay:
             c.close()
 
 
+@pytest.mark.slow
 def test_a_call_that_runs_out_of_time_redials_instead_of_reusing_a_silent_connection(address):
     relay = Relay(address, silent_first=True)
     try:
@@ -194,6 +196,7 @@ def test_a_call_that_runs_out_of_time_redials_instead_of_reusing_a_silent_connec
         relay.close()
 
 
+@pytest.mark.slow
 def test_a_connection_left_behind_by_a_redial_is_closed_once_its_calls_ended(address):
     relay = Relay(address)
     try:

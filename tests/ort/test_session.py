@@ -301,6 +301,7 @@ print(hashlib.sha256(TrainingSession.from_artifacts(sys.argv[1]).to_buffer().tob
 """
 
 
+@pytest.mark.slow
 def test_vector_order_is_the_same_in_another_process(mlp_artifacts, session):
     here = hashlib.sha256(session.to_buffer().tobytes()).hexdigest()
     out = subprocess.run([sys.executable, "-c", _ORDER_SCRIPT, str(mlp_artifacts)], capture_output=True,

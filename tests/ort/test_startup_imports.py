@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import pytest
 from pathlib import Path
 
 SCENARIO = Path(__file__).resolve().parents[2] / "simulations" / "scenarios" / "digits_dirichlet.toml"
@@ -19,6 +20,7 @@ def _loaded_after(code: str, modules: list[str]) -> list[str]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_simulate_parses_and_checks_its_config_without_loading_the_server_so_workers_spawn_first():
     code = (f"from fedort.cli import build_parser\nargv = ['simulate', {str(SCENARIO)!r}]\n"
             "args = build_parser(argv).parse_args(argv)\n"
@@ -29,12 +31,14 @@ def test_simulate_parses_and_checks_its_config_without_loading_the_server_so_wor
     assert _loaded_after(code, heavy) == []
 
 
+@pytest.mark.slow
 def test_a_simulation_worker_loads_no_onnx_plotting_or_secure_aggregation_crypto():
     code = "import fedort.simulations.backends as b\nb._warm()"
     assert _loaded_after(code, ["onnxruntime", "fedort.simulations.worker"]) == ["onnxruntime", "fedort.simulations.worker"]
     assert _loaded_after(code, ["onnx", "matplotlib", "cryptography", "torch", "fedort.coordinator"]) == []
 
 
+@pytest.mark.slow
 def test_simulation_workers_are_forked_only_before_grpc_or_onnxruntime_load():
     """A worker forked from a process holding gRPC or ORT state would share it; before those load, fork is safe
     and saves each worker a fresh interpreter's start-up."""
@@ -48,6 +52,7 @@ def test_simulation_workers_are_forked_only_before_grpc_or_onnxruntime_load():
         assert late.stdout.strip() == "spawn", late.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_a_forked_worker_logs_like_a_spawned_one():
     code = ("import logging, sys\nlogging.getLogger().addHandler(logging.StreamHandler(sys.stdout))\n"
             "logging.getLogger().setLevel(logging.DEBUG)\n"
@@ -57,6 +62,7 @@ def test_a_forked_worker_logs_like_a_spawned_one():
     assert done.stdout.strip().splitlines()[-1] == "0 WARNING", done.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_a_synchronous_run_loads_no_fedbuff_engine_and_without_a_bar_no_tqdm():
     code = ("import fedort.simulations.runner\nfrom fedort.coordinator.state.layout import StateLayout\n"
             "from fedort.simulations.progress import RoundProgress\n"

@@ -77,6 +77,7 @@ def test_int8_all_zero_block_decodes_to_zero():
     assert (y[:512] == 0).all() and np.allclose(y[512:], 1.0, rtol=1e-6, atol=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", ["topk:0.01", "topk:0.1", "zstd+topk:0.01"])
 def test_topk_exact_on_the_kept_coordinates_and_zero_elsewhere(spec, delta):
     y, payload = decoded(spec, delta)

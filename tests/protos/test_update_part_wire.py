@@ -87,6 +87,7 @@ def test_anything_but_a_plain_chunk_goes_to_protobuf(data):
     assert parse_update_part(data) == expected
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(st.binary(max_size=40), st.integers(min_value=0, max_value=6), st.integers(min_value=-3, max_value=3))
 def test_the_fast_path_never_disagrees_with_protobuf(payload, pad, skew):
@@ -126,6 +127,7 @@ MALFORMED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bad", MALFORMED.values(), ids=MALFORMED.keys())
 async def test_a_malformed_chunk_message_is_invalid_argument_and_changes_nothing(open_round, bad):
     coord, client, model, vector = open_round
@@ -140,6 +142,7 @@ async def test_a_malformed_chunk_message_is_invalid_argument_and_changes_nothing
     assert reply.accepted and not reply.duplicate
 
 
+@pytest.mark.slow
 async def test_an_update_only_protobuf_reads_spools_the_same_bytes_as_the_plain_form(open_round):
     coord, client, model, vector = open_round
     update = (vector + np.float32(0.25)).astype(np.float32)

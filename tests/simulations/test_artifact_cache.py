@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import pytest
 from pathlib import Path
 
 from fedort.ort.artifacts import ARTIFACT_FILES, MANIFEST, build_artifacts, verify_artifacts
@@ -115,6 +116,7 @@ def test_an_unwritable_cache_still_gives_the_run_its_artifacts(tmp_path):
     assert verify_artifacts(tmp_path / "run").model_id == got.model_id
 
 
+@pytest.mark.slow
 def test_concurrent_first_runs_publish_one_complete_entry(tmp_path):
     root = tmp_path / "cache"
     code = ("import sys; from pathlib import Path\n"
@@ -134,6 +136,7 @@ def test_concurrent_first_runs_publish_one_complete_entry(tmp_path):
     assert not [n for n in os.listdir(root / "artifacts") if n.startswith(".")]
 
 
+@pytest.mark.slow
 def test_a_run_whose_artifacts_are_cached_never_imports_onnx(tmp_path):
     """Importing onnx and ORT's artifact generator was most of the artifact step of every run."""
     code = ("import sys; from pathlib import Path\n"

@@ -81,6 +81,7 @@ def runs(tmp_path_factory) -> dict[str, float]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_fedavg_breaks_under_20_percent_sign_flipping_clients(runs):
     assert runs["clean"] >= 0.93, runs

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from fedort.edge_client import EdgeClient, EdgeConfig
 from fedort.common.round_state import RoundState
@@ -10,6 +11,7 @@ from fedort.simulations import LocalCoordinator
 from coordinator_fixtures import make_config, mlp_artifacts  # noqa: F401
 
 
+@pytest.mark.slow
 def test_a_local_coordinator_serves_a_run_and_reports_its_outcome_and_timeline(mlp_artifacts, tmp_path):
     config = make_config(mlp_artifacts, tmp_path / "state", rounds=1, min_clients=1)
     rng = np.random.default_rng(0)

@@ -48,6 +48,7 @@ def test_metrics_json_writes_missing_and_nan_values_as_null(tmp_path):
     assert doc["rounds"][0]["metrics"] == {"x": None}
 
 
+@pytest.mark.slow
 def test_plot_writes_a_png_of_the_requested_size(tmp_path):
     from matplotlib.image import imread
 
@@ -58,6 +59,7 @@ def test_plot_writes_a_png_of_the_requested_size(tmp_path):
     assert np.std(image[..., :3]) > 0.05  # not a blank canvas
 
 
+@pytest.mark.slow
 def test_a_figure_made_before_the_records_exist_gives_the_same_png(tmp_path):
     """The run makes its empty figure while the rounds run, then draws on it."""
     own = plot(records(), tmp_path / "own.png", "digits, 10 clients", target=0.9)

@@ -8,8 +8,10 @@ import subprocess
 import sys
 
 import onnxruntime as ort
+import pytest
 
 
+@pytest.mark.slow
 def test_the_simulate_command_exits_with_every_output_complete_and_its_report_printed(tmp_path):
     out = tmp_path / "run"
     done = subprocess.run([sys.executable, "-m", "fedort", "simulate", "--clients", "2", "--rounds", "2",

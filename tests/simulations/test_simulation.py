@@ -39,6 +39,7 @@ def demo_run(tmp_path_factory):
     return run_simulation(cfg)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_dirichlet_digits_reaches_95_percent_within_30_rounds(demo_run):
     assert len(demo_run.records) == 30
@@ -68,6 +69,7 @@ def test_every_round_trains_every_selected_client(demo_run):
     assert demo_run.final["fits"] == 300
 
 
+@pytest.mark.slow
 def test_same_seed_gives_the_same_final_global_vector(tmp_path):
     a = run_simulation(_small(tmp_path / "a", partition="dirichlet:1.0", clients=5, clients_per_round=3))
     b = run_simulation(_small(tmp_path / "b", partition="dirichlet:1.0", clients=5, clients_per_round=3))
@@ -75,17 +77,20 @@ def test_same_seed_gives_the_same_final_global_vector(tmp_path):
     assert [r.accuracy for r in a.records] == [r.accuracy for r in b.records]
 
 
+@pytest.mark.slow
 def test_a_different_seed_gives_a_different_run(tmp_path):
     a = run_simulation(_small(tmp_path / "a", seed=1))
     b = run_simulation(_small(tmp_path / "b", seed=2))
     assert _final_vector(a.out) != _final_vector(b.out)
 
 
+@pytest.mark.slow
 def test_clients_per_round_selects_exactly_that_many(tmp_path):
     result = run_simulation(_small(tmp_path / "run", clients=6, clients_per_round=2, rounds=3))
     assert [r.clients for r in result.records] == [2, 2, 2]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)  # a local Ray start may be retried (simulations/backends.py)
 def test_ray_backend_runs_the_same_clients(tmp_path):
     pytest.importorskip("ray", reason="Ray is not installed on this machine (pip install 'fedort[ray]')")
@@ -96,6 +101,7 @@ def test_ray_backend_runs_the_same_clients(tmp_path):
     assert _final_vector(on_ray.out) == _final_vector(local.out)
 
 
+@pytest.mark.slow
 def test_users_own_artifacts_and_data_folder(tmp_path):
     data = tmp_path / "data"
     subprocess.run([sys.executable, "-m", "fedort", "data", "digits", "--clients", "3", "--partition", "iid",
@@ -113,6 +119,28 @@ def test_users_own_artifacts_and_data_folder(tmp_path):
     assert "None" not in result.summary and "target accuracy" not in result.summary
     labels = [line.split("  ")[0] for line in lines]
     assert len(labels) == len(set(labels)) and "test accuracy" not in labels   # each fact once
+
+
+@pytest.mark.slow
+def test_a_bad_label_in_one_client_file_names_the_file_the_array_the_value_and_the_range(tmp_path):
+    """A researcher with many client files learns which one is wrong, not `<arrays>`."""
+    from fedort.ort.artifacts import build_artifacts
+    from fedort.ort.models import mlp
+    from fedort.simulations.backends import WorkerFailed
+
+    data = tmp_path / "data"
+    subprocess.run([sys.executable, "-m", "fedort", "data", "digits", "--clients", "3", "--partition", "iid",
+                    "--out", str(data)], check=True, capture_output=True, timeout=120)
+    bad = data / "client-0001.npz"
+    arrays = dict(np.load(bad))
+    arrays["labels"][5] = 12
+    np.savez(bad, **arrays)
+    build_artifacts(mlp(), tmp_path / "art")   # 10 classes
+    with pytest.raises(WorkerFailed, match=r"client-0001\.npz: array 'labels' holds label 12 \(1 of \d+ labels out "
+                                           r"of range, from 12 to 12\); the model has 10 classes, so labels must be "
+                                           r"in 0\.\.9"):
+        run_simulation(SimulationConfig(artifacts=tmp_path / "art", data=data, rounds=1, progress=False,
+                                        out=tmp_path / "run"))
 
 
 def test_artifacts_without_data_is_a_config_error():
@@ -138,6 +166,7 @@ def test_existing_run_folder_is_refused(tmp_path):
         run_simulation(_small(tmp_path))
 
 
+@pytest.mark.slow
 def test_simulate_help_names_every_setting():
     out = subprocess.run([sys.executable, "-m", "fedort", "simulate", "--help"], capture_output=True,
                          text=True, timeout=60, check=True).stdout
@@ -147,6 +176,7 @@ def test_simulate_help_names_every_setting():
         assert flag in out
 
 
+@pytest.mark.slow
 def test_synthetic_dataset_trains_the_logreg_model_above_the_majority_class(tmp_path):
     cfg = _small(tmp_path / "run", dataset="synthetic:1,1", clients=10, rounds=8, batch_size=10, lr=0.05)
     assert cfg.model == "logreg" and cfg.name == "synthetic"
@@ -170,6 +200,7 @@ def test_prox_mu_needs_the_sgd_optimizer():
     assert SimulationConfig(prox_mu=0.1, optimizer="sgd").prox_mu == 0.1
 
 
+@pytest.mark.slow
 def test_stragglers_are_a_seeded_share_that_trains_only_their_few_steps(tmp_path):
     import sqlite3
 
@@ -188,6 +219,7 @@ def test_stragglers_are_a_seeded_share_that_trains_only_their_few_steps(tmp_path
     assert all(n > 100 for c, n in examples.items() if c not in stragglers)  # a whole epoch of ~359
 
 
+@pytest.mark.slow
 def test_state_elsewhere_and_final_only_export_give_the_same_run(tmp_path):
     shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else tmp_path
     target = Path(__import__("tempfile").mkdtemp(dir=shm)) / "state"
@@ -208,6 +240,7 @@ def test_a_negative_export_every_is_a_config_error():
         SimulationConfig(export_every=-1)
 
 
+@pytest.mark.slow
 def test_a_thousand_client_dirichlet_population_of_digits_gives_every_client_an_example():
     from fedort.simulations.population import digits_population
 
@@ -227,12 +260,14 @@ def test_min_partition_size_reaches_the_partition():
         SimulationConfig(min_partition_size=0)
 
 
+@pytest.mark.slow
 def test_a_local_worker_opens_the_runs_own_artifacts_instead_of_downloading_them(tmp_path):
     result = run_simulation(_small(tmp_path / "run", workers=1, rounds=1))
     assert [r.clients for r in result.records] == [4]
     assert not list((result.out / "cache").glob("worker-*/models/*"))   # no artifact was fetched over gRPC
 
 
+@pytest.mark.slow
 def test_a_large_model_s_run_folder_holds_model_onnx_with_its_external_data(tmp_path):
     from fedort.ort.artifacts import build_artifacts
     from fedort.ort.models import mlp

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import grpc
+import pytest
 
 from coordinator_fixtures import RPC_TIMEOUT, mlp_artifacts  # noqa: F401
 from fedort.coordinator.server import Coordinator
@@ -15,6 +16,7 @@ from fedort.simulations.config import load_config
 from fedort.simulations.runner import coordinator_config
 
 
+@pytest.mark.slow
 async def test_a_thousand_virtual_clients_join_from_one_address_without_being_throttled(mlp_artifacts, tmp_path):
     cfg = load_config(None, {"clients": 1000, "clients_per_round": 100, "rounds": 1})
     coordinator = Coordinator(coordinator_config(cfg, mlp_artifacts, tmp_path / "state", None, 1000))

@@ -66,6 +66,7 @@ def test_bad_specs_are_config_errors(spec):
         parse_synthetic(spec)
 
 
+@pytest.mark.slow
 def test_data_synthetic_cli_writes_a_folder_like_data_digits(tmp_path):
     out = tmp_path / "syn"
     done = subprocess.run([sys.executable, "-m", "fedort", "data", "synthetic", "--alpha", "1", "--beta", "1",

@@ -32,6 +32,7 @@ def test_local_steps_follow_the_recipe_and_a_stragglers_cap(epochs, batch, examp
     assert local_steps(_task(epochs, batch), examples, cap) == steps
 
 
+@pytest.mark.slow
 def test_sync_rounds_take_the_slowest_clients_time_and_speeds_do_not_change_the_model(tmp_path):
     fast = run_simulation(_cfg(tmp_path / "fast", device_speed="slow:1:1"))
     slow = run_simulation(_cfg(tmp_path / "slow", device_speed="slow:1:5"))
@@ -43,6 +44,7 @@ def test_sync_rounds_take_the_slowest_clients_time_and_speeds_do_not_change_the_
     assert [r.accuracy for r in fast.records] == [r.accuracy for r in slow.records]
 
 
+@pytest.mark.slow
 def test_async_runs_on_the_virtual_clock_are_reproducible_and_slow_devices_are_stale(tmp_path):
     kw = dict(mode="async", buffer_size=2, rounds=6, device_speed="slow:0.5:10", max_staleness=20)
     a = run_simulation(_cfg(tmp_path / "a", **kw))
@@ -57,6 +59,7 @@ def test_async_runs_on_the_virtual_clock_are_reproducible_and_slow_devices_are_s
     assert times == sorted(times) and times[-1] < 80
 
 
+@pytest.mark.slow
 def test_async_without_device_speeds_runs_real_edge_clients_in_several_workers(tmp_path):
     result = run_simulation(_cfg(tmp_path / "run", mode="async", buffer_size=3, rounds=4, workers=2))
     assert [r.round for r in result.records] == [1, 2, 3, 4]

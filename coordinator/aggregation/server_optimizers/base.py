@@ -1,6 +1,6 @@
 """`ServerOptimizer`: the server-update stage, global vector + combined vector -> next global vector.
 
-Notation (Reddi et al., "Adaptive Federated Optimization", ICLR 2021; issue 11): x is the global
+Notation (Reddi et al., "Adaptive Federated Optimization", ICLR 2021): x is the global
 vector of the round, c what the combiner produced from the round's updates (for FedAvg, their
 example-weighted mean), and the pseudo-gradient is
 

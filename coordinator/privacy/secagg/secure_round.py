@@ -318,8 +318,8 @@ class SecAggRound:
         """Until one of `steps` is ready or min(wait_ms, 30 s) ran out; SecAggAborted if the round failed meanwhile.
 
         Woken by `wake` (phase closes, the round's end, the server stopping), not by every engine change: in the
-        masked-input phase each upload notifies the engine two or three times, and every held call woke for each
-        (~13 µs a wake-up, ten to thirty held batches at 100 devices)."""
+        masked-input phase each upload notifies the engine two or three times, and every held call would wake for
+        each."""
         e = self.engine
         until = time.monotonic() + min(max(wait_ms, 0), 30_000) / 1000
         while not any(self.ready(s, x) for x in steps) and (left := until - time.monotonic()) > 0 and not e._stopping:

@@ -52,7 +52,7 @@ class _Json:
 @lru_cache(maxsize=8)
 def _graph(cohort: tuple[str, ...], degree: int, seed: bytes) -> Mapping[str, tuple[str, ...]]:
     """The round's graph, computed once per process: a simulation worker hosts many of the cohort's
-    devices, each parsing its own copy of the parameters (the graph costs ~1 ms at 100 clients)."""
+    devices, each parsing its own copy of the parameters."""
     return MappingProxyType(neighbour_graph(cohort, degree, seed))
 
 

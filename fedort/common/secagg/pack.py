@@ -68,7 +68,7 @@ def unpack(payload: bytes | memoryview | np.ndarray, codec: str, length: int) ->
         return raw.view("<u8")
     width = expected // (length + 1)
     # one padded copy, read as overlapping little-endian uint64 at a stride of b/8 bytes, high bytes cut
-    # (2-3× faster than copying b/8-byte items into zeroed words)
+    # (faster than copying b/8-byte items into zeroed words)
     padded = np.zeros(raw.nbytes + 8, dtype=np.uint8)
     padded[:raw.nbytes] = raw
     words = np.ndarray(shape=(length + 1,), dtype="<u8", buffer=padded, strides=(width,))
@@ -77,5 +77,5 @@ def unpack(payload: bytes | memoryview | np.ndarray, codec: str, length: int) ->
 
 def _low_bytes(words: np.ndarray, width: int) -> np.ndarray:
     """The low `width` bytes of each little-endian uint64 of `words` as one `width`-byte item each (a view:
-    copying it moves one item per word, not `width` single bytes: ~3× faster at b = 24)."""
+    copying it moves one item per word, not `width` single bytes)."""
     return np.ndarray(shape=words.shape, dtype=f"V{width}", buffer=words, strides=(8,))

@@ -3,7 +3,7 @@
     chacha20-gf2^128   masks: ChaCha20 keystream; seeds shared over GF(2^128) (pycryptodome). The
                        scheme of fedort before protocol 1.3, and of any round whose parameters name none.
     aes128ctr-p130     masks: AES-128-CTR keystream; seeds shared over Z_p, p = 2^130 − 5 (`shamirs`).
-                       ~2.4× faster masks (AES-NI) and ~20× cheaper sharing than pure-Python GF(2^128).
+                       Faster masks (AES-NI) and much cheaper sharing than pure-Python GF(2^128).
     aes128ctr32-p130   as aes128ctr-p130, but when b ≤ 32 the keystream is read as 32-bit words (not 64):
                        half the keystream and half the memory traffic per mask, as uniform mod 2^b
                        (2^b divides 2^32); b > 32 reads 64-bit words as before. Same key, field, shares.

@@ -7,7 +7,7 @@ Sharing seeds instead of 32-byte keys halves the (pure-Python) sharing work.
 
 `combine_secrets` reconstructs many secrets at once. pycryptodome's `Shamir.combine` computes
 the Lagrange coefficients at zero, λ_j = Π_{m≠j} x_m / Π_{m≠j} (x_j + x_m), for every secret —
-O(T²) multiplications in its pure-Python GF(2^128), ~3-15 ms each at T = 10 — although they
+O(T²) multiplications in its pure-Python GF(2^128) — although they
 depend only on the share indices, and the server's secrets mostly share one index set (each
 holder's index is its rank among the sender's holders, and the lowest T indices present are
 used). So it computes λ once per index set and each secret as Σ_j λ_j·y_j (T multiplications),

@@ -2,13 +2,13 @@
 
 Splitting is the `shamirs` library's (a maintained pure-Python implementation over a prime field:
 polynomial coefficients from `secrets.randbelow(p)`, shares at x = 1..n). Python's integers make a
-130-bit multiplication mod p cost ~0.1 µs, against ~13 µs for pycryptodome's pure-Python GF(2^128)
-of the legacy scheme: a device's split of its two seeds among 18 neighbours takes ~0.1 ms instead of
-~1.7 ms. A 16-byte secret s (big-endian, < 2^128 < p) is the polynomial's value at 0; a share's
+130-bit multiplication mod p far cheaper than pycryptodome's pure-Python GF(2^128) of the legacy
+scheme, and so a device's split of its seeds among its neighbours.
+A 16-byte secret s (big-endian, < 2^128 < p) is the polynomial's value at 0; a share's
 value travels as 17 bytes big-endian.
 
 Reconstruction: `shamirs.interpolate` recomputes the Lagrange basis with T² modular inversions
-for every secret (~5 ms at T = 10), although the coefficients depend only on the share indices
+for every secret, although the coefficients depend only on the share indices
 and the server's secrets mostly share one index set. So `combine_secrets` computes, once per index
 set {x_j}, λ_j = Π_{m≠j} x_m / (x_m − x_j) mod p, each secret as Σ_j λ_j·y_j mod p, and checks the
 first secret of every call against `shamirs.interpolate` itself (any disagreement: SecAggError; one
@@ -93,7 +93,7 @@ def combine_secrets(share_lists: Sequence[Sequence[Share]], threshold: int) -> l
         lam = lagrange_at_zero(indices)
         for k in members:
             out[k] = _secret(sum(l * y for l, (_, y) in zip(lam, chosen[k])) % PRIME)
-    if chosen and len(chosen[0]) > 1:           # one check per call: T^2 inversions (~0.1 s at T = 50)
+    if chosen and len(chosen[0]) > 1:           # one check per call: T^2 inversions
         first = shamirs.interpolate([shamirs.share(i, y, PRIME) for i, y in chosen[0]], threshold=len(chosen[0]))
         if first != int.from_bytes(out[0], "big"):
             raise SecAggError("batched Lagrange reconstruction disagrees with shamirs.interpolate")  # pragma: no cover

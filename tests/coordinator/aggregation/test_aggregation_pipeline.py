@@ -17,7 +17,9 @@ from fedort.coordinator.aggregation import (
 from fedort.coordinator.aggregation.weighted_sum import WeightedMean
 from fedort.coordinator.state.layout import StateLayout
 from fedort.coordinator.status import offline_status, round_timeline
-from coordinator_fixtures import make_config, mlp_artifacts, start_coordinator, stub_client  # noqa: F401
+from coordinator_fixtures import (  # noqa: F401
+    make_config, manual_clock, mlp_artifacts, pass_the_deadline, start_coordinator, stub_client,
+)
 from fedort.common.errors import VectorError
 
 
@@ -73,6 +75,7 @@ class _Negated(Decoder):
         return -payload.view("<f4")
 
 
+@pytest.mark.slow
 async def test_a_registered_codec_is_admitted_and_decoded_into_the_round(start_coordinator, stub_client):
     register_decoder(_Negated())
     assert "test-negated" in codecs()
@@ -99,14 +102,16 @@ async def _submit_negated(client, cid: str, model: str) -> np.ndarray:
     return start
 
 
+@pytest.mark.slow
 async def test_replay_after_a_restart_decodes_each_spooled_update_with_its_recorded_codec(start_coordinator,
-                                                                                          stub_client):
+                                                                                          stub_client, manual_clock):
     register_decoder(_Negated())
-    coord = await start_coordinator(min_clients=2, rounds=1, round_timeout_s=2, max_round_attempts=1)
+    coord = await start_coordinator(min_clients=2, rounds=1, round_timeout_s=600, max_round_attempts=1)
     client = stub_client(coord.port)
     model = (await client.join("client-a")).model_id
     await client.join("client-b")
     start = await _submit_negated(client, "client-a", model)
+    await pass_the_deadline(coord, manual_clock)
     assert (await asyncio.wait_for(coord.wait_done(), 60)).state is RoundState.FAILED   # b never reported
     await coord.stop(grace=0)
     again = await start_coordinator(min_clients=2, rounds=1, round_timeout_s=10, max_round_attempts=1)

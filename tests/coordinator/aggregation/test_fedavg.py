@@ -61,6 +61,7 @@ def test_bad_inputs_are_vector_errors():
         s.merge(WeightedSum(3))
 
 
+@pytest.mark.slow
 def test_folding_50_updates_of_5m_params_allocates_nothing_per_update():
     n = 5_000_000
     vector = np.random.default_rng(2).standard_normal(n).astype(np.float32)

@@ -4,9 +4,9 @@ uninterrupted run: the optimizer's moments advance with the round commit, never 
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
+import grpc
 import numpy as np
 import pytest
 
@@ -27,9 +27,9 @@ FINAL = f"round-{ROUNDS + 1:04d}.f32"
 def servers(mlp_artifacts, tmp_path):
     started: list[CoordinatorProcess] = []
 
-    def start(state_dir: Path) -> CoordinatorProcess:
+    def start(state_dir: Path, fault: str | None = None) -> CoordinatorProcess:
         s = CoordinatorProcess(mlp_artifacts, state_dir, tmp_path / "coordinator.log", rounds=ROUNDS, min_clients=3,
-                               round_timeout=30, client_timeout=0, server_optimizer=SPEC)
+                               round_timeout=30, client_timeout=0, server_optimizer=SPEC, fault=fault)
         started.append(s)
         return s
 
@@ -86,6 +86,7 @@ def uninterrupted(servers, tmp_path) -> dict[str, bytes]:
     return vector_files(state)
 
 
+@pytest.mark.slow
 def test_the_uninterrupted_run_is_fedadam_over_the_weighted_means(uninterrupted):
     g = np.frombuffer(uninterrupted["round-0001.f32"], dtype="<f4")
     optimizer = parse_server_optimizer(SPEC)
@@ -97,6 +98,7 @@ def test_the_uninterrupted_run_is_fedadam_over_the_weighted_means(uninterrupted)
     np.testing.assert_allclose(np.frombuffer(uninterrupted[FINAL], dtype="<f4"), g, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_sigkill_mid_round_after_an_acknowledged_update_gives_the_same_final_vector(servers, uninterrupted, tmp_path):
     state = tmp_path / "crashed"
     server = servers(state)
@@ -117,17 +119,21 @@ def test_sigkill_mid_round_after_an_acknowledged_update_gives_the_same_final_vec
     np.testing.assert_allclose(final_of(state), np.frombuffer(uninterrupted[FINAL], dtype="<f4"), atol=1e-6)
 
 
-@pytest.mark.parametrize("delay", [0.0, 0.015, 0.3])
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["round.before_commit", "export.before_write", "export.before_mark",
+                                   "export.after_mark"])
 def test_sigkill_while_a_round_aggregates_commits_or_exports_gives_the_same_final_vector(
-        servers, uninterrupted, tmp_path, delay):
+        servers, uninterrupted, tmp_path, point):
     state = tmp_path / "crashed-closing"
-    server = servers(state)
+    server = servers(state, fault=f"{point}@2")     # round 2's close (round 1's passes each point once)
     model = join_all(server)
     for r in (1, 2):
         for cid in CLIENTS:
-            fit(server, cid, model, r)
-    time.sleep(delay)          # not a synchronisation: varies the kill point across close/commit/export
-    server.kill()
+            try:
+                fit(server, cid, model, r)
+            except grpc.RpcError as e:   # the last ack of round 2 may be lost with the process (it is durable)
+                assert (r, cid) == (2, CLIENTS[-1]) and e.code() == grpc.StatusCode.UNAVAILABLE, e
+    assert server.fault_fired() == f"{point}@2 kill"
     server = servers(state)
     for r in (3, 4):
         for cid in CLIENTS:

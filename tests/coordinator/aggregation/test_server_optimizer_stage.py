@@ -71,6 +71,7 @@ async def test_the_optimizer_consumes_a_robust_combiners_output(start_coordinato
     np.testing.assert_allclose(await _final(client, "client-a", model, 2), start + 1.0, atol=1e-5)
 
 
+@pytest.mark.slow
 async def test_its_state_is_committed_with_each_round_and_restored_on_restart(tmp_path, mlp_artifacts, stub_client):
     state_dir = tmp_path / "state"
     coord = Coordinator(make_config(mlp_artifacts, state_dir, min_clients=2, rounds=1, server_optimizer=ADAM))
@@ -98,6 +99,7 @@ async def test_its_state_is_committed_with_each_round_and_restored_on_restart(tm
         await asyncio.wait_for(again.stop(grace=0), 20)
 
 
+@pytest.mark.slow
 async def test_a_restart_with_another_server_optimizer_is_refused_naming_both(tmp_path, mlp_artifacts, stub_client):
     state_dir = tmp_path / "state"
     coord = Coordinator(make_config(mlp_artifacts, state_dir, min_clients=2, rounds=1, server_optimizer=ADAM))
@@ -127,6 +129,7 @@ def test_fedavg_is_the_stateless_identity_and_others_wrap_the_optimizer(tmp_path
     assert isinstance(stage, ServerOptimizerStage) and str(stage).startswith("fedyogi:lr=0.01")
 
 
+@pytest.mark.slow
 async def test_each_exported_round_records_the_optimizer_spec_and_how_far_it_moved(start_coordinator, stub_client,
                                                                                     tmp_path):
     coord = await start_coordinator(min_clients=2, rounds=1, server_optimizer="fedavgm:lr=0.5")

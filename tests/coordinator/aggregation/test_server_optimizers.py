@@ -203,6 +203,7 @@ def test_vectors_of_another_length_than_the_state_are_refused():
         opt.apply(np.zeros(5, np.float32), np.ones(5, np.float32))
 
 
+@pytest.mark.slow
 def test_global_vector_must_be_float32():
     with pytest.raises(VectorError, match="global vector must be a 1-D float32"):
         parse_server_optimizer("fedadam").apply(np.zeros(3), np.zeros(3))
@@ -325,6 +326,7 @@ while True:
 """
 
 
+@pytest.mark.slow
 def test_a_state_file_survives_sigkill_as_an_exact_snapshot_of_some_step(tmp_path):
     spec, length, path = "fedyogi:lr=0.05", 200_000, tmp_path / "opt.npz"
     child = subprocess.Popen([sys.executable, "-c", _WRITER, spec, str(path), str(length)], stderr=subprocess.PIPE)

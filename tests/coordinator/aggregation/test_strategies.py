@@ -20,7 +20,9 @@ from fedort.coordinator.aggregation.spool import open_updates
 from fedort.coordinator.aggregation.robust.trimmed_mean import trimmed_mean
 from fedort.coordinator.aggregation.weighted_sum import WeightedSum
 from fedort.common.round_state import RoundState
-from coordinator_fixtures import make_config, mlp_artifacts, start_coordinator, stub_client  # noqa: F401
+from coordinator_fixtures import (  # noqa: F401
+    make_config, manual_clock, mlp_artifacts, pass_the_deadline, start_coordinator, stub_client,
+)
 from fedort.common.errors import ConfigError, VectorError
 
 SMALL_BLOCK = 4096 * 4   # forces several column blocks over the 5,000-element vectors below
@@ -188,6 +190,7 @@ def big_spool(tmp_path_factory) -> list[SpooledUpdate]:
     return updates
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", [Median(), TrimmedMean(0.2), Krum(2, 5)], ids=str)
 def test_spool_strategies_stay_far_below_holding_every_update_in_memory(big_spool, strategy):
     length = 1 << 21
@@ -234,12 +237,15 @@ async def test_a_clipping_round_bounds_each_clients_pull(start_coordinator, stub
     assert np.linalg.norm(delta) == pytest.approx(1.0 / 3, rel=1e-4)
 
 
-async def test_a_restarted_median_round_aggregates_the_replayed_and_new_updates(start_coordinator, stub_client):
-    coord = await start_coordinator(min_clients=3, round_timeout_s=2, rounds=1, max_round_attempts=1,
+@pytest.mark.slow
+async def test_a_restarted_median_round_aggregates_the_replayed_and_new_updates(start_coordinator, stub_client,
+                                                                                manual_clock):
+    coord = await start_coordinator(min_clients=3, round_timeout_s=600, rounds=1, max_round_attempts=1,
                                     strategy="median")
     client = stub_client(coord.port)
     model = [await client.join(c) for c in ("client-a", "client-b", "client-c")][0].model_id
     await _three_updates(client, model, (-100.0,), ids=("client-a",))
+    await pass_the_deadline(coord, manual_clock)
     assert (await asyncio.wait_for(coord.wait_done(), 60)).state is RoundState.FAILED
     await coord.stop()
     again = await start_coordinator(min_clients=3, round_timeout_s=10, rounds=1, max_round_attempts=1,

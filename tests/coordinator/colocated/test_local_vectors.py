@@ -51,6 +51,7 @@ async def _trained(client, model: str, cid: str, i: int):
     return task, (g * np.float32(0.9) + np.float32(0.1 * (i + 1))).astype(np.float32)
 
 
+@pytest.mark.slow
 async def test_an_update_handed_over_as_a_file_gives_the_same_global_vector_bit_for_bit_as_streamed(
         start_coordinator, stub_client, tmp_path):
     results = []
@@ -169,6 +170,7 @@ async def test_a_file_of_the_wrong_size_or_digest_or_with_nan_is_refused_and_not
     assert len(coord.engine.store.submissions(round)) == 1
 
 
+@pytest.mark.slow
 async def test_a_file_taken_into_the_spool_leaves_no_temporary_file_whether_refused_or_accepted(
         start_coordinator, stub_client, tmp_path):
     coord, client, model, round, g, local = await opened_round(start_coordinator, stub_client,
@@ -241,6 +243,7 @@ def test_only_the_two_newest_global_vectors_stay_published(tmp_path):
     assert (local.globals / f"{digests[3].hex()}.f32").read_bytes() == bytes([3]) * 8
 
 
+@pytest.mark.slow
 async def test_a_file_refused_after_it_was_folded_changes_nothing_in_the_aggregate(start_coordinator, stub_client,
                                                                                    tmp_path, caplog):
     """A raw file is folded as it is read and checked; one whose digest then fails (or whose values are not

@@ -33,6 +33,7 @@ async def test_a_fit_task_carries_the_blake3_of_the_global_vector_it_names(start
     assert task.vector_blake3 == _b3((local / "global" / f"{task.vector_sha256.hex()}.f32").read_bytes())
 
 
+@pytest.mark.slow
 async def test_the_next_round_s_task_carries_the_blake3_of_the_committed_vector(start_coordinator, stub_client,
                                                                                 tmp_path):
     coord = await start_coordinator(min_clients=1, rounds=2, state_dir=tmp_path / "state",

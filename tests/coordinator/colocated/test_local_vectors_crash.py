@@ -91,6 +91,7 @@ def finish(server: Server, model: str) -> None:
     assert server.proc.wait(20) == 0
 
 
+@pytest.mark.slow
 def test_sigkill_after_an_acknowledged_file_update_resumes_without_loss_and_matches_a_streamed_run(
         servers, tmp_path):
     streamed = servers(tmp_path / "streamed")

@@ -8,6 +8,7 @@ tells whether an update crossed gRPC.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from coordinator_fixtures import P_MLP, make_config, mlp_artifacts  # noqa: F401 (fixture)
 from fedort.edge_client import EdgeClient, EdgeConfig
@@ -45,6 +46,7 @@ def test_local_coordinator_turns_the_co_located_path_on_unless_told_not_to(mlp_a
     assert LocalCoordinator(config, local_vectors=False).config.local_vector_dir is None
 
 
+@pytest.mark.slow
 def test_a_co_located_client_reads_global_vectors_and_hands_updates_over_as_files(mlp_artifacts, tmp_path):
     config = make_config(mlp_artifacts, tmp_path / "state", rounds=2, min_clients=1)
     with LocalCoordinator(config) as coordinator:
@@ -57,6 +59,7 @@ def test_a_co_located_client_reads_global_vectors_and_hands_updates_over_as_file
     assert sorted(p.name for p in local.iterdir() if p.name != ".free") == ["global"]  # every update file was taken
 
 
+@pytest.mark.slow
 def test_a_co_located_update_below_local_file_min_bytes_streams_and_the_global_vector_is_still_read(
         mlp_artifacts, tmp_path):
     """The default threshold (256 KiB) is above the MLP's 38 KB update: it streams, and the coordinator
@@ -72,6 +75,7 @@ def test_a_co_located_update_below_local_file_min_bytes_streams_and_the_global_v
     assert [r.bytes_down for r in summary.reports] == [0, 0]           # the global vectors were read from files
 
 
+@pytest.mark.slow
 def test_a_client_that_cannot_see_the_directory_downloads_and_streams(mlp_artifacts, tmp_path):
     config = make_config(mlp_artifacts, tmp_path / "state", rounds=1, min_clients=1)
     with LocalCoordinator(config) as coordinator:
@@ -107,6 +111,7 @@ def test_a_refused_file_reference_falls_back_to_streaming_and_turns_the_path_off
         assert sorted(p.name for p in shared.iterdir() if p.name != ".free") == ["global"]   # its file was removed
 
 
+@pytest.mark.slow
 def test_the_asynchronous_mode_takes_files_too(mlp_artifacts, tmp_path):
     config = make_config(mlp_artifacts, tmp_path / "state", rounds=2, min_clients=1, mode="async", buffer_size=1)
     with LocalCoordinator(config) as coordinator:

@@ -9,6 +9,7 @@ the device wrote, with the same checks, and the run's vectors are bit-identical 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from coordinator_fixtures import P_MLP, make_config, mlp_artifacts  # noqa: F401 (fixture)
 from fedort.coordinator.colocated import local_vectors as coordinator_side
@@ -38,6 +39,7 @@ def run(mlp_artifacts, tmp_path, name: str, local: bool, stale: bytes | None = N
     return state
 
 
+@pytest.mark.slow
 def test_a_device_overwrites_a_recycled_file_and_the_run_matches_a_streamed_one_bit_for_bit(mlp_artifacts, tmp_path):
     stale = np.full(P_MLP + 1000, 3.0, dtype=np.float32).tobytes()     # longer than an update, other values
     recycled = run(mlp_artifacts, tmp_path, "recycled", local=True, stale=stale)

@@ -19,6 +19,7 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
+from chaos_support import fault_env, fault_fired
 from coordinator_fixtures import P_MLP, chunks_of, mlp_artifacts, update_header  # noqa: F401
 from fedort.protos.stubs import fedort_v1_pb2 as pb
 from fedort.protos.stubs import fedort_v1_pb2_grpc as pb_grpc
@@ -41,11 +42,13 @@ def serve_command(artifacts: Path, state_dir: Path, port_file: Path, *extra: str
 class Server:
     """One coordinator process; the fixture kills whatever is left."""
 
-    def __init__(self, artifacts: Path, state_dir: Path, log: Path, *extra: str) -> None:
+    def __init__(self, artifacts: Path, state_dir: Path, log: Path, *extra: str, fault: str | None = None) -> None:
         self.port_file = state_dir.parent / f"{state_dir.name}.port"
         self.port_file.unlink(missing_ok=True)
+        self.log, self.fault_log = log, state_dir.parent / f"{state_dir.name}.faults"
         self.proc = subprocess.Popen(serve_command(artifacts, state_dir, self.port_file, *extra),
-                                     stdout=subprocess.DEVNULL, stderr=open(log, "ab"))
+                                     stdout=subprocess.DEVNULL, stderr=open(log, "ab"),
+                                     env=fault_env(fault, self.fault_log))
         deadline = time.monotonic() + 20
         while not self.port_file.exists():
             assert self.proc.poll() is None, f"coordinator exited early; see {log}"
@@ -54,6 +57,11 @@ class Server:
         self.port = int(self.port_file.read_text())
         self.channel = grpc.insecure_channel(f"127.0.0.1:{self.port}")
         self.stub = pb_grpc.CoordinatorStub(self.channel)
+
+    def fault_fired(self) -> str:
+        """Wait until the process killed itself at its armed fault point; that point ("NAME@N kill")."""
+        self.channel.close()
+        return fault_fired(self.proc, self.fault_log, self.log)
 
     def kill(self) -> None:
         self.channel.close()
@@ -65,8 +73,8 @@ class Server:
 def servers(mlp_artifacts, tmp_path):
     started: list[Server] = []
 
-    def start(state_dir: Path, *extra: str) -> Server:
-        s = Server(mlp_artifacts, state_dir, tmp_path / "coordinator.log", *extra)
+    def start(state_dir: Path, *extra: str, fault: str | None = None) -> Server:
+        s = Server(mlp_artifacts, state_dir, tmp_path / "coordinator.log", *extra, fault=fault)
         started.append(s)
         return s
 
@@ -140,12 +148,14 @@ def uninterrupted(mlp_artifacts, tmp_path_factory) -> dict[str, bytes]:
     return vectors(tmp / "state")
 
 
+@pytest.mark.slow
 def test_uninterrupted_run_matches_the_numpy_weighted_mean(uninterrupted):
     initial = np.frombuffer(uninterrupted["round-0001.f32"], dtype="<f4")
     final = np.frombuffer(uninterrupted[f"round-{ROUNDS + 1:04d}.f32"], dtype="<f4")
     np.testing.assert_allclose(final, expected_final(initial), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_sigkill_after_an_acknowledged_update_resumes_without_loss_or_double_count(servers, uninterrupted, tmp_path):
     state = tmp_path / "crashed"
     server = servers(state)
@@ -197,19 +207,35 @@ def landing(state_dir: Path) -> str:
     return "exported"
 
 
-@pytest.mark.parametrize("delay", [0.0, 0.015, 0.3])
-def test_sigkill_while_a_round_closes_resumes_into_the_next_round(servers, uninterrupted, tmp_path, delay,
-                                                                 record_property):
-    state = tmp_path / "crashed-closing"
-    server = servers(state)
-    model = join_all(server)
+# Each fault point of a round's close (fedort.common.faults), the window it marks, as `landing` reads it from disk
+CLOSE_WINDOWS = {
+    "round.before_commit": "open",        # every update acknowledged; nothing of the close written
+    "export.before_write": "committed",   # the commit durable; the export not begun
+    "export.before_mark": "committed",    # the model files written; the export not recorded
+    "export.after_mark": "exported",      # the export recorded
+}
+
+
+def close_round_2_and_die(server: Server, model: str) -> str:
+    """Rounds 1 and 2 with every client; the server, armed at a point of round 2's close, dies there."""
     for r in (1, 2):
         for cid in CLIENTS:
-            fit(server, cid, model, r)
-    time.sleep(delay)          # only varies where the kill lands; `landing` then says where it did
-    server.kill()              # before, during or after aggregating / committing / exporting round 2
+            try:
+                fit(server, cid, model, r)
+            except grpc.RpcError as e:   # the last ack of round 2 may be lost with the process (it is durable)
+                assert (r, cid) == (2, CLIENTS[-1]) and e.code() == grpc.StatusCode.UNAVAILABLE, e
+    return server.fault_fired()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", list(CLOSE_WINDOWS))
+def test_sigkill_while_a_round_closes_resumes_into_the_next_round(servers, uninterrupted, tmp_path, point):
+    state = tmp_path / "crashed-closing"
+    server = servers(state, fault=f"{point}@2")     # the close of round 1 passes the point once
+    model = join_all(server)
+    assert close_round_2_and_die(server, model) == f"{point}@2 kill"
     landed = landing(state)
-    record_property("kill_landed", landed)
+    assert landed == CLOSE_WINDOWS[point]
     log = tmp_path / "coordinator.log"
     log_before = log.read_text() if log.exists() else ""
     server = servers(state)
@@ -230,19 +256,16 @@ def test_sigkill_while_a_round_closes_resumes_into_the_next_round(servers, unint
     assert (state / "models" / "round-0002" / "model.json").is_file()   # an interrupted export is redone
 
 
-@pytest.mark.parametrize("delay", [0.0, 0.015, 0.3])
+@pytest.mark.slow
+@pytest.mark.parametrize("point", list(CLOSE_WINDOWS))
 def test_sigkill_around_an_external_data_export_leaves_every_round_s_model_loadable(servers, uninterrupted, tmp_path,
-                                                                                   delay, record_property):
+                                                                                   point):
     external = ("--export-external-bytes", "0")   # model.onnx + model.onnx.data, a hard link (export_external)
     state = tmp_path / "crashed-external"
-    server = servers(state, *external)
+    server = servers(state, *external, fault=f"{point}@2")
     model = join_all(server)
-    for r in (1, 2):
-        for cid in CLIENTS:
-            fit(server, cid, model, r)
-    time.sleep(delay)
-    server.kill()              # before, during or after round 2's commit and external-data export
-    record_property("kill_landed", landing(state))
+    assert close_round_2_and_die(server, model) == f"{point}@2 kill"
+    assert landing(state) == CLOSE_WINDOWS[point]
     server = servers(state, *external)
     for cid in CLIENTS:
         fit(server, cid, model, 3)

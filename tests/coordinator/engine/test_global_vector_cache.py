@@ -1,8 +1,8 @@
 """The commit of round r frees the page cache of g_{r-1}'s file just before it writes g_{r+1}'s.
 
-Why: on a VM that hands freed memory back to its host (free page reporting), a new 20 MB file written
-into fresh pages cost 30-70 ms instead of 4; written right after 20 MB of page cache was freed, it
-reuses those pages (benchmarks/README.md, issue 12 part 8). g_{r-1} is the newest global vector that
+Why: on a VM that hands freed memory back to its host (free page reporting), a new file written
+into fresh pages pays a host fault per page; written right after as much page cache was freed, it
+reuses those pages. g_{r-1} is the newest global vector that
 nothing reads any more (the next round's download deltas read g_r), and no vector file changes.
 Real coordinator and files; mincore tells what the page cache holds.
 """
@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import pytest
 
 from coordinator_fixtures import mlp_artifacts, start_coordinator, stub_client  # noqa: F401 (fixtures)
 from page_cache_support import LINUX_ONLY, resident_pages, skip_on_tmpfs
 
 
+@pytest.mark.slow
 @LINUX_ONLY
 async def test_each_commit_frees_the_cache_of_the_vector_two_rounds_back_and_changes_no_vector_file(
         start_coordinator, stub_client, tmp_path):

@@ -13,6 +13,7 @@ import asyncio
 import sqlite3
 
 import numpy as np
+import pytest
 
 from coordinator_fixtures import mlp_artifacts, start_coordinator, stub_client  # noqa: F401 (fixtures)
 
@@ -24,6 +25,7 @@ async def wait_for(predicate, timeout_s: float = 30.0) -> None:
         await asyncio.sleep(0.01)
 
 
+@pytest.mark.slow
 async def test_a_small_vector_lost_before_its_export_is_rewritten_from_its_row_on_restart(
         start_coordinator, stub_client, tmp_path):
     state = tmp_path / "state"

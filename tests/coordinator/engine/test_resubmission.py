@@ -84,6 +84,7 @@ async def _hand_over_top_k(client, local: Path, name: str, model: str, task, g: 
     return await client.submit_parts([pb.UpdatePart(header=header)])
 
 
+@pytest.mark.slow
 async def test_a_top_k_file_re_sent_after_its_round_counted_it_is_a_duplicate_and_the_file_is_removed(
         start_coordinator, stub_client, tmp_path):
     """The coordinator owns a handed-over file: one it answers `duplicate` without taking is deleted."""
@@ -103,6 +104,7 @@ async def test_a_top_k_file_re_sent_after_its_round_counted_it_is_a_duplicate_an
     assert rows(coord.state_dir) == before
 
 
+@pytest.mark.slow
 async def test_a_top_k_file_re_sent_while_its_round_is_open_is_a_duplicate_and_the_file_is_removed(
         start_coordinator, stub_client, tmp_path):
     coord = await start_coordinator(rounds=1, min_clients=2, round_timeout_s=240, local_vector_dir=tmp_path / "lv")

@@ -12,7 +12,12 @@ import sys
 import numpy as np
 import pytest
 
+from fedort.common.clock import ManualClock, use
 from fedort.coordinator import RoundState
+from fedort.coordinator.engine.round_engine import IllegalTransition
+from fedort.coordinator.engine.selection import client_seed, sample_size, select_clients
+from coordinator_fixtures import manual_clock, mlp_artifacts, pass_the_deadline, start_coordinator, stub_client  # noqa: F401
+from fedort.protos.stubs import fedort_v1_pb2 as pb
 from fedort.coordinator.engine.round_engine import IllegalTransition
 from fedort.coordinator.engine.selection import client_seed, sample_size, select_clients
 from coordinator_fixtures import mlp_artifacts, start_coordinator, stub_client  # noqa: F401
@@ -55,6 +60,7 @@ async def test_illegal_transition_raises_naming_the_state(start_coordinator):
         coord.engine._transition(RoundState.AGGREGATING)
 
 
+@pytest.mark.slow
 async def test_fraction_selects_the_seeded_subset(start_coordinator, stub_client):
     coord = await start_coordinator(min_clients=1, min_available_clients=4, fraction=0.5, seed=11)
     client = stub_client(coord.port)
@@ -69,12 +75,13 @@ async def test_fraction_selects_the_seeded_subset(start_coordinator, stub_client
     assert fit == select_clients(ids, 2, seed=11, round=1, attempt=1)
 
 
-async def test_round_closes_at_the_deadline_with_min_clients(start_coordinator, stub_client):
-    coord = await start_coordinator(min_clients=2, min_available_clients=3, round_timeout_s=4, rounds=1)
+async def test_round_closes_at_the_deadline_with_min_clients(start_coordinator, stub_client, manual_clock):
+    coord = await start_coordinator(min_clients=2, min_available_clients=3, round_timeout_s=600, rounds=1)
     client = stub_client(coord.port)
     model = [await client.join(c) for c in ("client-a", "client-b", "client-c")][0].model_id
     await client.fit_round("client-a", model, 1.0, 10)
     await client.fit_round("client-b", model, 3.0, 10)      # client-c never reports
+    await pass_the_deadline(coord, manual_clock)
     outcome = await asyncio.wait_for(coord.wait_done(), 30)
     assert outcome.state is RoundState.DONE
     with sqlite3.connect(coord.state_dir / "state.db") as db:
@@ -82,12 +89,20 @@ async def test_round_closes_at_the_deadline_with_min_clients(start_coordinator, 
 
 
 async def test_round_without_quorum_is_retried_with_a_new_attempt(start_coordinator, stub_client):
-    coord = await start_coordinator(min_clients=2, round_timeout_s=3, rounds=1, max_round_attempts=3)
+    with use(ManualClock()) as clock:   # the round deadline passes when the test moves this clock
+        await _retried_with_a_new_attempt(start_coordinator, stub_client, clock)
+
+
+async def _retried_with_a_new_attempt(start_coordinator, stub_client, clock: ManualClock) -> None:
+    coord = await start_coordinator(min_clients=2, round_timeout_s=30, rounds=1, max_round_attempts=3)
     client = stub_client(coord.port)
     model = (await client.join("client-a")).model_id
     await client.join("client-b")
     await client.fit_round("client-a", model, 1.0, 10)
-    deadline = asyncio.get_running_loop().time() + 30       # attempt 1 times out with 1 of 2 updates
+    assert coord.engine.attempt == 1
+    clock.advance(31)                     # attempt 1's deadline passes with 1 of 2 updates
+    coord.engine.notify()                 # (the engine re-reads the clock when woken)
+    deadline = asyncio.get_running_loop().time() + 30
     while coord.engine.attempt < 2 and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.02)
     assert coord.engine.attempt == 2
@@ -99,12 +114,14 @@ async def test_round_without_quorum_is_retried_with_a_new_attempt(start_coordina
         assert db.execute("SELECT clients, examples, attempt FROM rounds WHERE round = 1").fetchone() == (2, 40, 2)
 
 
-async def test_round_fails_clearly_after_max_attempts_instead_of_hanging(start_coordinator, stub_client):
-    coord = await start_coordinator(min_clients=2, round_timeout_s=2, rounds=2, max_round_attempts=2)
+async def test_round_fails_clearly_after_max_attempts_instead_of_hanging(start_coordinator, stub_client, manual_clock):
+    coord = await start_coordinator(min_clients=2, round_timeout_s=600, rounds=2, max_round_attempts=2)
     client = stub_client(coord.port)
     model = (await client.join("client-a")).model_id
     await client.join("client-b")
     await client.fit_round("client-a", model, 1.0, 10)
+    await pass_the_deadline(coord, manual_clock, attempt=1)
+    await pass_the_deadline(coord, manual_clock, attempt=2)
     outcome = await asyncio.wait_for(coord.wait_done(), 60)
     assert outcome.state is RoundState.FAILED
     assert "round 1 failed: 1 of the required 2 clients reported after 2 attempt(s)" in outcome.message
@@ -174,23 +191,27 @@ async def test_concurrent_uploads_are_each_folded_once(start_coordinator, stub_c
     np.testing.assert_allclose(final, start + (weights * np.arange(12)).sum() / weights.sum(), atol=1e-5)
 
 
+@pytest.mark.slow
 async def test_clients_unseen_for_client_timeout_are_not_selected(start_coordinator, stub_client):
-    coord = await start_coordinator(min_clients=2, client_timeout_s=1.0)
-    client = stub_client(coord.port)
-    model = (await client.join("client-a")).model_id
-    await asyncio.sleep(1.3)                                  # client-a goes quiet past the timeout
-    await client.join("client-b")
-    assert (await client.poll("client-b", model, wait_ms=300)).kind == pb.Task.WAIT   # only 1 available
-    task = await client.poll("client-a", model, wait_ms=10_000)  # any RPC makes it available again
-    assert task.kind == pb.Task.FIT
+    with use(ManualClock()) as clock:   # the registry's liveness timeout runs on a clock the test moves
+        coord = await start_coordinator(min_clients=2, client_timeout_s=1.0)
+        client = stub_client(coord.port)
+        model = (await client.join("client-a")).model_id
+        clock.advance(1.3)                                        # client-a goes quiet past the timeout
+        await client.join("client-b")
+        assert (await client.poll("client-b", model, wait_ms=300)).kind == pb.Task.WAIT   # only 1 available
+        task = await client.poll("client-a", model, wait_ms=10_000)  # any RPC makes it available again
+        assert task.kind == pb.Task.FIT
 
 
-async def test_restarting_a_failed_run_retries_the_round_keeping_acknowledged_updates(start_coordinator, stub_client):
-    coord = await start_coordinator(min_clients=2, round_timeout_s=2, rounds=1, max_round_attempts=1)
+async def test_restarting_a_failed_run_retries_the_round_keeping_acknowledged_updates(start_coordinator, stub_client,
+                                                                                      manual_clock):
+    coord = await start_coordinator(min_clients=2, round_timeout_s=600, rounds=1, max_round_attempts=1)
     client = stub_client(coord.port)
     model = (await client.join("client-a")).model_id
     await client.join("client-b")
     await client.fit_round("client-a", model, 1.0, 10)
+    await pass_the_deadline(coord, manual_clock)
     assert (await asyncio.wait_for(coord.wait_done(), 60)).state is RoundState.FAILED
     await coord.stop()
     again = await start_coordinator(min_clients=2, round_timeout_s=10, rounds=1, max_round_attempts=1)
@@ -204,8 +225,9 @@ async def test_restarting_a_failed_run_retries_the_round_keeping_acknowledged_up
     np.testing.assert_allclose(final, start + 2.0, atol=1e-6)
 
 
-async def test_a_resumed_failed_round_selects_afresh_when_its_selected_client_left(start_coordinator, stub_client):
-    coord = await start_coordinator(rounds=1, min_clients=1, fraction=0.5, round_timeout_s=1, max_round_attempts=1)
+async def test_a_resumed_failed_round_selects_afresh_when_its_selected_client_left(start_coordinator, stub_client,
+                                                                                   manual_clock):
+    coord = await start_coordinator(rounds=1, min_clients=1, fraction=0.5, round_timeout_s=600, max_round_attempts=1)
     client = stub_client(coord.port)
     model = (await client.join("client-a")).model_id
     await client.join("client-b")
@@ -217,6 +239,7 @@ async def test_a_resumed_failed_round_selects_afresh_when_its_selected_client_le
     (chosen,) = coord.engine.selected
     other = "client-b" if chosen == "client-a" else "client-a"
     await client.stub.Leave(pb.LeaveRequest(client_id=chosen, reason="gone"), timeout=10)
+    await pass_the_deadline(coord, manual_clock)
     outcome = await asyncio.wait_for(coord.wait_done(), 30)   # nobody reports: the round (and run) fail
     assert outcome.state is RoundState.FAILED
     await coord.stop(grace=0)

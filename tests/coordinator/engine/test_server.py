@@ -41,6 +41,7 @@ async def test_two_clients_complete_two_rounds_with_weighted_average(start_coord
     assert done.kind == pb.Task.DONE
 
 
+@pytest.mark.slow
 async def test_each_round_exports_a_model_plain_onnxruntime_runs(start_coordinator, stub_client):
     coord = await start_coordinator(rounds=2)
     client = stub_client(coord.port)
@@ -73,6 +74,7 @@ async def test_health_service_answers_serving(start_coordinator):
             assert reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
+@pytest.mark.slow
 async def test_join_lists_the_artifacts_and_download_matches_their_sha256(start_coordinator, stub_client,
                                                                           mlp_artifacts):
     coord = await start_coordinator()
@@ -127,12 +129,9 @@ async def test_long_poll_wakes_when_the_round_opens(start_coordinator, stub_clie
     waiting = asyncio.ensure_future(client.poll("client-a", model, wait_ms=30_000))
     await until_held(coord, "client-a", since, waiting)
     assert not waiting.done()          # one client is not enough: the call is held
-    loop = asyncio.get_running_loop()
-    t0 = loop.time()
     await client.join("client-b")      # the second client makes the round open
-    task = await asyncio.wait_for(waiting, 20)
-    # FIT, not the WAIT that ends a hold, and long before that 30 s hold would end
-    assert task.kind == pb.Task.FIT and task.round == 1 and loop.time() - t0 < 15.0
+    task = await asyncio.wait_for(waiting, 20)   # before the 30 s hold would end
+    assert task.kind == pb.Task.FIT and task.round == 1   # FIT, not the WAIT that ends a hold
     assert task.vector_length == P_MLP and len(task.vector_sha256) == 32
     assert task.config.local_epochs == 1 and task.config.batch_size == 32
 
@@ -180,6 +179,7 @@ async def test_leave_makes_a_client_unselectable(start_coordinator, stub_client)
     assert (await client.poll("client-a", model, wait_ms=3000)).kind == pb.Task.FIT
 
 
+@pytest.mark.slow
 async def test_memory_does_not_grow_with_the_number_of_updates(tmp_path, stub_client):
     """50 updates of a 5 M-parameter vector: peak traced memory stays a few vectors, not 50."""
     import tracemalloc

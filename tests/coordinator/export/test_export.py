@@ -23,6 +23,7 @@ def eval_npz(tmp_path):
     return path
 
 
+@pytest.mark.slow
 def test_exported_model_computes_what_the_training_session_computes(mlp_artifacts, tmp_path):
     exporter = Exporter(mlp_artifacts, tmp_path / "models")
     vector = exporter.initial_vector() * np.float32(0.5)
@@ -59,6 +60,7 @@ def test_latest_points_at_the_newest_round_only(mlp_artifacts, tmp_path):
     assert (tmp_path / "models" / "latest").resolve() == (tmp_path / "models" / "round-0002").resolve()
 
 
+@pytest.mark.slow
 async def test_a_missing_export_of_a_committed_round_is_redone_on_restart(start_coordinator, stub_client, tmp_path,
                                                                           eval_npz):
     coord = await start_coordinator(rounds=1, eval_data=eval_npz)

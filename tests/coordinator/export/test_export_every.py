@@ -27,6 +27,7 @@ def run(config, tmp_path):
         return coordinator.wait(timeout=60)
 
 
+@pytest.mark.slow
 def test_models_are_written_every_n_rounds_and_after_the_last_and_every_round_keeps_its_record(mlp_artifacts, tmp_path):
     config = make_config(mlp_artifacts, tmp_path / "state", rounds=5, min_clients=1, export_every=2)
     outcome = run(config, tmp_path)
@@ -40,6 +41,7 @@ def test_models_are_written_every_n_rounds_and_after_the_last_and_every_round_ke
     assert not any(layout.spool_dir(r).exists() for r in range(1, 6))   # spools dropped in the background
 
 
+@pytest.mark.slow
 def test_export_every_zero_writes_the_final_model_only(mlp_artifacts, tmp_path):
     config = make_config(mlp_artifacts, tmp_path / "state", rounds=3, min_clients=1, export_every=0)
     run(config, tmp_path)

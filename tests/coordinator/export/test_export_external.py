@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import numpy_helper
 
 from coordinator_fixtures import mlp_artifacts, start_coordinator, stub_client  # noqa: F401
@@ -48,6 +49,7 @@ def _ort_export(artifacts: Path, vector: np.ndarray, path: Path) -> Path:
     return session.export_model_for_inference(path)
 
 
+@pytest.mark.slow
 def test_external_export_infers_exactly_what_ort_s_own_export_infers(mlp_artifacts, tmp_path):
     exporter = Exporter(mlp_artifacts, tmp_path / "models", external_min_bytes=0)
     for r, v in enumerate(_vectors(exporter, 2), start=1):   # round 1 learns the splice, round 2 uses it
@@ -74,6 +76,7 @@ def test_onnx_load_gives_the_vector_s_slices_as_the_trainable_initializers(mlp_a
     assert record["model_data_sha256"] == hashlib.sha256(v.tobytes()).hexdigest()
 
 
+@pytest.mark.slow
 def test_data_file_is_a_hard_link_of_the_committed_vector_and_model_onnx_never_changes(mlp_artifacts, tmp_path):
     exporter = Exporter(mlp_artifacts, tmp_path / "models", external_min_bytes=0)
     models = set()
@@ -94,6 +97,7 @@ def test_data_file_is_a_hard_link_of_the_committed_vector_and_model_onnx_never_c
     assert len(onnx.load(str(latest)).graph.initializer[0].raw_data) > 0
 
 
+@pytest.mark.slow
 def test_older_exports_still_load_their_own_parameters_after_later_rounds(mlp_artifacts, tmp_path):
     exporter = Exporter(mlp_artifacts, tmp_path / "models", external_min_bytes=0)
     vectors = _vectors(exporter, 3)
@@ -111,6 +115,7 @@ def test_a_model_below_the_threshold_is_one_self_contained_file(mlp_artifacts, t
         assert json.loads((path.parent / "model.json").read_text())["model_data"] is None
 
 
+@pytest.mark.slow
 def test_a_vector_on_another_filesystem_gives_self_contained_models(mlp_artifacts, tmp_path, caplog,
                                                                    other_filesystem_dir):
     exporter = Exporter(mlp_artifacts, tmp_path / "models", external_min_bytes=0)
@@ -141,6 +146,7 @@ def _linked(state: Path, round: int) -> bool:
     return os.stat(data).st_ino == os.stat(state / "vectors" / f"round-{round + 1:04d}.f32").st_ino
 
 
+@pytest.mark.slow
 async def test_a_restart_redoes_an_export_interrupted_after_the_link(start_coordinator, stub_client):
     state = await _finished_run(start_coordinator, stub_client)
     folder = state / "models" / "round-0002"
@@ -161,6 +167,7 @@ async def test_a_restart_redoes_an_export_interrupted_after_the_link(start_coord
     assert coord.engine.status().latest_model == str(folder / "model.onnx")
 
 
+@pytest.mark.slow
 async def test_a_replaced_data_file_is_not_latest_and_is_exported_again(start_coordinator, stub_client):
     state = await _finished_run(start_coordinator, stub_client)
     folder = state / "models" / "round-0002"

@@ -6,6 +6,7 @@ import hashlib
 import json
 
 import numpy as np
+import pytest
 
 from fedort.coordinator.export.inference import Exporter
 from fedort.coordinator.export.splice import ModelSplice
@@ -34,6 +35,7 @@ def test_spliced_model_is_byte_identical_to_ort_s_export_of_the_same_vector(mlp_
     assert bytes(splice.render(vector)) == _ort_export(mlp_artifacts, vector, tmp_path / "b.onnx")
 
 
+@pytest.mark.slow
 def test_exporter_s_later_rounds_match_ort_and_their_recorded_sha256(mlp_artifacts, tmp_path):
     exporter = Exporter(mlp_artifacts, tmp_path / "models")
     vectors = _vectors(exporter, 3)

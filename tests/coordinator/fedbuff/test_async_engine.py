@@ -138,6 +138,7 @@ def _expected(initial: np.ndarray, versions: int) -> np.ndarray:
     return g
 
 
+@pytest.mark.slow
 def test_sigkill_with_acknowledged_buffered_updates_loses_none_and_counts_none_twice(mlp_artifacts, tmp_path):
     state, log = tmp_path / "state", tmp_path / "coordinator.log"
     flags = dict(mode="async", buffer_size=3, rounds=2, min_clients=1, client_timeout=0)
@@ -169,6 +170,7 @@ def test_sigkill_with_acknowledged_buffered_updates_loses_none_and_counts_none_t
     np.testing.assert_allclose(final, _expected(np.frombuffer(files["round-0001.f32"], dtype="<f4"), 2), atol=1e-6)
 
 
+@pytest.mark.slow
 async def test_status_reports_versions_the_staleness_histogram_and_throughput(start_coordinator, stub_client,
                                                                               tmp_path):
     from fedort.coordinator.status import format_status, offline_status

@@ -27,6 +27,7 @@ async def _train(client, cid: str, model: str, delta: float):
     return task, vector, (vector + np.float32(delta)).astype(np.float32)
 
 
+@pytest.mark.slow
 async def test_an_update_naming_another_versions_global_is_refused_failed_precondition(start_coordinator,
                                                                                      stub_client):
     coord = await start_coordinator(rounds=2, buffer_size=1, **ASYNC)
@@ -47,6 +48,7 @@ async def test_an_update_naming_another_versions_global_is_refused_failed_precon
     assert reply.accepted and "staleness 1" in reply.message              # the truth is accepted
 
 
+@pytest.mark.slow
 async def test_a_delta_codec_update_is_relative_to_the_version_it_trained_from(start_coordinator, stub_client):
     coord = await start_coordinator(rounds=2, buffer_size=2, staleness_weight="poly:1", **ASYNC)
     client = stub_client(coord.port)

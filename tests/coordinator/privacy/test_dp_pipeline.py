@@ -88,6 +88,7 @@ async def _serve_rounds(coord, client, ids, model) -> None:
                 return
 
 
+@pytest.mark.slow
 async def test_epsilon_per_round_equals_the_accountant_called_directly(start_coordinator, stub_client, tmp_path):
     coord = await start_coordinator(rounds=3, min_clients=2, min_available_clients=4, fraction=0.5,
                                     dp_clip="1.0", dp_noise_multiplier=1.1, dp_delta=1e-5)
@@ -105,6 +106,7 @@ async def test_epsilon_per_round_equals_the_accountant_called_directly(start_coo
         assert record["metrics"]["epsilon"] == row.metrics["epsilon"]
 
 
+@pytest.mark.slow
 async def test_target_epsilon_stops_before_the_round_that_would_exceed_it(start_coordinator, stub_client):
     target = (_direct_epsilon(0.5, 1.1, 2, 1e-5) + _direct_epsilon(0.5, 1.1, 3, 1e-5)) / 2   # 2 rounds fit
     coord = await start_coordinator(rounds=10, min_clients=2, min_available_clients=4, fraction=0.5,

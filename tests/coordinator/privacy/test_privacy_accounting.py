@@ -12,6 +12,7 @@ from fedort.coordinator.privacy.accounting import epsilon, rounds_within_budget
 from fedort.common.errors import ConfigError
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("q,z,steps,delta", [(0.1, 1.1, 100, 1e-5), (0.01, 0.8, 1000, 1e-6), (1.0, 5.0, 10, 1e-5)])
 def test_epsilon_equals_the_library_called_directly(q, z, steps, delta):
     accountant = rdp.RdpAccountant()
@@ -24,6 +25,7 @@ def test_no_rounds_cost_nothing_and_no_noise_costs_everything():
     assert math.isinf(epsilon(0.1, 0.0, 5, 1e-5))
 
 
+@pytest.mark.slow
 def test_rounds_within_budget_is_the_last_round_under_the_target():
     n = rounds_within_budget(0.1, 1.0, 1e-5, 3.0)
     assert epsilon(0.1, 1.0, n, 1e-5) <= 3.0 < epsilon(0.1, 1.0, n + 1, 1e-5)

@@ -111,6 +111,7 @@ def _expected(state_dir: Path, deltas: dict[str, np.ndarray]) -> np.ndarray:
     return (start + total / 65536 / (10 * len(IDS))).astype(np.float32)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kill_in", PHASES)
 def test_sigkill_in_each_phase_resumes_and_commits_every_input_once(mlp_artifacts, tmp_path, kill_in):
     state_dir, deltas, _ = _run(mlp_artifacts, tmp_path, kill_in)
@@ -120,6 +121,7 @@ def test_sigkill_in_each_phase_resumes_and_commits_every_input_once(mlp_artifact
     assert f"secure aggregation resumed in phase {phase}" in (tmp_path / "coordinator.log").read_text()
 
 
+@pytest.mark.slow
 def test_spool_and_state_never_hold_an_individual_clear_update(mlp_artifacts, tmp_path):
     state_dir, deltas, codec = _run(mlp_artifacts, tmp_path, "masked", keep_spool=True)
     spooled = sorted((state_dir / "spool").rglob("*.f32"))
@@ -140,6 +142,7 @@ def test_spool_and_state_never_hold_an_individual_clear_update(mlp_artifacts, tm
 
 
 
+@pytest.mark.slow
 def test_a_phase_close_is_answered_only_once_it_is_durable(mlp_artifacts, tmp_path):
     """Whoever hears a closed phase's answer (here the roster) finds the close already on disk, so a crash
     cannot make the restarted coordinator close the phase again and answer differently (every phase

@@ -120,6 +120,7 @@ async def _commits_the_exact_average(coord, stub_client, ids, deltas, examples) 
     np.testing.assert_allclose(final, start.astype(np.float64) + _quantized_mean(deltas, ids, examples), atol=1e-6)
 
 
+@pytest.mark.slow
 async def test_malformed_packed_uploads_are_refused_and_change_nothing(start_coordinator, stub_client):
     ids = [f"dev-{i:02d}" for i in range(4)]
     coord = await start_coordinator(rounds=1, min_clients=4, secagg=True, round_timeout_s=30)
@@ -132,6 +133,7 @@ async def test_malformed_packed_uploads_are_refused_and_change_nothing(start_coo
     await _commits_the_exact_average(coord, stub_client, ids, deltas, examples)
 
 
+@pytest.mark.slow
 async def test_secagg_u64_uploads_of_older_devices_sum_exactly_with_packed_ones(start_coordinator, stub_client):
     ids = [f"dev-{i:02d}" for i in range(4)]
     coord = await start_coordinator(rounds=1, min_clients=4, secagg=True, round_timeout_s=30)

@@ -24,6 +24,7 @@ def test_masked_sum_equals_the_plain_quantized_sum_exactly():
     assert result.weight_sum == 10.0
 
 
+@pytest.mark.slow
 def test_30_percent_dropping_after_upload_decodes_to_the_survivors_sum():
     params = make_params(20, 1000)
     updates = _updates(params, 1)
@@ -73,6 +74,7 @@ def test_too_few_unmask_responses_abort():
         run_round(params, _updates(params), drop_before_unmask=params.cohort[:5])
 
 
+@pytest.mark.slow
 def test_secagg_plus_with_a_sparse_graph_is_exact_under_dropouts():
     params = make_params(40, 400, degree=10)
     assert all(len(n) == 10 for n in params.neighbours.values())
@@ -176,6 +178,7 @@ def test_a_masked_input_from_outside_the_cohort_is_refused():
         server.receive_masked_input("intruder", np.zeros(11, dtype=np.uint64))
 
 
+@pytest.mark.slow
 def test_the_device_side_never_imports_the_coordinator():
     import subprocess
     import sys

@@ -26,6 +26,7 @@ async def _vectors(coord, client, cid, model):
     return start, final
 
 
+@pytest.mark.slow
 async def test_a_secagg_round_commits_the_fedavg_of_the_quantized_updates(start_coordinator, stub_client):
     ids = [f"dev-{i:02d}" for i in range(5)]
     coord = await start_coordinator(rounds=1, min_clients=5, secagg=True, round_timeout_s=30)
@@ -43,6 +44,7 @@ async def test_a_secagg_round_commits_the_fedavg_of_the_quantized_updates(start_
     np.testing.assert_allclose(final, plain, atol=2 / SCALE)     # within quantization error of plain FedAvg
 
 
+@pytest.mark.slow
 async def test_a_server_optimizer_steps_from_the_unmasked_secagg_average(start_coordinator, stub_client):
     from fedort.coordinator.aggregation.server_optimizers import parse_server_optimizer
 
@@ -63,6 +65,7 @@ async def test_a_server_optimizer_steps_from_the_unmasked_secagg_average(start_c
     assert not np.allclose(final, combined, atol=1e-5)             # it did step, not just average
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("drop, counted", [("upload", "survivors"), ("unmask", "all")])
 async def test_30_percent_of_20_dropping_the_round_completes(start_coordinator, stub_client, drop, counted):
     """Dropping before the masked upload: the survivors' average. After it: counted (its masks removed)."""
@@ -82,6 +85,7 @@ async def test_30_percent_of_20_dropping_the_round_completes(start_coordinator, 
     np.testing.assert_allclose(final, start.astype(np.float64) + _quantized_mean(deltas, members, examples), atol=1e-6)
 
 
+@pytest.mark.slow
 async def test_fewer_than_t_survivors_fail_the_round_cleanly(start_coordinator, stub_client):
     ids = [f"dev-{i}" for i in range(5)]
     coord = await start_coordinator(rounds=1, min_clients=5, secagg=True, secagg_neighbours=4, secagg_threshold=3,
@@ -113,6 +117,7 @@ async def test_an_aborted_secure_attempt_is_retried_and_the_round_commits(start_
                                atol=1e-6)
 
 
+@pytest.mark.slow
 async def test_secagg_with_dp_commits_the_clipped_deltas_over_the_expected_cohort(start_coordinator, stub_client):
     ids = [f"dev-{i}" for i in range(4)]
     coord = await start_coordinator(rounds=1, min_clients=4, secagg=True, dp_clip="0.5", round_timeout_s=30)
@@ -151,6 +156,7 @@ def test_without_dp_the_masked_delta_is_the_exact_float64_difference():
     assert delta.tobytes() == (trained.astype(np.float64) - g.astype(np.float64)).tobytes()
 
 
+@pytest.mark.slow
 def test_simulate_with_secagg_and_distributed_dp_runs_real_edge_clients(tmp_path):
     from fedort.coordinator.privacy.accounting import epsilon
     from fedort.simulations.config import SimulationConfig
@@ -165,6 +171,7 @@ def test_simulate_with_secagg_and_distributed_dp_runs_real_edge_clients(tmp_path
     assert "epsilon" in (tmp_path / "run" / "metrics.csv").read_text().splitlines()[0].split(",")
 
 
+@pytest.mark.slow
 async def test_restarting_after_a_failed_secagg_round_runs_it_afresh(start_coordinator, stub_client, tmp_path):
     ids = [f"dev-{i}" for i in range(5)]
     settings = dict(rounds=1, min_clients=5, secagg=True, secagg_neighbours=4, secagg_threshold=3, round_timeout_s=3,

@@ -12,6 +12,7 @@ import sqlite3
 import threading
 
 import numpy as np
+import pytest
 
 from coordinator_fixtures import P_MLP, make_config, mlp_artifacts  # noqa: F401 (fixture)
 from fedort.edge_client import EdgeClient, EdgeConfig
@@ -49,6 +50,7 @@ def bytes_in(coordinator: LocalCoordinator) -> float:
     return coordinator.coordinator.monitoring.registry.get_sample_value("fedort_bytes_total", {"direction": "in"})
 
 
+@pytest.mark.slow
 def test_small_masked_uploads_stream_with_the_announced_digest_from_co_located_devices(mlp_artifacts, tmp_path):
     config = make_config(mlp_artifacts, tmp_path / "state", rounds=1, min_clients=3, secagg=True, round_timeout_s=60)
     with LocalCoordinator(config) as coordinator:
@@ -64,6 +66,7 @@ def test_small_masked_uploads_stream_with_the_announced_digest_from_co_located_d
         assert all(sha.startswith("blake3:") for _, sha in rows)
 
 
+@pytest.mark.slow
 def test_co_located_devices_hand_masked_uploads_over_as_files_with_the_announced_digest(mlp_artifacts, tmp_path):
     config = make_config(mlp_artifacts, tmp_path / "state", rounds=1, min_clients=3, secagg=True, round_timeout_s=60)
     with LocalCoordinator(config) as coordinator:

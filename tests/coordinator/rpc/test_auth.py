@@ -73,6 +73,7 @@ async def test_calls_without_a_token_are_unauthenticated_and_health_still_answer
     assert snapshot(coordinator.state_dir)[0] == []    # nobody was registered
 
 
+@pytest.mark.slow
 async def test_unknown_and_malformed_tokens_are_unauthenticated(secured):
     _, stub, tokens, _, _ = secured
     forged = tokens["client-a"][:-4] + "0000"
@@ -87,6 +88,7 @@ async def test_unknown_and_malformed_tokens_are_unauthenticated(secured):
     assert "Bearer" in details
 
 
+@pytest.mark.slow
 async def test_the_token_is_the_identity_in_metadata_or_in_the_join_credential(secured):
     _, stub, tokens, _, _ = secured
     reply = await stub.Join(pb.JoinRequest(device_name="phone"), metadata=bearer(tokens["client-a"]), timeout=RPC_TIMEOUT)

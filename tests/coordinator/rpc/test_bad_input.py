@@ -97,6 +97,7 @@ async def test_chunks_without_a_header_on_the_raw_wire(open_round):
     assert state_snapshot(coord) == before
 
 
+@pytest.mark.slow
 async def test_upload_cut_off_mid_stream_leaves_nothing(open_round):
     """A client that dies mid-upload (stream cancelled): no row, no spool file, and it may send again."""
     coord, client, model, vector = open_round
@@ -122,6 +123,7 @@ def round_exported(coord, round: int) -> bool:
     return row is not None and row.state == "EXPORTED" and not (coord.state_dir / "spool" / f"round-{round:04d}").exists()
 
 
+@pytest.mark.slow
 async def test_update_for_a_committed_round_is_stale(open_round):
     coord, client, model, vector = open_round
     await still_accepts(client, model, vector, "client-a")
@@ -196,6 +198,7 @@ GARBAGE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", list(METHODS))
 async def test_garbage_bytes_where_a_message_is_expected(open_round, method):
     """Bytes that are no protobuf message: INVALID_ARGUMENT on every method (grpc alone says UNKNOWN)."""
@@ -217,6 +220,7 @@ async def test_garbage_bytes_where_a_message_is_expected(open_round, method):
     await still_accepts(client, model, vector)
 
 
+@pytest.mark.slow
 async def test_bad_credential_is_unauthenticated(start_coordinator, tmp_path):
     """Token auth (tests/coordinator/rpc/test_auth.py covers it in depth): a wrong token on an open round changes nothing."""
     from fedort.coordinator.rpc.devices import DeviceStore

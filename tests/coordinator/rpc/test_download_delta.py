@@ -30,6 +30,7 @@ def test_the_delta_rebuilds_the_vector_bit_for_bit_and_a_corrupt_one_is_refused(
         decode_download(payload, old[:-1])
 
 
+@pytest.mark.slow
 def test_devices_download_later_rounds_as_deltas_and_train_on_the_exact_vector(server, tmp_path, digits):
     address = server.start_with(rounds=3)
     clients = [EdgeClient(config(address, tmp_path, f"dev{i}"), data=part(digits, i, 2, 200)) for i in range(2)]

@@ -54,6 +54,7 @@ def _download(port: int, model: str, round: int, **expected) -> tuple[np.ndarray
         return t.download_global("client-a", model, round, **expected)
 
 
+@pytest.mark.slow
 async def test_the_device_downloads_the_same_vector_checked_with_blake3(start_coordinator, stub_client):
     coord, client, model, round, g, _ = await opened_round(start_coordinator, stub_client)
     task = await client.poll("client-a", model)

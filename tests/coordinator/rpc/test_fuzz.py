@@ -210,6 +210,7 @@ def call(target: Target, method: str, request):
 UNARY = [m for m, (req_stream, _, _) in METHODS.items() if not req_stream]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", UNARY)
 def test_random_fields_on_every_rpc(target, method):
     request_cls = METHODS[method][2]
@@ -224,6 +225,7 @@ def test_random_fields_on_every_rpc(target, method):
     prop()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", list(METHODS))
 def test_random_bytes_on_every_method_path(target, method):
     fn = raw_call(target.channel, method)
@@ -295,6 +297,7 @@ def update_streams(draw, target: Target) -> list[bytes]:
     return parts
 
 
+@pytest.mark.slow
 def test_random_update_part_sequences(target):
     fn = raw_call(target.channel, "SubmitUpdate")
 

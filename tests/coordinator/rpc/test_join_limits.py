@@ -35,6 +35,7 @@ async def test_a_long_device_name_is_refused_and_not_stored(start_coordinator, s
     assert client_rows(tmp_path / "state") == 0
 
 
+@pytest.mark.slow
 async def test_a_megabyte_join_is_refused_unparsed_and_not_stored(start_coordinator, stub_client, tmp_path):
     coordinator = await start_coordinator()
     client = stub_client(coordinator.port)
@@ -67,6 +68,7 @@ async def test_oversized_capability_values_and_totals_are_refused(start_coordina
     assert reply.client_id == "a"
 
 
+@pytest.mark.slow
 async def test_joins_beyond_the_per_client_rate_are_resource_exhausted_with_retry_after(start_coordinator, stub_client):
     coordinator = await start_coordinator(joins_per_minute=3)
     client = stub_client(coordinator.port)

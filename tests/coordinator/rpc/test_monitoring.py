@@ -31,6 +31,7 @@ def scrape(port: int) -> dict[tuple[str, tuple], float]:
             for family in text_string_to_metric_families(text) for s in family.samples}
 
 
+@pytest.mark.slow
 async def test_metrics_count_rounds_updates_bytes_and_clients(start_coordinator, stub_client):
     coord = await start_coordinator(rounds=2, metrics_address="127.0.0.1:0")
     client = stub_client(coord.port)
@@ -59,6 +60,7 @@ async def test_metrics_count_rounds_updates_bytes_and_clients(start_coordinator,
     assert m[("fedort_storage_errors_total", ())] == 0
 
 
+@pytest.mark.slow
 async def test_metrics_count_auth_failures(start_coordinator, tmp_path):
     DeviceStore(tmp_path / "state").enroll("dev")
     coord = await start_coordinator(auth="token", metrics_address="127.0.0.1:0")
@@ -91,6 +93,7 @@ def fedort(*args: str) -> list[str]:
     return [str(exe), *args] if exe.exists() else [sys.executable, "-m", "fedort", *args]
 
 
+@pytest.mark.slow
 async def test_status_json_is_one_object_scripts_can_read(start_coordinator, stub_client):
     coord = await start_coordinator(rounds=3)
     client = stub_client(coord.port)
@@ -104,6 +107,7 @@ async def test_status_json_is_one_object_scripts_can_read(start_coordinator, stu
     assert status["model_id"] == coord.engine.model_id and isinstance(status["rounds"], list)
 
 
+@pytest.mark.slow
 async def test_status_watch_prints_again_until_interrupted(start_coordinator):
     coord = await start_coordinator(rounds=3)
     proc = await asyncio.create_subprocess_exec(

@@ -20,6 +20,7 @@ def request(ids, model, wait_ms=0) -> pb.PollTasksRequest:
     return pb.PollTasksRequest(client_ids=list(ids), model_id=model, wait_ms=wait_ms)
 
 
+@pytest.mark.slow
 async def test_only_clients_with_work_are_answered_with_the_round_and_state(open_round):  # noqa: F811
     coord, client, model, _ = open_round
     reply = await client.stub.PollTasks(request(["client-a", "client-b", "client-c"], model), timeout=RPC_TIMEOUT)
@@ -31,6 +32,7 @@ async def test_only_clients_with_work_are_answered_with_the_round_and_state(open
     assert tasks["client-a"] == single     # the very task PollTask answers
 
 
+@pytest.mark.slow
 async def test_unselected_clients_get_an_empty_answer_when_the_hold_ends(open_round):  # noqa: F811
     coord, client, model, _ = open_round
     reply = await client.stub.PollTasks(request(["client-c"], model, wait_ms=50), timeout=RPC_TIMEOUT)
@@ -59,6 +61,7 @@ async def _details(client, req) -> str:
     return ""
 
 
+@pytest.mark.slow
 async def test_an_authenticated_device_polls_only_for_itself(secured):  # noqa: F811
     coordinator, stub, tokens, _, _ = secured
     model = await join_both(stub, tokens)

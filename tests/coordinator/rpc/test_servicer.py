@@ -80,6 +80,7 @@ def _bad_inputs(model: str, v: np.ndarray) -> dict[str, tuple[grpc.StatusCode, l
 CASES = list(_bad_inputs("m", np.zeros(P_MLP, np.float32)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES)
 async def test_bad_update_gets_its_status_and_changes_nothing(open_round, case):
     coord, client, model, vector = open_round

@@ -36,6 +36,7 @@ def tls(pki, mutual: bool = False) -> dict:  # noqa: F811
                 tls_client_ca=pki.ca if mutual else None)
 
 
+@pytest.mark.slow
 async def test_a_real_round_runs_over_tls_with_device_tokens(tmp_path, pki, start_coordinator):  # noqa: F811
     state = tmp_path / "state"
     store = DeviceStore(state)
@@ -73,6 +74,7 @@ async def test_a_plaintext_client_cannot_talk_to_a_tls_coordinator(pki, start_co
             await asyncio.to_thread(t.join, "dev")
 
 
+@pytest.mark.slow
 async def test_mutual_tls_refuses_a_client_without_a_certificate_and_accepts_one_with(pki, start_coordinator):  # noqa: F811
     coordinator = await start_coordinator(**tls(pki, mutual=True))
     address = f"127.0.0.1:{coordinator.port}"
@@ -93,6 +95,7 @@ async def test_the_python_api_needs_tls_or_an_explicit_insecure(start_coordinato
         ChannelConfig("127.0.0.1:1", cert_file=__file__)
 
 
+@pytest.mark.slow
 def test_serve_without_tls_or_insecure_exits_1_saying_what_to_pass(mlp_artifacts, tmp_path):  # noqa: F811
     out = subprocess.run([sys.executable, "-m", "fedort", "coordinator", "serve", "--artifacts",
                           str(mlp_artifacts), "--state-dir", str(tmp_path / "s"), "--address", "127.0.0.1:0"],

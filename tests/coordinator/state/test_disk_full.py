@@ -16,7 +16,9 @@ import grpc
 import numpy as np
 import pytest
 
-from coordinator_fixtures import mlp_artifacts, start_coordinator, stub_client, wait_for_metric  # noqa: F401
+from coordinator_fixtures import (  # noqa: F401
+    manual_clock, mlp_artifacts, pass_the_deadline, start_coordinator, stub_client, wait_for_metric,
+)
 from fedort.coordinator import RoundState
 from fedort.coordinator.rpc.devices import DeviceStore
 from fedort.coordinator.state.store import StateStore
@@ -115,8 +117,9 @@ def fedort(*args: str) -> list[str]:
     return [str(exe), *args] if exe.exists() else [sys.executable, "-m", "fedort", *args]
 
 
-async def test_an_edge_client_exits_non_zero_when_the_run_failed(start_coordinator, stub_client, tmp_path):
-    coord = await start_coordinator(rounds=1, min_clients=2, round_timeout_s=3, max_round_attempts=1)
+@pytest.mark.slow
+async def test_an_edge_client_exits_non_zero_when_the_run_failed(start_coordinator, stub_client, tmp_path, manual_clock):
+    coord = await start_coordinator(rounds=1, min_clients=2, round_timeout_s=600, max_round_attempts=1)
     idle = stub_client(coord.port)
     await idle.join("idle")                        # selected, never submits: the round fails at its deadline
     data = tmp_path / "client.npz"
@@ -126,7 +129,13 @@ async def test_an_edge_client_exits_non_zero_when_the_run_failed(start_coordinat
         *fedort("edge", "run", "--coordinator", f"127.0.0.1:{coord.port}", "--insecure", "--data", str(data),
                 "--cache-dir", str(tmp_path / "cache"), "--name", "dev", "--poll-wait-ms", "1000"),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    communicating = asyncio.ensure_future(proc.communicate())
+    for _ in range(3000):                          # until the device's update is in: then the deadline passes
+        if coord.engine.training is not None and len(coord.engine.training.reported) == 1:
+            break
+        await asyncio.sleep(0.02)
+    await pass_the_deadline(coord, manual_clock)
+    out, err = await asyncio.wait_for(communicating, 120)
     outcome = await asyncio.wait_for(coord.wait_done(), 60)
     assert outcome.state is RoundState.FAILED
     assert proc.returncode == 1, (out.decode(), err.decode())
@@ -135,6 +144,7 @@ async def test_an_edge_client_exits_non_zero_when_the_run_failed(start_coordinat
     assert (out + err).decode().count("round 1 fit:") == 1        # each round once, not also in the log
 
 
+@pytest.mark.slow
 async def test_the_round_engine_waits_for_space_at_commit_and_finishes_when_it_returns(small_disk, start_coordinator,
                                                                                      stub_client):
     # three selected, two report: the round closes at its deadline, after the disk was filled
@@ -154,6 +164,7 @@ async def test_the_round_engine_waits_for_space_at_commit_and_finishes_when_it_r
     assert outcome.state is RoundState.DONE and outcome.rounds_completed == 1
 
 
+@pytest.mark.slow
 async def test_status_shows_the_storage_full_condition(small_disk, start_coordinator):
     coord = await start_coordinator(state_dir=small_disk.path / "state", rounds=1)
 
@@ -171,6 +182,7 @@ async def test_status_shows_the_storage_full_condition(small_disk, start_coordin
     assert json.loads(status("--json"))["storage_full"] is False
 
 
+@pytest.mark.slow
 async def test_the_run_end_waits_for_space_and_ends_done_when_it_returns(small_disk, start_coordinator, stub_client):
     # the final evaluation's summary and the run's DONE are the last writes: a full disk there is waited out too
     coord = await start_coordinator(state_dir=small_disk.path / "state", rounds=1, fraction_evaluate=1.0,

@@ -51,6 +51,7 @@ async def test_a_re_export_from_a_same_length_wrong_vector_is_refused_naming_the
     assert not (state / "models" / "round-0001" / "model.onnx").exists()     # no wrong model was written
 
 
+@pytest.mark.slow
 async def test_a_vector_file_of_the_wrong_length_is_corrupt_state_naming_the_file(start_coordinator, stub_client):
     state = await finished_run(start_coordinator, stub_client)
     path = state / "vectors" / "round-0003.f32"
@@ -59,6 +60,7 @@ async def test_a_vector_file_of_the_wrong_length_is_corrupt_state_naming_the_fil
         await start_coordinator(rounds=2)
 
 
+@pytest.mark.slow
 async def test_a_garbage_model_beside_its_record_is_not_latest_and_is_exported_again(start_coordinator, stub_client,
                                                                                     caplog):
     state = await finished_run(start_coordinator, stub_client)
@@ -114,6 +116,7 @@ async def test_a_spooled_update_with_the_wrong_sha256_stops_the_replay_naming_th
         await start_coordinator(rounds=2, keep_spool=True)
 
 
+@pytest.mark.slow
 async def test_an_orphan_spool_file_is_removed_on_replay_and_not_counted(start_coordinator, stub_client):
     coord = await start_coordinator(rounds=2)
     client = stub_client(coord.port)
@@ -135,6 +138,7 @@ async def test_an_orphan_spool_file_is_removed_on_replay_and_not_counted(start_c
     assert coord.engine.status().state is RoundState.TRAINING
 
 
+@pytest.mark.slow
 def test_garbage_in_state_db_is_an_error_naming_the_file(tmp_path):
     import subprocess
     import sys

@@ -52,6 +52,7 @@ def wait_port(port_file: Path, proc: subprocess.Popen) -> int:
     return int(port_file.read_text())
 
 
+@pytest.mark.slow
 def test_a_second_serve_on_the_same_state_dir_is_refused_naming_the_holder(serve, tmp_path):
     first = serve(tmp_path / "state", port_file=tmp_path / "port1")
     wait_port(tmp_path / "port1", first)
@@ -62,6 +63,7 @@ def test_a_second_serve_on_the_same_state_dir_is_refused_naming_the_holder(serve
     assert first.poll() is None          # the first one keeps serving
 
 
+@pytest.mark.slow
 def test_a_second_serve_on_a_busy_port_says_address_in_use(serve, tmp_path):
     first = serve(tmp_path / "a", port_file=tmp_path / "port1")
     port = wait_port(tmp_path / "port1", first)
@@ -71,6 +73,7 @@ def test_a_second_serve_on_a_busy_port_says_address_in_use(serve, tmp_path):
     assert f"cannot listen on 127.0.0.1:{port}: address in use" in err, err
 
 
+@pytest.mark.slow
 def test_the_lock_is_released_when_the_holder_dies(serve, tmp_path):
     first = serve(tmp_path / "state", port_file=tmp_path / "port1")
     wait_port(tmp_path / "port1", first)

@@ -21,8 +21,11 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import numpy as np
+import pytest
 
-from coordinator_fixtures import mlp_artifacts, start_coordinator, stub_client, update_header  # noqa: F401
+from coordinator_fixtures import (  # noqa: F401
+    manual_clock, mlp_artifacts, pass_the_deadline, start_coordinator, stub_client, update_header,
+)
 from fedort.coordinator import Coordinator
 from fedort.coordinator.aggregation import Update
 from fedort.coordinator.aggregation.strategies import FedAvg
@@ -90,6 +93,7 @@ def inline(cid: str, x: np.ndarray, n: int) -> Update:
     return Update(cid, n, "raw", Path(f"{cid}.f32"), np.frombuffer(x.tobytes(), np.uint8))
 
 
+@pytest.mark.slow
 async def test_an_inline_update_counted_during_an_early_fold_is_folded_after_it_not_into_the_middle(
         start_coordinator, stub_client):
     coord = await start_coordinator(rounds=1, min_clients=2, round_timeout_s=240)   # a never reports: stays open
@@ -113,9 +117,10 @@ async def test_an_inline_update_counted_during_an_early_fold_is_folded_after_it_
     assert aggregator.result().vector.tobytes() == expected.result().vector.tobytes()
 
 
+@pytest.mark.slow
 async def test_an_early_fold_whose_round_closes_before_it_counts_holds_the_close_and_is_left_out(
-        start_coordinator, stub_client):
-    coord = await start_coordinator(rounds=1, min_clients=2, min_available_clients=3, round_timeout_s=5)
+        start_coordinator, stub_client, manual_clock):
+    coord = await start_coordinator(rounds=1, min_clients=2, min_available_clients=3, round_timeout_s=600)
     client = stub_client(coord.port)
     model, round, g = await joined(coord, client, ("client-a", "client-b", "client-c"))
     xa = (g + np.float32(4.0)).astype(np.float32)
@@ -125,6 +130,7 @@ async def test_an_early_fold_whose_round_closes_before_it_counts_holds_the_close
     await until(coord, lambda: not coord.engine.uploads.busy, "b's and c's folds")   # only a's fold is left
     half, fold = await start_early_fold(coord, model, round, xa, 50, token="a")
     try:
+        await pass_the_deadline(coord, manual_clock)
         await until(coord, lambda: coord.engine.training.closing, "the round's deadline")   # a never counts now
         assert [r.state for r in coord.engine.store.rounds()] == [RoundRowState.OPEN.value]   # the close waits
     finally:

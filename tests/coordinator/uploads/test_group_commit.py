@@ -61,6 +61,7 @@ async def ready_clients(coordinator, stub_client) -> tuple[object, str, np.ndarr
     return client, model, vector
 
 
+@pytest.mark.slow
 async def test_updates_arriving_together_share_one_group_commit(start_coordinator, stub_client, tmp_path):
     coordinator = await start_coordinator(**GROUPED)
     client, model, vector = await ready_clients(coordinator, stub_client)
@@ -71,6 +72,7 @@ async def test_updates_arriving_together_share_one_group_commit(start_coordinato
     assert registry.get_sample_value("fedort_updates_total", {"result": "accepted", "reason": ""}) == len(CLIENTS)
 
 
+@pytest.mark.slow
 async def test_a_failed_group_commit_acknowledges_none_of_its_members(start_coordinator, stub_client, tmp_path):
     coordinator = await start_coordinator(**GROUPED)
     client, model, vector = await ready_clients(coordinator, stub_client)
@@ -136,6 +138,7 @@ def server_process(mlp_artifacts, tmp_path):
         s.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("inline", [True, False], ids=["bytes-in-row", "fsynced-spool-file"])
 def test_updates_acknowledged_in_one_group_commit_all_survive_a_sigkill_right_after_their_acks(server_process,
                                                                                                 tmp_path, inline):

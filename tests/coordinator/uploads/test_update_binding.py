@@ -27,6 +27,7 @@ async def _round(client, model: str, deltas: dict[str, float]) -> dict[str, list
     return sent
 
 
+@pytest.mark.slow
 async def test_round_one_bytes_with_only_the_round_changed_are_refused_and_the_genuine_update_counts(
         start_coordinator, stub_client):
     coord = await start_coordinator(min_clients=2, rounds=2)
@@ -51,6 +52,7 @@ async def test_round_one_bytes_with_only_the_round_changed_are_refused_and_the_g
     assert [s.client_id for s in coord.engine.store.submissions(2)] == ["client-a"]
 
 
+@pytest.mark.slow
 async def test_an_update_naming_no_global_vector_is_refused_telling_to_upgrade(start_coordinator, stub_client):
     coord = await start_coordinator(min_clients=1, rounds=1)
     client = stub_client(coord.port)

@@ -15,7 +15,9 @@ from fedort.protos.update_codecs import SparsePiece, get_codec
 from fedort.common.errors import VectorError
 from fedort.common.round_state import RoundState
 
-from coordinator_fixtures import P_MLP, mlp_artifacts, start_coordinator, stub_client  # noqa: F401 (fixtures)
+from coordinator_fixtures import (  # noqa: F401 (fixtures)
+    P_MLP, manual_clock, mlp_artifacts, pass_the_deadline, start_coordinator, stub_client,
+)
 
 CODECS = ["raw", "fp16", "bf16", "int8", "zstd+int8", "topk:0.1", "zstd+topk:0.1"]
 
@@ -153,14 +155,16 @@ async def test_a_codec_the_run_does_not_allow_is_refused_and_join_announces_the_
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "not allowed in this run" in e.value.details()
 
 
-async def test_a_restart_replays_coded_updates_from_the_spool(start_coordinator, stub_client):
-    coord = await start_coordinator(min_clients=2, rounds=1, round_timeout_s=2, max_round_attempts=1)
+@pytest.mark.slow
+async def test_a_restart_replays_coded_updates_from_the_spool(start_coordinator, stub_client, manual_clock):
+    coord = await start_coordinator(min_clients=2, rounds=1, round_timeout_s=600, max_round_attempts=1)
     client = stub_client(coord.port)
     model = (await client.join("client-a")).model_id
     await client.join("client-b")
     task, g = await _fit(client, "client-a", model)
     pa = _encode("topk:0.01", g, (g + np.float32(0.5)).astype(np.float32))
     assert (await _submit_codec(client, "client-a", model, task, g, "topk:0.01", pa)).accepted
+    await pass_the_deadline(coord, manual_clock)
     assert (await asyncio.wait_for(coord.wait_done(), 60)).state is RoundState.FAILED   # b never reported
     await coord.stop(grace=0)
     again = await start_coordinator(min_clients=2, rounds=1, round_timeout_s=10, max_round_attempts=1)

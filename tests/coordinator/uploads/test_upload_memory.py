@@ -33,6 +33,7 @@ def big_artifacts(tmp_path_factory):
     return folder
 
 
+@pytest.mark.slow
 async def test_concurrent_uploads_do_not_hold_a_vector_each(big_artifacts, tmp_path):
     config = make_config(big_artifacts, tmp_path / "state", rounds=1, min_clients=UPLOADS + 1,
                          round_timeout_s=120, max_concurrent_uploads=UPLOADS)

@@ -54,6 +54,7 @@ async def test_a_bad_message_after_a_chunk_is_invalid_argument_and_changes_nothi
     assert (await client.submit("client-a", model, 1, vector, 10, chunks=chunks_of(vector, CHUNK))).accepted
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 async def test_a_device_silent_after_a_chunk_is_dropped_and_frees_its_slot(open_round, stub_client):
     coord, client, model, vector = open_round

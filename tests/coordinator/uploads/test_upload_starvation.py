@@ -77,6 +77,7 @@ async def _join_all(client):
     return model, g
 
 
+@pytest.mark.slow
 async def test_twenty_hostile_uploads_beside_two_honest_devices_the_round_completes(start_coordinator, stub_client):
     coord = await start_coordinator(rounds=1, min_clients=2, min_available_clients=6, round_timeout_s=8, max_round_attempts=1,
                                      max_concurrent_uploads=4, upload_grace_s=1.0, stream_idle_timeout_s=120)
@@ -98,6 +99,7 @@ async def test_twenty_hostile_uploads_beside_two_honest_devices_the_round_comple
     assert sorted(s.client_id for s in rounds) == sorted(HONEST)
 
 
+@pytest.mark.slow
 async def test_an_upload_waiting_too_long_for_a_slot_is_refused_unavailable(start_coordinator, stub_client):
     coord = await start_coordinator(rounds=1, min_clients=2, min_available_clients=6, max_concurrent_uploads=1, upload_slot_wait_s=0.3,
                                     upload_min_rate_bytes_s=1.0, upload_grace_s=60, stream_idle_timeout_s=120)
@@ -111,6 +113,7 @@ async def test_an_upload_waiting_too_long_for_a_slot_is_refused_unavailable(star
     held.cancel()
 
 
+@pytest.mark.slow
 async def test_uploads_still_receiving_when_their_round_closes_are_cut_short(start_coordinator, stub_client):
     coord = await start_coordinator(rounds=1, min_clients=2, min_available_clients=6, round_timeout_s=2, max_round_attempts=1,
                                     upload_min_rate_bytes_s=1.0, upload_grace_s=60, stream_idle_timeout_s=120)
