@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-from enum import Enum
 from typing import Callable
 
 import numpy as np
@@ -24,17 +23,11 @@ import numpy as np
 from fedort.common.secagg.errors import PeerShareError, SecAggError
 from fedort.common.secagg.keys import SEED_BYTES, Agreement, KeyPair, open_sealed, seal
 from fedort.common.secagg.masks import pairwise_seed, pairwise_sign, self_key
+from fedort.common.secagg.phases import Phase
 from fedort.common.secagg.messages import AdvertiseKeys, Roster, SecAggParams, ShareDelivery, ShareKeys, UnmaskRequest, UnmaskResponse, b64, unb64
 from fedort.common.secagg.prg import MaskAdder, accumulator_dtype
 from fedort.common.secagg.scheme import split_secret
 
-
-class ClientPhase(Enum):
-    ADVERTISE = "advertise"
-    SHARE_KEYS = "share_keys"
-    MASKED_INPUT = "masked_input"
-    UNMASK = "unmask"
-    DONE = "done"
 
 
 def _aad(params: SecAggParams, sender: str, recipient: str) -> bytes:
@@ -50,7 +43,7 @@ class SecAggClient:
         self.client_id = client_id
         self.params = params
         self.neighbours = params.neighbours[client_id]
-        self.phase = ClientPhase.ADVERTISE
+        self.phase = Phase.ADVERTISE
         self._cipher = KeyPair.generate()
         self._share_keys = Agreement(self._cipher.private)   # AEAD keys with each neighbour, both directions
         self._mask_seed = os.urandom(SEED_BYTES)        # shared: recovers the mask key if we drop
@@ -62,18 +55,18 @@ class SecAggClient:
         self._revealed_seeds: set[str] = set()
         self._ahead: tuple[tuple[np.ndarray, MaskAdder], dict[str, bytes]] | None = None  # precompute_masks
 
-    def _expect(self, phase: ClientPhase) -> None:
+    def _expect(self, phase: Phase) -> None:
         if self.phase is not phase:
             raise SecAggError(f"secagg client {self.client_id}: expected phase {phase.value}, in {self.phase.value}")
 
     def advertise(self) -> AdvertiseKeys:
-        self._expect(ClientPhase.ADVERTISE)
-        self.phase = ClientPhase.SHARE_KEYS
+        self._expect(Phase.ADVERTISE)
+        self.phase = Phase.SHARE_KEYS
         return AdvertiseKeys(self.client_id, self._cipher.public, self._mask.public, self.params.scheme)
 
     def share_keys(self, roster: Roster) -> ShareKeys:
         """Shamir-share the seeds of s_sk and of b among the neighbours in `roster`, one sealed bundle each."""
-        self._expect(ClientPhase.SHARE_KEYS)
+        self._expect(Phase.SHARE_KEYS)
         peers = {k: v for k, v in roster.keys.items() if k != self.client_id}
         strangers = sorted(set(peers) - set(self.neighbours))
         if strangers:
@@ -96,12 +89,12 @@ class SecAggClient:
             body = json.dumps({"i": index, "k": b64(k_share), "b": b64(b_share)}).encode()
             key = self._share_keys.key(peers[holder].cipher_public, self.params.info("share", self.client_id, holder))
             sealed[holder] = seal(key, body, _aad(self.params, self.client_id, holder))
-        self.phase = ClientPhase.MASKED_INPUT
+        self.phase = Phase.MASKED_INPUT
         return ShareKeys(self.client_id, sealed)
 
     def masked_input(self, delivery: ShareDelivery, vector: np.ndarray, weight: float = 1.0) -> np.ndarray:
         """Open the shares addressed to us, then encode the update and add every mask mod 2^b."""
-        self._expect(ClientPhase.MASKED_INPUT)
+        self._expect(Phase.MASKED_INPUT)
         senders = sorted(delivery.sealed)
         unknown = [s for s in senders if s not in self._roster]
         if unknown:
@@ -130,7 +123,7 @@ class SecAggClient:
             adder.add(acc, included[v], -pairwise_sign(self.client_id, v), bits)
         np.add(masked, acc, out=masked)
         masked &= self.params.fixed_point.modulus_mask
-        self.phase = ClientPhase.UNMASK
+        self.phase = Phase.UNMASK
         return masked
 
     def precompute_masks(self, cancelled: Callable[[], bool] = lambda: False) -> bool:
@@ -140,7 +133,7 @@ class SecAggClient:
         so y is the same as without it (the sum is taken mod 2^b in the end, and addition commutes). A neighbour whose key agreement fails is left to
         `masked_input` (which reports it only if that neighbour is in the delivery, as before).
         False, keeping nothing, when `cancelled()` turned true between two masks."""
-        self._expect(ClientPhase.MASKED_INPUT)
+        self._expect(Phase.MASKED_INPUT)
         bits = self.params.fixed_point.bits
         acc, adder = self._self_masked()
         masks, seeds = Agreement(self._mask.private), {}
@@ -166,7 +159,7 @@ class SecAggClient:
 
     def unmask(self, request: UnmaskRequest) -> UnmaskResponse:
         """Key shares of dropped neighbours, seed shares of surviving ones — never both for one."""
-        if self.phase not in (ClientPhase.UNMASK, ClientPhase.DONE):
+        if self.phase not in (Phase.UNMASK, Phase.DONE):
             raise SecAggError(f"secagg client {self.client_id}: unmask asked in phase {self.phase.value}")
         dropped, survivors = set(request.dropped), set(request.survivors)
         if dropped & survivors:
@@ -183,7 +176,7 @@ class SecAggClient:
             )
         self._revealed_keys |= keys
         self._revealed_seeds |= seeds
-        self.phase = ClientPhase.DONE
+        self.phase = Phase.DONE
         return UnmaskResponse(
             self.client_id,
             {v: (self._held[v][0], self._held[v][1]) for v in sorted(keys)},

@@ -23,10 +23,11 @@ from typing import Callable
 
 import numpy as np
 
-from fedort.coordinator.privacy.secagg.server import SecAggServer, SecAggServerState, ServerPhase
+from fedort.coordinator.privacy.secagg.server import SecAggServer, SecAggServerState
+from fedort.common.secagg.phases import Phase
 from fedort.common.durable import atomic_write
 
-_INLINE = (ServerPhase.ADVERTISE, ServerPhase.SHARE_KEYS)   # phases whose shares may still change: kept in `.state`
+_INLINE = (Phase.ADVERTISE, Phase.SHARE_KEYS)   # phases whose shares may still change: kept in `.state`
 
 
 class SecAggRecord:
@@ -103,11 +104,11 @@ class SecAggRecord:
             length = SecAggServerState.from_bytes(state[8:], sealed).params.length
             server = SecAggServer.restore(state[8:], np.zeros(length + 1, dtype=np.uint64), sealed)
         self._sealed_saved = sealed is not None and server.phase not in _INLINE
-        if server.phase in (*_INLINE, ServerPhase.MASKED_INPUT):
+        if server.phase in (*_INLINE, Phase.MASKED_INPUT):
             server.state.u3 = []                         # nothing summed yet, or the spool replay folds
             server.accumulator[:] = 0                    # every masked input again
         self._seq = seq
-        return None if server.phase is ServerPhase.FAILED else server
+        return None if server.phase is Phase.FAILED else server
 
 
 __all__ = ["SecAggRecord"]

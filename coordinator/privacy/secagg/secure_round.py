@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from fedort.coordinator.privacy.secagg.record import SecAggRecord
-from fedort.coordinator.privacy.secagg.server import SecAggResult, SecAggServer, ServerPhase
+from fedort.coordinator.privacy.secagg.server import SecAggResult, SecAggServer
+from fedort.common.secagg.phases import Phase
 from fedort.coordinator.state.store import now_ms
 from fedort.coordinator.state.schema import TransitionRow
 from fedort.common.dp_noise import distributed_noise_std
@@ -58,9 +59,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("fedort.coordinator.engine.round_engine")
 
 ADVERTISE, SHARE, UNMASK_REQUEST, UNMASK = 0, 1, 2, 3      # SecAggRequest.Step
-_PHASE_STATE = {ServerPhase.ADVERTISE: "SECAGG_ADVERTISE", ServerPhase.SHARE_KEYS: "SECAGG_SHARE_KEYS",
-                ServerPhase.MASKED_INPUT: "SECAGG_MASKED_INPUT", ServerPhase.UNMASK: "SECAGG_UNMASK",
-                ServerPhase.DONE: "AGGREGATING", ServerPhase.FAILED: "FAILED"}
+_PHASE_STATE = {Phase.ADVERTISE: "SECAGG_ADVERTISE", Phase.SHARE_KEYS: "SECAGG_SHARE_KEYS",
+                Phase.MASKED_INPUT: "SECAGG_MASKED_INPUT", Phase.UNMASK: "SECAGG_UNMASK",
+                Phase.DONE: "AGGREGATING", Phase.FAILED: "FAILED"}
 
 
 def default_degree(cohort: int) -> int:
@@ -116,7 +117,7 @@ class SecAggRound:
         """A new attempt opened: resume the recorded protocol state, or start a fresh one for its cohort."""
         e, r = self.engine, self.engine.training
         server = self.server if self.round == r.round and self.server is not None else self.record.load(r.round)
-        if server is not None and server.phase is not ServerPhase.FAILED:
+        if server is not None and server.phase is not Phase.FAILED:
             self._use(server, r.round)
             log.info("round %d: secure aggregation resumed in phase %s", r.round, server.phase.value)
             return
@@ -136,7 +137,7 @@ class SecAggRound:
     def may_fit(self, client_id: str) -> bool:
         """A FIT task only while keys are still collected, to a client that has not advertised yet."""
         s = self.server
-        return s is not None and s.phase is ServerPhase.ADVERTISE and client_id not in s.state.keys
+        return s is not None and s.phase is Phase.ADVERTISE and client_id not in s.state.keys
 
     def task_bytes(self) -> bytes:
         return self._task_bytes
@@ -156,7 +157,7 @@ class SecAggRound:
         s = self.server
         if s is None or self.round != h.vector.round:
             raise StaleRoundError(f"round {h.vector.round} has no secure aggregation open")
-        if s.phase is not ServerPhase.MASKED_INPUT:
+        if s.phase is not Phase.MASKED_INPUT:
             raise StaleRoundError(f"round {h.vector.round}: masked inputs are not collected now (phase {s.phase.value})")
         bits = s.params.fixed_point.bits
         if h.vector.codec != SECAGG_CODEC and packed_bits(h.vector.codec) != bits:
@@ -170,13 +171,13 @@ class SecAggRound:
         """Fold one durable masked input (fold thread): into the accumulator once, then persisted."""
         s = self.ensure(self.engine.round)
         with self.lock:
-            if s.phase is not ServerPhase.MASKED_INPUT and client_id in s.state.u3:
+            if s.phase is not Phase.MASKED_INPUT and client_id in s.state.u3:
                 return                                   # replayed after a restart: already in the sum
             s.receive_masked_input(client_id, masked)   # durable in the spool already: nothing written here
 
     # ---- the phases ----------------------------------------------------------------------------------
 
-    def _note(self, old: ServerPhase, new: ServerPhase, why: str) -> None:
+    def _note(self, old: Phase, new: Phase, why: str) -> None:
         e = self.engine
         log.info("round %d: %s -> %s (%s)", e.round, _PHASE_STATE[old], _PHASE_STATE[new], why)
         e.store.note_transition(TransitionRow(e.round, _PHASE_STATE[old], _PHASE_STATE[new], time.time(), why))
@@ -200,7 +201,7 @@ class SecAggRound:
         try:
             with self.lock:
                 close()
-            await self.persist(with_sum=old is ServerPhase.MASKED_INPUT)
+            await self.persist(with_sum=old is Phase.MASKED_INPUT)
         finally:
             self._closing = False
         self._note(old, self.server.phase, what)
@@ -210,13 +211,13 @@ class SecAggRound:
         e, r, s = self.engine, self.engine.training, self.server
         phase_ms = int(e.config.round_timeout_s * 1000)
         try:
-            if s.phase is ServerPhase.ADVERTISE:
+            if s.phase is Phase.ADVERTISE:
                 await self._until(lambda: set(s.state.keys) >= set(s.params.cohort), r.deadline_ms)
                 await self._close(s.close_advertise, f"{len(s.state.keys)} of {len(s.params.cohort)} advertised keys")
-            if s.phase is ServerPhase.SHARE_KEYS:
+            if s.phase is Phase.SHARE_KEYS:
                 await self._until(lambda: set(s.state.sealed) >= set(s.state.u1), now_ms() + phase_ms)
                 await self._close(s.close_share_keys, f"{len(s.state.sealed)} of {len(s.state.u1)} shared keys")
-            if s.phase is ServerPhase.MASKED_INPUT:
+            if s.phase is Phase.MASKED_INPUT:
                 await self._until(lambda: set(r.reported) >= set(s.state.u2) and not e.uploads.busy,
                                   now_ms() + phase_ms)
                 r.closing = True
@@ -225,7 +226,7 @@ class SecAggRound:
                 if e.uploads.fold_error is not None:
                     raise e.uploads.fold_error
                 await self._close(s.close_masked_input, f"{len(s.state.u3)} of {len(s.state.u2)} masked inputs")
-            if s.phase is ServerPhase.UNMASK:
+            if s.phase is Phase.UNMASK:
                 await self._until(lambda: set(s.state.responses) >= set(s.state.u3), now_ms() + phase_ms)
                 self.result = await asyncio.to_thread(self._finish)
         except SecAggAborted as exc:
@@ -275,7 +276,7 @@ class SecAggRound:
         if e.state is not RoundState.TRAINING or self.server is None or self.round != round or e.training is None:
             raise StaleRoundError(f"round {round} has no secure aggregation in progress (round {e.round}, "
                                   f"state {e.state.name})")
-        if self.server.phase is ServerPhase.FAILED:
+        if self.server.phase is Phase.FAILED:
             raise SecAggAborted(self.server.state.reason)
         return self.server
 
@@ -284,19 +285,19 @@ class SecAggRound:
         s = self.server
         if step == ADVERTISE:
             msg = _parse(AdvertiseKeys, payload, client_id)
-            if s.phase is ServerPhase.ADVERTISE and s.state.keys.get(client_id) != msg:
+            if s.phase is Phase.ADVERTISE and s.state.keys.get(client_id) != msg:
                 with self.lock:
                     s.receive_keys(msg)
                 return True
         elif step == SHARE:
             msg = _parse(ShareKeys, payload, client_id)
-            if s.phase is ServerPhase.SHARE_KEYS and s.state.sealed.get(client_id) != dict(msg.sealed):
+            if s.phase is Phase.SHARE_KEYS and s.state.sealed.get(client_id) != dict(msg.sealed):
                 with self.lock:
                     s.receive_shares(msg)
                 return True
         elif step == UNMASK:
             msg = _parse(UnmaskResponse, payload, client_id)
-            if s.phase is ServerPhase.UNMASK and client_id not in s.state.responses:
+            if s.phase is Phase.UNMASK and client_id not in s.state.responses:
                 with self.lock:
                     s.receive_unmask(msg)
                 return True
@@ -309,10 +310,10 @@ class SecAggRound:
         if self._closing:
             return False
         if step == ADVERTISE:
-            return s.phase is not ServerPhase.ADVERTISE
+            return s.phase is not Phase.ADVERTISE
         if step == SHARE:
-            return s.phase not in (ServerPhase.ADVERTISE, ServerPhase.SHARE_KEYS)
-        return s.phase in (ServerPhase.UNMASK, ServerPhase.DONE) if step == UNMASK_REQUEST else True
+            return s.phase not in (Phase.ADVERTISE, Phase.SHARE_KEYS)
+        return s.phase in (Phase.UNMASK, Phase.DONE) if step == UNMASK_REQUEST else True
 
     async def hold(self, s: SecAggServer, steps: list[int], wait_ms: int) -> bool:
         """Until one of `steps` is ready or min(wait_ms, 30 s) ran out; SecAggAborted if the round failed meanwhile.
@@ -328,7 +329,7 @@ class SecAggRound:
                 await asyncio.wait({changed}, timeout=left)
             finally:
                 changed.cancel()
-        if s.phase is ServerPhase.FAILED:
+        if s.phase is Phase.FAILED:
             raise SecAggAborted(s.state.reason)
         return any(self.ready(s, x) for x in steps)
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
 import numpy as np
@@ -28,18 +27,11 @@ from fedort.coordinator.privacy.secagg.share_checks import trusted_shares
 from fedort.common.secagg.errors import SecAggAborted, SecAggError
 from fedort.common.secagg.keys import Agreement, KeyPair
 from fedort.common.secagg.masks import pairwise_seed, pairwise_sign, self_key
+from fedort.common.secagg.phases import Phase
 from fedort.common.secagg.messages import AdvertiseKeys, Roster, SecAggParams, ShareDelivery, ShareKeys, UnmaskRequest, UnmaskResponse, b64, unb64
 from fedort.common.secagg.prg import MaskAdder, accumulator_dtype
 from fedort.common.secagg.scheme import check_echo, combine_secrets
 
-
-class ServerPhase(Enum):
-    ADVERTISE = "advertise"
-    SHARE_KEYS = "share_keys"
-    MASKED_INPUT = "masked_input"
-    UNMASK = "unmask"
-    DONE = "done"
-    FAILED = "failed"
 
 
 @dataclass(frozen=True)
@@ -57,7 +49,7 @@ class SecAggServerState:
     """Everything but the accumulator; JSON-serializable. Persist after every accepted message."""
 
     params: SecAggParams
-    phase: ServerPhase = ServerPhase.ADVERTISE
+    phase: Phase = Phase.ADVERTISE
     keys: dict[str, AdvertiseKeys] = field(default_factory=dict)        # U1 once closed
     sealed: dict[str, dict[str, bytes]] = field(default_factory=dict)   # sender -> recipient -> bundle
     u1: list[str] = field(default_factory=list)
@@ -90,11 +82,11 @@ class SecAggServerState:
         keys = [AdvertiseKeys.from_dict(k) for k in d["keys"]]
         responses = [UnmaskResponse.from_dict(r) for r in d["responses"]]
         bundles = d["sealed"] if "sealed" in d else json.loads(sealed) if sealed is not None else None
-        if bundles is None and d["phase"] not in (ServerPhase.DONE.value, ServerPhase.FAILED.value):
+        if bundles is None and d["phase"] not in (Phase.DONE.value, Phase.FAILED.value):
             raise SecAggError("secagg state was saved without its sealed shares, and they were not found")
         bundles = bundles or {}
         return cls(
-            SecAggParams.from_dict(d["params"]), ServerPhase(d["phase"]), {k.client_id: k for k in keys},
+            SecAggParams.from_dict(d["params"]), Phase(d["phase"]), {k.client_id: k for k in keys},
             {s: {r: unb64(c) for r, c in m.items()} for s, m in bundles.items()},
             list(d["u1"]), list(d["u2"]), list(d["u3"]), {r.client_id: r for r in responses}, d["reason"],
         )
@@ -112,7 +104,7 @@ class SecAggServer:
         return self.state.params
 
     @property
-    def phase(self) -> ServerPhase:
+    def phase(self) -> Phase:
         return self.state.phase
 
     # ---- persistence -------------------------------------------------------------------
@@ -142,12 +134,12 @@ class SecAggServer:
         return server
 
     # ---- helpers ----------------------------------------------------------------------
-    def _expect(self, phase: ServerPhase) -> None:
+    def _expect(self, phase: Phase) -> None:
         if self.state.phase is not phase:
             raise SecAggError(f"secagg round {self.params.round_id}: expected phase {phase.value}, in {self.state.phase.value}")
 
     def _abort(self, reason: str) -> SecAggAborted:
-        self.state.phase = ServerPhase.FAILED
+        self.state.phase = Phase.FAILED
         self.state.reason = reason
         return SecAggAborted(f"secagg round {self.params.round_id} aborted: {reason}")
 
@@ -170,7 +162,7 @@ class SecAggServer:
 
     # ---- phase 0: advertise keys --------------------------------------------------------
     def receive_keys(self, msg: AdvertiseKeys) -> None:
-        self._expect(ServerPhase.ADVERTISE)
+        self._expect(Phase.ADVERTISE)
         self._known(msg.client_id, self.params.cohort, "keys")
         check_echo(self.params.scheme, msg.scheme, msg.client_id)
         if msg.client_id in self.state.keys and self.state.keys[msg.client_id] != msg:
@@ -178,12 +170,12 @@ class SecAggServer:
         self.state.keys[msg.client_id] = msg
 
     def close_advertise(self) -> list[str]:
-        self._expect(ServerPhase.ADVERTISE)
+        self._expect(Phase.ADVERTISE)
         u1 = self._prune(set(self.state.keys))
         self.state.keys = {c: self.state.keys[c] for c in u1}
         self.state.u1 = u1
         self._require(u1, "advertising keys")
-        self.state.phase = ServerPhase.SHARE_KEYS
+        self.state.phase = Phase.SHARE_KEYS
         return u1
 
     def roster_for(self, client_id: str) -> Roster:
@@ -192,7 +184,7 @@ class SecAggServer:
 
     # ---- phase 1: share keys ------------------------------------------------------------
     def receive_shares(self, msg: ShareKeys) -> None:
-        self._expect(ServerPhase.SHARE_KEYS)
+        self._expect(Phase.SHARE_KEYS)
         self._known(msg.client_id, self.state.u1, "shares")
         expected = set(self.roster_for(msg.client_id).keys)
         if set(msg.sealed) != expected:
@@ -202,12 +194,12 @@ class SecAggServer:
         self.state.sealed[msg.client_id] = dict(msg.sealed)
 
     def close_share_keys(self) -> list[str]:
-        self._expect(ServerPhase.SHARE_KEYS)
+        self._expect(Phase.SHARE_KEYS)
         u2 = self._prune(set(self.state.sealed))
         self.state.sealed = {c: self.state.sealed[c] for c in u2}
         self.state.u2 = u2
         self._require(u2, "sharing keys")
-        self.state.phase = ServerPhase.MASKED_INPUT
+        self.state.phase = Phase.MASKED_INPUT
         return u2
 
     def delivery_for(self, client_id: str) -> ShareDelivery:
@@ -218,7 +210,7 @@ class SecAggServer:
     def receive_masked_input(self, client_id: str, masked: np.ndarray) -> bool:
         """Fold one masked vector into the accumulator (mod 2^b). False, and nothing folded, when
         this client's input is already in (a retry after a lost ack or a coordinator restart)."""
-        self._expect(ServerPhase.MASKED_INPUT)
+        self._expect(Phase.MASKED_INPUT)
         self._known(client_id, self.state.u2, "masked input")
         if client_id in self.state.u3:
             return False
@@ -233,7 +225,7 @@ class SecAggServer:
         return True
 
     def close_masked_input(self) -> UnmaskRequest:
-        self._expect(ServerPhase.MASKED_INPUT)
+        self._expect(Phase.MASKED_INPUT)
         u3 = set(self.state.u3)
         self._require(sorted(u3), "masked input")
         graph, t = self.params.neighbours, self.params.threshold
@@ -241,7 +233,7 @@ class SecAggServer:
         short = sorted(c for c in needed if len(set(graph[c]) & u3) < t)
         if short:
             raise self._abort(f"clients {short} have fewer than {t} surviving neighbours to unmask them")
-        self.state.phase = ServerPhase.UNMASK
+        self.state.phase = Phase.UNMASK
         return self.unmask_request()
 
     def unmask_request(self) -> UnmaskRequest:
@@ -250,7 +242,7 @@ class SecAggServer:
 
     # ---- phase 3: unmasking -------------------------------------------------------------
     def receive_unmask(self, msg: UnmaskResponse) -> None:
-        self._expect(ServerPhase.UNMASK)
+        self._expect(Phase.UNMASK)
         self._known(msg.client_id, self.state.u3, "unmask response")
         request = self.unmask_request()
         if not set(msg.key_shares) <= set(request.dropped) or not set(msg.seed_shares) <= set(request.survivors):
@@ -259,7 +251,7 @@ class SecAggServer:
 
     def finish(self) -> SecAggResult:
         """Reconstruct the secrets (>= T shares each), remove all masks, decode the sum."""
-        self._expect(ServerPhase.UNMASK)
+        self._expect(Phase.UNMASK)
         request, t = self.unmask_request(), self.params.threshold
         self._require(list(self.state.responses), "unmasking")
         survivors = set(request.survivors)
@@ -290,5 +282,5 @@ class SecAggServer:
                 seed_uv = pairwise_seed(self.params, mine, self.state.keys[u].mask_public, u, v)
                 adder.add(masks, seed_uv, pairwise_sign(u, v), bits)
         weighted, weight = self.params.fixed_point.decode_sum(np.subtract(self.accumulator, masks))
-        self.state.phase = ServerPhase.DONE
+        self.state.phase = Phase.DONE
         return SecAggResult(weighted, weight, request.survivors, request.dropped)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedort.coordinator.privacy.secagg.server import SecAggServer, ServerPhase
+from fedort.coordinator.privacy.secagg.server import SecAggServer
+from fedort.common.secagg.phases import Phase
 from fedort.common.secagg import SecAggAborted, SecAggError, UnmaskRequest
 from secagg_support import make_params, quantized_sum, run_round, through_share_keys
 
@@ -65,7 +66,7 @@ def test_fewer_than_threshold_survivors_abort_with_a_reason():
     server = SecAggServer(params)
     with pytest.raises(SecAggAborted, match="clients left after masked input, the threshold is 5"):
         run_round(params, _updates(params), drop_before_upload=params.cohort[:6], server=server)
-    assert server.phase is ServerPhase.FAILED and "threshold" in server.state.reason
+    assert server.phase is Phase.FAILED and "threshold" in server.state.reason
 
 
 def test_too_few_unmask_responses_abort():
