@@ -17,11 +17,11 @@ clock (`simulations/virtual_clock.py`, `--device-speed`).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from fedort.common.specs import split_spec, spec_number
 from fedort.common.errors import ConfigError
 
 SPECS = "uniform | lognormal:SIGMA | slow:F:K"
@@ -59,16 +59,9 @@ class DeviceSpeed:
 
 def parse_device_speed(spec: str) -> DeviceSpeed:
     """The speed model a spec names (table above); ConfigError says what was expected."""
-    if not isinstance(spec, str):
-        raise ConfigError(f"device speed must be a string ({SPECS}), got {spec!r}")
-    name, *args = [part.strip() for part in spec.strip().lower().split(":")]
-    arity = {"uniform": 0, "lognormal": 1, "slow": 2}
-    if name not in arity:
-        raise ConfigError(f"unknown device speed {spec!r}; expected one of {SPECS}")
-    if len(args) != arity[name]:
-        usage = next(s.strip() for s in SPECS.split("|") if s.strip().split(":")[0] == name)
-        raise ConfigError(f"device speed {spec!r} takes {arity[name]} parameter(s): expected {usage!r}")
-    values = [_number(x, what, spec) for x, what in zip(args, ("SIGMA",) if name == "lognormal" else ("F", "K"))]
+    name, args = split_spec(spec, "device speed", SPECS, {"uniform": 0, "lognormal": 1, "slow": 2})
+    whats = ("SIGMA",) if name == "lognormal" else ("F", "K")
+    values = [spec_number(x, what, str(spec), "device speed") for x, what in zip(args, whats)]
     if name == "lognormal":
         if values[0] < 0:
             raise ConfigError(f"device speed {spec!r}: SIGMA must be >= 0, got {values[0]!r}")
@@ -85,13 +78,3 @@ def parse_device_speed(spec: str) -> DeviceSpeed:
 def compute_seconds(factor: float | np.ndarray, steps: int | np.ndarray, step_seconds: float) -> float | np.ndarray:
     """Simulated compute time of `steps` local steps at `factor` × `step_seconds` each."""
     return factor * steps * step_seconds
-
-
-def _number(text: str, what: str, spec: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise ConfigError(f"device speed {spec!r}: {what} must be a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise ConfigError(f"device speed {spec!r}: {what} must be finite, got {text!r}")
-    return value

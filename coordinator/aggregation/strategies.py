@@ -18,7 +18,6 @@ more branch in `parse_strategy`.
 
 from __future__ import annotations
 
-import math
 
 from typing import Sequence
 
@@ -34,6 +33,7 @@ from fedort.coordinator.aggregation.spool import SpooledUpdate
 from fedort.coordinator.aggregation.transform import Transform
 from fedort.coordinator.aggregation.robust.trimmed_mean import TrimmedMeanCombiner
 from fedort.coordinator.aggregation.weighted_sum import WeightedMean
+from fedort.common.specs import split_spec, spec_count, spec_number
 from fedort.common.errors import ConfigError
 
 SPECS = "fedavg | clip:NORM | median | trimmed-mean:BETA | krum:F | multi-krum:F:M"
@@ -120,48 +120,26 @@ class Krum(Strategy):
         super().__init__(combiner.name, combiner)
 
 
-def _number(text: str, what: str, spec: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise ConfigError(f"strategy {spec!r}: {what} must be a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise ConfigError(f"strategy {spec!r}: {what} must be finite, got {text!r}")
-    return value
-
-
-def _count(text: str, what: str, spec: str, minimum: int) -> int:
-    if not text.strip().isdigit() or int(text) < minimum:
-        raise ConfigError(f"strategy {spec!r}: {what} must be an integer >= {minimum}, got {text!r}")
-    return int(text)
-
-
 def parse_strategy(spec: str) -> Strategy:
     """The strategy a spec names (see the table above); ConfigError says what was expected."""
-    if not isinstance(spec, str):
-        raise ConfigError(f"strategy must be a string ({SPECS}), got {spec!r}")
-    name, *args = spec.strip().lower().split(":")
     arity = {"fedavg": 0, "median": 0, "clip": 1, "trimmed-mean": 1, "krum": 1, "multi-krum": 2}
-    if name not in arity:
-        raise ConfigError(f"unknown strategy {spec!r}; expected one of {SPECS}")
-    if len(args) != arity[name]:
-        usage = next(s.strip() for s in SPECS.split("|") if s.strip().split(":")[0] == name)
-        raise ConfigError(f"strategy {spec!r} takes {arity[name]} parameter(s): expected {usage!r}")
+    name, args = split_spec(spec, "strategy", SPECS, arity)
+    spec = str(spec)
     if name == "fedavg":
         return FedAvg()
     if name == "median":
         return Median()
     if name == "clip":
-        norm = _number(args[0], "the clipping norm NORM", spec)
+        norm = spec_number(args[0], "the clipping norm NORM", spec, "strategy")
         if norm <= 0:
             raise ConfigError(f"strategy {spec!r}: the clipping norm NORM must be > 0, got {args[0]!r}")
         return ClippedFedAvg(norm)
     if name == "trimmed-mean":
-        beta = _number(args[0], "the trimmed fraction BETA", spec)
+        beta = spec_number(args[0], "the trimmed fraction BETA", spec, "strategy")
         if not 0 <= beta < 0.5:
             raise ConfigError(f"strategy {spec!r}: the trimmed fraction BETA (per side) must be in [0, 0.5), "
                               f"got {args[0]!r}")
         return TrimmedMean(beta)
-    f = _count(args[0], "the assumed Byzantine count F", spec, 0)
-    m = _count(args[1], "the selected count M", spec, 1) if name == "multi-krum" else 1
+    f = spec_count(args[0], "the assumed Byzantine count F", spec, "strategy", 0)
+    m = spec_count(args[1], "the selected count M", spec, "strategy", 1) if name == "multi-krum" else 1
     return Krum(f, m)

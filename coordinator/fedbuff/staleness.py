@@ -14,9 +14,9 @@ Every weight is in (0, 1], equals 1 at s = 0 and never grows with s.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from fedort.common.specs import split_spec, spec_number
 from fedort.common.errors import ConfigError
 
 SPECS = "constant | poly:A | hinge:A,B"
@@ -49,17 +49,8 @@ class StalenessWeight:
 
 def parse_staleness_weight(spec: str) -> StalenessWeight:
     """The weight function a spec names (table above); ConfigError says what was expected."""
-    if not isinstance(spec, str):
-        raise ConfigError(f"staleness weight must be a string ({SPECS}), got {spec!r}")
-    name, _, rest = spec.strip().lower().partition(":")
-    args = [x.strip() for x in rest.split(",")] if rest.strip() else []
-    arity = {"constant": 0, "poly": 1, "hinge": 2}
-    if name not in arity:
-        raise ConfigError(f"unknown staleness weight {spec!r}; expected one of {SPECS}")
-    if len(args) != arity[name]:
-        usage = next(s.strip() for s in SPECS.split("|") if s.strip().split(":")[0] == name)
-        raise ConfigError(f"staleness weight {spec!r} takes {arity[name]} parameter(s): expected {usage!r}")
-    values = [_number(x, what, spec) for x, what in zip(args, ("A", "B"))]
+    name, args = split_spec(spec, "staleness weight", SPECS, {"constant": 0, "poly": 1, "hinge": 2}, sep=",")
+    values = [spec_number(x, what, str(spec), "staleness weight") for x, what in zip(args, ("A", "B"))]
     if name == "poly" and values[0] < 0:
         raise ConfigError(f"staleness weight {spec!r}: A must be >= 0, got {values[0]!r}")
     if name == "hinge":
@@ -68,13 +59,3 @@ def parse_staleness_weight(spec: str) -> StalenessWeight:
         if values[1] < 0:
             raise ConfigError(f"staleness weight {spec!r}: B must be >= 0, got {values[1]!r}")
     return StalenessWeight(name, *values)
-
-
-def _number(text: str, what: str, spec: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise ConfigError(f"staleness weight {spec!r}: {what} must be a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise ConfigError(f"staleness weight {spec!r}: {what} must be finite, got {text!r}")
-    return value
