@@ -76,7 +76,7 @@ from fedort.coordinator.server_optimizers import canonical_spec, parse_server_op
 from fedort.coordinator.staleness import parse_staleness_weight
 from fedort.coordinator.privacy_config import PrivacySettings, privacy_problems
 from fedort.protos.codec import CHUNK_BYTES, MAX_CHUNK_BYTES
-from fedort.edge_client.tomlfile import read_table
+from fedort.edge_client.tomlfile import read_table, unknown_settings
 from fedort.protos import digests
 from fedort.protos.errors import ConfigError
 
@@ -169,7 +169,7 @@ class CoordinatorConfig(AsyncSettings, PrivacySettings):
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ConfigError(f"unknown coordinator setting(s) {unknown}; expected among {sorted(known)}")
+            raise ConfigError(unknown_settings("coordinator", unknown, known))
         missing = [k for k in ("artifacts", "state_dir") if values.get(k) in (None, "")]
         if missing:
             raise ConfigError(f"coordinator needs {' and '.join(missing)} (flag --{missing[0].replace('_', '-')} or config key)")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from fedort.edge_client.tomlfile import read_table
+from fedort.edge_client.tomlfile import read_table, unknown_settings
 from fedort.edge_client.topk_warmup import DEFAULT as DEFAULT_WARMUP, TopkWarmup
 from fedort.protos.codecs import parse_codec
 from fedort.protos.errors import ConfigError, VectorError
@@ -128,7 +128,7 @@ class EdgeConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ConfigError(f"unknown edge setting(s) {unknown}; expected among {sorted(known)}")
+            raise ConfigError(unknown_settings("edge", unknown, known))
         if not values.get("coordinator"):
             raise ConfigError("edge client needs a coordinator address (--coordinator HOST:PORT or `coordinator` key)")
         return cls(**values)

@@ -22,6 +22,8 @@ _EXPORTS: dict[str, str] = {
     "build_artifacts": "fedort.edge_client.artifacts",
     "load_manifest": "fedort.edge_client.artifacts",
     "Manifest": "fedort.edge_client.artifacts",
+    "artifacts_from_torch": "fedort.torch_artifacts",   # needs the fedort[torch] extra
+    "export_torch": "fedort.torch_artifacts",
     "EdgeClient": "fedort.edge_client.client",
     "EdgeConfig": "fedort.edge_client.client",
     "FedortError": "fedort.protos.errors",

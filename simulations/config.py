@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 from fedort.coordinator.async_config import AsyncSettings
 from fedort.coordinator.privacy_config import PrivacySettings
-from fedort.edge_client.tomlfile import read_table
+from fedort.edge_client.tomlfile import read_table, unknown_settings
 from fedort.protos.errors import ConfigError
 
 
@@ -224,11 +224,16 @@ def load_config(scenario: str | os.PathLike | None = None, overrides: Mapping[st
     """Defaults <- scenario TOML <- overrides (None values in overrides are ignored)."""
     values: dict[str, Any] = {}
     if scenario is not None:
-        path = Path(scenario)
+        from fedort.simulations.bundled_scenarios import bundled, resolve
+
+        path = resolve(scenario)
+        if not path.exists():
+            raise ConfigError(f"scenario {str(scenario)!r} is neither a file nor a bundled scenario; bundled: "
+                              f"{', '.join(bundled())} (fedort simulate --list)")
         values.update(read_table(path, None))
         unknown = sorted(set(values) - set(_FIELDS))
         if unknown:
-            raise ConfigError(f"{path}: unknown settings {unknown}; known: {sorted(_FIELDS)}")
+            raise ConfigError(f"{path}: " + unknown_settings("simulation", unknown, _FIELDS))
         base = path.parent
         for key in _PATHS & set(values):
             values[key] = (base / values[key]) if key != "out" else Path(values[key])

@@ -225,8 +225,23 @@ def test_scheduler_step_before_registering_is_a_config_error(session):
 
 @pytest.mark.parametrize("warmup, total", [(5, 3), (-1, 3), (0, 0)])
 def test_bad_schedule_is_a_config_error(session, warmup, total):
-    with pytest.raises(ConfigError, match="warmup_steps"):
+    with pytest.raises(ConfigError, match="warmup_step_count"):
         session.register_linear_lr_scheduler(warmup, total, 0.1)
+
+
+def test_the_scheduler_takes_orts_parameter_names(session, batch):
+    session.register_linear_lr_scheduler(warmup_step_count=2, total_step_count=10, initial_lr=1.0)
+    step(session, *batch)
+    session.scheduler_step()
+    assert session.learning_rate == pytest.approx(0.5)
+
+
+def test_the_former_scheduler_parameter_names_still_work_with_a_deprecation_warning(session, batch):
+    with pytest.warns(DeprecationWarning, match="warmup_step_count"):
+        session.register_linear_lr_scheduler(warmup_steps=2, total_steps=10, initial_lr=1.0)
+    step(session, *batch)
+    session.scheduler_step()
+    assert session.learning_rate == pytest.approx(0.5)
 
 
 def test_setting_a_learning_rate_replaces_the_schedule(session):
@@ -292,6 +307,16 @@ def test_from_buffer_of_all_parameters(mlp_artifacts, tmp_path):
 def test_bad_vectors_are_vector_errors(session, vector, message):
     with pytest.raises(VectorError, match=message):
         session.from_buffer(vector)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_from_buffer_refuses_a_non_finite_vector_and_keeps_the_parameters(session, bad):
+    before = session.to_buffer().copy()
+    vector = before.copy()
+    vector[17] = bad
+    with pytest.raises(VectorError, match="1 non-finite values"):
+        session.from_buffer(vector)
+    np.testing.assert_array_equal(session.to_buffer(), before)
 
 
 _ORDER_SCRIPT = """

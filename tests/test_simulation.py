@@ -123,7 +123,7 @@ def test_artifacts_without_data_is_a_config_error():
 def test_unknown_scenario_setting_is_named(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text("clients = 3\nround = 5\n")
-    with pytest.raises(ConfigError, match=r"unknown settings \['round'\]"):
+    with pytest.raises(ConfigError, match=r"unknown simulation setting\(s\) 'round' \(did you mean 'rounds'\?\)"):
         load_config(bad)
 
 
@@ -253,3 +253,33 @@ def test_a_large_model_s_run_folder_holds_model_onnx_with_its_external_data(tmp_
     (logits,) = ort.InferenceSession(str(moved / "model.onnx"), providers=["CPUExecutionProvider"]).run(None, {"x": x})
     labels = np.load(data / "test.npz")["labels"]
     assert float((logits.argmax(1) == labels).mean()) == pytest.approx(result.records[-1].accuracy)
+
+
+def test_a_setting_like_no_known_one_is_listed_with_the_known_ones(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("clients = 3\nzzzz = 5\n")
+    with pytest.raises(ConfigError, match=r"setting\(s\) 'zzzz'; expected among \[.*'rounds'"):
+        load_config(bad)
+
+
+def test_a_bundled_scenario_is_found_by_name():
+    assert load_config("digits_dirichlet").name == load_config(SCENARIOS / "digits_dirichlet.toml").name
+
+
+def test_an_unknown_scenario_name_lists_the_bundled_ones():
+    with pytest.raises(ConfigError, match=r"neither a file nor a bundled scenario; bundled: .*digits_dirichlet"):
+        load_config("digits_nonesuch")
+
+
+def test_simulate_list_prints_every_bundled_scenario_with_its_description():
+    out = subprocess.run([sys.executable, "-m", "fedort", "simulate", "--list"], capture_output=True,
+                         text=True, timeout=60, check=True).stdout
+    names = [line.split()[0] for line in out.splitlines()]
+    assert names == sorted(p.stem for p in SCENARIOS.glob("*.toml"))
+    assert any(line.startswith("digits_scale") and "THROUGHPUT" in line for line in out.splitlines())
+
+
+def test_log_level_is_accepted_after_the_subcommand():
+    done = subprocess.run([sys.executable, "-m", "fedort", "simulate", "--list", "--log-level", "DEBUG"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr

@@ -44,8 +44,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
         description="Federated learning for models that train on the device with ONNX Runtime.",
     )
     parser.add_argument("--version", action=_Version, help="show the version and exit")
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-                        help="logging verbosity (default: INFO)")
+    parser.add_argument("--log-level", default="INFO", choices=LOG_LEVELS, help="logging verbosity (default: INFO)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands = _commands()
     chosen = next((a for a in argv if not a.startswith("-") and a in commands), None)
@@ -54,7 +53,23 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
             commands[name].load()(sub)
         except ImportError as e:  # e.g. the coordinator package is not installed on a device
             sub.add_parser(name, help=f"(unavailable here: {e})")
+    _accept_log_level_anywhere(parser)
     return parser
+
+
+LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
+
+
+def _accept_log_level_anywhere(parser: argparse.ArgumentParser) -> None:
+    """Give every (sub)command `--log-level` too, so `fedort simulate --log-level DEBUG` works as
+    `fedort --log-level DEBUG simulate` does; unset there, it leaves the top-level value alone."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in set(action.choices.values()):
+                if "--log-level" not in child._option_string_actions:
+                    child.add_argument("--log-level", choices=LOG_LEVELS, default=argparse.SUPPRESS,
+                                       help="logging verbosity (default: INFO)")
+                _accept_log_level_anywhere(child)
 
 
 _leave_now = False
