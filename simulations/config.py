@@ -27,7 +27,7 @@ class SimulationConfig(AsyncSettings, PrivacySettings):
     """A simulation run; the async (`mode`, `buffer_size`, ...) and privacy (`secagg*`, `dp_*`) fields are
     the coordinator's own, inherited (keyword-only) from the settings both declare once."""
 
-    name: str = "digits"
+    name: str | None = None                   # label of logs, summary, plot (default: digits, synthetic, or the --data folder name)
     clients: int = 10
     clients_per_round: int | None = None      # exact count per round; overrides fraction
     fraction: float = 1.0
@@ -78,8 +78,9 @@ class SimulationConfig(AsyncSettings, PrivacySettings):
                 problems.append(f"dataset must be digits or synthetic:ALPHA,BETA: {e}")
         if self.model is None:  # frozen dataclass: settle the default once, here
             object.__setattr__(self, "model", "logreg" if self.is_synthetic else "mlp")
-        if self.is_synthetic and self.name == "digits":
-            object.__setattr__(self, "name", "synthetic")
+        if self.name is None:
+            label = Path(self.data).name if self.data is not None else "synthetic" if self.is_synthetic else "digits"
+            object.__setattr__(self, "name", label)
         if self.artifacts is None and self.is_synthetic != (self.model == "logreg"):
             problems.append(f"model {self.model!r} does not fit dataset {self.dataset!r}: synthetic data has 60 "
                             f"features (model logreg), digits 64 (mlp or cnn)")

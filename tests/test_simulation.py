@@ -283,3 +283,8 @@ def test_log_level_is_accepted_after_the_subcommand():
     done = subprocess.run([sys.executable, "-m", "fedort", "simulate", "--list", "--log-level", "DEBUG"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_run_on_your_own_data_is_labelled_by_its_folder_not_digits():
+    assert SimulationConfig(artifacts=Path("art"), data=Path("/somewhere/my_clients")).name == "my_clients"
+    assert SimulationConfig().name == "digits" and SimulationConfig(dataset="synthetic:1,1").name == "synthetic"
