@@ -41,5 +41,6 @@ def require(extra: str, what: str, needs: tuple[str, ...] | None = None) -> None
     `extra` (or the part of it `what` needs) is installed."""
     absent = missing(extra, needs)
     if absent:
-        raise MissingExtraError(f"{what} needs {' and '.join(absent)}, which are not installed: "
+        verb = "is" if len(absent) == 1 else "are"
+        raise MissingExtraError(f"{what} needs {' and '.join(absent)}, which {verb} not installed: "
                                 f"pip install 'fedort[{extra}]'", extra=extra)
