@@ -44,7 +44,7 @@ from fedort.protos.codec import CHUNK_BYTES, VectorMeta, iter_chunk_views
 from fedort.protos.codecs.stream import iter_payload_chunks
 from fedort.protos.codecs.xor_delta import DOWNLOAD_DELTA
 from fedort.protos.errors import FedortError, NotFoundError, ProtocolError, ResourceExhaustedError, StaleRoundError
-from fedort.protos.messages import UpdateHeader, meta_to_pb, metrics_from_pb
+from fedort.protos.messages import OUTCOME_CLIENT_METADATA, UpdateHeader, meta_to_pb, metrics_from_pb
 from fedort.protos.status_codes import status_for
 from fedort.protos.update_part import chunk_message, part_kind
 
@@ -311,4 +311,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     @unary
     async def Status(self, request: pb.StatusRequest, context) -> pb.StatusReply:
-        return self.engine.status().to_pb()
+        status = self.engine.status().to_pb()
+        for key, value in context.invocation_metadata() or ():
+            if key == OUTCOME_CLIENT_METADATA:
+                self.engine.outcome_asked(value)
+        return status
