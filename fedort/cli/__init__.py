@@ -111,6 +111,22 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt:
             print("fedort: interrupted", file=sys.stderr)
             return 130
+        except BrokenPipeError:
+            return _stdout_closed()
+
+
+def _stdout_closed() -> int:
+    """The reader of our stdout went away (`fedort coordinator status | head`): stop quietly, as a
+    command killed by SIGPIPE does (exit 141), with stdout pointed at /dev/null so the interpreter's
+    final flush raises nothing either."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is no real file (an embedding app's replacement)
+        pass
+    finally:
+        os.close(devnull)
+    return 141
 
 
 @contextlib.contextmanager
