@@ -75,7 +75,9 @@ def server_credentials(config: CoordinatorConfig) -> grpc.ServerCredentials | No
     if config.tls_cert is None:
         return None
     client_ca = config.tls_client_ca.read_bytes() if config.tls_client_ca else None
-    return grpc.ssl_server_credentials([(config.tls_key.read_bytes(), config.tls_cert.read_bytes())],
+    key, cert = config.tls_key.read_bytes(), config.tls_cert.read_bytes()
+    check_key_pair(key, cert, config)
+    return grpc.ssl_server_credentials([(key, cert)],
                                        root_certificates=client_ca, require_client_auth=client_ca is not None)
 
 
@@ -269,6 +271,31 @@ class Coordinator:
 
     async def __aexit__(self, *exc) -> None:
         await self.stop()
+
+
+def check_key_pair(key_pem: bytes, cert_pem: bytes, config: CoordinatorConfig) -> None:
+    """ConfigError unless `key_pem` is a PEM private key and `cert_pem` a PEM certificate of its public key.
+
+    gRPC only logs a core error for either and then fails to bind, which reads as an address problem.
+    """
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+    except ValueError as e:
+        raise ConfigError(f"--tls-cert {config.tls_cert} is not a PEM certificate ({e}); expected the server's "
+                          "certificate (chain) in PEM, -----BEGIN CERTIFICATE-----") from None
+    try:
+        key = serialization.load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"--tls-key {config.tls_key} is not an unencrypted PEM private key ({e}); expected the "
+                          "key of --tls-cert, -----BEGIN PRIVATE KEY----- (or EC/RSA PRIVATE KEY)") from None
+    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    if key.public_key().public_bytes(*spki) != cert.public_key().public_bytes(*spki):
+        raise ConfigError(f"--tls-key {config.tls_key} is not the private key of --tls-cert {config.tls_cert} "
+                          f"(certificate subject {cert.subject.rfc4514_string()}); pass the key the certificate "
+                          "was issued for")
 
 
 def bind_failure(host: str, port: int) -> str:

@@ -57,7 +57,8 @@ def snapshot(store: StateStore, *, current_round: int | None = None, total_round
         total_rounds=total_rounds if total_rounds is not None else int(config.get("rounds", 0)),
         state=state,
         registered_clients=registered if registered is not None else len(clients),
-        active_clients=active if active is not None else sum(c.active for c in clients),
+        # nobody trains once the run is over, however recently a client was seen
+        active_clients=0 if state.final else active if active is not None else sum(c.active for c in clients),
         rounds=tuple(RoundSummary(r.round, RoundRowState(r.state), r.clients, r.examples, r.metrics, r.attempt, r.model_path, r.message)
                      for r in rows),
         latest_model=latest[0],

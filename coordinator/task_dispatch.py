@@ -174,5 +174,4 @@ class TaskDispatch:
 
     def status(self) -> Status:
         return snapshot(self.store, current_round=self.round, total_rounds=self.config.rounds,
-                        state=self.state, registered=len(self.registry),
-                        active=0 if self.state.final else self.registry.active_count())   # none train after the end
+                        state=self.state, registered=len(self.registry), active=self.registry.active_count())

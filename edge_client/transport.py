@@ -31,7 +31,7 @@ from fedort.protos.codec import CHUNK_BYTES, VectorAssembler, iter_chunks
 from fedort.edge_client.channel import ChannelConfig
 from fedort.edge_client.download_delta import DeltaDownload
 from fedort.edge_client.secagg_wire import StepBatcher
-from fedort.edge_client.tls_hints import with_tls_hint
+from fedort.edge_client.tls_hints import with_plaintext_hint, with_tls_hint
 from fedort.protos.codecs import iter_payload_chunks
 from fedort.protos.codecs.xor_delta import DOWNLOAD_DELTA
 from fedort.protos.errors import FedortError, ProtocolError, UnavailableError
@@ -181,8 +181,8 @@ class Transport:
                                     "it is probably restarting")
         if exc.code == "DEADLINE_EXCEEDED":
             self._redial()
-        if exc.code == "UNAVAILABLE" and not self.config.insecure:
-            return with_tls_hint(exc, details)
+        if exc.code == "UNAVAILABLE":
+            return with_plaintext_hint(exc, details) if self.config.insecure else with_tls_hint(exc, details)
         return exc
 
     def _redial(self) -> None:

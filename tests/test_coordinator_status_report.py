@@ -42,3 +42,9 @@ def test_status_into_a_pipe_closed_early_ends_without_a_traceback(run):
                               "--watch 0.01 | head -1", shell=True, capture_output=True, text=True, timeout=60)
     assert pipeline.stdout.startswith("model")
     assert "BrokenPipeError" not in pipeline.stderr and "Traceback" not in pipeline.stderr, pipeline.stderr
+
+
+def test_no_client_is_shown_active_once_the_run_is_done(run):
+    status = json.loads(subprocess.run([*CLI, str(run.out / "state"), "--json"], capture_output=True, text=True,
+                                       timeout=60, check=True).stdout)
+    assert status["state"] == "DONE" and status["registered_clients"] == 3 and status["active_clients"] == 0
