@@ -28,7 +28,7 @@ from fedort.simulations.artifact_cache import cached_builtin_artifacts
 from fedort.simulations.attacks import choose_attackers
 from fedort.simulations.backends import Backend, prepared_backend
 from fedort.simulations.config import SimulationConfig
-from fedort.simulations.datasets import save_npz
+from fedort.simulations.datasets import TEST_FILE, save_npz
 from fedort.simulations.device_speed import parse_device_speed
 from fedort.simulations.local_coordinator import LocalCoordinator
 from fedort.simulations.population import (
@@ -125,14 +125,32 @@ def run_simulation(cfg: SimulationConfig, backend: Backend | None = None) -> Sim
     started = time.monotonic()
     if backend is None:   # local processes start importing while artifacts and data are made
         backend = prepared_backend(cfg)
+    out = Path(cfg.out)
+    before = set(out.iterdir()) if out.is_dir() else None
     try:
-        out = Path(cfg.out)
         if (out / "state").exists():
             raise ConfigError(f"{out} already holds a run; choose another --out (or delete it)")
         out.mkdir(parents=True, exist_ok=True)
         return _run(cfg, out, backend, started)
+    except BaseException:
+        if before is None or out / "state" not in before:   # never touch a folder that held a run before
+            backend.stop()   # its workers write into the folder
+            _remove_run_folder(out, before)   # a failed run leaves nothing that would refuse its rerun
+        raise
     finally:
         backend.stop()
+
+
+def _remove_run_folder(out: Path, before: set[Path] | None) -> None:
+    """Delete what this run created in `out` (all of it if the run made the folder)."""
+    if before is None:
+        shutil.rmtree(out, ignore_errors=True)
+        return
+    for path in set(out.iterdir()) - before if out.is_dir() else ():
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def _run(cfg: SimulationConfig, out: Path, backend, started: float) -> SimulationResult:
@@ -140,7 +158,10 @@ def _run(cfg: SimulationConfig, out: Path, backend, started: float) -> Simulatio
     backend.preload(artifacts)   # the workers open the session while data and the coordinator are made
     (out / "data").mkdir(exist_ok=True)
     population = _population(cfg, out / "data")
-    test_path = save_npz(out / "data" / "test.npz", population.test)
+    own_test = None if cfg.data is None else Path(cfg.data) / TEST_FILE
+    # your own test file is evaluated where it is, so a problem with it names your file, not a copy
+    test_path = own_test if own_test is not None and own_test.is_file() else save_npz(out / "data" / TEST_FILE,
+                                                                                      population.test)
     n_clients = len(population.clients)
     (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, sort_keys=True))
     _place_state(cfg, out)

@@ -288,3 +288,24 @@ def test_log_level_is_accepted_after_the_subcommand():
 def test_a_run_on_your_own_data_is_labelled_by_its_folder_not_digits():
     assert SimulationConfig(artifacts=Path("art"), data=Path("/somewhere/my_clients")).name == "my_clients"
     assert SimulationConfig().name == "digits" and SimulationConfig(dataset="synthetic:1,1").name == "synthetic"
+
+
+def _own_data(folder: Path, test_labels_up_to: int) -> Path:
+    rng = np.random.default_rng(0)
+    folder.mkdir()
+    for i in range(2):
+        np.savez(folder / f"client-{i:04d}.npz", x=rng.random((20, 64), dtype=np.float32),
+                 labels=rng.integers(0, 10, 20))
+    np.savez(folder / "test.npz", x=rng.random((20, 64), dtype=np.float32),
+             labels=np.arange(20) % (test_labels_up_to + 1))
+    return folder
+
+
+def test_a_failed_run_on_your_own_data_names_your_file_and_leaves_no_run_folder(tmp_path, mlp_artifacts):
+    from fedort.protos.errors import DataError
+
+    data = _own_data(tmp_path / "mine", test_labels_up_to=11)   # labels 10 and 11 do not fit 10 classes
+    with pytest.raises(DataError, match=rf"^{tmp_path / 'mine' / 'test.npz'}: array 'labels' holds label"):
+        run_simulation(SimulationConfig(artifacts=mlp_artifacts, data=data, rounds=1, progress=False, workers=1,
+                                        out=tmp_path / "run"))
+    assert not (tmp_path / "run").exists()   # so the same command runs again once the file is fixed
