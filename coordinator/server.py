@@ -3,7 +3,12 @@
     coordinator = Coordinator(CoordinatorConfig(artifacts=..., state_dir=..., address="127.0.0.1:0"))
     port = await coordinator.start()        # recovers the state dir, serves, writes config.port_file
     outcome = await coordinator.wait_done() # RunOutcome(state=DONE|FAILED, rounds_completed, message)
+    await coordinator.until_devices_told()  # answer devices for up to config.done_grace_s
     await coordinator.stop(grace=5)
+
+or, from code without an event loop of its own, all of that in one blocking call:
+
+    outcome = Coordinator(config).run(on_serving=lambda port: ...)
 
 `start` verifies the artifacts, pins a copy of them in the state dir (the state dir belongs to
 that model id), recovers whatever a previous process left (open round replayed from the spool,
@@ -20,6 +25,7 @@ import logging
 import os
 import socket
 from pathlib import Path
+from typing import Callable
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -237,6 +243,39 @@ class Coordinator:
         if self.engine is None:
             raise UnavailableError("coordinator not started")
         return await self.engine.wait_done()
+
+    async def until_devices_told(self, stop: asyncio.Event | None = None) -> None:
+        """After the run ended: keep serving until every available device has been told DONE and has
+        asked whether the run succeeded, or `config.done_grace_s` passed (or `stop` is set)."""
+        deadline = asyncio.get_running_loop().time() + self.config.done_grace_s
+        while (not self.engine.all_told() and asyncio.get_running_loop().time() < deadline
+               and not (stop is not None and stop.is_set())):
+            await asyncio.sleep(0.1)
+
+    def run(self, *, on_serving: Callable[[int], None] | None = None, grace: float = 5.0) -> RunOutcome:
+        """Blocking: start, serve the whole run, answer devices until they know the outcome
+        (`until_devices_told`), stop; returns the outcome. `on_serving(port)` is called once the
+        server listens (start your devices there). For code without an event loop of its own; inside
+        one, use `await start()`, `wait_done()`, `stop()` (or `async with`)."""
+        async def whole_run() -> RunOutcome:
+            try:
+                port = await self.start()
+                if on_serving is not None:
+                    on_serving(port)
+                outcome = await self.wait_done()
+                await self.until_devices_told()
+                return outcome
+            finally:
+                await self.stop(grace)
+
+        return asyncio.run(whole_run())
+
+    def __enter__(self):
+        raise TypeError("Coordinator is an async context manager: use `async with Coordinator(config) as c:`, or "
+                        "the blocking `Coordinator(config).run()` from code without an event loop")
+
+    def __exit__(self, *exc) -> None:  # pragma: no cover - __enter__ always raises
+        pass
 
     async def stop(self, grace: float | None = 5.0) -> None:
         """Stop serving (letting calls in flight finish within `grace` s) and stop the engine; idempotent."""

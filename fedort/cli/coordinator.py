@@ -168,10 +168,7 @@ async def serve(config: CoordinatorConfig) -> int:
             return 0
         stopper.cancel()
         outcome = done.result()
-        # keep answering until every device has been told DONE and has asked whether the run succeeded
-        deadline = time.monotonic() + config.done_grace_s
-        while not coordinator.engine.all_told() and time.monotonic() < deadline and not stop.is_set():
-            await asyncio.sleep(0.1)
+        await coordinator.until_devices_told(stop)   # so every device learns the outcome and exits at once
         if outcome.state is RoundState.FAILED:
             log.error("run failed: %s", outcome.message)
             return 1
