@@ -86,14 +86,34 @@ def test_clients_per_round_selects_exactly_that_many(tmp_path):
     assert [r.clients for r in result.records] == [2, 2, 2]
 
 
-@pytest.mark.timeout(300)  # a local Ray start may be retried (simulations/backends.py)
-def test_ray_backend_runs_the_same_clients(tmp_path):
+@pytest.fixture(scope="module")
+def ray_run(tmp_path_factory):
+    """The same small run on the local and the Ray backend, and what the Ray one left behind."""
     pytest.importorskip("ray", reason="Ray is not installed on this machine (pip install 'fedort[ray]')")
-    local = run_simulation(_small(tmp_path / "local"))
-    on_ray = run_simulation(_small(tmp_path / "ray", backend="ray"))
+    import tempfile
+
+    from fedort.simulations.ray_cleanup import PREFIX, ray_processes
+
+    tmp = tmp_path_factory.mktemp("ray")
+    folders = set(Path(tempfile.gettempdir()).glob(PREFIX + "*"))
+    local = run_simulation(_small(tmp / "local"))
+    on_ray = run_simulation(_small(tmp / "ray", backend="ray"))
+    left = {"processes": ray_processes(), "folders": set(Path(tempfile.gettempdir()).glob(PREFIX + "*")) - folders}
+    return local, on_ray, left
+
+
+@pytest.mark.timeout(300)  # a local Ray start may be retried (simulations/backends.py)
+def test_ray_backend_runs_the_same_clients(ray_run):
+    local, on_ray, _ = ray_run
     assert [r.clients for r in on_ray.records] == [4, 4]
     # same seed, same clients, same code path: the same global vector as the local backend
     assert _final_vector(on_ray.out) == _final_vector(local.out)
+
+
+@pytest.mark.timeout(300)
+def test_a_local_ray_instance_leaves_no_process_and_no_session_folder(ray_run):
+    _, _, left = ray_run
+    assert left == {"processes": [], "folders": set()}
 
 
 def test_users_own_artifacts_and_data_folder(tmp_path):

@@ -95,6 +95,9 @@ def console_main() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # gRPC core writes its own INFO/WARNING lines straight to stderr (fork handlers under Ray, ...): keep its
+    # errors only, unless the user asked for more; set before any module imports grpc
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(argv)
     args = parser.parse_args(argv)
