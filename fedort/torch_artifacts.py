@@ -59,8 +59,13 @@ def export_torch(module: "torch.nn.Module", example_inputs: Any, *, input_names:
     inputs = _as_tuple(example_inputs)
     if not inputs or not all(isinstance(t, torch.Tensor) for t in inputs):
         raise ConfigError("example_inputs must be a tensor or a tuple of tensors (one batch the module accepts)")
-    with torch.no_grad():
-        outputs = _as_tuple(module(*inputs))
+    was_training = module.training
+    module.eval()   # the exported graph is the eval-mode one; a train-mode forward would move BatchNorm's statistics
+    try:
+        with torch.no_grad():
+            outputs = _as_tuple(module(*inputs))
+    finally:
+        module.train(was_training)
     input_names = list(input_names or (["x"] if len(inputs) == 1 else [f"x{i}" for i in range(len(inputs))]))
     output_names = list(output_names or (["logits"] if len(outputs) == 1 else [f"out{i}" for i in range(len(outputs))]))
     if len(input_names) != len(inputs):
@@ -68,7 +73,6 @@ def export_torch(module: "torch.nn.Module", example_inputs: Any, *, input_names:
     if len(output_names) != len(outputs):
         raise ConfigError(f"{len(output_names)} output names for the module's {len(outputs)} outputs")
     buf = io.BytesIO()
-    was_training = module.training
     dynamic = {n: {0: "batch"} for n in (*input_names, *output_names)} if dynamic_batch else None
     try:
         with warnings.catch_warnings():
@@ -76,7 +80,7 @@ def export_torch(module: "torch.nn.Module", example_inputs: Any, *, input_names:
             torch.onnx.export(
                 module, inputs, buf, opset_version=OPSET, input_names=input_names, output_names=output_names,
                 dynamic_axes=dynamic, export_params=True, do_constant_folding=False,
-                training=torch.onnx.TrainingMode.EVAL, dynamo=False)
+                training=torch.onnx.TrainingMode.EVAL, **_torchscript_exporter(torch))
     except Exception as e:  # the exporter raises many kinds; the message is what the user needs
         raise ConfigError(f"torch.onnx.export failed for {type(module).__name__}: {e}") from e
     finally:
@@ -86,6 +90,14 @@ def export_torch(module: "torch.nn.Module", example_inputs: Any, *, input_names:
         model.ir_version = MAX_IR_VERSION   # opset 17 needs nothing of a later IR
     _expose_layer_norm_statistics(model)
     return model
+
+
+def _torchscript_exporter(torch) -> dict:
+    """`dynamo=False` where torch has the flag (2.5 on; the default from 2.9): the TorchScript-based
+    exporter writes the requested opset and keeps parameter names, without onnxscript."""
+    import inspect
+
+    return {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
 
 
 def _expose_layer_norm_statistics(model: "onnx.ModelProto") -> None:

@@ -109,3 +109,10 @@ def test_the_cli_builds_artifacts_from_a_factory_in_a_python_file(tmp_path):
                           capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr
     assert load_manifest(tmp_path / "art").trainable == ("0.weight", "0.bias", "2.weight", "2.bias")
+
+
+def test_exporting_leaves_the_modules_mode_and_batchnorm_statistics_as_they_were(tmp_path):
+    net = torch.nn.Sequential(torch.nn.Linear(64, 16), torch.nn.BatchNorm1d(16), torch.nn.Linear(16, 10)).train()
+    before = net[1].running_mean.clone()
+    artifacts_from_torch(net, torch.randn(8, 64), tmp_path / "art")
+    assert net.training and torch.equal(net[1].running_mean, before)
