@@ -9,5 +9,6 @@ PY=${1:-python3.11}
 ENV=${TORCH_ENV:-.venv-torch}
 [ -x "$ENV/bin/python" ] || "$PY" -m venv "$ENV"
 "$ENV/bin/python" -m pip install --quiet torch==2.13.0
-"$ENV/bin/python" -m pip install --quiet -e '.[torch,sim]' "pytest>=8" "pytest-asyncio>=0.23" "pytest-timeout>=2.2"
+"$ENV/bin/python" -m pip install --quiet -e '.[torch,sim]' "pytest>=8" "pytest-asyncio>=0.23" "pytest-timeout>=2.2" \
+  "hypothesis>=6.100"   # collecting the suite imports every test module (only the torch-marked ones run)
 "$ENV/bin/python" -m pytest -q -p no:cacheprovider -m torch tests/

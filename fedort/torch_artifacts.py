@@ -1,7 +1,7 @@
 """From a PyTorch module to fedort training artifacts: `torch.onnx.export`, then `build_artifacts`.
 
 ONNX Runtime's on-device training starts from an exported ONNX graph; this module does that
-export the way ORT 1.19 can train it (opset 17, IR ≤ 10, parameters kept as named initializers,
+export the way ORT 1.19 can train it (opset 17, IR ≤ 10, every parameter and buffer its own named initializer,
 no constant folding into them, a symbolic batch dimension) and hands the graph to the same
 `build_artifacts` as `fedort artifacts build --model`, with the same loss / optimizer / frozen
 options. Parameters keep their PyTorch names (`fc1.weight`), so a `state_dict` and the flat
@@ -80,12 +80,20 @@ def export_torch(module: "torch.nn.Module", example_inputs: Any, *, input_names:
             torch.onnx.export(
                 module, inputs, buf, opset_version=OPSET, input_names=input_names, output_names=output_names,
                 dynamic_axes=dynamic, export_params=True, do_constant_folding=False,
-                training=torch.onnx.TrainingMode.EVAL, **_torchscript_exporter(torch))
+                training=torch.onnx.TrainingMode.EVAL,
+                # initializers as graph inputs: the exporter then skips its pass that merges initializers of
+                # equal values (two zero-initialised biases, BatchNorm's running mean and bias), which would
+                # then train as one; they are taken out of the inputs again below
+                keep_initializers_as_inputs=True, **_torchscript_exporter(torch))
     except Exception as e:  # the exporter raises many kinds; the message is what the user needs
         raise ConfigError(f"torch.onnx.export failed for {type(module).__name__}: {e}") from e
     finally:
         module.train(was_training)
     model = onnx.load_from_string(buf.getvalue())
+    initializers = {t.name for t in model.graph.initializer}
+    features = [i for i in model.graph.input if i.name not in initializers]
+    del model.graph.input[:]
+    model.graph.input.extend(features)
     if model.ir_version > MAX_IR_VERSION:
         model.ir_version = MAX_IR_VERSION   # opset 17 needs nothing of a later IR
     _expose_layer_norm_statistics(model)

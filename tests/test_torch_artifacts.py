@@ -116,3 +116,13 @@ def test_exporting_leaves_the_modules_mode_and_batchnorm_statistics_as_they_were
     before = net[1].running_mean.clone()
     artifacts_from_torch(net, torch.randn(8, 64), tmp_path / "art")
     assert net.training and torch.equal(net[1].running_mean, before)
+
+
+def test_parameters_that_hold_equal_values_stay_separate_parameters(tmp_path):
+    net = torch.nn.Sequential(torch.nn.Linear(64, 16), torch.nn.Linear(16, 16), torch.nn.Linear(16, 10))
+    with torch.no_grad():
+        net[0].bias.zero_()
+        net[1].bias.zero_()   # same shape, same values: still two parameters to train
+    manifest = artifacts_from_torch(net.eval(), torch.zeros(4, 64), tmp_path / "art")
+    assert manifest.trainable == tuple(name for name, _ in net.named_parameters())
+    assert manifest.parameter_count == sum(p.numel() for p in net.parameters())
