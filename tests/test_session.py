@@ -229,21 +229,6 @@ def test_bad_schedule_is_a_config_error(session, warmup, total):
         session.register_linear_lr_scheduler(warmup, total, 0.1)
 
 
-def test_the_scheduler_takes_orts_parameter_names(session, batch):
-    session.register_linear_lr_scheduler(warmup_step_count=2, total_step_count=10, initial_lr=1.0)
-    step(session, *batch)
-    session.scheduler_step()
-    assert session.learning_rate == pytest.approx(0.5)
-
-
-def test_the_former_scheduler_parameter_names_still_work_with_a_deprecation_warning(session, batch):
-    with pytest.warns(DeprecationWarning, match="warmup_step_count"):
-        session.register_linear_lr_scheduler(warmup_steps=2, total_steps=10, initial_lr=1.0)
-    step(session, *batch)
-    session.scheduler_step()
-    assert session.learning_rate == pytest.approx(0.5)
-
-
 def test_setting_a_learning_rate_replaces_the_schedule(session):
     session.register_linear_lr_scheduler(2, 10, 1.0)
     session.learning_rate = 0.03
