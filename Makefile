@@ -8,9 +8,9 @@ RUN ?= runs/demo
 
 .PHONY: demo test test-fast lint bench protos clean
 
-demo: $(VENV)/.installed
+demo: $(VENV)/.demo-installed
 	rm -rf $(RUN)
-	$(BIN)/fedort simulate simulations/scenarios/digits_dirichlet.toml --out $(RUN)
+	$(BIN)/fedort simulate digits_dirichlet --out $(RUN)
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest
@@ -31,15 +31,26 @@ bench: $(VENV)/.installed
 protos: $(VENV)/.installed
 	$(BIN)/python -m fedort.protos.generate
 
+# the demo needs only the `sim` extra (scikit-learn's digits, matplotlib's plot); the tests need `dev`
+# (Ray, pytest, ...), which includes it, so a venv made for the tests serves the demo as it is
+$(VENV)/.demo-installed: pyproject.toml
+	@if [ -f $(VENV)/.installed ] && [ $(VENV)/.installed -nt pyproject.toml ]; then touch $@; exit 0; fi; \
+	$(MAKE) --no-print-directory EXTRA=sim STAMP=$@ $(VENV)/.install-extra
+
 $(VENV)/.installed: pyproject.toml
+	@$(MAKE) --no-print-directory EXTRA=dev STAMP=$@ $(VENV)/.install-extra
+	@touch $(VENV)/.demo-installed
+
+.PHONY: $(VENV)/.install-extra
+$(VENV)/.install-extra:
 	@test -n "$(PY)" || { echo "fedort needs Python 3.10, 3.11 or 3.12 on PATH (onnxruntime-training 1.19.2 has no 3.13 wheels)"; exit 1; }
-	$(PY) -m venv $(VENV)
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -e ".[$(EXTRA)]"
 	@# bytecode for the editable checkout (pip compiles a wheel's modules, not these): without it, a shell with
 	@# PYTHONDONTWRITEBYTECODE set compiles ~150 modules in every process of every run
 	$(BIN)/python -m compileall -q fedort coordinator edge_client protos simulations
-	@touch $@
+	@touch $(STAMP)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -22,6 +22,7 @@ expected and what arrived.
 | eval_data | none | held-out `.npz` evaluated on the server after each round |
 | fraction_evaluate | 0.0 | share of clients asked to evaluate the final model |
 | client_timeout_s | 60 | a client unseen this long is not selected (0 disables) |
+| done_grace_s | 10 | after the run ends (DONE or FAILED), `serve` keeps answering for up to this long, so every device learns the outcome (PollTask DONE, then Status) and exits at once with the right code; it stops sooner once every available device has asked. 0: stop at once |
 | heartbeat_interval_ms | 10000 | told to clients at join |
 | max_examples | 10**9 | upper bound of an update's num_examples (its FedAvg weight); a device that announced its data set size at Join (the `examples` capability; the edge client does) is held to that. Set it to bound a device that lies at Join too |
 | max_chunk_bytes | 4 MiB - 64 KiB | largest accepted upload chunk (told to clients at join) |
@@ -82,6 +83,15 @@ from fedort.coordinator.aggregation.server_optimizers import canonical_spec, par
 from fedort.coordinator.fedbuff.staleness import parse_staleness_weight
 from fedort.coordinator.privacy.config import PrivacySettings, privacy_problems
 from fedort.protos.vector_stream import CHUNK_BYTES, MAX_CHUNK_BYTES
+from fedort.common.tomlfile import read_table, unknown_settings
+from fedort.common import digests
+from fedort.common.errors import ConfigError
+from fedort.coordinator.fedbuff.config import AsyncSettings
+from fedort.coordinator.export.external_data import EXTERNAL_MIN_BYTES
+from fedort.coordinator.aggregation.server_optimizers import canonical_spec, parse_server_optimizer
+from fedort.coordinator.fedbuff.staleness import parse_staleness_weight
+from fedort.coordinator.privacy.config import PrivacySettings, privacy_problems
+from fedort.protos.vector_stream import CHUNK_BYTES, MAX_CHUNK_BYTES
 from fedort.common.tomlfile import read_table
 from fedort.common import digests
 from fedort.common.errors import ConfigError
@@ -115,6 +125,7 @@ class CoordinatorConfig(AsyncSettings, PrivacySettings):
     eval_data: Path | None = None
     fraction_evaluate: float = 0.0
     client_timeout_s: float = 60.0
+    done_grace_s: float = 10.0
     heartbeat_interval_ms: int = 10_000
     max_examples: int = 10**9
     max_chunk_bytes: int = MAX_CHUNK_BYTES
@@ -185,7 +196,7 @@ class CoordinatorConfig(AsyncSettings, PrivacySettings):
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ConfigError(f"unknown coordinator setting(s) {unknown}; expected among {sorted(known)}")
+            raise ConfigError(unknown_settings("coordinator", unknown, known))
         missing = [k for k in ("artifacts", "state_dir") if values.get(k) in (None, "")]
         if missing:
             raise ConfigError(f"coordinator needs {' and '.join(missing)} (flag --{missing[0].replace('_', '-')} or config key)")
@@ -231,6 +242,8 @@ class CoordinatorConfig(AsyncSettings, PrivacySettings):
         need(_number(self.fraction_evaluate) and 0 <= self.fraction_evaluate <= 1, "fraction_evaluate must be in [0, 1]",
              self.fraction_evaluate)
         need(_number(self.round_timeout_s) and self.round_timeout_s > 0, "round_timeout_s must be > 0", self.round_timeout_s)
+        need(_number(self.done_grace_s) and self.done_grace_s >= 0, "done_grace_s must be >= 0 (0 stops at the end)",
+             self.done_grace_s)
         need(_number(self.client_timeout_s) and self.client_timeout_s >= 0, "client_timeout_s must be >= 0 (0 disables)",
              self.client_timeout_s)
         need(_number(self.lr) and self.lr >= 0, "lr must be a finite number >= 0", self.lr)

@@ -3,7 +3,12 @@
     coordinator = Coordinator(CoordinatorConfig(artifacts=..., state_dir=..., address="127.0.0.1:0"))
     port = await coordinator.start()        # recovers the state dir, serves, writes config.port_file
     outcome = await coordinator.wait_done() # RunOutcome(state=DONE|FAILED, rounds_completed, message)
+    await coordinator.until_devices_told()  # answer devices for up to config.done_grace_s
     await coordinator.stop(grace=5)
+
+or, from code without an event loop of its own, all of that in one blocking call:
+
+    outcome = Coordinator(config).run(on_serving=lambda port: ...)
 
 `start` verifies the artifacts, pins a copy of them in the state dir (the state dir belongs to
 that model id), recovers whatever a previous process left (open round replayed from the spool,
@@ -20,6 +25,7 @@ import logging
 import os
 import socket
 from pathlib import Path
+from typing import Callable
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -76,7 +82,9 @@ def server_credentials(config: CoordinatorConfig) -> grpc.ServerCredentials | No
     if config.tls_cert is None:
         return None
     client_ca = config.tls_client_ca.read_bytes() if config.tls_client_ca else None
-    return grpc.ssl_server_credentials([(config.tls_key.read_bytes(), config.tls_cert.read_bytes())],
+    key, cert = config.tls_key.read_bytes(), config.tls_cert.read_bytes()
+    check_key_pair(key, cert, config)
+    return grpc.ssl_server_credentials([(key, cert)],
                                        root_certificates=client_ca, require_client_auth=client_ca is not None)
 
 
@@ -255,6 +263,39 @@ class Coordinator:
             raise UnavailableError("coordinator not started")
         return await self.engine.wait_done()
 
+    async def until_devices_told(self, stop: asyncio.Event | None = None) -> None:
+        """After the run ended: keep serving until every available device has been told DONE and has
+        asked whether the run succeeded, or `config.done_grace_s` passed (or `stop` is set)."""
+        deadline = asyncio.get_running_loop().time() + self.config.done_grace_s
+        while (not self.engine.all_told() and asyncio.get_running_loop().time() < deadline
+               and not (stop is not None and stop.is_set())):
+            await asyncio.sleep(0.1)
+
+    def run(self, *, on_serving: Callable[[int], None] | None = None, grace: float = 5.0) -> RunOutcome:
+        """Blocking: start, serve the whole run, answer devices until they know the outcome
+        (`until_devices_told`), stop; returns the outcome. `on_serving(port)` is called once the
+        server listens (start your devices there). For code without an event loop of its own; inside
+        one, use `await start()`, `wait_done()`, `stop()` (or `async with`)."""
+        async def whole_run() -> RunOutcome:
+            try:
+                port = await self.start()
+                if on_serving is not None:
+                    on_serving(port)
+                outcome = await self.wait_done()
+                await self.until_devices_told()
+                return outcome
+            finally:
+                await self.stop(grace)
+
+        return asyncio.run(whole_run())
+
+    def __enter__(self):
+        raise TypeError("Coordinator is an async context manager: use `async with Coordinator(config) as c:`, or "
+                        "the blocking `Coordinator(config).run()` from code without an event loop")
+
+    def __exit__(self, *exc) -> None:  # pragma: no cover - __enter__ always raises
+        pass
+
     async def stop(self, grace: float | None = 5.0) -> None:
         """Stop serving (letting calls in flight finish within `grace` s) and stop the engine; idempotent."""
         if self._health is not None:
@@ -293,6 +334,31 @@ class Coordinator:
 
     async def __aexit__(self, *exc) -> None:
         await self.stop()
+
+
+def check_key_pair(key_pem: bytes, cert_pem: bytes, config: CoordinatorConfig) -> None:
+    """ConfigError unless `key_pem` is a PEM private key and `cert_pem` a PEM certificate of its public key.
+
+    gRPC only logs a core error for either and then fails to bind, which reads as an address problem.
+    """
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+    except ValueError as e:
+        raise ConfigError(f"--tls-cert {config.tls_cert} is not a PEM certificate ({e}); expected the server's "
+                          "certificate (chain) in PEM, -----BEGIN CERTIFICATE-----") from None
+    try:
+        key = serialization.load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"--tls-key {config.tls_key} is not an unencrypted PEM private key ({e}); expected the "
+                          "key of --tls-cert, -----BEGIN PRIVATE KEY----- (or EC/RSA PRIVATE KEY)") from None
+    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    if key.public_key().public_bytes(*spki) != cert.public_key().public_bytes(*spki):
+        raise ConfigError(f"--tls-key {config.tls_key} is not the private key of --tls-cert {config.tls_cert} "
+                          f"(certificate subject {cert.subject.rfc4514_string()}); pass the key the certificate "
+                          "was issued for")
 
 
 def bind_failure(host: str, port: int) -> str:

@@ -7,6 +7,7 @@ not block the writer).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -56,7 +57,8 @@ def snapshot(store: StateStore, *, current_round: int | None = None, total_round
         total_rounds=total_rounds if total_rounds is not None else int(config.get("rounds", 0)),
         state=state,
         registered_clients=registered if registered is not None else len(clients),
-        active_clients=active if active is not None else sum(c.active for c in clients),
+        # nobody trains once the run is over, however recently a client was seen
+        active_clients=0 if state.final else active if active is not None else sum(c.active for c in clients),
         rounds=tuple(RoundSummary(r.round, RoundRowState(r.state), r.clients, r.examples, r.metrics, r.attempt, r.model_path, r.message)
                      for r in rows),
         latest_model=latest[0],
@@ -87,11 +89,45 @@ def storage_line(s: Status) -> str:
 
 
 def offline_status(state_dir: str | os.PathLike) -> Status:
+    """The status of a state dir, each committed round with its server-side evaluation (`with_server_eval`)."""
     store = StateStore(state_dir, readonly=True)
     try:
-        return snapshot(store)
+        return with_server_eval(snapshot(store), Path(state_dir))
     finally:
         store.close()
+
+
+#: metric names under which a round's server-side evaluation (model.json's `server_eval`) is shown
+SERVER_EVAL = {"accuracy": "server_accuracy", "loss": "server_loss"}
+
+
+def with_server_eval(s: Status, state_dir: Path) -> Status:
+    """`s` with each round's server-side evaluation (`--eval-data`, recorded in its model.json) among its
+    metrics as `server_accuracy` / `server_loss`: the numbers an operator looks for, beside the clients'."""
+    layout = StateLayout(state_dir)
+    rounds = []
+    for r in s.rounds:
+        try:
+            ev = json.loads(layout.model_record(r.round).read_text()).get("server_eval") or {}
+        except (OSError, ValueError, AttributeError):   # not exported (yet), or unreadable: nothing to add
+            ev = {}
+        extra = {name: float(ev[key]) for key, name in SERVER_EVAL.items() if isinstance(ev.get(key), (int, float))}
+        rounds.append(dataclasses.replace(r, metrics={**r.metrics, **extra}) if extra else r)
+    return dataclasses.replace(s, rounds=tuple(rounds))
+
+
+def evaluation_line(s: Status) -> str | None:
+    """'evaluated  round N: accuracy A, loss L (server)' for the newest round evaluated on the server."""
+    evaluated = [r for r in s.rounds if "server_accuracy" in r.metrics or "server_loss" in r.metrics]
+    if not evaluated:
+        return None
+    r = evaluated[-1]
+    parts = []
+    if "server_accuracy" in r.metrics:
+        parts.append(f"accuracy {100 * r.metrics['server_accuracy']:.2f} %")
+    if "server_loss" in r.metrics:
+        parts.append(f"loss {r.metrics['server_loss']:.4g}")
+    return f"evaluated  round {r.round}: {', '.join(parts)} (server-side, --eval-data)"
 
 
 def format_status(s: Status) -> str:
@@ -104,6 +140,7 @@ def format_status(s: Status) -> str:
         f"clients    {s.registered_clients} registered, {s.active_clients} active",
         f"latest     {s.latest_model or ('(none intact: ' + s.latest_problem + ')' if s.latest_problem else '(no model exported yet)')}",
         storage_line(s),
+        *filter(None, [evaluation_line(s)]),
         "",
         f"{'round':>5}  {'state':<10} {'try':>3} {'clients':>7} {'examples':>9}  metrics",
     ]

@@ -13,23 +13,47 @@ from fedort.common.lazy import lazy_exports
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
+    # device side: training over ORT artifacts, the edge client
     "TrainingSession": "fedort.ort.session",
     "SessionConfig": "fedort.ort.session",
     "TrainingModule": "fedort.edge_client.training.module",
     "Trainer": "fedort.edge_client.training.trainer",
     "Callback": "fedort.edge_client.training.trainer",
     "RunResult": "fedort.edge_client.training.trainer",
+    "EdgeClient": "fedort.edge_client.client",
+    "EdgeConfig": "fedort.edge_client.client",
+    "ClientData": "fedort.common.client_data",
+    # artifacts
     "build_artifacts": "fedort.ort.artifacts",
     "load_manifest": "fedort.ort.artifacts",
     "Manifest": "fedort.ort.artifacts",
-    "EdgeClient": "fedort.edge_client.client.edge_client",
-    "EdgeConfig": "fedort.edge_client.client.edge_client",
-    "FedortError": "fedort.common.errors",
-    "ConfigError": "fedort.common.errors",
-    "DataError": "fedort.common.errors",
-    "TrainingError": "fedort.common.errors",
+    "builtin_model": "fedort.ort.models",
+    "artifacts_from_torch": "fedort.ort.from_torch",   # needs the fedort[torch] extra
+    "export_torch": "fedort.ort.from_torch",
+    # server side: the coordinator and the stages of its aggregation pipeline
     "Coordinator": "fedort.coordinator.server",
     "CoordinatorConfig": "fedort.coordinator.config",
+    "RunOutcome": "fedort.coordinator.engine.round_engine",
+    "RoundState": "fedort.common.round_state",
+    "Strategy": "fedort.coordinator.aggregation.strategies",
+    "parse_strategy": "fedort.coordinator.aggregation.strategies",
+    "Transform": "fedort.coordinator.aggregation.transform",
+    "NormClip": "fedort.coordinator.aggregation.clipping",
+    "Combiner": "fedort.coordinator.aggregation.combiner",
+    "WeightedMean": "fedort.coordinator.aggregation.weighted_sum",
+    "ServerUpdate": "fedort.coordinator.aggregation.server_update",
+    "ServerOptimizerStage": "fedort.coordinator.aggregation.server_optimizers.stage",
+    "parse_server_optimizer": "fedort.coordinator.aggregation.server_optimizers",
+    "Update": "fedort.coordinator.aggregation.update",
+    # the one exception tree
+    "FedortError": "fedort.common.errors",
+    "ConfigError": "fedort.common.errors",
+    "MissingExtraError": "fedort.common.errors",
+    "DataError": "fedort.common.errors",
+    "VectorError": "fedort.common.errors",
+    "ArtifactError": "fedort.common.errors",
+    "TrainingError": "fedort.common.errors",
+    "ProtocolError": "fedort.common.errors",
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])

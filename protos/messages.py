@@ -181,6 +181,11 @@ class RoundSummary:
         return cls(m.round, RoundRowState.from_wire(m.state), m.clients, m.examples, dict(m.metrics))
 
 
+#: gRPC metadata key of a Status call that names its device: after the run ends the coordinator
+#: keeps serving until every device it released has asked for the outcome this way (or its grace ends)
+OUTCOME_CLIENT_METADATA = "fedort-client-id"
+
+
 @dataclass(frozen=True)
 class Status:
     """What a coordinator's run looks like: rounds, clients and the latest model (the StatusReply)."""

@@ -147,6 +147,7 @@ class RayBackend:
         self._num_cpus = num_cpus
         self._refs: list = []
         self._started_ray = False
+        self._temp_dir: str | None = None   # the local instance's own session folder (ray_cleanup)
 
     def start(self, plans: Sequence[WorkerPlan]) -> None:
         ray = self._ray
@@ -169,9 +170,12 @@ class RayBackend:
         misses Ray's own start-up timeouts on a busy machine ("Timed out waiting for file
         .../gcs_server_port", "The current node timed out during startup"), raised as
         RuntimeError or a bare Exception."""
+        from fedort.simulations.ray_cleanup import temp_dir
+
+        self._temp_dir = temp_dir()
         for attempt in range(1, attempts + 1):
             try:
-                self._ray.init(**kwargs)
+                self._ray.init(_temp_dir=self._temp_dir, **kwargs)
                 return
             except Exception as e:  # noqa: BLE001 - Ray raises bare Exception for these
                 log.warning("local Ray did not start (try %d of %d): %s", attempt, attempts, e)
@@ -192,15 +196,27 @@ class RayBackend:
         return None
 
     def stop(self) -> None:
+        """Cancel the workers and end a Ray instance this backend started; idempotent (a second call
+        must not touch Ray: any Ray call after the shutdown starts a new local instance)."""
         ray = self._ray
-        for ref in self._refs:
+        refs, self._refs = self._refs, []
+        for ref in refs if ray.is_initialized() else ():
             try:
                 ray.cancel(ref, force=True)
             except Exception:  # already finished
                 pass
         if self._started_ray:
+            from fedort.simulations import ray_cleanup
+
+            started = ray_cleanup.ray_processes()   # before the shutdown: the workers are still the raylet's
             ray.shutdown()
             self._started_ray = False
+            ray_cleanup.end_processes(started)      # workers and agents would linger for up to a minute
+        if self._temp_dir is not None:
+            from fedort.simulations.ray_cleanup import remove_temp_dir
+
+            remove_temp_dir(self._temp_dir)
+            self._temp_dir = None
 
 
 def make_backend(name: str, *, ray_address: str | None = None, num_cpus: int | None = None) -> Backend:

@@ -15,6 +15,10 @@ from typing import Any, Mapping
 
 from fedort.coordinator.fedbuff.config import AsyncSettings
 from fedort.coordinator.privacy.config import PrivacySettings
+from fedort.common.tomlfile import read_table, unknown_settings
+from fedort.common.errors import ConfigError
+from fedort.coordinator.fedbuff.config import AsyncSettings
+from fedort.coordinator.privacy.config import PrivacySettings
 from fedort.common.tomlfile import read_table
 from fedort.common.errors import ConfigError
 
@@ -27,7 +31,7 @@ class SimulationConfig(AsyncSettings, PrivacySettings):
     """A simulation run; the async (`mode`, `buffer_size`, ...) and privacy (`secagg*`, `dp_*`) fields are
     the coordinator's own, inherited (keyword-only) from the settings both declare once."""
 
-    name: str = "digits"
+    name: str | None = None                   # label of logs, summary, plot (default: digits, synthetic, or the --data folder name)
     clients: int = 10
     clients_per_round: int | None = None      # exact count per round; overrides fraction
     fraction: float = 1.0
@@ -78,8 +82,9 @@ class SimulationConfig(AsyncSettings, PrivacySettings):
                 problems.append(f"dataset must be digits or synthetic:ALPHA,BETA: {e}")
         if self.model is None:  # frozen dataclass: settle the default once, here
             object.__setattr__(self, "model", "logreg" if self.is_synthetic else "mlp")
-        if self.is_synthetic and self.name == "digits":
-            object.__setattr__(self, "name", "synthetic")
+        if self.name is None:
+            label = Path(self.data).name if self.data is not None else "synthetic" if self.is_synthetic else "digits"
+            object.__setattr__(self, "name", label)
         if self.artifacts is None and self.is_synthetic != (self.model == "logreg"):
             problems.append(f"model {self.model!r} does not fit dataset {self.dataset!r}: synthetic data has 60 "
                             f"features (model logreg), digits 64 (mlp or cnn)")
@@ -224,11 +229,16 @@ def load_config(scenario: str | os.PathLike | None = None, overrides: Mapping[st
     """Defaults <- scenario TOML <- overrides (None values in overrides are ignored)."""
     values: dict[str, Any] = {}
     if scenario is not None:
-        path = Path(scenario)
+        from fedort.simulations.bundled_scenarios import bundled, resolve
+
+        path = resolve(scenario)
+        if not path.exists():
+            raise ConfigError(f"scenario {str(scenario)!r} is neither a file nor a bundled scenario; bundled: "
+                              f"{', '.join(bundled())} (fedort simulate --list)")
         values.update(read_table(path, None))
         unknown = sorted(set(values) - set(_FIELDS))
         if unknown:
-            raise ConfigError(f"{path}: unknown settings {unknown}; known: {sorted(_FIELDS)}")
+            raise ConfigError(f"{path}: " + unknown_settings("simulation", unknown, _FIELDS))
         base = path.parent
         for key in _PATHS & set(values):
             values[key] = (base / values[key]) if key != "out" else Path(values[key])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Sequence
@@ -41,12 +42,13 @@ def write_metrics(records: Sequence[RoundRecord], out_dir: str | Path,
                   final: dict[str, Any] | None = None) -> tuple[Path, Path]:
     """Write metrics.csv and metrics.json into `out_dir`; returns both paths.
 
-    The CSV has the fixed columns, then one column per extra metric name (sorted; empty where
-    a round lacks it). The JSON is `{"rounds": [...], "final": {...}}`.
+    The CSV has the fixed columns, then one column per extra metric name (sorted, numbers in names
+    by value: staleness_2 before staleness_10; empty where a round lacks it). The JSON is
+    `{"rounds": [...], "final": {...}}`.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    extra = sorted({k for r in records for k in r.metrics})
+    extra = sorted({k for r in records for k in r.metrics}, key=natural_key)
     csv_path = out / CSV_FILE
     with csv_path.open("w", newline="") as f:
         writer = csv.writer(f)
@@ -58,6 +60,11 @@ def write_metrics(records: Sequence[RoundRecord], out_dir: str | Path,
     doc = {"rounds": [_finite(asdict(r)) for r in records], "final": _finite(dict(final or {}))}
     json_path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
     return csv_path, json_path
+
+
+def natural_key(name: str) -> tuple:
+    """Sort key that orders the numbers inside a name by value (`staleness_2` < `staleness_10`)."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name) if part)
 
 
 def load_metrics(path: str | Path) -> tuple[list[RoundRecord], dict[str, Any]]:

@@ -28,7 +28,7 @@ from fedort.simulations.artifact_cache import cached_builtin_artifacts
 from fedort.simulations.attacks import choose_attackers
 from fedort.simulations.backends import Backend, prepared_backend
 from fedort.simulations.config import SimulationConfig
-from fedort.simulations.datasets import save_npz
+from fedort.simulations.datasets import TEST_FILE, save_npz
 from fedort.simulations.device_speed import parse_device_speed
 from fedort.simulations.local_coordinator import LocalCoordinator
 from fedort.simulations.population import (
@@ -67,6 +67,13 @@ def _population(cfg: SimulationConfig, data_dir: Path) -> Population:
         return synthetic_population(cfg.dataset, cfg.clients, cfg.seed, save_dir=data_dir)
     return digits_population(cfg.clients, cfg.partition, cfg.seed, cfg.test_fraction, save_dir=data_dir,
                              min_size=cfg.min_partition_size)
+
+
+def _codec_used(configured: str, records: list[RoundRecord]) -> str:
+    """The codec the summary names: the configured one, or the secure-aggregation wire codecs the
+    rounds' updates actually used (masked words, whatever the configured codec)."""
+    secagg = sorted({c for r in records for c in r.codec.split("+") if c.startswith("secagg")})
+    return "+".join(secagg) if secagg else configured
 
 
 def _family(codec: str) -> str:
@@ -118,14 +125,32 @@ def run_simulation(cfg: SimulationConfig, backend: Backend | None = None) -> Sim
     started = time.monotonic()
     if backend is None:   # local processes start importing while artifacts and data are made
         backend = prepared_backend(cfg)
+    out = Path(cfg.out)
+    before = set(out.iterdir()) if out.is_dir() else None
     try:
-        out = Path(cfg.out)
         if (out / "state").exists():
             raise ConfigError(f"{out} already holds a run; choose another --out (or delete it)")
         out.mkdir(parents=True, exist_ok=True)
         return _run(cfg, out, backend, started)
+    except BaseException:
+        if before is None or out / "state" not in before:   # never touch a folder that held a run before
+            backend.stop()   # its workers write into the folder
+            _remove_run_folder(out, before)   # a failed run leaves nothing that would refuse its rerun
+        raise
     finally:
         backend.stop()
+
+
+def _remove_run_folder(out: Path, before: set[Path] | None) -> None:
+    """Delete what this run created in `out` (all of it if the run made the folder)."""
+    if before is None:
+        shutil.rmtree(out, ignore_errors=True)
+        return
+    for path in set(out.iterdir()) - before if out.is_dir() else ():
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def _run(cfg: SimulationConfig, out: Path, backend, started: float) -> SimulationResult:
@@ -133,7 +158,10 @@ def _run(cfg: SimulationConfig, out: Path, backend, started: float) -> Simulatio
     backend.preload(artifacts)   # the workers open the session while data and the coordinator are made
     (out / "data").mkdir(exist_ok=True)
     population = _population(cfg, out / "data")
-    test_path = save_npz(out / "data" / "test.npz", population.test)
+    own_test = None if cfg.data is None else Path(cfg.data) / TEST_FILE
+    # your own test file is evaluated where it is, so a problem with it names your file, not a copy
+    test_path = own_test if own_test is not None and own_test.is_file() else save_npz(out / "data" / TEST_FILE,
+                                                                                      population.test)
     n_clients = len(population.clients)
     (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, sort_keys=True))
     _place_state(cfg, out)
@@ -187,7 +215,8 @@ def _run(cfg: SimulationConfig, out: Path, backend, started: float) -> Simulatio
     outcome = server.outcome
     if outcome is not None and outcome.state is RoundState.FAILED:
         raise FedortError(f"the simulated run failed: {getattr(outcome, 'message', outcome)}")
-    return _report(cfg, out, manifest, stats or [], time.monotonic() - started, n_clients, figure.take())
+    return _report(cfg, out, manifest, stats or [], time.monotonic() - started, n_clients, figure.take(),
+                   ended=getattr(outcome, "message", None))
 
 
 class _BlankFigure(threading.Thread):
@@ -233,7 +262,7 @@ def _data_name(cfg: SimulationConfig) -> str:
 
 
 def _report(cfg: SimulationConfig, out: Path, manifest: Manifest, stats: list[WorkerStats],
-            seconds: float, n_clients: int, figure=None) -> SimulationResult:
+            seconds: float, n_clients: int, figure=None, ended: str | None = None) -> SimulationResult:
     from fedort.coordinator.state.store import StateStore
 
     layout = StateLayout(out / "state")
@@ -249,14 +278,18 @@ def _report(cfg: SimulationConfig, out: Path, manifest: Manifest, stats: list[Wo
         ev = record.get("server_eval") or {}
         records.append(RoundRecord(
             round=n, accuracy=ev.get("accuracy"), loss=ev.get("loss"), clients=row.clients, examples=row.examples,
-            bytes_up=sum(s.bytes_up.get(n, 0) for s in stats), bytes_down=sum(s.bytes_down.get(n, 0) for s in stats),
+            # the coordinator's count of the payload bytes it received (secure aggregation's packed words,
+            # not the float32 vector the workers trained); the workers' count where it has none (a restart)
+            bytes_up=record.get("bytes_up") if record.get("bytes_up") is not None
+            else sum(s.bytes_up.get(n, 0) for s in stats),
+            bytes_down=sum(s.bytes_down.get(n, 0) for s in stats),
             seconds=((row.closed_ms or row.opened_ms) - row.opened_ms) / 1000,
             metrics={k: float(v) for k, v in (row.metrics or {}).items() if isinstance(v, (int, float))},
             codec="+".join(record.get("codecs") or []),
         ))
         sim = [s.sim_seconds[n] for s in stats if n in s.sim_seconds]
         if sim:
-            records[-1].metrics["sim_seconds"] = max(sim)
+            records[-1].metrics["sim_seconds"] = round(max(sim), 6)   # sums of step times: no float dust
     if not records:
         raise FedortError("the simulation committed no round; see the log above")
     last = records[-1]
@@ -272,14 +305,17 @@ def _report(cfg: SimulationConfig, out: Path, manifest: Manifest, stats: list[Wo
         "model_id": manifest.model_id, "parameters": manifest.parameter_count,
         "test_accuracy": last.accuracy, "test_loss": last.loss, "wall_seconds": round(seconds, 2),
         "model": str(model), "target_accuracy": cfg.target_accuracy,
-        "fits": sum(s.fits for s in stats), "codec": cfg.codec,
+        "fits": sum(s.fits for s in stats), "codec": _codec_used(cfg.codec, records),
         "strategy": cfg.strategy, "server_optimizer": canonical_spec(cfg.server_optimizer),
     }
+    if "epsilon" in last.metrics:   # differential privacy: the budget spent, and whether it ended the run
+        final.update(epsilon=round(last.metrics["epsilon"], 4), dp_delta=cfg.dp_delta, ended=ended)
     if cfg.mode == "async":
         final.update(mode="async", buffer_size=cfg.buffer_size, max_staleness=cfg.max_staleness,
                      staleness_weight=cfg.staleness_weight)
     if cfg.virtual_clock:
-        final.update(device_speed=cfg.device_speed, sim_seconds=last.metrics.get("sim_seconds"))
+        sim_seconds = last.metrics.get("sim_seconds")
+        final.update(device_speed=cfg.device_speed, sim_seconds=None if sim_seconds is None else round(sim_seconds, 3))
         if cfg.target_accuracy is not None:
             hit = next((r for r in records if r.accuracy is not None and r.accuracy >= cfg.target_accuracy), None)
             final["sim_seconds_to_target"] = hit.metrics.get("sim_seconds") if hit else None

@@ -151,6 +151,7 @@ class RoundEngine(TaskDispatch, RoundExports):
         self._finished = asyncio.Event()
         self._outcome: RunOutcome | None = None
         self._released: set[str] = set()   # clients told DONE
+        self._told: set[str] = set()       # of those, clients that then asked the run's outcome (Status)
         self._recovered = self._resumed = False
         self._stopping = False
 

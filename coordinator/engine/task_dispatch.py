@@ -166,8 +166,18 @@ class TaskDispatch:
         log.info("client %s left%s", client_id, f": {reason}" if reason else "")
 
     def all_released(self) -> bool:
-        """True once every available client has been told DONE (the server may then stop)."""
+        """True once every available client has been told DONE."""
         return set(self.registry.available()) <= self._released
+
+    def outcome_asked(self, client_id: str) -> None:
+        """A released client asked the run's outcome (a Status call naming it)."""
+        if self.state.final and client_id in self._released:
+            self._told.add(client_id)
+
+    def all_told(self) -> bool:
+        """True once every available client has been told DONE and has asked whether the run succeeded
+        (the server may then stop: no device is left to learn the outcome)."""
+        return set(self.registry.available()) <= self._told
 
     def heartbeat(self, client_id: str) -> tuple[int, RoundState]:
         self.touch(client_id)

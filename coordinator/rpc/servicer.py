@@ -31,6 +31,24 @@ import grpc
 
 from fedort.coordinator.uploads.admission import accepted_digests, allowed_codecs
 from fedort.coordinator.rpc.malformed import reject_malformed
+from fedort.coordinator.rpc.auth import Authenticator, check_identity
+from fedort.coordinator.rpc.join_limits import JoinGate, clip
+from fedort.coordinator.uploads.client_limits import RateLimiter, StreamLimiter
+from fedort.coordinator.rpc.monitoring import Monitoring
+from fedort.coordinator.engine.resubmission import counted_before
+from fedort.coordinator.engine.round_engine import RoundEngine
+from fedort.coordinator.state.storage import storage_error
+from fedort.ort.artifacts import ARTIFACT_FILES
+from fedort.common import digests
+from fedort.protos.stubs import fedort_v1_pb2 as pb
+from fedort.protos.stubs import fedort_v1_pb2_grpc as pb_grpc
+from fedort.protos.vector_stream import CHUNK_BYTES, VectorMeta, iter_chunk_views
+from fedort.protos.update_codecs.stream import iter_payload_chunks
+from fedort.protos.update_codecs.xor_delta import DOWNLOAD_DELTA
+from fedort.common.errors import FedortError, NotFoundError, ProtocolError, ResourceExhaustedError, StaleRoundError
+from fedort.protos.messages import OUTCOME_CLIENT_METADATA, UpdateHeader, meta_to_pb, metrics_from_pb
+from fedort.coordinator.uploads.admission import accepted_digests, allowed_codecs
+from fedort.coordinator.rpc.malformed import reject_malformed
 from fedort.coordinator.rpc.device_capabilities import check_capabilities
 from fedort.coordinator.uploads.resumable import ResumableUploads
 from fedort.coordinator.rpc.auth import Authenticator, check_identity
@@ -359,4 +377,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     @unary
     async def Status(self, request: pb.StatusRequest, context) -> pb.StatusReply:
-        return self.engine.status().to_pb()
+        status = self.engine.status().to_pb()
+        for key, value in context.invocation_metadata() or ():
+            if key == OUTCOME_CLIENT_METADATA:
+                self.engine.outcome_asked(value)
+        return status

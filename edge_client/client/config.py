@@ -13,6 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from fedort.common.tomlfile import read_table, unknown_settings
+from fedort.edge_client.uploads.topk_warmup import DEFAULT as DEFAULT_WARMUP, TopkWarmup
+from fedort.protos.update_codecs import parse_codec
+from fedort.common.errors import ConfigError, VectorError
+from fedort.edge_client.training.local_round import ModuleFactory, UpdateHook
+from fedort.edge_client.transport.retry import Backoff
+from fedort.edge_client.transport.grpc_transport import ChannelConfig
 from fedort.common.tomlfile import read_table
 from fedort.edge_client.uploads.topk_warmup import DEFAULT as DEFAULT_WARMUP, TopkWarmup
 from fedort.protos.update_codecs import parse_codec
@@ -132,7 +139,7 @@ class EdgeConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ConfigError(f"unknown edge setting(s) {unknown}; expected among {sorted(known)}")
+            raise ConfigError(unknown_settings("edge", unknown, known))
         if not values.get("coordinator"):
             raise ConfigError("edge client needs a coordinator address (--coordinator HOST:PORT or `coordinator` key)")
         return cls(**values)

@@ -355,7 +355,7 @@ class EdgeClient(Joining):
                     continue
                 task = self.poll()
                 if task.kind == TaskKind.DONE:
-                    outcome = final_outcome(self.transport)   # DONE also ends a FAILED run: ask which
+                    outcome = final_outcome(self.transport, self.client_id)   # DONE also ends a FAILED run: ask which
                     break
                 self.handle(task)
         except FedortError as e:

@@ -110,6 +110,10 @@ class Joining:
             self._check_shared_session(manifest)
         log.info("joined %s as %s (model %s…, %d parameters)", self.config.coordinator, self.client_id,
                  self.model_id[:12], manifest.parameter_count)
+        if self.config.local_dp_clip is not None:   # say so: it changes every update this device sends
+            log.info("local DP on: each update's delta is clipped to L2 norm %g and gets Gaussian noise of std %g "
+                     "(%g x the clip) per value before it leaves this device", self.config.local_dp_clip,
+                     self.config.local_dp_noise * self.config.local_dp_clip, self.config.local_dp_noise)
         self._settle_journal()
         return info
 

@@ -16,10 +16,11 @@ from fedort.common.round_state import RoundState
 log = logging.getLogger("fedort.edge")
 
 
-def final_outcome(transport: Transport) -> str:
-    """'failed' when the coordinator's status says the run FAILED, else 'done'."""
+def final_outcome(transport: Transport, client_id: str = "") -> str:
+    """'failed' when the coordinator's status says the run FAILED, else 'done'. Naming `client_id`
+    tells the coordinator this device has its answer (it keeps serving until every device has)."""
     try:
-        state = transport.status().state
+        state = transport.status(client_id).state
     except FedortError as e:
         log.warning("coordinator says the run is over; could not ask whether it succeeded: %s", e)
         return "done"

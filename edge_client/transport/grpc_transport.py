@@ -31,12 +31,11 @@ from fedort.protos.vector_stream import CHUNK_BYTES, VectorAssembler, iter_chunk
 from fedort.edge_client.transport.channel import ChannelConfig
 from fedort.edge_client.transport.download_delta import DeltaDownload
 from fedort.edge_client.secagg.wire import StepBatcher
-from fedort.edge_client.transport.tls_hints import with_tls_hint
+from fedort.edge_client.transport.tls_hints import with_plaintext_hint, with_tls_hint
 from fedort.protos.update_codecs import iter_payload_chunks
 from fedort.protos.update_codecs.xor_delta import DOWNLOAD_DELTA
 from fedort.common.errors import FedortError, ProtocolError, UnavailableError
-from fedort.protos.messages import (Metric, Status, SubmitResult, Task, UpdateHeader, UploadState, meta_from_pb,
-                                    metrics_to_pb)
+from fedort.protos.messages import OUTCOME_CLIENT_METADATA, Metric, Status, SubmitResult, Task, UpdateHeader, UploadState, meta_from_pb, metrics_to_pb
 from fedort.common.round_state import RoundState
 from fedort.protos.status_codes import from_rpc_error
 from fedort.protos.update_part import parse_vector_part, part_kind
@@ -148,16 +147,17 @@ class Transport:
             if done:
                 channel.close()
 
-    def _unary(self, name: str, request, timeout: float):
+    def _unary(self, name: str, request, timeout: float, metadata: tuple = ()):
         """Run a unary (or stream-unary) call as a cancellable future and wait for it (blocking if not cancellable)."""
+        metadata = (tuple(self._metadata or ()) + tuple(metadata)) or None
         with self._using(name) as method:
             if not self.cancellable:
                 try:
-                    return method(request, timeout=timeout, metadata=self._metadata)
+                    return method(request, timeout=timeout, metadata=metadata)
                 except grpc.RpcError as e:
                     raise self._error(e) from None
             try:
-                future = method.future(request, timeout=timeout, metadata=self._metadata)
+                future = method.future(request, timeout=timeout, metadata=metadata)
             except grpc.RpcError as e:
                 raise self._error(e) from None
             self._track(future)
@@ -181,8 +181,8 @@ class Transport:
                                     "it is probably restarting")
         if exc.code == "DEADLINE_EXCEEDED":
             self._redial()
-        if exc.code == "UNAVAILABLE" and not self.config.insecure:
-            return with_tls_hint(exc, details)
+        if exc.code == "UNAVAILABLE":
+            return with_plaintext_hint(exc, details) if self.config.insecure else with_tls_hint(exc, details)
         return exc
 
     def _redial(self) -> None:
@@ -360,8 +360,11 @@ class Transport:
         self._unary("Leave", pb.LeaveRequest(client_id=client_id, reason=reason),
                     timeout_s or self.config.rpc_timeout_s)
 
-    def status(self) -> Status:
-        return Status.from_pb(self._unary("Status", pb.StatusRequest(), self.config.rpc_timeout_s))
+    def status(self, client_id: str = "") -> Status:
+        """The run's status; `client_id` (metadata `fedort-client-id`) tells a coordinator whose run has
+        ended that this device has now learnt the outcome, so it need not keep serving for it."""
+        extra = ((OUTCOME_CLIENT_METADATA, client_id),) if client_id else ()
+        return Status.from_pb(self._unary("Status", pb.StatusRequest(), self.config.rpc_timeout_s, extra))
 
 
 def _stub(channel: grpc.Channel) -> pb_grpc.CoordinatorStub:

@@ -6,6 +6,16 @@ from __future__ import annotations
 from fedort.common.errors import CertificateError, FedortError
 
 
+def with_plaintext_hint(exc: FedortError, details: str) -> FedortError:
+    """`exc` (an UNAVAILABLE from a plaintext channel) with a hint when the coordinator hung up on the
+    connection at once, which is how a TLS server answers a plaintext HTTP/2 preface."""
+    low = details.lower()
+    if any(w in low for w in ("socket closed", "connection reset", "ssl", "tls", "handshake")):
+        exc.args = (f"{exc.args[0]} [the coordinator closed the plaintext connection: it probably serves TLS; "
+                    "drop --insecure and pass --ca-file with the CA that signed its certificate]",)
+    return exc
+
+
 def with_tls_hint(exc: FedortError, details: str) -> FedortError:
     """`exc` (an UNAVAILABLE from a TLS channel) with a hint when `details` point at TLS."""
     low = details.lower()

@@ -44,8 +44,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
         description="Federated learning for models that train on the device with ONNX Runtime.",
     )
     parser.add_argument("--version", action=_Version, help="show the version and exit")
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-                        help="logging verbosity (default: INFO)")
+    parser.add_argument("--log-level", default="INFO", choices=LOG_LEVELS, help="logging verbosity (default: INFO)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands = _commands()
     chosen = next((a for a in argv if not a.startswith("-") and a in commands), None)
@@ -54,7 +53,23 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
             commands[name].load()(sub)
         except ImportError as e:  # e.g. the coordinator package is not installed on a device
             sub.add_parser(name, help=f"(unavailable here: {e})")
+    _accept_log_level_anywhere(parser)
     return parser
+
+
+LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
+
+
+def _accept_log_level_anywhere(parser: argparse.ArgumentParser) -> None:
+    """Give every (sub)command `--log-level` too, so `fedort simulate --log-level DEBUG` works as
+    `fedort --log-level DEBUG simulate` does; unset there, it leaves the top-level value alone."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in set(action.choices.values()):
+                if "--log-level" not in child._option_string_actions:
+                    child.add_argument("--log-level", choices=LOG_LEVELS, default=argparse.SUPPRESS,
+                                       help="logging verbosity (default: INFO)")
+                _accept_log_level_anywhere(child)
 
 
 _leave_now = False
@@ -80,6 +95,9 @@ def console_main() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # gRPC core writes its own INFO/WARNING lines straight to stderr (fork handlers under Ray, ...): keep its
+    # errors only, unless the user asked for more; set before any module imports grpc
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(argv)
     args = parser.parse_args(argv)
@@ -96,6 +114,22 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt:
             print("fedort: interrupted", file=sys.stderr)
             return 130
+        except BrokenPipeError:
+            return _stdout_closed()
+
+
+def _stdout_closed() -> int:
+    """The reader of our stdout went away (`fedort coordinator status | head`): stop quietly, as a
+    command killed by SIGPIPE does (exit 141), with stdout pointed at /dev/null so the interpreter's
+    final flush raises nothing either."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is no real file (an embedding app's replacement)
+        pass
+    finally:
+        os.close(devnull)
+    return 141
 
 
 @contextlib.contextmanager

@@ -16,6 +16,12 @@ examples:
   fedort artifacts build --builtin mlp --out artifacts/
   fedort artifacts build --model net.onnx --out artifacts/ --loss mse --optimizer sgd \\
       --frozen encoder.weight encoder.bias --output logits
+  fedort artifacts build --torch net.py:make --out artifacts/     # pip install 'fedort[torch]'
+
+--torch FILE.py:FACTORY imports FILE.py and calls FACTORY(), which returns (module, example_inputs):
+a torch.nn.Module and one batch it accepts. It is exported with torch.onnx.export (opset 17), its
+parameters keep their PyTorch names, and those with requires_grad are trained unless --trainable
+or --frozen says otherwise.
 
 The model must use ONNX opset <= 21 and IR version <= 10 (what ONNX Runtime 1.19 loads).
 Built-in losses take the model's first output and a labels input, which the training and
@@ -41,8 +47,12 @@ def register(subparsers) -> None:
         epilog=_BUILD_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     source = build.add_mutually_exclusive_group(required=True)
     source.add_argument("--builtin", choices=sorted(BUILTIN_MODELS),
-                        help="a built-in model for the digits data (x: float32[batch, 64] -> logits[batch, 10])")
+                        help="a built-in model, all x: float32[batch, F] -> logits[batch, 10]: mlp and cnn for the "
+                             "digits data (F = 64), logreg for Synthetic(alpha, beta) (F = 60)")
     source.add_argument("--model", metavar="FILE.onnx", help="your own ONNX model")
+    source.add_argument("--torch", metavar="FILE.py:FACTORY",
+                        help="a PyTorch module: FACTORY() in FILE.py returns (module, example_inputs); "
+                             "needs pip install 'fedort[torch]'")
     build.add_argument("--out", required=True, metavar="DIR", help="output folder (created if missing; an existing "
                        "non-empty one is refused unless --force)")
     build.add_argument("--force", "--overwrite", action="store_true", dest="force",
@@ -79,14 +89,19 @@ def _build(args: argparse.Namespace) -> int:
     if out.is_dir() and any(out.iterdir()) and not args.force:
         raise ConfigError(f"--out {out} exists and is not empty ({len(list(out.iterdir()))} entries); pass --force to "
                           "replace the artifacts there, or choose a new folder")
-    if args.builtin:
-        model = builtin_model(args.builtin, seed=args.seed)
+    if args.seed != 0 and not args.builtin:
+        raise ConfigError("--seed only applies to --builtin models (an ONNX file or a PyTorch module brings its own "
+                          "weights)")
+    if args.torch:
+        from fedort.ort.from_torch import artifacts_from_torch, load_factory
+
+        module, example_inputs = load_factory(args.torch)
+        manifest = artifacts_from_torch(module, example_inputs, args.out, loss=args.loss, optimizer=args.optimizer,
+                                        trainable=args.trainable, frozen=args.frozen, output_names=args.outputs)
     else:
-        if args.seed != 0:
-            raise ConfigError("--seed only applies to --builtin models (an ONNX file brings its own weights)")
-        model = args.model
-    manifest = build_artifacts(model, args.out, loss=args.loss, optimizer=args.optimizer,
-                               trainable=args.trainable, frozen=args.frozen, inference_outputs=args.outputs)
+        model = builtin_model(args.builtin, seed=args.seed) if args.builtin else args.model
+        manifest = build_artifacts(model, args.out, loss=args.loss, optimizer=args.optimizer,
+                                   trainable=args.trainable, frozen=args.frozen, inference_outputs=args.outputs)
     print(f"wrote artifacts to {Path(args.out)}")
     print(summary(manifest))
     return 0

@@ -31,8 +31,6 @@ from fedort.cli.privacy_flags import PRIVACY_KEYS, add_privacy_flags
 
 log = logging.getLogger("coordinator")
 
-LINGER_S = 10.0  # after the run ends, how long to keep answering DONE to clients that still poll
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("coordinator", help="run or inspect a federated coordinator")
@@ -63,6 +61,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--fraction-evaluate", metavar="F", type=float, help="share of clients evaluating the final model (default 0)")
     serve.add_argument("--client-timeout", type=float, dest="client_timeout_s", metavar="S",
                        help="a client unseen this long is not selected; 0 disables (default 60)")
+    serve.add_argument("--done-grace", type=float, dest="done_grace_s", metavar="S",
+                       help="after the run ends, keep answering up to S seconds so every device learns the outcome "
+                            "and exits at once (default 10; stops sooner once all have asked; 0 = stop at once)")
     serve.add_argument("--keep-spool", action="store_true", default=None, help="keep spooled updates after commit")
     serve.add_argument("--export-external-bytes", metavar="N", type=int,
                        help="export a model whose trainable parameters take >= N bytes as model.onnx + model.onnx.data "
@@ -146,7 +147,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 _FLAG_KEYS = ("artifacts", "state_dir", "address", "port_file", "rounds", "min_clients", "min_available_clients",
               "fraction", "round_timeout_s", "max_round_attempts", "local_epochs", "batch_size", "lr", "prox_mu",
-              "seed", "eval_data", "fraction_evaluate", "client_timeout_s", "keep_spool", "strategy",
+              "seed", "eval_data", "fraction_evaluate", "client_timeout_s", "done_grace_s", "keep_spool", "strategy",
               "server_optimizer", "mode", "buffer_size", "max_staleness", "staleness_weight",
               "tls_cert", "tls_key", "tls_client_ca", "insecure", "auth", "max_streams_per_client", "submissions_per_minute",
               "unauthenticated_calls", "max_examples", "upload_min_rate_bytes_s", "upload_rate_window_s",
@@ -188,9 +189,7 @@ async def serve(config: CoordinatorConfig) -> int:
             return 0
         stopper.cancel()
         outcome = done.result()
-        deadline = time.monotonic() + LINGER_S
-        while not coordinator.engine.all_released() and time.monotonic() < deadline and not stop.is_set():
-            await asyncio.sleep(0.1)
+        await coordinator.until_devices_told(stop)   # so every device learns the outcome and exits at once
         if outcome.state is RoundState.FAILED:
             log.error("run failed: %s", outcome.message)
             return 1

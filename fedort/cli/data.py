@@ -66,6 +66,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run_digits(args: argparse.Namespace) -> int:
+    from fedort.common.extras import require
+
+    require("sim", "fedort data digits (the digits data set comes from scikit-learn)", needs=("sklearn",))
     spec = parse_partition(args.partition)
     if not 0.0 <= args.val_fraction < 1.0:
         raise ConfigError(f"--val-fraction must be in [0, 1), got {args.val_fraction}")

@@ -29,7 +29,8 @@ def add_privacy_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--dp-noise-multiplier", metavar="Z", type=float,
                        help="user-level DP: Gaussian noise std Z*C on the sum of clipped deltas (default 0: off)")
     group.add_argument("--dp-clip", metavar="C|adaptive[:Q]",
-                       help="L2 clip norm of each client's delta, or adaptive toward quantile Q (default 0.5)")
+                       help="L2 clip norm of each client's delta, or adaptive toward quantile Q (default: off; "
+                            "Q defaults to 0.5)")
     group.add_argument("--dp-delta", metavar="D", type=float, help="delta of the reported (epsilon, delta) (default 1e-5)")
     group.add_argument("--dp-target-epsilon", metavar="E", type=float,
                        help="stop before the round that would exceed epsilon E")

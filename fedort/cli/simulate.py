@@ -11,7 +11,8 @@ from fedort.simulations.config import BACKENDS, load_config
 
 EPILOG = """\
 examples:
-  fedort simulate simulations/scenarios/digits_dirichlet.toml --out runs/demo
+  fedort simulate digits_dirichlet --out runs/demo        # a bundled scenario (fedort simulate --list)
+  fedort simulate my_scenario.toml --out runs/mine
   fedort simulate --clients 100 --clients-per-round 10 --partition shards:2 --rounds 50
   fedort simulate --artifacts my_artifacts --data my_clients --rounds 20 --backend ray
 
@@ -27,7 +28,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Run N simulated clients against a real coordinator over loopback gRPC; "
                     "report accuracy per round, a plot and the final inference model.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("scenario", nargs="?", type=Path, help="scenario TOML (see simulations/scenarios/)")
+    p.add_argument("scenario", nargs="?", type=Path,
+                   help="scenario TOML file, or the name of a bundled one (e.g. digits_dirichlet; see --list)")
+    p.add_argument("--list", action="store_true", dest="list_scenarios",
+                   help="list the bundled scenarios and exit")
     p.add_argument("--clients", type=int, help="number of virtual clients (default 10)")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--clients-per-round", type=int, metavar="M", help="clients selected each round")
@@ -97,7 +101,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     import logging
 
+    if args.list_scenarios:
+        from fedort.simulations.bundled_scenarios import listing
+
+        print(listing())
+        return 0
     from fedort.cli import leave_without_teardown
+    from fedort.common.extras import require
+    from fedort.common.durable import fsync_tree
     from fedort.common.durable import fsync_tree
     from fedort.simulations.backends import prepared_backend
 
@@ -112,6 +123,7 @@ def _run(args: argparse.Namespace) -> int:
               "strategy", "server_optimizer", "byzantine_fraction", "attack", "straggler_fraction", "straggler_steps",
               "codec", "topk_warmup", "mode", "buffer_size", "max_staleness", "staleness_weight", "device_speed", "step_seconds")
     cfg = load_config(args.scenario, {k: getattr(args, k) for k in fields + PRIVACY_KEYS})
+    require("sim", "fedort simulate (data sets and the plot)")   # before any worker starts or round trains
     backend = prepared_backend(cfg)   # workers spawn now: their start-up overlaps the imports below
     try:
         from fedort.simulations.runner import run_simulation

@@ -2,6 +2,7 @@
 
     FedortError
      +-- ConfigError            bad flag, config file or argument        INVALID_ARGUMENT
+     |    +-- MissingExtraError    an optional extra (fedort[sim], ...) is not installed
      |    +-- CorruptStateError    a state-dir file fails its recorded hash DATA_LOSS
      +-- StorageError           the coordinator's disk is full           UNAVAILABLE
      +-- DataError              data arrays that do not fit the model    INVALID_ARGUMENT
@@ -40,6 +41,14 @@ class FedortError(Exception):
 
 class ConfigError(FedortError):
     code = "INVALID_ARGUMENT"
+
+
+class MissingExtraError(ConfigError):
+    """A command needs an optional extra that is not installed; `extra` names it (`pip install 'fedort[X]'`)."""
+
+    def __init__(self, message: str, extra: str = "") -> None:
+        super().__init__(message)
+        self.extra = extra
 
 
 class CorruptStateError(ConfigError):

@@ -39,3 +39,18 @@ def read_table(path: str | Path, table: str | None, path_keys: Iterable[str] = (
         if isinstance(out.get(key), str) and not Path(out[key]).is_absolute():
             out[key] = str(path.parent / out[key])
     return out
+
+
+def unknown_settings(what: str, unknown: Iterable[str], known: Iterable[str]) -> str:
+    """The error message for settings nobody reads: each with its likely intended key ("did you
+    mean"), and the full list of known keys only when no key looks close."""
+    import difflib
+
+    known = sorted(known)
+    parts, lost = [], False
+    for key in sorted(unknown):
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+        parts.append(f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key))
+        lost = lost or not close
+    message = f"unknown {what} setting(s) {', '.join(parts)}"
+    return message + (f"; expected among {known}" if lost else "")

@@ -243,6 +243,7 @@ def build_artifacts(
                 # keep the model's outputs visible beside the loss, for metrics and for export
                 additional_output_names=inference_outputs,
             )
+        _name_loss_output(Path(tmp))
         for name in ARTIFACT_FILES:
             os.replace(Path(tmp) / name, out / name)
 
@@ -268,6 +269,32 @@ def build_artifacts(
     tmp_manifest.write_text(manifest.to_json())
     os.replace(tmp_manifest, out / MANIFEST)
     return manifest
+
+
+#: what the loss output of the training and eval models is called (onnxblock names it `onnx::loss::2`)
+LOSS_OUTPUT = "loss"
+
+
+def _name_loss_output(folder: Path) -> None:
+    """Rename the loss output of the generated training and eval models to `loss` (unless the
+    user's graph already has a tensor of that name), so metrics and code read a stable name."""
+    import onnx
+
+    for file in (TRAINING_MODEL, EVAL_MODEL):
+        model = onnx.load(os.fspath(folder / file), load_external_data=False)
+        graph = model.graph
+        old = graph.output[0].name
+        taken = {n for node in graph.node for n in (*node.input, *node.output)} | {
+            v.name for v in (*graph.input, *graph.output, *graph.value_info)} | {t.name for t in graph.initializer}
+        if old == LOSS_OUTPUT or LOSS_OUTPUT in taken:
+            continue
+        for node in graph.node:
+            node.input[:] = [LOSS_OUTPUT if n == old else n for n in node.input]
+            node.output[:] = [LOSS_OUTPUT if n == old else n for n in node.output]
+        for value in (*graph.output, *graph.value_info):
+            if value.name == old:
+                value.name = LOSS_OUTPUT
+        onnx.save(model, os.fspath(folder / file))
 
 
 def _num_classes(model: onnx.ModelProto, loss: str) -> int | None:

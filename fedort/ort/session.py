@@ -241,15 +241,25 @@ class TrainingSession:
         self._scheduler = None
         self._schedule = None
 
-    def register_linear_lr_scheduler(self, warmup_steps: int, total_steps: int, initial_lr: float) -> None:
-        """Linear warmup from 0 to `initial_lr` over `warmup_steps`, then linear decay to 0 at `total_steps`."""
+    def register_linear_lr_scheduler(self, warmup_step_count: int | None = None, total_step_count: int | None = None,
+                                     initial_lr: float | None = None, **old_names: int) -> None:
+        """Linear warmup from 0 to `initial_lr` over `warmup_step_count` optimizer steps, then linear
+        decay to 0 at `total_step_count`; the parameter names are ORT's `LinearLRScheduler`'s.
+
+        `warmup_steps=` / `total_steps=` (this method's former names) still work, with a DeprecationWarning.
+        """
+        warmup_step_count, total_step_count = _scheduler_counts(warmup_step_count, total_step_count, old_names)
+        if initial_lr is None:
+            raise TypeError("register_linear_lr_scheduler() missing required argument: 'initial_lr'")
+        warmup, total = warmup_step_count, total_step_count
         self._require_optimizer("register_linear_lr_scheduler")
-        if not (0 <= warmup_steps <= total_steps) or total_steps <= 0:
-            raise ConfigError(f"need 0 <= warmup_steps <= total_steps and total_steps > 0, got {warmup_steps}, {total_steps}")
+        if not (0 <= warmup <= total) or total <= 0:
+            raise ConfigError(f"need 0 <= warmup_step_count <= total_step_count and total_step_count > 0, "
+                              f"got {warmup}, {total}")
         # ORT 1.19.2's Python wrapper hands its (warmup, total) arguments to the native
         # scheduler in the opposite order, so we pass them swapped to get what we mean.
-        self._scheduler = self._api.LinearLRScheduler(self._optimizer, total_steps, warmup_steps, float(initial_lr))
-        self._schedule = (warmup_steps, total_steps, float(initial_lr))
+        self._scheduler = self._api.LinearLRScheduler(self._optimizer, total, warmup, float(initial_lr))
+        self._schedule = (warmup, total, float(initial_lr))
 
     def scheduler_step(self) -> None:
         """Advance the registered LR schedule by one optimizer step."""
@@ -296,6 +306,10 @@ class TrainingSession:
             raise VectorError(f"parameter vector must be 1-D, got shape {vector.shape}")
         if vector.shape[0] != expected:
             raise VectorError(f"parameter vector must have {expected} elements ({kind} parameters), got {vector.shape[0]}")
+        # a float64 sum of float32 values cannot overflow, so it is finite exactly when every value is
+        if not np.isfinite(vector.sum(dtype=np.float64)):
+            bad = int(np.count_nonzero(~np.isfinite(vector)))
+            raise VectorError(f"parameter vector has {bad} non-finite values (NaN or inf); expected finite float32 values")
         value = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(vector))
         try:
             self._module.copy_buffer_to_parameters(value._ortvalue, trainable_only)
@@ -354,3 +368,22 @@ class TrainingSession:
         self.from_buffer(params, trainable_only=False)
         if self._schedule is None:
             self.learning_rate = lr
+
+
+def _scheduler_counts(warmup: int | None, total: int | None, old_names: dict) -> tuple[int, int]:
+    """(warmup_step_count, total_step_count), accepting the deprecated `warmup_steps` / `total_steps` keywords."""
+    import warnings
+
+    renames = {"warmup_steps": "warmup_step_count", "total_steps": "total_step_count"}
+    unknown = sorted(set(old_names) - set(renames))
+    if unknown:
+        raise TypeError(f"register_linear_lr_scheduler() got unexpected keyword arguments {unknown}")
+    used = [old for old in renames if old in old_names]
+    if used:
+        warnings.warn(f"register_linear_lr_scheduler({'=, '.join(used)}=) is deprecated; use "
+                      f"{'=, '.join(renames[o] for o in used)}= (ORT's names)", DeprecationWarning, stacklevel=3)
+    warmup = old_names.get("warmup_steps", warmup)
+    total = old_names.get("total_steps", total)
+    if warmup is None or total is None:
+        raise TypeError("register_linear_lr_scheduler() needs warmup_step_count and total_step_count")
+    return int(warmup), int(total)

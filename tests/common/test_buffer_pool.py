@@ -102,7 +102,8 @@ def test_all_finite_of_an_empty_or_shaped_array():
 def test_a_training_that_ends_in_nan_is_not_returned(session, batch):
     x, y = batch
     data = ClientData.from_arrays({"x": x, "labels": y})
-    start = np.full(session.parameter_count(), np.nan, np.float32)
+    # finite (from_buffer refuses NaN), but so large that the first forward pass overflows to NaN
+    start = np.full(session.parameter_count(), 3e38, np.float32)
     with pytest.raises(TrainingError, match="NaN or infinite parameters"):
         local_round.fit(session, start, data, session.manifest.inputs,
                         TrainConfig(local_epochs=1, batch_size=8, learning_rate=0.1, seed=1))

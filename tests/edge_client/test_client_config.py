@@ -88,7 +88,7 @@ def test_unknown_config_keys_are_refused(tmp_path):
     from fedort.common.errors import ConfigError
 
     (tmp_path / "edge.toml").write_text('coordinator = "127.0.0.1:1"\npoll_wait = 5\n')
-    with pytest.raises(ConfigError, match=r"unknown edge setting\(s\) \['poll_wait'\]"):
+    with pytest.raises(ConfigError, match=r"unknown edge setting\(s\) 'poll_wait' \(did you mean 'poll_wait_ms'\?\)"):
         EdgeConfig.load(tmp_path / "edge.toml")
     with pytest.raises(ConfigError, match="HOST:PORT"):
         EdgeConfig("no-port").channel_config()

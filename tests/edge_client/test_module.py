@@ -24,7 +24,7 @@ def test_a_module_needs_a_session():
 
 
 def test_module_knows_the_loss_feature_and_label_names(module):
-    assert module.loss_name == "onnx::loss::2"
+    assert module.loss_name == "loss"
     assert module.feature_names == ("x",) and module.label_names == ("labels",)
 
 

@@ -27,7 +27,7 @@ def test_build_writes_the_four_files_and_a_manifest(tmp_path):
     assert manifest.parameter_count == 9610
     assert [(s.name, s.dtype, s.shape) for s in manifest.inputs] == [("x", "float32", (None, 64)),
                                                                      ("labels", "int64", (None,))]
-    assert manifest.eval_outputs == ("onnx::loss::2", "logits")
+    assert manifest.eval_outputs == ("loss", "logits")
     assert manifest.inference_outputs == ("logits",)
     assert manifest.trainable == ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias")
     assert (manifest.loss, manifest.optimizer, manifest.opset) == ("cross-entropy", "adamw", 17)
@@ -39,7 +39,7 @@ def test_the_same_model_gives_the_same_model_id_twice_in_one_process(tmp_path):
     first = build_artifacts(mlp(), tmp_path / "a")
     second = build_artifacts(mlp(), tmp_path / "b")
     assert first.model_id == second.model_id
-    assert second.train_outputs[0] == "onnx::loss::2"
+    assert second.train_outputs[0] == "loss"
 
 
 def test_different_weights_give_a_different_model_id(tmp_path):

@@ -225,7 +225,7 @@ def test_scheduler_step_before_registering_is_a_config_error(session):
 
 @pytest.mark.parametrize("warmup, total", [(5, 3), (-1, 3), (0, 0)])
 def test_bad_schedule_is_a_config_error(session, warmup, total):
-    with pytest.raises(ConfigError, match="warmup_steps"):
+    with pytest.raises(ConfigError, match="warmup_step_count"):
         session.register_linear_lr_scheduler(warmup, total, 0.1)
 
 
@@ -292,6 +292,16 @@ def test_from_buffer_of_all_parameters(mlp_artifacts, tmp_path):
 def test_bad_vectors_are_vector_errors(session, vector, message):
     with pytest.raises(VectorError, match=message):
         session.from_buffer(vector)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_from_buffer_refuses_a_non_finite_vector_and_keeps_the_parameters(session, bad):
+    before = session.to_buffer().copy()
+    vector = before.copy()
+    vector[17] = bad
+    with pytest.raises(VectorError, match="1 non-finite values"):
+        session.from_buffer(vector)
+    np.testing.assert_array_equal(session.to_buffer(), before)
 
 
 _ORDER_SCRIPT = """

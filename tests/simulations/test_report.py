@@ -92,3 +92,11 @@ def test_summary_table_reports_best_final_target_and_totals():
 
 def test_summary_table_says_when_the_target_was_not_reached():
     assert "not reached" in summary_table(records(2), {}, target=0.99)
+
+
+def test_numbered_metric_columns_are_in_numeric_order(tmp_path):
+    recs = [RoundRecord(round=1, accuracy=0.5, loss=1.0, clients=3, examples=30, bytes_up=1, bytes_down=1, seconds=0.1,
+                        metrics={"staleness_10": 1.0, "staleness_2": 2.0, "staleness_1": 3.0, "alpha": 0.0})]
+    csv_path, _ = write_metrics(recs, tmp_path)
+    header = csv_path.read_text().splitlines()[0].split(",")
+    assert header[-4:] == ["alpha", "staleness_1", "staleness_2", "staleness_10"]

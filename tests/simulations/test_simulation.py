@@ -90,15 +90,36 @@ def test_clients_per_round_selects_exactly_that_many(tmp_path):
     assert [r.clients for r in result.records] == [2, 2, 2]
 
 
+@pytest.fixture(scope="module")
+def ray_run(tmp_path_factory):
+    """The same small run on the local and the Ray backend, and what the Ray one left behind."""
+    pytest.importorskip("ray", reason="Ray is not installed on this machine (pip install 'fedort[ray]')")
+    import tempfile
+
+    from fedort.simulations.ray_cleanup import PREFIX, ray_processes
+
+    tmp = tmp_path_factory.mktemp("ray")
+    folders = set(Path(tempfile.gettempdir()).glob(PREFIX + "*"))
+    local = run_simulation(_small(tmp / "local"))
+    on_ray = run_simulation(_small(tmp / "ray", backend="ray"))
+    left = {"processes": ray_processes(), "folders": set(Path(tempfile.gettempdir()).glob(PREFIX + "*")) - folders}
+    return local, on_ray, left
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)  # a local Ray start may be retried (simulations/backends.py)
-def test_ray_backend_runs_the_same_clients(tmp_path):
-    pytest.importorskip("ray", reason="Ray is not installed on this machine (pip install 'fedort[ray]')")
-    local = run_simulation(_small(tmp_path / "local"))
-    on_ray = run_simulation(_small(tmp_path / "ray", backend="ray"))
+def test_ray_backend_runs_the_same_clients(ray_run):
+    local, on_ray, _ = ray_run
     assert [r.clients for r in on_ray.records] == [4, 4]
     # same seed, same clients, same code path: the same global vector as the local backend
     assert _final_vector(on_ray.out) == _final_vector(local.out)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_local_ray_instance_leaves_no_process_and_no_session_folder(ray_run):
+    _, _, left = ray_run
+    assert left == {"processes": [], "folders": set()}
 
 
 @pytest.mark.slow
@@ -151,7 +172,7 @@ def test_artifacts_without_data_is_a_config_error():
 def test_unknown_scenario_setting_is_named(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text("clients = 3\nround = 5\n")
-    with pytest.raises(ConfigError, match=r"unknown settings \['round'\]"):
+    with pytest.raises(ConfigError, match=r"unknown simulation setting\(s\) 'round' \(did you mean 'rounds'\?\)"):
         load_config(bad)
 
 
@@ -288,3 +309,59 @@ def test_a_large_model_s_run_folder_holds_model_onnx_with_its_external_data(tmp_
     (logits,) = ort.InferenceSession(str(moved / "model.onnx"), providers=["CPUExecutionProvider"]).run(None, {"x": x})
     labels = np.load(data / "test.npz")["labels"]
     assert float((logits.argmax(1) == labels).mean()) == pytest.approx(result.records[-1].accuracy)
+
+
+def test_a_setting_like_no_known_one_is_listed_with_the_known_ones(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("clients = 3\nzzzz = 5\n")
+    with pytest.raises(ConfigError, match=r"setting\(s\) 'zzzz'; expected among \[.*'rounds'"):
+        load_config(bad)
+
+
+def test_a_bundled_scenario_is_found_by_name():
+    assert load_config("digits_dirichlet").name == load_config(SCENARIOS / "digits_dirichlet.toml").name
+
+
+def test_an_unknown_scenario_name_lists_the_bundled_ones():
+    with pytest.raises(ConfigError, match=r"neither a file nor a bundled scenario; bundled: .*digits_dirichlet"):
+        load_config("digits_nonesuch")
+
+
+def test_simulate_list_prints_every_bundled_scenario_with_its_description():
+    out = subprocess.run([sys.executable, "-m", "fedort", "simulate", "--list"], capture_output=True,
+                         text=True, timeout=60, check=True).stdout
+    names = [line.split()[0] for line in out.splitlines()]
+    assert names == sorted(p.stem for p in SCENARIOS.glob("*.toml"))
+    assert any(line.startswith("digits_scale") and "THROUGHPUT" in line for line in out.splitlines())
+
+
+def test_log_level_is_accepted_after_the_subcommand():
+    done = subprocess.run([sys.executable, "-m", "fedort", "simulate", "--list", "--log-level", "DEBUG"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_run_on_your_own_data_is_labelled_by_its_folder_not_digits():
+    assert SimulationConfig(artifacts=Path("art"), data=Path("/somewhere/my_clients")).name == "my_clients"
+    assert SimulationConfig().name == "digits" and SimulationConfig(dataset="synthetic:1,1").name == "synthetic"
+
+
+def _own_data(folder: Path, test_labels_up_to: int) -> Path:
+    rng = np.random.default_rng(0)
+    folder.mkdir()
+    for i in range(2):
+        np.savez(folder / f"client-{i:04d}.npz", x=rng.random((20, 64), dtype=np.float32),
+                 labels=rng.integers(0, 10, 20))
+    np.savez(folder / "test.npz", x=rng.random((20, 64), dtype=np.float32),
+             labels=np.arange(20) % (test_labels_up_to + 1))
+    return folder
+
+
+def test_a_failed_run_on_your_own_data_names_your_file_and_leaves_no_run_folder(tmp_path, mlp_artifacts):
+    from fedort.common.errors import DataError
+
+    data = _own_data(tmp_path / "mine", test_labels_up_to=11)   # labels 10 and 11 do not fit 10 classes
+    with pytest.raises(DataError, match=rf"^{tmp_path / 'mine' / 'test.npz'}: array 'labels' holds label"):
+        run_simulation(SimulationConfig(artifacts=mlp_artifacts, data=data, rounds=1, progress=False, workers=1,
+                                        out=tmp_path / "run"))
+    assert not (tmp_path / "run").exists()   # so the same command runs again once the file is fixed

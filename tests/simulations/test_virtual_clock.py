@@ -66,3 +66,10 @@ def test_async_without_device_speeds_runs_real_edge_clients_in_several_workers(t
     assert all(r.clients == 3 and "staleness_mean" in r.metrics and "sim_seconds" not in r.metrics
                for r in result.records)
     assert result.final["mode"] == "async" and result.records[-1].accuracy > 0.5
+
+
+def test_simulated_seconds_carry_no_float_dust(tmp_path):
+    result = run_simulation(_cfg(tmp_path / "run", device_speed="slow:1:1", step_seconds=0.01))
+    times = [r.metrics["sim_seconds"] for r in result.records]
+    assert times == pytest.approx([0.08, 0.16, 0.24]) and times == [round(t, 6) for t in times]
+    assert str(result.final["sim_seconds"]) == "0.24"

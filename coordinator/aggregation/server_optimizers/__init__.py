@@ -7,12 +7,14 @@
 | spec | update (Δ = global − combined) | options (default) |
 | --- | --- | --- |
 | `fedavg` | x ← c, bit for bit | none |
-| `fedavgm` | m ← β·m + Δ; x ← x − η·m | `lr` (1.0), `momentum` (0.9) |
-| `fedadagrad` | m ← β1·m + (1−β1)·Δ; v ← v + Δ²; x ← x − η·m/(√v+τ) | `lr` (0.01), `beta1` (0), `tau` (1e-3) |
-| `fedadam` | as Adam: v ← β2·v + (1−β2)·Δ² | `lr` (0.01), `beta1` (0.9), `beta2` (0.99), `tau` (1e-3), `bias_correction` (none \\| adam \\| flower) |
+| `fedavgm` | m ← β·m + Δ; x ← x − η·m | `lr` (1.0), `momentum` (0.0) |
+| `fedadagrad` | m ← β1·m + (1−β1)·Δ; v ← v + Δ²; x ← x − η·m/(√v+τ) | `lr` (0.1), `beta1` (0), `tau` (1e-3) |
+| `fedadam` | as Adam: v ← β2·v + (1−β2)·Δ² | `lr` (0.1), `beta1` (0.9), `beta2` (0.99), `tau` (1e-3), `bias_correction` (flower \\| adam \\| none) |
 | `fedyogi` | as Yogi: v ← v − (1−β2)·Δ²·sign(v − Δ²) | `lr` (0.01), `beta1` (0.9), `beta2` (0.99), `tau` (1e-3) |
 
-Ranges: lr > 0, 0 ≤ beta < 1, tau > 0 (all finite). `str(opt)` is the canonical spec (every
+Every default is that of Flower's current (Message API) strategy of the same name in
+`flwr.serverapp.strategy` (FedAvgM, FedAdagrad, FedAdam, FedYogi), so a ported `FedAdam()` behaves
+the same here. Ranges: lr > 0, 0 ≤ beta < 1, tau > 0 (all finite). `str(opt)` is the canonical spec (every
 option spelled out), which the state file records. The modules' docstrings give the math and
 how each matches Flower's implementation; `stage.py` plugs an optimizer into the aggregation
 pipeline as its server-update stage (`configured_strategy`).

@@ -5,9 +5,9 @@
     x_{t+1} = x_t − η·m_t / (√v_t + τ)
 
 with Δ_t = x_t − c_t and m_0 = v_0 = 0 (as Flower; the paper allows v_0 ≥ τ², a difference of
-at most τ² in v). Options and defaults: `lr` = η = 0.01, `beta1` = β1 = 0 (plain Adagrad, as
-Flower's FedAdagrad, which fixes β1 = 0), `tau` = τ = 1e-3 (the paper's default adaptivity).
-Flower's defaults: η = 0.1, τ = 1e-9.
+at most τ² in v). Options and defaults: `lr` = η = 0.1, `beta1` = β1 = 0 (plain Adagrad, as
+Flower's FedAdagrad, which fixes β1 = 0), `tau` = τ = 1e-3: those of Flower's current FedAdagrad
+(`flwr.serverapp.strategy`; the legacy `flwr.server.strategy` one has τ = 1e-9).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from fedort.coordinator.aggregation.server_optimizers.base import Option, Server
 
 class FedAdagrad(ServerOptimizer):
     name = "fedadagrad"
-    options = (Option("lr", 0.01, "lr"), Option("beta1", 0.0, "beta"), Option("tau", 1e-3, "tau"))
+    options = (Option("lr", 0.1, "lr"), Option("beta1", 0.0, "beta"), Option("tau", 1e-3, "tau"))
     moments = ("m", "v")
 
     def _step(self, x, delta, moments, t):

@@ -5,11 +5,11 @@
     x_{t+1} = x_t − η_t·m_t / (√v_t + τ)
 
 with Δ_t = x_t − c_t, m_0 = v_0 = 0 and t the 1-based step. `bias_correction` picks η_t:
-`none` (default, the paper's algorithm): η_t = η; `adam` (Kingma & Ba's step size):
-η_t = η·√(1 − β2^t)/(1 − β1^t); `flower` (what Flower's FedAdam computes at server round t):
-η_t = η·√(1 − β2^(t+1))/(1 − β1^(t+1)). Defaults: η = 0.01, β1 = 0.9, β2 = 0.99, τ = 1e-3 (the
-paper's β1, β2 and τ; η is tuned per task there). Flower's defaults: η = 0.1, β1 = 0.9,
-β2 = 0.99, τ = 1e-9, with its bias correction.
+`none` (the paper's algorithm): η_t = η; `adam` (Kingma & Ba's step size):
+η_t = η·√(1 − β2^t)/(1 − β1^t); `flower` (default; what Flower's FedAdam computes at server
+round t): η_t = η·√(1 − β2^(t+1))/(1 − β1^(t+1)). Defaults: η = 0.1, β1 = 0.9, β2 = 0.99,
+τ = 1e-3, with Flower's bias correction: those of Flower's current FedAdam
+(`flwr.serverapp.strategy`; the legacy `flwr.server.strategy` one has τ = 1e-9).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from fedort.coordinator.aggregation.server_optimizers.base import Option, Server
 
 class FedAdam(ServerOptimizer):
     name = "fedadam"
-    options = (Option("lr", 0.01, "lr"), Option("beta1", 0.9, "beta"), Option("beta2", 0.99, "beta"),
-               Option("tau", 1e-3, "tau"), Option("bias_correction", "none", "choice", ("none", "adam", "flower")))
+    options = (Option("lr", 0.1, "lr"), Option("beta1", 0.9, "beta"), Option("beta2", 0.99, "beta"),
+               Option("tau", 1e-3, "tau"), Option("bias_correction", "flower", "choice", ("none", "adam", "flower")))
     moments = ("m", "v")
 
     def step_size(self, t: int) -> float:

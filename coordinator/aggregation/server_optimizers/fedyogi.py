@@ -7,7 +7,8 @@
 with Δ_t = x_t − c_t and m_0 = v_0 = 0 (as Flower; the paper allows v_0 ≥ τ²). Unlike Adam, v
 moves additively, by at most (1 − β2)·Δ², so it cannot shrink fast when updates get small.
 v stays ≥ 0: from v_{t−1} ≥ Δ² it loses at most (1 − β2)·Δ² ≤ v_{t−1}; otherwise it grows.
-Defaults: η = 0.01, β1 = 0.9, β2 = 0.99, τ = 1e-3 (the paper's; also Flower's FedYogi defaults).
+Defaults: η = 0.01, β1 = 0.9, β2 = 0.99, τ = 1e-3 (the paper's; also those of Flower's current
+FedYogi, `flwr.serverapp.strategy`).
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ def test_serve_flag_overrides_the_toml_file_and_is_recorded_canonically(tmp_path
     args = parse(coordinator_cli, "coordinator", "serve", "--config", str(toml), "--server-optimizer", "fedadam:lr=0.1")
     config = coordinator_cli.config_from_args(args)
     assert config.server_optimizer == "fedadam:lr=0.1"
-    assert config.training_json()["server_optimizer"] == "fedadam:lr=0.1,beta1=0.9,beta2=0.99,tau=0.001,bias_correction=none"
+    assert config.training_json()["server_optimizer"] == "fedadam:lr=0.1,beta1=0.9,beta2=0.99,tau=0.001,bias_correction=flower"
 
 
 def test_a_bad_spec_is_a_config_error_at_load():

@@ -132,7 +132,7 @@ def test_fedavg_is_the_stateless_identity_and_others_wrap_the_optimizer(tmp_path
 @pytest.mark.slow
 async def test_each_exported_round_records_the_optimizer_spec_and_how_far_it_moved(start_coordinator, stub_client,
                                                                                     tmp_path):
-    coord = await start_coordinator(min_clients=2, rounds=1, server_optimizer="fedavgm:lr=0.5")
+    coord = await start_coordinator(min_clients=2, rounds=1, server_optimizer="fedavgm:lr=0.5,momentum=0.9")
     client = stub_client(coord.port)
     model = (await client.join("client-a")).model_id
     await client.join("client-b")

@@ -78,7 +78,7 @@ CASES = [
     ("fedavgm:lr=1,momentum=0", lambda x0, c: ref_fedavgm(x0, c, 1.0, 0.0)),
     ("fedadagrad:lr=0.05,beta1=0,tau=1e-3", lambda x0, c: ref_adaptive("adagrad", x0, c, 0.05, 0.0, 0.0, 1e-3)),
     ("fedadagrad:lr=0.05,beta1=0.9,tau=1e-2", lambda x0, c: ref_adaptive("adagrad", x0, c, 0.05, 0.9, 0.0, 1e-2)),
-    ("fedadam:lr=0.01,beta1=0.9,beta2=0.99,tau=1e-3", lambda x0, c: ref_adaptive("adam", x0, c, 0.01, 0.9, 0.99, 1e-3)),
+    ("fedadam:lr=0.01,beta1=0.9,beta2=0.99,tau=1e-3,bias_correction=none", lambda x0, c: ref_adaptive("adam", x0, c, 0.01, 0.9, 0.99, 1e-3)),
     ("fedadam:lr=0.1,beta1=0.5,beta2=0.9,tau=1e-9,bias_correction=adam",
      lambda x0, c: ref_adaptive("adam", x0, c, 0.1, 0.5, 0.9, 1e-9, "adam")),
     ("fedadam:lr=0.1,beta1=0.9,beta2=0.99,tau=1e-9,bias_correction=flower",
@@ -268,11 +268,11 @@ def test_saving_replaces_the_file_atomically_and_leaves_no_temp_files(tmp_path):
 
 @pytest.mark.parametrize("spec, canonical", [
     ("fedavg", "fedavg"),
-    (" FedAdam ", "fedadam:lr=0.01,beta1=0.9,beta2=0.99,tau=0.001,bias_correction=none"),
-    ("fedadam:lr=0.01,beta1=0.9,beta2=0.99,tau=1e-3", "fedadam:lr=0.01,beta1=0.9,beta2=0.99,tau=0.001,bias_correction=none"),
+    (" FedAdam ", "fedadam:lr=0.1,beta1=0.9,beta2=0.99,tau=0.001,bias_correction=flower"),
+    ("fedadam:lr=0.01,beta1=0.9,beta2=0.99,tau=1e-3", "fedadam:lr=0.01,beta1=0.9,beta2=0.99,tau=0.001,bias_correction=flower"),
     ("fedyogi:tau=1e-9, lr=0.5", "fedyogi:lr=0.5,beta1=0.9,beta2=0.99,tau=1e-09"),
     ("fedavgm:momentum=0", "fedavgm:lr=1.0,momentum=0.0"),
-    ("fedadagrad:beta1=0.5", "fedadagrad:lr=0.01,beta1=0.5,tau=0.001"),
+    ("fedadagrad:beta1=0.5", "fedadagrad:lr=0.1,beta1=0.5,tau=0.001"),
 ])
 def test_str_is_the_canonical_spec_and_parses_back_to_itself(spec, canonical):
     assert str(parse_server_optimizer(spec)) == canonical
@@ -356,3 +356,16 @@ def test_a_state_file_survives_sigkill_as_an_exact_snapshot_of_some_step(tmp_pat
         x = replay.apply(x, (x + np.random.default_rng(t + 1).normal(0, 0.1, length)).astype(np.float32))
     for key in ("m", "v"):
         assert np.array_equal(survived.state()[key], replay.state()[key])
+
+
+# the defaults of Flower's current (Message API) strategies, flwr.serverapp.strategy: FedAvgM(server_learning_rate,
+# server_momentum), FedAdagrad(eta, tau; beta_1 fixed at 0), FedAdam(eta, beta_1, beta_2, tau; its bias correction),
+# FedYogi(eta, beta_1, beta_2, tau)
+@pytest.mark.parametrize("name, flower", [
+    ("fedavgm", "fedavgm:lr=1.0,momentum=0.0"),
+    ("fedadagrad", "fedadagrad:lr=0.1,beta1=0.0,tau=0.001"),
+    ("fedadam", "fedadam:lr=0.1,beta1=0.9,beta2=0.99,tau=0.001,bias_correction=flower"),
+    ("fedyogi", "fedyogi:lr=0.01,beta1=0.9,beta2=0.99,tau=0.001"),
+])
+def test_the_defaults_are_those_of_flowers_message_api_strategies(name, flower):
+    assert str(parse_server_optimizer(name)) == flower

@@ -67,11 +67,31 @@ async def test_a_client_trusting_another_ca_fails_with_unavailable_and_says_why(
     assert message.startswith("UNAVAILABLE") and "failed verification" in message and "--ca-file" in message
 
 
-async def test_a_plaintext_client_cannot_talk_to_a_tls_coordinator(pki, start_coordinator):  # noqa: F811
+async def test_a_plaintext_client_cannot_talk_to_a_tls_coordinator_and_is_told_it_probably_serves_tls(
+        pki, start_coordinator):  # noqa: F811
     coordinator = await start_coordinator(**tls(pki))
     with Transport(ChannelConfig(f"127.0.0.1:{coordinator.port}", insecure=True, rpc_timeout_s=3)) as t:
-        with pytest.raises(UnavailableError):
+        with pytest.raises(UnavailableError, match=r"probably serves TLS; drop --insecure and pass --ca-file"):
             await asyncio.to_thread(t.join, "dev")
+
+
+def test_a_key_of_another_certificate_is_refused_naming_both_files(pki, mlp_artifacts, tmp_path):  # noqa: F811
+    done = subprocess.run([sys.executable, "-m", "fedort", "coordinator", "serve", "--artifacts", str(mlp_artifacts),
+                           "--state-dir", str(tmp_path / "s"), "--address", "127.0.0.1:0", "--tls-cert",
+                           str(pki.server_cert), "--tls-key", str(pki.client_key)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert f"--tls-key {pki.client_key} is not the private key of --tls-cert {pki.server_cert}" in done.stderr
+    assert "cannot listen" not in done.stderr and "E0000" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_file_that_is_no_pem_key_is_refused_as_such(pki, mlp_artifacts, tmp_path):  # noqa: F811
+    garbage = tmp_path / "server.key"
+    garbage.write_text("not a key\n")
+    done = subprocess.run([sys.executable, "-m", "fedort", "coordinator", "serve", "--artifacts", str(mlp_artifacts),
+                           "--state-dir", str(tmp_path / "s"), "--address", "127.0.0.1:0", "--tls-cert",
+                           str(pki.server_cert), "--tls-key", str(garbage)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and f"--tls-key {garbage} is not an unencrypted PEM private key" in done.stderr
 
 
 @pytest.mark.slow
