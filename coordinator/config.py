@@ -57,6 +57,10 @@ expected and what arrived.
 | joins_per_minute_per_address | 600 | per-peer-address rate of Join calls, token bucket (0 disables) |
 | local_vector_dir | none | co-located devices only: a directory on the state dir's filesystem where devices on this host hand over updates as files (by name) and read global vectors, instead of gRPC streams (`coordinator.local_vectors`). Off: a deployed coordinator never opens a client-named file. `fedort simulate` sets it to STATE/local-vectors |
 | update_digests | blake3 | digests of update payloads accepted besides sha256 (protocol 1.3, `protos.digests`; announced at Join; only those installed here are announced; with blake3 every FIT task also carries the global vector's BLAKE3, which a device may ask its streamed download to be checked with, protocol 1.6); `[]`: sha256 only |
+| upload_resume_idle_s | 60 | a resumable upload (protocol 1.7) untouched this long is dropped (NOT_FOUND afterwards) |
+| web_address | none | HOST:PORT serving the same service to browsers over Connect / gRPC-Web (`fedort[web]`, coordinator.web_transport) |
+| web_cors_origins | [] | origins besides the page's own that browsers may call the web port from (`*`: any) |
+| web_page | packaged page | folder of static files served at `/` of the web port (default `edge_client/web/dist` if present) |
 | secagg, secagg_* , dp_* | off | privacy: see `coordinator.privacy_config`, applied by `coordinator.privacy_round` |
 """
 
@@ -82,7 +86,7 @@ from fedort.protos.errors import ConfigError
 
 
 _PATH_FIELDS = ("artifacts", "state_dir", "eval_data", "port_file", "tls_cert", "tls_key", "tls_client_ca",
-                "local_vector_dir")
+                "local_vector_dir", "web_page")
 
 
 @dataclass(frozen=True)
@@ -141,6 +145,10 @@ class CoordinatorConfig(AsyncSettings, PrivacySettings):
     commit_delay_ms: float = 0.0
     inline_update_bytes: int = 256 << 10
     update_digests: tuple[str, ...] = ("blake3",)
+    upload_resume_idle_s: float = 60.0
+    web_address: str | None = None
+    web_cors_origins: tuple[str, ...] = ()
+    web_page: Path | None = None
     extra: Mapping[str, str] = field(default_factory=dict)  # passed to clients in TrainConfig.extra
 
     def __post_init__(self) -> None:
@@ -157,6 +165,10 @@ class CoordinatorConfig(AsyncSettings, PrivacySettings):
                                tuple(c.strip() for c in self.update_digests.split(",") if c.strip()))
         elif not isinstance(self.update_digests, tuple):
             object.__setattr__(self, "update_digests", tuple(self.update_digests))
+        if isinstance(self.web_cors_origins, str):
+            object.__setattr__(self, "web_cors_origins", (self.web_cors_origins,))
+        elif not isinstance(self.web_cors_origins, tuple):
+            object.__setattr__(self, "web_cors_origins", tuple(self.web_cors_origins))
         if self.min_available_clients is None:
             object.__setattr__(self, "min_available_clients", self.min_clients)
         self.validate()
@@ -259,8 +271,12 @@ class CoordinatorConfig(AsyncSettings, PrivacySettings):
             value = getattr(self, name)
             need(isinstance(value, int) and not isinstance(value, bool) and value >= 1, f"{name} must be an integer >= 1",
                  value)
-        for name in ("upload_slot_wait_s", "upload_min_rate_bytes_s", "upload_grace_s"):
+        for name in ("upload_slot_wait_s", "upload_min_rate_bytes_s", "upload_grace_s", "upload_resume_idle_s"):
             need(_number(getattr(self, name)) and getattr(self, name) > 0, f"{name} must be > 0", getattr(self, name))
+        if self.web_address is not None:
+            host, _, port = self.web_address.rpartition(":")
+            need(port.isdigit() and 0 <= int(port) <= 65535 and bool(host),
+                 "web_address must be HOST:PORT with a port in 0..65535", self.web_address)
         if self.local_vector_dir is not None:
             from fedort.coordinator.state_layout import StateLayout
 

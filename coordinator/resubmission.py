@@ -15,9 +15,10 @@ a resend carries its digest.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, AsyncIterator
 
 from fedort.protos import digests
+from fedort.protos.errors import StaleRoundError
 from fedort.protos.messages import SubmitResult, UpdateHeader
 
 if TYPE_CHECKING:
@@ -40,4 +41,18 @@ def counted_before(engine: "RoundEngine", h: UpdateHeader) -> SubmitResult | Non
                         "which has closed")
 
 
-__all__ = ["counted_before"]
+async def submit_counted_once(engine: "RoundEngine", h: UpdateHeader, chunks: AsyncIterator[bytes]) -> SubmitResult:
+    """`engine.submit_update`, except that an update refused as stale which this run counted before answers
+    `duplicate` (its chunks drained, as an open round's duplicate is)."""
+    try:
+        return await engine.submit_update(h, chunks)
+    except StaleRoundError:
+        result = counted_before(engine, h)
+        if result is None:
+            raise
+        async for _ in chunks:
+            pass
+        return result
+
+
+__all__ = ["counted_before", "submit_counted_once"]

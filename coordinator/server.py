@@ -124,6 +124,7 @@ class Coordinator:
         self._lock = StateDirLock(config.state_dir)
         self.monitoring: Monitoring | None = None
         self.metrics_port: int | None = None
+        self.servicer: CoordinatorServicer | None = None   # the one servicer behind the gRPC (and web) port
 
     @property
     def state_dir(self) -> Path:
@@ -184,8 +185,8 @@ class Coordinator:
             raise
 
         server = grpc.aio.server(options=server_options(cfg))
-        add_servicer(CoordinatorServicer(engine, artifacts, cfg.download_chunk_bytes, auth=auth),
-                     server)  # garbage -> INVALID_ARGUMENT
+        self.servicer = CoordinatorServicer(engine, artifacts, cfg.download_chunk_bytes, auth=auth)
+        add_servicer(self.servicer, server)  # garbage -> INVALID_ARGUMENT
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         # server reflection: grpcurl-style tools can list and call the services without the .proto
@@ -244,6 +245,8 @@ class Coordinator:
             self.engine.release_polls()   # held long-polls would otherwise keep stop() waiting for `grace`
         if self._server is not None:
             await self._server.stop(grace)
+        if self.servicer is not None:
+            self.servicer.resumable.close()
         if self._engine_task is not None:
             self._engine_task.cancel()
             await asyncio.wait({self._engine_task})   # (a cancellation of stop() itself still propagates)

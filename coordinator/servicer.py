@@ -29,11 +29,13 @@ import grpc
 
 from fedort.coordinator.admission import accepted_digests, allowed_codecs
 from fedort.coordinator.malformed import reject_malformed
+from fedort.coordinator.device_capabilities import check_capabilities
+from fedort.coordinator.resumable_uploads import ResumableUploads
 from fedort.coordinator.auth import Authenticator, check_identity
 from fedort.coordinator.join_limits import JoinGate, clip
 from fedort.coordinator.limits import RateLimiter, StreamLimiter
 from fedort.coordinator.monitoring import Monitoring
-from fedort.coordinator.resubmission import counted_before
+from fedort.coordinator.resubmission import submit_counted_once
 from fedort.coordinator.round_engine import RoundEngine
 from fedort.coordinator.storage import storage_error
 from fedort.edge_client.artifacts import ARTIFACT_FILES
@@ -43,7 +45,7 @@ from fedort.protos import fedort_v1_pb2_grpc as pb_grpc
 from fedort.protos.codec import CHUNK_BYTES, VectorMeta, iter_chunk_views
 from fedort.protos.codecs.stream import iter_payload_chunks
 from fedort.protos.codecs.xor_delta import DOWNLOAD_DELTA
-from fedort.protos.errors import FedortError, NotFoundError, ProtocolError, ResourceExhaustedError, StaleRoundError
+from fedort.protos.errors import FedortError, NotFoundError, ProtocolError, ResourceExhaustedError
 from fedort.protos.messages import UpdateHeader, meta_to_pb, metrics_from_pb
 from fedort.protos.status_codes import status_for
 from fedort.protos.update_part import chunk_message, part_kind
@@ -119,6 +121,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         self.streams = StreamLimiter(engine.config.max_streams_per_client)
         self.submissions = RateLimiter(engine.config.submissions_per_minute)
         self.joins = JoinGate(engine.config.joins_per_minute, engine.config.joins_per_minute_per_address)
+        self.resumable = ResumableUploads(engine, engine.config.upload_resume_idle_s, engine.config.max_chunk_bytes)
         self.artifacts_dir = artifacts_dir
         self.chunk_bytes = chunk_bytes
         manifest = engine.manifest
@@ -142,6 +145,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     async def Join(self, request: pb.JoinRequest, context) -> pb.JoinReply:
         self.joins.admit(request.device_name, request.capabilities, request.client_id or _caller.get() or "",
                          context.peer())
+        check_capabilities(self.engine.config, request.capabilities)
         cid = self.engine.join(request.client_id or _caller.get() or "", request.device_name,
                                dict(request.capabilities))
         cfg = self.engine.config
@@ -228,15 +232,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         check_identity(_caller.get(), header.client_id)
         with self.streams.stream(header.client_id, "upload"):
             self.submissions.take(header.client_id)
-            chunks = self._chunks(context)
-            try:
-                result = await self.engine.submit_update(header, chunks)
-            except StaleRoundError:
-                result = counted_before(self.engine, header)   # resent after its round closed (resubmission.py)
-                if result is None:
-                    raise
-                async for _ in chunks:   # drained and acknowledged, as an open round's duplicate is
-                    pass
+            # resent after its round closed: duplicate if counted then (resubmission.py)
+            result = await submit_counted_once(self.engine, header, self._chunks(context))
             if result.duplicate and header.local_file and self.engine.local_vectors is not None:
                 self.engine.local_vectors.discard(header)   # a handed-over file not taken: ours to delete
             return result.to_pb()
@@ -271,6 +268,27 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         finally:
             if ahead is not None:
                 ahead.cancel()
+
+    @unary
+    async def BeginUpload(self, request: pb.BeginUploadRequest, context) -> pb.UploadState:
+        header = UpdateHeader.from_pb(request.header)
+        check_identity(_caller.get(), header.client_id)
+        state = await self.resumable.begin(header, new_upload=lambda: self.submissions.take(header.client_id))
+        return state.to_pb()
+
+    @unary
+    async def PutUploadPart(self, request: pb.UploadPartRequest, context) -> pb.UploadState:
+        return (await self.resumable.put(request.client_id, request.upload_id, request.offset, request.data,
+                                         bytes(request.sha256))).to_pb()
+
+    @unary
+    async def GetUpload(self, request: pb.UploadRef, context) -> pb.UploadState:
+        return (await self.resumable.get(request.client_id, request.upload_id)).to_pb()
+
+    @unary
+    async def CommitUpload(self, request: pb.UploadRef, context) -> pb.SubmitReply:
+        result = await self.resumable.commit(request.client_id, request.upload_id)
+        return result.to_pb()
 
     @unary
     async def SubmitEvaluation(self, request: pb.EvaluationResult, context) -> pb.SubmitReply:

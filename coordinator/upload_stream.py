@@ -121,6 +121,20 @@ class UpdateReceiver:
             self._sync = self._syncer.submit(os.fdatasync, self._fd)
             self._unsynced = 0
 
+    async def sync(self) -> None:
+        """Make the bytes received so far durable (a resumable upload acknowledges a part only then); an inline
+        payload is held in memory until its group commit, as a streamed one is."""
+        if self._fd < 0:
+            return
+        try:
+            if self._sync is not None:    # the background fdatasync covers bytes no longer in _unsynced
+                await asyncio.wrap_future(self._sync)
+            if self._unsynced:
+                await asyncio.to_thread(os.fdatasync, self._fd)
+        except OSError as e:
+            raise spool_error(e, "make the spooled part durable") from e
+        self._unsynced = 0
+
     def _check(self, pieces) -> None:
         for piece in pieces:
             check_reconstructed(piece, self.admitted.base, self._what)

@@ -83,6 +83,9 @@ async def received(admitted: AdmittedUpdate, tmp: Path, chunks: AsyncIterator[by
     receiver: UpdateReceiver | None = None
     try:
         receiver = UpdateReceiver(admitted, tmp, cfg.max_chunk_bytes, inline_max, free)
+        bind = getattr(chunks, "bind_receiver", None)   # a resumable upload's parts (resumable_uploads.PartFeed)
+        if bind is not None:
+            bind(receiver)
 
         async def receive() -> None:
             async for chunk in chunks:

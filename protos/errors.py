@@ -13,6 +13,8 @@
           +-- StaleRoundError      update/task for a round not open      FAILED_PRECONDITION
           |    +-- TooStaleError   async update older than max staleness FAILED_PRECONDITION
           +-- WrongModelError      model id differs from the run's       FAILED_PRECONDITION
+          +-- UploadOffsetError    resumable part not at the upload's offset FAILED_PRECONDITION
+          +-- CapabilityError      device lacks what the run requires    FAILED_PRECONDITION
           +-- NotFoundError        unknown client, artifact, round       NOT_FOUND
           +-- UnauthenticatedError missing or bad credential             UNAUTHENTICATED
           +-- PermissionDeniedError acting as another identity           PERMISSION_DENIED
@@ -86,6 +88,18 @@ class WrongModelError(ProtocolError):
     code = "FAILED_PRECONDITION"
 
 
+class UploadOffsetError(ProtocolError):
+    """A resumable upload's part (or commit) that does not continue where the upload stands."""
+
+    code = "FAILED_PRECONDITION"
+
+
+class CapabilityError(ProtocolError):
+    """A device that cannot do what this run requires (secure aggregation, a codec, error feedback)."""
+
+    code = "FAILED_PRECONDITION"
+
+
 class NotFoundError(ProtocolError):
     code = "NOT_FOUND"
 
@@ -113,6 +127,7 @@ class CertificateError(UnavailableError):
 __all__ = [
     "FedortError", "ConfigError", "CorruptStateError", "StorageError", "DataError", "VectorError", "ArtifactError",
     "TrainingError",
-    "ProtocolError", "StaleRoundError", "TooStaleError", "WrongModelError", "NotFoundError", "UnauthenticatedError",
+    "ProtocolError", "StaleRoundError", "TooStaleError", "WrongModelError", "UploadOffsetError", "CapabilityError",
+    "NotFoundError", "UnauthenticatedError",
     "PermissionDeniedError", "ResourceExhaustedError", "UnavailableError", "CertificateError",
 ]

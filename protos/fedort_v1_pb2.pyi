@@ -269,6 +269,48 @@ class SubmitReply(_message.Message):
     message: str
     def __init__(self, accepted: bool = ..., duplicate: bool = ..., round: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
+class BeginUploadRequest(_message.Message):
+    __slots__ = ("header",)
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    header: UpdateHeader
+    def __init__(self, header: _Optional[_Union[UpdateHeader, _Mapping]] = ...) -> None: ...
+
+class UploadRef(_message.Message):
+    __slots__ = ("client_id", "upload_id")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    UPLOAD_ID_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    upload_id: str
+    def __init__(self, client_id: _Optional[str] = ..., upload_id: _Optional[str] = ...) -> None: ...
+
+class UploadPartRequest(_message.Message):
+    __slots__ = ("client_id", "upload_id", "offset", "data", "sha256")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    UPLOAD_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    upload_id: str
+    offset: int
+    data: bytes
+    sha256: bytes
+    def __init__(self, client_id: _Optional[str] = ..., upload_id: _Optional[str] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., sha256: _Optional[bytes] = ...) -> None: ...
+
+class UploadState(_message.Message):
+    __slots__ = ("upload_id", "offset", "payload_bytes", "max_part_bytes", "expires_unix_ms")
+    UPLOAD_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_PART_BYTES_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    upload_id: str
+    offset: int
+    payload_bytes: int
+    max_part_bytes: int
+    expires_unix_ms: int
+    def __init__(self, upload_id: _Optional[str] = ..., offset: _Optional[int] = ..., payload_bytes: _Optional[int] = ..., max_part_bytes: _Optional[int] = ..., expires_unix_ms: _Optional[int] = ...) -> None: ...
+
 class SecAggRequest(_message.Message):
     __slots__ = ("client_id", "model_id", "round", "step", "payload", "wait_ms")
     class Step(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):

@@ -74,6 +74,26 @@ class CoordinatorStub(object):
                 request_serializer=fedort_dot_protos_dot_fedort__v1__pb2.SecAggBatchRequest.SerializeToString,
                 response_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.SecAggBatchReply.FromString,
                 )
+        self.BeginUpload = channel.unary_unary(
+                '/fedort.v1.Coordinator/BeginUpload',
+                request_serializer=fedort_dot_protos_dot_fedort__v1__pb2.BeginUploadRequest.SerializeToString,
+                response_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.UploadState.FromString,
+                )
+        self.PutUploadPart = channel.unary_unary(
+                '/fedort.v1.Coordinator/PutUploadPart',
+                request_serializer=fedort_dot_protos_dot_fedort__v1__pb2.UploadPartRequest.SerializeToString,
+                response_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.UploadState.FromString,
+                )
+        self.GetUpload = channel.unary_unary(
+                '/fedort.v1.Coordinator/GetUpload',
+                request_serializer=fedort_dot_protos_dot_fedort__v1__pb2.UploadRef.SerializeToString,
+                response_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.UploadState.FromString,
+                )
+        self.CommitUpload = channel.unary_unary(
+                '/fedort.v1.Coordinator/CommitUpload',
+                request_serializer=fedort_dot_protos_dot_fedort__v1__pb2.UploadRef.SerializeToString,
+                response_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.SubmitReply.FromString,
+                )
 
 
 class CoordinatorServicer(object):
@@ -168,6 +188,33 @@ class CoordinatorServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BeginUpload(self, request, context):
+        """Resumable unary upload (protocol 1.7): the same update SubmitUpdate takes, in unary calls, for clients
+        that cannot stream a request body (browsers) or whose links drop. Begin with the header, put parts
+        at increasing offsets, commit; GetUpload says where to resume.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PutUploadPart(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetUpload(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CommitUpload(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -230,6 +277,26 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.SecAggBatch,
                     request_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.SecAggBatchRequest.FromString,
                     response_serializer=fedort_dot_protos_dot_fedort__v1__pb2.SecAggBatchReply.SerializeToString,
+            ),
+            'BeginUpload': grpc.unary_unary_rpc_method_handler(
+                    servicer.BeginUpload,
+                    request_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.BeginUploadRequest.FromString,
+                    response_serializer=fedort_dot_protos_dot_fedort__v1__pb2.UploadState.SerializeToString,
+            ),
+            'PutUploadPart': grpc.unary_unary_rpc_method_handler(
+                    servicer.PutUploadPart,
+                    request_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.UploadPartRequest.FromString,
+                    response_serializer=fedort_dot_protos_dot_fedort__v1__pb2.UploadState.SerializeToString,
+            ),
+            'GetUpload': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetUpload,
+                    request_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.UploadRef.FromString,
+                    response_serializer=fedort_dot_protos_dot_fedort__v1__pb2.UploadState.SerializeToString,
+            ),
+            'CommitUpload': grpc.unary_unary_rpc_method_handler(
+                    servicer.CommitUpload,
+                    request_deserializer=fedort_dot_protos_dot_fedort__v1__pb2.UploadRef.FromString,
+                    response_serializer=fedort_dot_protos_dot_fedort__v1__pb2.SubmitReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -442,5 +509,73 @@ class Coordinator(object):
         return grpc.experimental.unary_unary(request, target, '/fedort.v1.Coordinator/SecAggBatch',
             fedort_dot_protos_dot_fedort__v1__pb2.SecAggBatchRequest.SerializeToString,
             fedort_dot_protos_dot_fedort__v1__pb2.SecAggBatchReply.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def BeginUpload(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/fedort.v1.Coordinator/BeginUpload',
+            fedort_dot_protos_dot_fedort__v1__pb2.BeginUploadRequest.SerializeToString,
+            fedort_dot_protos_dot_fedort__v1__pb2.UploadState.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def PutUploadPart(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/fedort.v1.Coordinator/PutUploadPart',
+            fedort_dot_protos_dot_fedort__v1__pb2.UploadPartRequest.SerializeToString,
+            fedort_dot_protos_dot_fedort__v1__pb2.UploadState.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def GetUpload(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/fedort.v1.Coordinator/GetUpload',
+            fedort_dot_protos_dot_fedort__v1__pb2.UploadRef.SerializeToString,
+            fedort_dot_protos_dot_fedort__v1__pb2.UploadState.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def CommitUpload(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/fedort.v1.Coordinator/CommitUpload',
+            fedort_dot_protos_dot_fedort__v1__pb2.UploadRef.SerializeToString,
+            fedort_dot_protos_dot_fedort__v1__pb2.SubmitReply.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

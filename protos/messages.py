@@ -141,6 +141,25 @@ class UpdateHeader:
 
 
 @dataclass(frozen=True)
+class UploadState:
+    """Where a resumable upload stands (protocol 1.7): the next part starts at `offset`."""
+
+    upload_id: str
+    offset: int
+    payload_bytes: int
+    max_part_bytes: int
+    expires_unix_ms: int
+
+    def to_pb(self) -> pb.UploadState:
+        return pb.UploadState(upload_id=self.upload_id, offset=self.offset, payload_bytes=self.payload_bytes,
+                              max_part_bytes=self.max_part_bytes, expires_unix_ms=self.expires_unix_ms)
+
+    @classmethod
+    def from_pb(cls, m: pb.UploadState) -> "UploadState":
+        return cls(m.upload_id, m.offset, m.payload_bytes, m.max_part_bytes, m.expires_unix_ms)
+
+
+@dataclass(frozen=True)
 class RoundSummary:
     """One round as the Status RPC and `fedort coordinator status` show it."""
 
