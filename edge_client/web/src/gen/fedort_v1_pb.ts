@@ -1,4 +1,4 @@
-// fedort wire contract, version 1.
+// fedort wire contract, version 1 (protocol 1.7; protos/PROTOCOL.md writes it down for a second implementation).
 //
 // Devices only dial out: they join, long-poll for tasks, pull the round's global vector and push
 // their update. Parameter vectors and artifact files always travel as streams of ~1 MiB chunks
@@ -17,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file fedort_v1.proto.
  */
 export const file_fedort_v1: GenFile = /*@__PURE__*/
-  fileDesc("Cg9mZWRvcnRfdjEucHJvdG8SCWZlZG9ydC52MSK9AQoMVmVjdG9ySGVhZGVyEhAKCG1vZGVsX2lkGAEgASgJEg0KBXJvdW5kGAIgASgEEg4KBmxlbmd0aBgDIAEoBBINCgVkdHlwZRgEIAEoCRINCgVjb2RlYxgFIAEoCRIOCgZzaGEyNTYYBiABKAwSEgoKY2h1bmtfc2l6ZRgHIAEoDRITCgtiYXNlX3NoYTI1NhgIIAEoDBIVCg1wYXlsb2FkX2J5dGVzGAkgASgEEg4KBmRpZ2VzdBgKIAEoCSJQCgpWZWN0b3JQYXJ0EikKBmhlYWRlchgBIAEoCzIXLmZlZG9ydC52MS5WZWN0b3JIZWFkZXJIABIPCgVjaHVuaxgCIAEoDEgAQgYKBHBhcnQiOgoMQXJ0aWZhY3RJbmZvEgwKBG5hbWUYASABKAkSDgoGc2hhMjU2GAIgASgMEgwKBHNpemUYAyABKAQivgEKC0pvaW5SZXF1ZXN0EhMKC2RldmljZV9uYW1lGAEgASgJEhIKCmNyZWRlbnRpYWwYAiABKAkSPgoMY2FwYWJpbGl0aWVzGAMgAygLMiguZmVkb3J0LnYxLkpvaW5SZXF1ZXN0LkNhcGFiaWxpdGllc0VudHJ5EhEKCWNsaWVudF9pZBgEIAEoCRozChFDYXBhYmlsaXRpZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIpACCglKb2luUmVwbHkSEQoJY2xpZW50X2lkGAEgASgJEhAKCG1vZGVsX2lkGAIgASgJEhUKDW1hbmlmZXN0X2pzb24YAyABKAkSKgoJYXJ0aWZhY3RzGAQgAygLMhcuZmVkb3J0LnYxLkFydGlmYWN0SW5mbxIdChVoZWFydGJlYXRfaW50ZXJ2YWxfbXMYBSABKA0SFwoPbWF4X2NodW5rX2J5dGVzGAYgASgNEhUKDXVwbG9hZF9jb2RlY3MYByADKAkSGAoQbG9jYWxfdmVjdG9yX2RpchgIIAEoCRIWCg51cGRhdGVfZGlnZXN0cxgJIAMoCRIaChJoYXNoZXNfbG9jYWxfZmlsZXMYCiABKAgiRAoPQXJ0aWZhY3RSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRIQCghtb2RlbF9pZBgCIAEoCRIMCgRuYW1lGAMgASgJIlIKDEFydGlmYWN0UGFydBIpCgZoZWFkZXIYASABKAsyFy5mZWRvcnQudjEuQXJ0aWZhY3RJbmZvSAASDwoFY2h1bmsYAiABKAxIAEIGCgRwYXJ0IuYBCgtUcmFpbkNvbmZpZxIUCgxsb2NhbF9lcG9jaHMYASABKA0SEgoKYmF0Y2hfc2l6ZRgCIAEoDRIVCg1sZWFybmluZ19yYXRlGAMgASgBEhcKD3Jlc2V0X29wdGltaXplchgEIAEoCBIMCgRzZWVkGAUgASgEEjAKBWV4dHJhGAYgAygLMiEuZmVkb3J0LnYxLlRyYWluQ29uZmlnLkV4dHJhRW50cnkSDwoHcHJveF9tdRgHIAEoARosCgpFeHRyYUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiQwoLUG9sbFJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEhAKCG1vZGVsX2lkGAIgASgJEg8KB3dhaXRfbXMYAyABKA0iSQoQUG9sbFRhc2tzUmVxdWVzdBISCgpjbGllbnRfaWRzGAEgAygJEhAKCG1vZGVsX2lkGAIgASgJEg8KB3dhaXRfbXMYAyABKA0iPgoKQ2xpZW50VGFzaxIRCgljbGllbnRfaWQYASABKAkSHQoEdGFzaxgCIAEoCzIPLmZlZG9ydC52MS5UYXNrIlQKDlBvbGxUYXNrc1JlcGx5Eg0KBXJvdW5kGAEgASgEEg0KBXN0YXRlGAIgASgJEiQKBXRhc2tzGAMgAygLMhUuZmVkb3J0LnYxLkNsaWVudFRhc2simwIKBFRhc2sSIgoEa2luZBgBIAEoDjIULmZlZG9ydC52MS5UYXNrLktpbmQSDQoFcm91bmQYAiABKAQSGAoQZGVhZGxpbmVfdW5peF9tcxgDIAEoAxImCgZjb25maWcYBCABKAsyFi5mZWRvcnQudjEuVHJhaW5Db25maWcSFgoOcmV0cnlfYWZ0ZXJfbXMYBSABKA0SFQoNdmVjdG9yX3NoYTI1NhgGIAEoDBIVCg12ZWN0b3JfbGVuZ3RoGAcgASgEEg4KBnNlY2FnZxgIIAEoDBIVCg12ZWN0b3JfYmxha2UzGAkgASgMIjEKBEtpbmQSCAoEV0FJVBAAEgcKA0ZJVBABEgwKCEVWQUxVQVRFEAISCAoERE9ORRADImsKDVZlY3RvclJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEhAKCG1vZGVsX2lkGAIgASgJEg0KBXJvdW5kGAMgASgEEhUKDWNhY2hlZF9zaGEyNTYYBCABKAwSDwoHZGlnZXN0cxgFIAMoCSIqCgZNZXRyaWMSDQoFdmFsdWUYASABKAESEQoJc3luY19kaXN0GAIgASgIIosCCgxVcGRhdGVIZWFkZXISEQoJY2xpZW50X2lkGAEgASgJEicKBnZlY3RvchgCIAEoCzIXLmZlZG9ydC52MS5WZWN0b3JIZWFkZXISFAoMbnVtX2V4YW1wbGVzGAMgASgEEjUKB21ldHJpY3MYBCADKAsyJC5mZWRvcnQudjEuVXBkYXRlSGVhZGVyLk1ldHJpY3NFbnRyeRIbChN0cmFpbmVkX2Zyb21fc2hhMjU2GAUgASgMEhIKCmxvY2FsX2ZpbGUYBiABKAkaQQoMTWV0cmljc0VudHJ5EgsKA2tleRgBIAEoCRIgCgV2YWx1ZRgCIAEoCzIRLmZlZG9ydC52MS5NZXRyaWM6AjgBIlAKClVwZGF0ZVBhcnQSKQoGaGVhZGVyGAEgASgLMhcuZmVkb3J0LnYxLlVwZGF0ZUhlYWRlckgAEg8KBWNodW5rGAIgASgMSABCBgoEcGFydCJSCgtTdWJtaXRSZXBseRIQCghhY2NlcHRlZBgBIAEoCBIRCglkdXBsaWNhdGUYAiABKAgSDQoFcm91bmQYAyABKAQSDwoHbWVzc2FnZRgEIAEoCSLUAQoNU2VjQWdnUmVxdWVzdBIRCgljbGllbnRfaWQYASABKAkSEAoIbW9kZWxfaWQYAiABKAkSDQoFcm91bmQYAyABKAQSKwoEc3RlcBgEIAEoDjIdLmZlZG9ydC52MS5TZWNBZ2dSZXF1ZXN0LlN0ZXASDwoHcGF5bG9hZBgFIAEoDBIPCgd3YWl0X21zGAYgASgNIkAKBFN0ZXASDQoJQURWRVJUSVNFEAASCQoFU0hBUkUQARISCg5VTk1BU0tfUkVRVUVTVBACEgoKBlVOTUFTSxADIi0KC1NlY0FnZ1JlcGx5Eg0KBXJlYWR5GAEgASgIEg8KB3BheWxvYWQYAiABKAwiTgoSU2VjQWdnQmF0Y2hSZXF1ZXN0EicKBXN0ZXBzGAEgAygLMhguZmVkb3J0LnYxLlNlY0FnZ1JlcXVlc3QSDwoHd2FpdF9tcxgCIAEoDSJwChBTZWNBZ2dCYXRjaEVudHJ5EhEKCWNsaWVudF9pZBgBIAEoCRINCgVyZWFkeRgCIAEoCBIPCgdwYXlsb2FkGAMgASgMEhIKCmVycm9yX2NvZGUYBCABKAkSFQoNZXJyb3JfbWVzc2FnZRgFIAEoCSJAChBTZWNBZ2dCYXRjaFJlcGx5EiwKB2VudHJpZXMYASADKAsyGy5mZWRvcnQudjEuU2VjQWdnQmF0Y2hFbnRyeSLaAQoQRXZhbHVhdGlvblJlc3VsdBIRCgljbGllbnRfaWQYASABKAkSEAoIbW9kZWxfaWQYAiABKAkSDQoFcm91bmQYAyABKAQSFAoMbnVtX2V4YW1wbGVzGAQgASgEEjkKB21ldHJpY3MYBSADKAsyKC5mZWRvcnQudjEuRXZhbHVhdGlvblJlc3VsdC5NZXRyaWNzRW50cnkaQQoMTWV0cmljc0VudHJ5EgsKA2tleRgBIAEoCRIgCgV2YWx1ZRgCIAEoCzIRLmZlZG9ydC52MS5NZXRyaWM6AjgBIiUKEEhlYXJ0YmVhdFJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJIi4KDkhlYXJ0YmVhdFJlcGx5Eg0KBXJvdW5kGAEgASgEEg0KBXN0YXRlGAIgASgJIjEKDExlYXZlUmVxdWVzdBIRCgljbGllbnRfaWQYASABKAkSDgoGcmVhc29uGAIgASgJIgwKCkxlYXZlUmVwbHkiDwoNU3RhdHVzUmVxdWVzdCK2AQoMUm91bmRTdW1tYXJ5Eg0KBXJvdW5kGAEgASgEEg0KBXN0YXRlGAIgASgJEg8KB2NsaWVudHMYAyABKA0SEAoIZXhhbXBsZXMYBCABKAQSNQoHbWV0cmljcxgFIAMoCzIkLmZlZG9ydC52MS5Sb3VuZFN1bW1hcnkuTWV0cmljc0VudHJ5Gi4KDE1ldHJpY3NFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAE6AjgBIs4BCgtTdGF0dXNSZXBseRIQCghtb2RlbF9pZBgBIAEoCRIVCg1jdXJyZW50X3JvdW5kGAIgASgEEhQKDHRvdGFsX3JvdW5kcxgDIAEoBBINCgVzdGF0ZRgEIAEoCRIaChJyZWdpc3RlcmVkX2NsaWVudHMYBSABKA0SFgoOYWN0aXZlX2NsaWVudHMYBiABKA0SJwoGcm91bmRzGAcgAygLMhcuZmVkb3J0LnYxLlJvdW5kU3VtbWFyeRIUCgxsYXRlc3RfbW9kZWwYCCABKAkiPQoSQmVnaW5VcGxvYWRSZXF1ZXN0EicKBmhlYWRlchgBIAEoCzIXLmZlZG9ydC52MS5VcGRhdGVIZWFkZXIiMQoJVXBsb2FkUmVmEhEKCWNsaWVudF9pZBgBIAEoCRIRCgl1cGxvYWRfaWQYAiABKAkiZwoRVXBsb2FkUGFydFJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEhEKCXVwbG9hZF9pZBgCIAEoCRIOCgZvZmZzZXQYAyABKAQSDAoEZGF0YRgEIAEoDBIOCgZzaGEyNTYYBSABKAwieAoLVXBsb2FkU3RhdGUSEQoJdXBsb2FkX2lkGAEgASgJEg4KBm9mZnNldBgCIAEoBBIVCg1wYXlsb2FkX2J5dGVzGAMgASgEEhYKDm1heF9wYXJ0X2J5dGVzGAQgASgNEhcKD2V4cGlyZXNfdW5peF9tcxgFIAEoAzKeCAoLQ29vcmRpbmF0b3ISNAoESm9pbhIWLmZlZG9ydC52MS5Kb2luUmVxdWVzdBoULmZlZG9ydC52MS5Kb2luUmVwbHkSSQoQRG93bmxvYWRBcnRpZmFjdBIaLmZlZG9ydC52MS5BcnRpZmFjdFJlcXVlc3QaFy5mZWRvcnQudjEuQXJ0aWZhY3RQYXJ0MAESMwoIUG9sbFRhc2sSFi5mZWRvcnQudjEuUG9sbFJlcXVlc3QaDy5mZWRvcnQudjEuVGFzaxJDCglQb2xsVGFza3MSGy5mZWRvcnQudjEuUG9sbFRhc2tzUmVxdWVzdBoZLmZlZG9ydC52MS5Qb2xsVGFza3NSZXBseRJDCg5Eb3dubG9hZFZlY3RvchIYLmZlZG9ydC52MS5WZWN0b3JSZXF1ZXN0GhUuZmVkb3J0LnYxLlZlY3RvclBhcnQwARI/CgxTdWJtaXRVcGRhdGUSFS5mZWRvcnQudjEuVXBkYXRlUGFydBoWLmZlZG9ydC52MS5TdWJtaXRSZXBseSgBEkcKEFN1Ym1pdEV2YWx1YXRpb24SGy5mZWRvcnQudjEuRXZhbHVhdGlvblJlc3VsdBoWLmZlZG9ydC52MS5TdWJtaXRSZXBseRJDCglIZWFydGJlYXQSGy5mZWRvcnQudjEuSGVhcnRiZWF0UmVxdWVzdBoZLmZlZG9ydC52MS5IZWFydGJlYXRSZXBseRI3CgVMZWF2ZRIXLmZlZG9ydC52MS5MZWF2ZVJlcXVlc3QaFS5mZWRvcnQudjEuTGVhdmVSZXBseRI6CgZTdGF0dXMSGC5mZWRvcnQudjEuU3RhdHVzUmVxdWVzdBoWLmZlZG9ydC52MS5TdGF0dXNSZXBseRI6CgZTZWNBZ2cSGC5mZWRvcnQudjEuU2VjQWdnUmVxdWVzdBoWLmZlZG9ydC52MS5TZWNBZ2dSZXBseRJJCgtTZWNBZ2dCYXRjaBIdLmZlZG9ydC52MS5TZWNBZ2dCYXRjaFJlcXVlc3QaGy5mZWRvcnQudjEuU2VjQWdnQmF0Y2hSZXBseRJECgtCZWdpblVwbG9hZBIdLmZlZG9ydC52MS5CZWdpblVwbG9hZFJlcXVlc3QaFi5mZWRvcnQudjEuVXBsb2FkU3RhdGUSRQoNUHV0VXBsb2FkUGFydBIcLmZlZG9ydC52MS5VcGxvYWRQYXJ0UmVxdWVzdBoWLmZlZG9ydC52MS5VcGxvYWRTdGF0ZRI5CglHZXRVcGxvYWQSFC5mZWRvcnQudjEuVXBsb2FkUmVmGhYuZmVkb3J0LnYxLlVwbG9hZFN0YXRlEjwKDENvbW1pdFVwbG9hZBIULmZlZG9ydC52MS5VcGxvYWRSZWYaFi5mZWRvcnQudjEuU3VibWl0UmVwbHliBnByb3RvMw");
+  fileDesc("Cg9mZWRvcnRfdjEucHJvdG8SCWZlZG9ydC52MSK9AQoMVmVjdG9ySGVhZGVyEhAKCG1vZGVsX2lkGAEgASgJEg0KBXJvdW5kGAIgASgEEg4KBmxlbmd0aBgDIAEoBBINCgVkdHlwZRgEIAEoCRINCgVjb2RlYxgFIAEoCRIOCgZzaGEyNTYYBiABKAwSEgoKY2h1bmtfc2l6ZRgHIAEoDRITCgtiYXNlX3NoYTI1NhgIIAEoDBIVCg1wYXlsb2FkX2J5dGVzGAkgASgEEg4KBmRpZ2VzdBgKIAEoCSJQCgpWZWN0b3JQYXJ0EikKBmhlYWRlchgBIAEoCzIXLmZlZG9ydC52MS5WZWN0b3JIZWFkZXJIABIPCgVjaHVuaxgCIAEoDEgAQgYKBHBhcnQiOgoMQXJ0aWZhY3RJbmZvEgwKBG5hbWUYASABKAkSDgoGc2hhMjU2GAIgASgMEgwKBHNpemUYAyABKAQivgEKC0pvaW5SZXF1ZXN0EhMKC2RldmljZV9uYW1lGAEgASgJEhIKCmNyZWRlbnRpYWwYAiABKAkSPgoMY2FwYWJpbGl0aWVzGAMgAygLMiguZmVkb3J0LnYxLkpvaW5SZXF1ZXN0LkNhcGFiaWxpdGllc0VudHJ5EhEKCWNsaWVudF9pZBgEIAEoCRozChFDYXBhYmlsaXRpZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIpACCglKb2luUmVwbHkSEQoJY2xpZW50X2lkGAEgASgJEhAKCG1vZGVsX2lkGAIgASgJEhUKDW1hbmlmZXN0X2pzb24YAyABKAkSKgoJYXJ0aWZhY3RzGAQgAygLMhcuZmVkb3J0LnYxLkFydGlmYWN0SW5mbxIdChVoZWFydGJlYXRfaW50ZXJ2YWxfbXMYBSABKA0SFwoPbWF4X2NodW5rX2J5dGVzGAYgASgNEhUKDXVwbG9hZF9jb2RlY3MYByADKAkSGAoQbG9jYWxfdmVjdG9yX2RpchgIIAEoCRIWCg51cGRhdGVfZGlnZXN0cxgJIAMoCRIaChJoYXNoZXNfbG9jYWxfZmlsZXMYCiABKAgiRAoPQXJ0aWZhY3RSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRIQCghtb2RlbF9pZBgCIAEoCRIMCgRuYW1lGAMgASgJIlIKDEFydGlmYWN0UGFydBIpCgZoZWFkZXIYASABKAsyFy5mZWRvcnQudjEuQXJ0aWZhY3RJbmZvSAASDwoFY2h1bmsYAiABKAxIAEIGCgRwYXJ0IuYBCgtUcmFpbkNvbmZpZxIUCgxsb2NhbF9lcG9jaHMYASABKA0SEgoKYmF0Y2hfc2l6ZRgCIAEoDRIVCg1sZWFybmluZ19yYXRlGAMgASgBEhcKD3Jlc2V0X29wdGltaXplchgEIAEoCBIMCgRzZWVkGAUgASgEEjAKBWV4dHJhGAYgAygLMiEuZmVkb3J0LnYxLlRyYWluQ29uZmlnLkV4dHJhRW50cnkSDwoHcHJveF9tdRgHIAEoARosCgpFeHRyYUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiQwoLUG9sbFJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEhAKCG1vZGVsX2lkGAIgASgJEg8KB3dhaXRfbXMYAyABKA0iSQoQUG9sbFRhc2tzUmVxdWVzdBISCgpjbGllbnRfaWRzGAEgAygJEhAKCG1vZGVsX2lkGAIgASgJEg8KB3dhaXRfbXMYAyABKA0iPgoKQ2xpZW50VGFzaxIRCgljbGllbnRfaWQYASABKAkSHQoEdGFzaxgCIAEoCzIPLmZlZG9ydC52MS5UYXNrIlQKDlBvbGxUYXNrc1JlcGx5Eg0KBXJvdW5kGAEgASgEEg0KBXN0YXRlGAIgASgJEiQKBXRhc2tzGAMgAygLMhUuZmVkb3J0LnYxLkNsaWVudFRhc2simwIKBFRhc2sSIgoEa2luZBgBIAEoDjIULmZlZG9ydC52MS5UYXNrLktpbmQSDQoFcm91bmQYAiABKAQSGAoQZGVhZGxpbmVfdW5peF9tcxgDIAEoAxImCgZjb25maWcYBCABKAsyFi5mZWRvcnQudjEuVHJhaW5Db25maWcSFgoOcmV0cnlfYWZ0ZXJfbXMYBSABKA0SFQoNdmVjdG9yX3NoYTI1NhgGIAEoDBIVCg12ZWN0b3JfbGVuZ3RoGAcgASgEEg4KBnNlY2FnZxgIIAEoDBIVCg12ZWN0b3JfYmxha2UzGAkgASgMIjEKBEtpbmQSCAoEV0FJVBAAEgcKA0ZJVBABEgwKCEVWQUxVQVRFEAISCAoERE9ORRADImsKDVZlY3RvclJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEhAKCG1vZGVsX2lkGAIgASgJEg0KBXJvdW5kGAMgASgEEhUKDWNhY2hlZF9zaGEyNTYYBCABKAwSDwoHZGlnZXN0cxgFIAMoCSIqCgZNZXRyaWMSDQoFdmFsdWUYASABKAESEQoJc3luY19kaXN0GAIgASgIIosCCgxVcGRhdGVIZWFkZXISEQoJY2xpZW50X2lkGAEgASgJEicKBnZlY3RvchgCIAEoCzIXLmZlZG9ydC52MS5WZWN0b3JIZWFkZXISFAoMbnVtX2V4YW1wbGVzGAMgASgEEjUKB21ldHJpY3MYBCADKAsyJC5mZWRvcnQudjEuVXBkYXRlSGVhZGVyLk1ldHJpY3NFbnRyeRIbChN0cmFpbmVkX2Zyb21fc2hhMjU2GAUgASgMEhIKCmxvY2FsX2ZpbGUYBiABKAkaQQoMTWV0cmljc0VudHJ5EgsKA2tleRgBIAEoCRIgCgV2YWx1ZRgCIAEoCzIRLmZlZG9ydC52MS5NZXRyaWM6AjgBIlAKClVwZGF0ZVBhcnQSKQoGaGVhZGVyGAEgASgLMhcuZmVkb3J0LnYxLlVwZGF0ZUhlYWRlckgAEg8KBWNodW5rGAIgASgMSABCBgoEcGFydCJSCgtTdWJtaXRSZXBseRIQCghhY2NlcHRlZBgBIAEoCBIRCglkdXBsaWNhdGUYAiABKAgSDQoFcm91bmQYAyABKAQSDwoHbWVzc2FnZRgEIAEoCSI9ChJCZWdpblVwbG9hZFJlcXVlc3QSJwoGaGVhZGVyGAEgASgLMhcuZmVkb3J0LnYxLlVwZGF0ZUhlYWRlciIxCglVcGxvYWRSZWYSEQoJY2xpZW50X2lkGAEgASgJEhEKCXVwbG9hZF9pZBgCIAEoCSJnChFVcGxvYWRQYXJ0UmVxdWVzdBIRCgljbGllbnRfaWQYASABKAkSEQoJdXBsb2FkX2lkGAIgASgJEg4KBm9mZnNldBgDIAEoBBIMCgRkYXRhGAQgASgMEg4KBnNoYTI1NhgFIAEoDCJ4CgtVcGxvYWRTdGF0ZRIRCgl1cGxvYWRfaWQYASABKAkSDgoGb2Zmc2V0GAIgASgEEhUKDXBheWxvYWRfYnl0ZXMYAyABKAQSFgoObWF4X3BhcnRfYnl0ZXMYBCABKA0SFwoPZXhwaXJlc191bml4X21zGAUgASgDItQBCg1TZWNBZ2dSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRIQCghtb2RlbF9pZBgCIAEoCRINCgVyb3VuZBgDIAEoBBIrCgRzdGVwGAQgASgOMh0uZmVkb3J0LnYxLlNlY0FnZ1JlcXVlc3QuU3RlcBIPCgdwYXlsb2FkGAUgASgMEg8KB3dhaXRfbXMYBiABKA0iQAoEU3RlcBINCglBRFZFUlRJU0UQABIJCgVTSEFSRRABEhIKDlVOTUFTS19SRVFVRVNUEAISCgoGVU5NQVNLEAMiLQoLU2VjQWdnUmVwbHkSDQoFcmVhZHkYASABKAgSDwoHcGF5bG9hZBgCIAEoDCJOChJTZWNBZ2dCYXRjaFJlcXVlc3QSJwoFc3RlcHMYASADKAsyGC5mZWRvcnQudjEuU2VjQWdnUmVxdWVzdBIPCgd3YWl0X21zGAIgASgNInAKEFNlY0FnZ0JhdGNoRW50cnkSEQoJY2xpZW50X2lkGAEgASgJEg0KBXJlYWR5GAIgASgIEg8KB3BheWxvYWQYAyABKAwSEgoKZXJyb3JfY29kZRgEIAEoCRIVCg1lcnJvcl9tZXNzYWdlGAUgASgJIkAKEFNlY0FnZ0JhdGNoUmVwbHkSLAoHZW50cmllcxgBIAMoCzIbLmZlZG9ydC52MS5TZWNBZ2dCYXRjaEVudHJ5ItoBChBFdmFsdWF0aW9uUmVzdWx0EhEKCWNsaWVudF9pZBgBIAEoCRIQCghtb2RlbF9pZBgCIAEoCRINCgVyb3VuZBgDIAEoBBIUCgxudW1fZXhhbXBsZXMYBCABKAQSOQoHbWV0cmljcxgFIAMoCzIoLmZlZG9ydC52MS5FdmFsdWF0aW9uUmVzdWx0Lk1ldHJpY3NFbnRyeRpBCgxNZXRyaWNzRW50cnkSCwoDa2V5GAEgASgJEiAKBXZhbHVlGAIgASgLMhEuZmVkb3J0LnYxLk1ldHJpYzoCOAEiJQoQSGVhcnRiZWF0UmVxdWVzdBIRCgljbGllbnRfaWQYASABKAkiLgoOSGVhcnRiZWF0UmVwbHkSDQoFcm91bmQYASABKAQSDQoFc3RhdGUYAiABKAkiMQoMTGVhdmVSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRIOCgZyZWFzb24YAiABKAkiDAoKTGVhdmVSZXBseSIPCg1TdGF0dXNSZXF1ZXN0IrYBCgxSb3VuZFN1bW1hcnkSDQoFcm91bmQYASABKAQSDQoFc3RhdGUYAiABKAkSDwoHY2xpZW50cxgDIAEoDRIQCghleGFtcGxlcxgEIAEoBBI1CgdtZXRyaWNzGAUgAygLMiQuZmVkb3J0LnYxLlJvdW5kU3VtbWFyeS5NZXRyaWNzRW50cnkaLgoMTWV0cmljc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoAToCOAEizgEKC1N0YXR1c1JlcGx5EhAKCG1vZGVsX2lkGAEgASgJEhUKDWN1cnJlbnRfcm91bmQYAiABKAQSFAoMdG90YWxfcm91bmRzGAMgASgEEg0KBXN0YXRlGAQgASgJEhoKEnJlZ2lzdGVyZWRfY2xpZW50cxgFIAEoDRIWCg5hY3RpdmVfY2xpZW50cxgGIAEoDRInCgZyb3VuZHMYByADKAsyFy5mZWRvcnQudjEuUm91bmRTdW1tYXJ5EhQKDGxhdGVzdF9tb2RlbBgIIAEoCTKeCAoLQ29vcmRpbmF0b3ISNAoESm9pbhIWLmZlZG9ydC52MS5Kb2luUmVxdWVzdBoULmZlZG9ydC52MS5Kb2luUmVwbHkSSQoQRG93bmxvYWRBcnRpZmFjdBIaLmZlZG9ydC52MS5BcnRpZmFjdFJlcXVlc3QaFy5mZWRvcnQudjEuQXJ0aWZhY3RQYXJ0MAESMwoIUG9sbFRhc2sSFi5mZWRvcnQudjEuUG9sbFJlcXVlc3QaDy5mZWRvcnQudjEuVGFzaxJDCglQb2xsVGFza3MSGy5mZWRvcnQudjEuUG9sbFRhc2tzUmVxdWVzdBoZLmZlZG9ydC52MS5Qb2xsVGFza3NSZXBseRJDCg5Eb3dubG9hZFZlY3RvchIYLmZlZG9ydC52MS5WZWN0b3JSZXF1ZXN0GhUuZmVkb3J0LnYxLlZlY3RvclBhcnQwARI/CgxTdWJtaXRVcGRhdGUSFS5mZWRvcnQudjEuVXBkYXRlUGFydBoWLmZlZG9ydC52MS5TdWJtaXRSZXBseSgBEkcKEFN1Ym1pdEV2YWx1YXRpb24SGy5mZWRvcnQudjEuRXZhbHVhdGlvblJlc3VsdBoWLmZlZG9ydC52MS5TdWJtaXRSZXBseRJDCglIZWFydGJlYXQSGy5mZWRvcnQudjEuSGVhcnRiZWF0UmVxdWVzdBoZLmZlZG9ydC52MS5IZWFydGJlYXRSZXBseRI3CgVMZWF2ZRIXLmZlZG9ydC52MS5MZWF2ZVJlcXVlc3QaFS5mZWRvcnQudjEuTGVhdmVSZXBseRI6CgZTdGF0dXMSGC5mZWRvcnQudjEuU3RhdHVzUmVxdWVzdBoWLmZlZG9ydC52MS5TdGF0dXNSZXBseRI6CgZTZWNBZ2cSGC5mZWRvcnQudjEuU2VjQWdnUmVxdWVzdBoWLmZlZG9ydC52MS5TZWNBZ2dSZXBseRJJCgtTZWNBZ2dCYXRjaBIdLmZlZG9ydC52MS5TZWNBZ2dCYXRjaFJlcXVlc3QaGy5mZWRvcnQudjEuU2VjQWdnQmF0Y2hSZXBseRJECgtCZWdpblVwbG9hZBIdLmZlZG9ydC52MS5CZWdpblVwbG9hZFJlcXVlc3QaFi5mZWRvcnQudjEuVXBsb2FkU3RhdGUSRQoNUHV0VXBsb2FkUGFydBIcLmZlZG9ydC52MS5VcGxvYWRQYXJ0UmVxdWVzdBoWLmZlZG9ydC52MS5VcGxvYWRTdGF0ZRI5CglHZXRVcGxvYWQSFC5mZWRvcnQudjEuVXBsb2FkUmVmGhYuZmVkb3J0LnYxLlVwbG9hZFN0YXRlEjwKDENvbW1pdFVwbG9hZBIULmZlZG9ydC52MS5VcGxvYWRSZWYaFi5mZWRvcnQudjEuU3VibWl0UmVwbHliBnByb3RvMw");
 
 /**
  * @generated from message fedort.v1.VectorHeader
@@ -808,6 +808,133 @@ export const SubmitReplySchema: GenMessage<SubmitReply> = /*@__PURE__*/
   messageDesc(file_fedort_v1, 17);
 
 /**
+ * @generated from message fedort.v1.BeginUploadRequest
+ */
+export type BeginUploadRequest = Message<"fedort.v1.BeginUploadRequest"> & {
+  /**
+   * exactly what SubmitUpdate's first part carries (local_file must be empty)
+   *
+   * @generated from field: fedort.v1.UpdateHeader header = 1;
+   */
+  header?: UpdateHeader | undefined;
+};
+
+/**
+ * Describes the message fedort.v1.BeginUploadRequest.
+ * Use `create(BeginUploadRequestSchema)` to create a new message.
+ */
+export const BeginUploadRequestSchema: GenMessage<BeginUploadRequest> = /*@__PURE__*/
+  messageDesc(file_fedort_v1, 18);
+
+/**
+ * @generated from message fedort.v1.UploadRef
+ */
+export type UploadRef = Message<"fedort.v1.UploadRef"> & {
+  /**
+   * @generated from field: string client_id = 1;
+   */
+  clientId: string;
+
+  /**
+   * @generated from field: string upload_id = 2;
+   */
+  uploadId: string;
+};
+
+/**
+ * Describes the message fedort.v1.UploadRef.
+ * Use `create(UploadRefSchema)` to create a new message.
+ */
+export const UploadRefSchema: GenMessage<UploadRef> = /*@__PURE__*/
+  messageDesc(file_fedort_v1, 19);
+
+/**
+ * @generated from message fedort.v1.UploadPartRequest
+ */
+export type UploadPartRequest = Message<"fedort.v1.UploadPartRequest"> & {
+  /**
+   * @generated from field: string client_id = 1;
+   */
+  clientId: string;
+
+  /**
+   * @generated from field: string upload_id = 2;
+   */
+  uploadId: string;
+
+  /**
+   * must equal UploadState.offset (the bytes acknowledged so far)
+   *
+   * @generated from field: uint64 offset = 3;
+   */
+  offset: bigint;
+
+  /**
+   * 1 .. UploadState.max_part_bytes bytes of the encoded payload
+   *
+   * @generated from field: bytes data = 4;
+   */
+  data: Uint8Array;
+
+  /**
+   * sha256 of `data` (32 bytes)
+   *
+   * @generated from field: bytes sha256 = 5;
+   */
+  sha256: Uint8Array;
+};
+
+/**
+ * Describes the message fedort.v1.UploadPartRequest.
+ * Use `create(UploadPartRequestSchema)` to create a new message.
+ */
+export const UploadPartRequestSchema: GenMessage<UploadPartRequest> = /*@__PURE__*/
+  messageDesc(file_fedort_v1, 20);
+
+/**
+ * @generated from message fedort.v1.UploadState
+ */
+export type UploadState = Message<"fedort.v1.UploadState"> & {
+  /**
+   * @generated from field: string upload_id = 1;
+   */
+  uploadId: string;
+
+  /**
+   * payload bytes received and durable so far: the next part starts here
+   *
+   * @generated from field: uint64 offset = 2;
+   */
+  offset: bigint;
+
+  /**
+   * the header's total
+   *
+   * @generated from field: uint64 payload_bytes = 3;
+   */
+  payloadBytes: bigint;
+
+  /**
+   * @generated from field: uint32 max_part_bytes = 4;
+   */
+  maxPartBytes: number;
+
+  /**
+   * an upload idle past this is dropped (NOT_FOUND afterwards)
+   *
+   * @generated from field: int64 expires_unix_ms = 5;
+   */
+  expiresUnixMs: bigint;
+};
+
+/**
+ * Describes the message fedort.v1.UploadState.
+ * Use `create(UploadStateSchema)` to create a new message.
+ */
+export const UploadStateSchema: GenMessage<UploadState> = /*@__PURE__*/
+  messageDesc(file_fedort_v1, 21);
+
+/**
  * ---- secure aggregation ------------------------------------------------------------------
  *
  * @generated from message fedort.v1.SecAggRequest
@@ -853,7 +980,7 @@ export type SecAggRequest = Message<"fedort.v1.SecAggRequest"> & {
  * Use `create(SecAggRequestSchema)` to create a new message.
  */
 export const SecAggRequestSchema: GenMessage<SecAggRequest> = /*@__PURE__*/
-  messageDesc(file_fedort_v1, 18);
+  messageDesc(file_fedort_v1, 22);
 
 /**
  * @generated from enum fedort.v1.SecAggRequest.Step
@@ -892,7 +1019,7 @@ export enum SecAggRequest_Step {
  * Describes the enum fedort.v1.SecAggRequest.Step.
  */
 export const SecAggRequest_StepSchema: GenEnum<SecAggRequest_Step> = /*@__PURE__*/
-  enumDesc(file_fedort_v1, 18, 0);
+  enumDesc(file_fedort_v1, 22, 0);
 
 /**
  * @generated from message fedort.v1.SecAggReply
@@ -916,7 +1043,7 @@ export type SecAggReply = Message<"fedort.v1.SecAggReply"> & {
  * Use `create(SecAggReplySchema)` to create a new message.
  */
 export const SecAggReplySchema: GenMessage<SecAggReply> = /*@__PURE__*/
-  messageDesc(file_fedort_v1, 19);
+  messageDesc(file_fedort_v1, 23);
 
 /**
  * Every client id must be the caller's own unless the coordinator runs with open auth (PERMISSION_DENIED
@@ -943,7 +1070,7 @@ export type SecAggBatchRequest = Message<"fedort.v1.SecAggBatchRequest"> & {
  * Use `create(SecAggBatchRequestSchema)` to create a new message.
  */
 export const SecAggBatchRequestSchema: GenMessage<SecAggBatchRequest> = /*@__PURE__*/
-  messageDesc(file_fedort_v1, 20);
+  messageDesc(file_fedort_v1, 24);
 
 /**
  * @generated from message fedort.v1.SecAggBatchEntry
@@ -982,7 +1109,7 @@ export type SecAggBatchEntry = Message<"fedort.v1.SecAggBatchEntry"> & {
  * Use `create(SecAggBatchEntrySchema)` to create a new message.
  */
 export const SecAggBatchEntrySchema: GenMessage<SecAggBatchEntry> = /*@__PURE__*/
-  messageDesc(file_fedort_v1, 21);
+  messageDesc(file_fedort_v1, 25);
 
 /**
  * @generated from message fedort.v1.SecAggBatchReply
@@ -1001,7 +1128,7 @@ export type SecAggBatchReply = Message<"fedort.v1.SecAggBatchReply"> & {
  * Use `create(SecAggBatchReplySchema)` to create a new message.
  */
 export const SecAggBatchReplySchema: GenMessage<SecAggBatchReply> = /*@__PURE__*/
-  messageDesc(file_fedort_v1, 22);
+  messageDesc(file_fedort_v1, 26);
 
 /**
  * @generated from message fedort.v1.EvaluationResult
@@ -1038,7 +1165,7 @@ export type EvaluationResult = Message<"fedort.v1.EvaluationResult"> & {
  * Use `create(EvaluationResultSchema)` to create a new message.
  */
 export const EvaluationResultSchema: GenMessage<EvaluationResult> = /*@__PURE__*/
-  messageDesc(file_fedort_v1, 23);
+  messageDesc(file_fedort_v1, 27);
 
 /**
  * @generated from message fedort.v1.HeartbeatRequest
@@ -1055,7 +1182,7 @@ export type HeartbeatRequest = Message<"fedort.v1.HeartbeatRequest"> & {
  * Use `create(HeartbeatRequestSchema)` to create a new message.
  */
 export const HeartbeatRequestSchema: GenMessage<HeartbeatRequest> = /*@__PURE__*/
-  messageDesc(file_fedort_v1, 24);
+  messageDesc(file_fedort_v1, 28);
 
 /**
  * @generated from message fedort.v1.HeartbeatReply
@@ -1077,7 +1204,7 @@ export type HeartbeatReply = Message<"fedort.v1.HeartbeatReply"> & {
  * Use `create(HeartbeatReplySchema)` to create a new message.
  */
 export const HeartbeatReplySchema: GenMessage<HeartbeatReply> = /*@__PURE__*/
-  messageDesc(file_fedort_v1, 25);
+  messageDesc(file_fedort_v1, 29);
 
 /**
  * @generated from message fedort.v1.LeaveRequest
@@ -1099,7 +1226,7 @@ export type LeaveRequest = Message<"fedort.v1.LeaveRequest"> & {
  * Use `create(LeaveRequestSchema)` to create a new message.
  */
 export const LeaveRequestSchema: GenMessage<LeaveRequest> = /*@__PURE__*/
-  messageDesc(file_fedort_v1, 26);
+  messageDesc(file_fedort_v1, 30);
 
 /**
  * @generated from message fedort.v1.LeaveReply
@@ -1112,7 +1239,7 @@ export type LeaveReply = Message<"fedort.v1.LeaveReply"> & {
  * Use `create(LeaveReplySchema)` to create a new message.
  */
 export const LeaveReplySchema: GenMessage<LeaveReply> = /*@__PURE__*/
-  messageDesc(file_fedort_v1, 27);
+  messageDesc(file_fedort_v1, 31);
 
 /**
  * @generated from message fedort.v1.StatusRequest
@@ -1125,7 +1252,7 @@ export type StatusRequest = Message<"fedort.v1.StatusRequest"> & {
  * Use `create(StatusRequestSchema)` to create a new message.
  */
 export const StatusRequestSchema: GenMessage<StatusRequest> = /*@__PURE__*/
-  messageDesc(file_fedort_v1, 28);
+  messageDesc(file_fedort_v1, 32);
 
 /**
  * @generated from message fedort.v1.RoundSummary
@@ -1162,7 +1289,7 @@ export type RoundSummary = Message<"fedort.v1.RoundSummary"> & {
  * Use `create(RoundSummarySchema)` to create a new message.
  */
 export const RoundSummarySchema: GenMessage<RoundSummary> = /*@__PURE__*/
-  messageDesc(file_fedort_v1, 29);
+  messageDesc(file_fedort_v1, 33);
 
 /**
  * @generated from message fedort.v1.StatusReply
@@ -1214,119 +1341,6 @@ export type StatusReply = Message<"fedort.v1.StatusReply"> & {
  * Use `create(StatusReplySchema)` to create a new message.
  */
 export const StatusReplySchema: GenMessage<StatusReply> = /*@__PURE__*/
-  messageDesc(file_fedort_v1, 30);
-
-/**
- * @generated from message fedort.v1.BeginUploadRequest
- */
-export type BeginUploadRequest = Message<"fedort.v1.BeginUploadRequest"> & {
-  /**
-   * @generated from field: fedort.v1.UpdateHeader header = 1;
-   */
-  header?: UpdateHeader | undefined;
-};
-
-/**
- * Describes the message fedort.v1.BeginUploadRequest.
- * Use `create(BeginUploadRequestSchema)` to create a new message.
- */
-export const BeginUploadRequestSchema: GenMessage<BeginUploadRequest> = /*@__PURE__*/
-  messageDesc(file_fedort_v1, 31);
-
-/**
- * @generated from message fedort.v1.UploadRef
- */
-export type UploadRef = Message<"fedort.v1.UploadRef"> & {
-  /**
-   * @generated from field: string client_id = 1;
-   */
-  clientId: string;
-
-  /**
-   * @generated from field: string upload_id = 2;
-   */
-  uploadId: string;
-};
-
-/**
- * Describes the message fedort.v1.UploadRef.
- * Use `create(UploadRefSchema)` to create a new message.
- */
-export const UploadRefSchema: GenMessage<UploadRef> = /*@__PURE__*/
-  messageDesc(file_fedort_v1, 32);
-
-/**
- * @generated from message fedort.v1.UploadPartRequest
- */
-export type UploadPartRequest = Message<"fedort.v1.UploadPartRequest"> & {
-  /**
-   * @generated from field: string client_id = 1;
-   */
-  clientId: string;
-
-  /**
-   * @generated from field: string upload_id = 2;
-   */
-  uploadId: string;
-
-  /**
-   * @generated from field: uint64 offset = 3;
-   */
-  offset: bigint;
-
-  /**
-   * @generated from field: bytes data = 4;
-   */
-  data: Uint8Array;
-
-  /**
-   * @generated from field: bytes sha256 = 5;
-   */
-  sha256: Uint8Array;
-};
-
-/**
- * Describes the message fedort.v1.UploadPartRequest.
- * Use `create(UploadPartRequestSchema)` to create a new message.
- */
-export const UploadPartRequestSchema: GenMessage<UploadPartRequest> = /*@__PURE__*/
-  messageDesc(file_fedort_v1, 33);
-
-/**
- * @generated from message fedort.v1.UploadState
- */
-export type UploadState = Message<"fedort.v1.UploadState"> & {
-  /**
-   * @generated from field: string upload_id = 1;
-   */
-  uploadId: string;
-
-  /**
-   * @generated from field: uint64 offset = 2;
-   */
-  offset: bigint;
-
-  /**
-   * @generated from field: uint64 payload_bytes = 3;
-   */
-  payloadBytes: bigint;
-
-  /**
-   * @generated from field: uint32 max_part_bytes = 4;
-   */
-  maxPartBytes: number;
-
-  /**
-   * @generated from field: int64 expires_unix_ms = 5;
-   */
-  expiresUnixMs: bigint;
-};
-
-/**
- * Describes the message fedort.v1.UploadState.
- * Use `create(UploadStateSchema)` to create a new message.
- */
-export const UploadStateSchema: GenMessage<UploadState> = /*@__PURE__*/
   messageDesc(file_fedort_v1, 34);
 
 /**
