@@ -1,0 +1,114 @@
+"""End to end: a real coordinator serving its web port, two Python devices and two browser tabs (real headless
+Chromium driven by edge_client/web/scripts/tabs.mjs) train three rounds of FedAvg together.
+
+Every device has its own enrolled token. The coordinator keeps its spool, so each round's committed global vector
+is checked against the example-weighted mean of the four updates it acknowledged, recomputed here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from test_edge_e2e import CLI, Procs, fedavg_matches, finish, query, wait_for
+from web_client import WEB, chromium_or_skip, node_or_skip, web_build
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture
+def procs(tmp_path):
+    ps = Procs(tmp_path)
+    yield ps
+    ps.kill_all()
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    """dev0.npz .. dev3.npz (digits, x float32 [N, 64] in [0, 1], labels int64) and test.npz."""
+    from sklearn.datasets import load_digits
+
+    folder = tmp_path_factory.mktemp("web-digits")
+    d = load_digits()
+    x, labels = (d.data / 16).astype(np.float32), d.target.astype(np.int64)
+    order = np.random.default_rng(1).permutation(len(labels))
+    test, train = order[:300], order[300:]
+    files = {"test": folder / "test.npz"}
+    np.savez(files["test"], x=x[test], labels=labels[test])
+    for i in range(4):
+        rows = train[i::4][:250]
+        files[i] = folder / f"dev{i}.npz"
+        np.savez(files[i], x=x[rows], labels=labels[rows])
+    return files
+
+
+def enroll(state, name: str) -> str:
+    out = subprocess.run([*CLI, "coordinator", "enroll", name, "--state-dir", str(state)], capture_output=True,
+                         text=True, timeout=60, check=True).stdout
+    return out.strip()
+
+
+def start_web_coordinator(procs: Procs, artifacts, state, dist, **flags) -> tuple[int, int]:
+    """(gRPC port, web port) of a token-auth coordinator that also serves the page on its web port."""
+    port_file = state.parent / "coordinator.port"
+    args = [*CLI, "coordinator", "serve", "--artifacts", str(artifacts), "--state-dir", str(state),
+            "--address", "127.0.0.1:0", "--port-file", str(port_file), "--keep-spool", "--insecure",
+            "--web-address", "127.0.0.1:0", "--web-page", str(dist)]
+    for k, v in flags.items():
+        args += [f"--{k.replace('_', '-')}", str(v)]
+    p = procs.start("coordinator", args)
+    found = re.compile(r"web port serving .* on [\d.]+:(\d+)")
+    match = wait_for(lambda: found.search(p.err_path.read_text() + p.out_path.read_text()) or p.poll() is not None,
+                     60, "the coordinator's web port")
+    assert p.poll() is None, p.err_path.read_text()
+    wait_for(lambda: port_file.exists(), 30, "the coordinator's port file")
+    return int(port_file.read_text()), int(match.group(1))
+
+
+def run_tabs(node: str, web_port: int, tabs: list[tuple[str, str, str]], *extra: str, timeout: float = 240) -> dict:
+    args = [node, str(WEB / "scripts" / "tabs.mjs"), "--url", f"http://127.0.0.1:{web_port}/",
+            "--timeout-ms", str(int(timeout * 1000) - 10_000), *extra]
+    for name, token, data in tabs:
+        args += ["--tab", f"{name},{token},{data}"]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, cwd=WEB)
+    assert done.returncode == 0, f"tabs failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return {t["name"]: t for t in json.loads(done.stdout)["tabs"]}
+
+
+def start_python_edge(procs: Procs, grpc_port: int, data, name: str, token: str):
+    return procs.start(name, [*CLI, "edge", "run", "--coordinator", f"127.0.0.1:{grpc_port}", "--data", str(data),
+                              "--cache-dir", str(procs.folder / f"cache-{name}"), "--name", name, "--token", token,
+                              "--poll-wait-ms", "1000", "--insecure"])
+
+
+def accuracy(model, test) -> float:
+    t = np.load(test)
+    sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    return float((sess.run(None, {"x": t["x"]})[0].argmax(axis=1) == t["labels"]).mean())
+
+
+def test_two_python_devices_and_two_browser_tabs_train_three_rounds_of_fedavg(procs, tmp_path, mlp_artifacts, shards):
+    node, _ = node_or_skip(), chromium_or_skip()
+    dist = web_build()
+    state = tmp_path / "state"
+    tokens = {name: enroll(state, name) for name in ("py0", "py1", "tab0", "tab1")}
+    grpc_port, web_port = start_web_coordinator(procs, mlp_artifacts, state, dist, rounds=3, min_clients=4,
+                                                lr=0.003, round_timeout=90)
+    edges = [start_python_edge(procs, grpc_port, shards[i], f"py{i}", tokens[f"py{i}"]) for i in range(2)]
+    tabs = run_tabs(node, web_port, [(f"tab{i}", tokens[f"tab{i}"], str(shards[2 + i])) for i in range(2)])
+    for p in edges:
+        assert finish(p, 120) == 0, p.err_path.read_text()[-3000:]
+    for name, tab in tabs.items():
+        assert [r["round"] for r in tab["reports"] if r["kind"] == "fit"] == [1, 2, 3], tab
+        assert all(r["outcome"] == "accepted" for r in tab["reports"]), tab
+    clients = {c for (c,) in query(state, "SELECT DISTINCT client_id FROM submissions")}
+    assert clients == {"py0", "py1", "tab0", "tab1"}
+    assert [fedavg_matches(state, r) for r in (1, 2, 3)] == [4, 4, 4]
+    acc = [accuracy(state / "models" / f"round-{r:04d}" / "model.onnx", shards["test"]) for r in (1, 3)]
+    assert acc[1] > acc[0], acc
