@@ -112,3 +112,23 @@ def test_two_python_devices_and_two_browser_tabs_train_three_rounds_of_fedavg(pr
     assert [fedavg_matches(state, r) for r in (1, 2, 3)] == [4, 4, 4]
     acc = [accuracy(state / "models" / f"round-{r:04d}" / "model.onnx", shards["test"]) for r in (1, 3)]
     assert acc[1] > acc[0], acc
+
+
+@pytest.mark.parametrize("lost", ["request", "response"])
+def test_an_upload_cut_midway_resumes_from_the_last_acknowledged_part(procs, tmp_path, mlp_artifacts, shards, lost):
+    node = node_or_skip()
+    web_build()
+    state = tmp_path / "state"
+    token = enroll(state, "cut")
+    _, web_port = start_web_coordinator(procs, mlp_artifacts, state, WEB / "dist", rounds=1, min_clients=1,
+                                        round_timeout=60)
+    part = 8192
+    done = subprocess.run([node, str(WEB / "test" / "drivers" / "cut-upload.mjs"), f"http://127.0.0.1:{web_port}",
+                           token, str(shards[0]), str(tmp_path / "cache"), str(part), "3", lost],
+                          capture_output=True, text=True, timeout=120, cwd=WEB)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout)
+    assert out["cut"] and [r["outcome"] for r in out["reports"]] == ["accepted"]
+    assert out["payloadBytes"] == 4 * 9610
+    assert out["payloadBytes"] <= out["partBytes"] <= out["payloadBytes"] + part   # sent twice: at most one part
+    assert fedavg_matches(state, 1) == 1   # the committed global is exactly the update, intact

@@ -1,6 +1,6 @@
 /**
  * Retries as the Python device does (edge_client/retry.py): UNAVAILABLE, DEADLINE_EXCEEDED and
- * ABORTED, and RESOURCE_EXHAUSTED (waiting at least the "retry in S s" its message names), with
+ * ABORTED, RESOURCE_EXHAUSTED (waiting at least the "retry in S s" its message names) and a lost connection, with
  * exponential backoff and full jitter; every other code is raised at once.
  */
 import { Code, ConnectError } from "@connectrpc/connect";
@@ -16,8 +16,13 @@ export const DEFAULT_BACKOFF: Backoff = { initialMs: 200, multiplier: 2, maxDela
 
 const RETRYABLE = new Set([Code.Unavailable, Code.DeadlineExceeded, Code.Aborted, Code.ResourceExhausted]);
 
+/** Whether waiting can fix `e`: a retryable code, or a connection that failed (fetch's TypeError, which Connect
+ * reports as UNKNOWN with that cause). */
 export function isRetryable(e: unknown): boolean {
-  return e instanceof ConnectError ? RETRYABLE.has(e.code) : e instanceof TypeError; // fetch's network failure
+  if (e instanceof ConnectError) {
+    return RETRYABLE.has(e.code) || (e.code === Code.Unknown && e.cause instanceof TypeError);
+  }
+  return e instanceof TypeError;
 }
 
 /** The least wait a RESOURCE_EXHAUSTED message asks for ("retry in 2.5 s"), in ms. */
