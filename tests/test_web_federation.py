@@ -71,13 +71,14 @@ def start_web_coordinator(procs: Procs, artifacts, state, dist, **flags) -> tupl
     return int(port_file.read_text()), int(match.group(1))
 
 
-def run_tabs(node: str, web_port: int, tabs: list[tuple[str, str, str]], *extra: str, timeout: float = 240) -> dict:
+def run_tabs(node: str, web_port: int, tabs: list[tuple[str, str, str]], *extra: str, timeout: float = 240,
+             ok: bool = True) -> dict:
     args = [node, str(WEB / "scripts" / "tabs.mjs"), "--url", f"http://127.0.0.1:{web_port}/",
             "--timeout-ms", str(int(timeout * 1000) - 10_000), *extra]
     for name, token, data in tabs:
         args += ["--tab", f"{name},{token},{data}"]
     done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, cwd=WEB)
-    assert done.returncode == 0, f"tabs failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert (done.returncode == 0) == ok, f"tabs exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return {t["name"]: t for t in json.loads(done.stdout)["tabs"]}
 
 
@@ -132,3 +133,54 @@ def test_an_upload_cut_midway_resumes_from_the_last_acknowledged_part(procs, tmp
     assert out["payloadBytes"] == 4 * 9610
     assert out["payloadBytes"] <= out["partBytes"] <= out["payloadBytes"] + part   # sent twice: at most one part
     assert fedavg_matches(state, 1) == 1   # the committed global is exactly the update, intact
+
+
+def test_a_tab_reloaded_mid_run_rejoins_as_the_same_device_and_every_round_counts_once(procs, tmp_path, mlp_artifacts,
+                                                                                        shards):
+    node, _ = node_or_skip(), chromium_or_skip()
+    dist = web_build()
+    state = tmp_path / "state"
+    tokens = {name: enroll(state, name) for name in ("py0", "tab0")}
+    grpc_port, web_port = start_web_coordinator(procs, mlp_artifacts, state, dist, rounds=3, min_clients=2,
+                                                round_timeout=90)
+    edge = start_python_edge(procs, grpc_port, shards[0], "py0", tokens["py0"])
+    tab = run_tabs(node, web_port, [("tab0", tokens["tab0"], str(shards[1]))], "--reload", "tab0")["tab0"]
+    assert finish(edge, 120) == 0, edge.err_path.read_text()[-3000:]
+    assert tab["clientIds"] == ["tab0", "tab0"] and tab["resumed"] == [False, True], tab   # the id came from IndexedDB
+    assert [fedavg_matches(state, r) for r in (1, 2, 3)] == [2, 2, 2]
+
+
+def _refused(procs, tmp_path, mlp_artifacts):
+    state = tmp_path / "state"
+    tokens = {name: enroll(state, name) for name in ("tab0", "tab1", "gone")}
+    subprocess.run([*CLI, "coordinator", "revoke", "gone", "--state-dir", str(state)], check=True, timeout=60,
+                   capture_output=True)
+    _, web_port = start_web_coordinator(procs, mlp_artifacts, state, WEB / "dist", rounds=1, min_clients=3)
+    return tokens, web_port
+
+
+def test_tabs_with_no_a_forged_or_a_revoked_token_are_refused_unauthenticated(procs, tmp_path, mlp_artifacts, shards):
+    node, _ = node_or_skip(), chromium_or_skip()
+    web_build()
+    tokens, web_port = _refused(procs, tmp_path, mlp_artifacts)
+    forged = tokens["tab0"][:-4] + ("aaaa" if not tokens["tab0"].endswith("aaaa") else "bbbb")
+    tabs = run_tabs(node, web_port, [("none", "", str(shards[0])), ("forged", forged, str(shards[0])),
+                                     ("revoked", tokens["gone"], str(shards[0]))], ok=False)
+    for name in ("none", "forged", "revoked"):
+        assert tabs[name]["clientIds"] == [] and "[unauthenticated]" in tabs[name]["error"], tabs[name]
+
+
+def test_a_token_naming_another_device_is_refused_permission_denied(procs, tmp_path, mlp_artifacts):
+    node = node_or_skip()
+    web_build()
+    tokens, web_port = _refused(procs, tmp_path, mlp_artifacts)
+    probe = WEB / "test" / "drivers" / "join-as.mjs"
+
+    def join_as(token: str, client_id: str) -> dict:
+        done = subprocess.run([node, str(probe), f"http://127.0.0.1:{web_port}", token, client_id],
+                              capture_output=True, text=True, timeout=60, cwd=WEB, check=True)
+        return json.loads(done.stdout)
+
+    assert join_as(tokens["tab1"], "tab1") == {"code": "ok", "message": "tab1"}
+    refused = join_as(tokens["tab1"], "tab0")
+    assert refused["code"] == "PermissionDenied", refused
