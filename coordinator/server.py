@@ -125,6 +125,8 @@ class Coordinator:
         self.monitoring: Monitoring | None = None
         self.metrics_port: int | None = None
         self.servicer: CoordinatorServicer | None = None   # the one servicer behind the gRPC (and web) port
+        self.web = None                                     # coordinator.web_transport.WebServer with web_address
+        self.web_port: int | None = None
 
     @property
     def state_dir(self) -> Path:
@@ -216,6 +218,18 @@ class Coordinator:
                 self._server = None
                 raise ConfigError(f"cannot serve metrics on {cfg.metrics_address}: {e.strerror or e}") from None
         await server.start()
+        if cfg.web_address:   # the same servicer for browsers (Connect, gRPC-Web): only then are its packages loaded
+            from fedort.coordinator.web_transport import WebServer
+
+            self.web = WebServer(self.servicer, cfg)
+            try:
+                self.web_port = await self.web.start()
+            except BaseException:
+                await server.stop(0)
+                store.close()
+                self._store = None
+                self._server = None
+                raise
         self._engine_task = asyncio.create_task(engine.run(), name="fedort-round-engine")
         self._engine_task.add_done_callback(self._engine_stopped)
         for name in ("", SERVICE_NAME):
@@ -243,6 +257,9 @@ class Coordinator:
             await self._health.enter_graceful_shutdown()
         if self.engine is not None:
             self.engine.release_polls()   # held long-polls would otherwise keep stop() waiting for `grace`
+        if self.web is not None:
+            await self.web.stop()
+            self.web = None
         if self._server is not None:
             await self._server.stop(grace)
         if self.servicer is not None:

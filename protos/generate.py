@@ -1,7 +1,9 @@
 """Regenerate the Python stubs from `protos/fedort_v1.proto`: `python -m fedort.protos.generate`.
 
-Run from anywhere; writes `fedort_v1_pb2.py`, `fedort_v1_pb2.pyi` and `fedort_v1_pb2_grpc.py`
-beside the .proto (or into `--out`, which the staleness test uses to compare).
+Run from anywhere; writes `fedort_v1_pb2.py`, `fedort_v1_pb2.pyi`, `fedort_v1_pb2_grpc.py` and
+`fedort_v1_connect.py` (the Connect service of the web port, protoc-gen-connect-python
+CONNECT_PLUGIN; it imports `connectrpc`, the `fedort[web]` extra) beside the .proto (or into `--out`,
+which the staleness test uses to compare).
 
 The stubs are generated with grpcio-tools GRPCIO_TOOLS exactly (protoc 25.x: protobuf 4.25
 gencode). Such stubs carry no runtime-version check and import with every protobuf from 4.25 to
@@ -22,8 +24,9 @@ from pathlib import Path
 
 PROTO = "fedort_v1.proto"
 HERE = Path(__file__).resolve().parent
-OUTPUTS = ("fedort_v1_pb2.py", "fedort_v1_pb2.pyi", "fedort_v1_pb2_grpc.py")
+OUTPUTS = ("fedort_v1_pb2.py", "fedort_v1_pb2.pyi", "fedort_v1_pb2_grpc.py", "fedort_v1_connect.py")
 GRPCIO_TOOLS = "1.62.3"
+CONNECT_PLUGIN = "0.9.0"   # protoc-gen-connect-python, matching the connect-python runtime of fedort[web]
 
 
 def _installed_tools_version() -> str | None:
@@ -36,18 +39,15 @@ def _installed_tools_version() -> str | None:
 
 
 def _protoc(args: list[str]) -> int:
-    """protoc of grpcio-tools GRPCIO_TOOLS: in this process if installed, else through `uv run --with`."""
-    if _installed_tools_version() == GRPCIO_TOOLS:
-        from grpc_tools import protoc
-
-        return protoc.main(args)
+    """protoc of grpcio-tools GRPCIO_TOOLS with protoc-gen-connect-python CONNECT_PLUGIN, through `uv run --with`."""
     uv = shutil.which("uv") or shutil.which("uv", path=str(Path(sys.executable).parent))
     if uv is None:
-        raise SystemExit(f"the stubs are generated with grpcio-tools=={GRPCIO_TOOLS} (installed: "
-                         f"{_installed_tools_version() or 'none'}); install `uv` (pip install uv) so the generator "
-                         "can run it in a throwaway environment")
+        raise SystemExit(f"the stubs are generated with grpcio-tools=={GRPCIO_TOOLS} and protoc-gen-connect-python=="
+                         f"{CONNECT_PLUGIN}; install `uv` (pip install uv) so the generator can run them in a "
+                         "throwaway environment")
     cmd = [uv, "run", "--isolated", "--no-project", "--quiet", "--python", sys.executable,
-           "--with", f"grpcio-tools=={GRPCIO_TOOLS}", "--", "python", "-m", "grpc_tools.protoc", *args[1:]]
+           "--with", f"grpcio-tools=={GRPCIO_TOOLS}", "--with", f"protoc-gen-connect-python=={CONNECT_PLUGIN}",
+           "--", "python", "-m", "grpc_tools.protoc", *args[1:]]
     return subprocess.run(cmd).returncode
 
 
@@ -61,6 +61,7 @@ def generate(out_dir: Path) -> list[Path]:
         shutil.copyfile(HERE / PROTO, src / "fedort" / "protos" / PROTO)
         args = [
             "protoc", f"-I{src}", f"--python_out={tmp}", f"--pyi_out={tmp}", f"--grpc_python_out={tmp}",
+            f"--connect-python_out={tmp}",
             str(Path("fedort") / "protos" / PROTO),
         ]
         if _protoc(args) != 0:

@@ -86,6 +86,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="per-client rate of updates and evaluations; 0 disables (default 60)")
     serve.add_argument("--metrics-address", metavar="HOST:PORT",
                        help="serve Prometheus metrics at http://HOST:PORT/metrics (default: off)")
+    web = serve.add_argument_group("web port (browsers; needs the fedort[web] extra)")
+    web.add_argument("--web-address", metavar="HOST:PORT",
+                     help="also serve the service over Connect and gRPC-Web on HTTP, for browsers (TLS as the gRPC port; "
+                          "default: off)")
+    web.add_argument("--web-cors-origin", dest="web_cors_origins", metavar="ORIGIN", action="append",
+                     help="an origin besides the page's own that browsers may call the web port from, e.g. "
+                          "https://lab.example:8443 (repeatable; '*': any; default: same origin only)")
+    web.add_argument("--web-page", metavar="DIR", type=Path,
+                     help="folder of static files served at / of the web port (default: the packaged page if built)")
     serve.add_argument("--strategy", metavar="SPEC", help="aggregation: fedavg | clip:NORM | median | trimmed-mean:BETA | "
                        "krum:F | multi-krum:F:M (default fedavg)")
     serve.add_argument("--codec", dest="codecs", metavar="SPEC[,SPEC...]",
@@ -130,7 +139,8 @@ _FLAG_KEYS = ("artifacts", "state_dir", "address", "port_file", "rounds", "min_c
               "seed", "eval_data", "fraction_evaluate", "client_timeout_s", "keep_spool", "strategy",
               "server_optimizer", "mode", "buffer_size", "max_staleness", "staleness_weight",
               "tls_cert", "tls_key", "tls_client_ca", "insecure", "auth", "max_streams_per_client", "submissions_per_minute",
-              "metrics_address", "codecs", "local_vector_dir", "export_external_bytes")
+              "metrics_address", "codecs", "local_vector_dir", "export_external_bytes",
+              "web_address", "web_cors_origins", "web_page")
 
 
 def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
