@@ -43,7 +43,8 @@ try:
 
     from fedort.protos.fedort_v1_connect import CoordinatorASGIApplication
 except ImportError as e:   # pragma: no cover - depends on the environment
-    raise ConfigError(f"--web-address needs the web extra ({(e.name or "a package").partition(".")[0]} is missing): pip install 'fedort[web]'") from None
+    _missing = (e.name or "a package").partition(".")[0]
+    raise ConfigError(f"--web-address needs the web extra ({_missing} is missing): pip install 'fedort[web]'") from None
 
 log = logging.getLogger(__name__)
 
