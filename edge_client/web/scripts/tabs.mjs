@@ -1,8 +1,9 @@
 // Drives browser tabs as devices (for end-to-end tests and demos), each in its own fresh Chromium profile:
 //   node scripts/tabs.mjs --url http://127.0.0.1:PORT/ --tab NAME,TOKEN,DATA.npz [--tab ...] [--codec int8]
-//                         [--reload NAME] [--timeout-ms 180000]
+//                         [--reload NAME] [--screenshot NAME=FILE.png] [--timeout-ms 180000]
 // Every tab opens the page, picks its data file, joins and trains until the run is done. `--reload NAME`
-// reloads that tab once after its first report (it must join again as the same device). Prints one JSON
+// reloads that tab once after its first report (it must join again as the same device); `--screenshot` saves
+// that tab's page after its second report. Prints one JSON
 // object: {tabs: [{name, clientIds, reports, resumed, error}]}; exits 1 if a tab failed.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -13,7 +14,7 @@ import { chromium } from "playwright-core";
 const { values } = parseArgs({
   options: {
     url: { type: "string" }, tab: { type: "string", multiple: true, default: [] }, codec: { type: "string", default: "raw" },
-    reload: { type: "string", default: "" }, "timeout-ms": { type: "string", default: "180000" },
+    reload: { type: "string", default: "" }, screenshot: { type: "string", default: "" }, "timeout-ms": { type: "string", default: "180000" },
     chromium: { type: "string", default: "/usr/bin/chromium" },
   },
 });
@@ -55,6 +56,12 @@ async function runTab(spec) {
       await page.reload(); // the tab goes away mid-run and comes back
       await page.setInputFiles("#file", data);
       await page.click("#start");
+    }
+    const [shotTab, shotFile] = values.screenshot.split("=");
+    if (shotTab === name) {
+      await until(page, () => globalThis.fedortEvents.filter((e) => e.type === "report").length >= 2);
+      await until(page, () => document.getElementById("round").textContent !== "…");
+      await page.screenshot({ path: shotFile, fullPage: true });
     }
     await until(page, `(${finished.toString()})(globalThis.fedortEvents)`);
     await collect();
