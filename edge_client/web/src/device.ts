@@ -206,6 +206,9 @@ export class WebDevice {
     }
     const round = Number(task.round);
     const config = task.config;
+    if ((config?.proxMu ?? 0) > 0) {
+      throw new Error(`round ${task.round} trains FedProx (prox_mu=${config?.proxMu}), which this web client does not implement`);
+    }
     const result = await this.withHeartbeat(async () => {
       const global = await this.globalVector(task);
       this.onEvent({ type: "phase", phase: "training", round });
