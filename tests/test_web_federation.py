@@ -82,10 +82,10 @@ def run_tabs(node: str, web_port: int, tabs: list[tuple[str, str, str]], *extra:
     return {t["name"]: t for t in json.loads(done.stdout)["tabs"]}
 
 
-def start_python_edge(procs: Procs, grpc_port: int, data, name: str, token: str):
+def start_python_edge(procs: Procs, grpc_port: int, data, name: str, token: str, *extra: str):
     return procs.start(name, [*CLI, "edge", "run", "--coordinator", f"127.0.0.1:{grpc_port}", "--data", str(data),
                               "--cache-dir", str(procs.folder / f"cache-{name}"), "--name", name, "--token", token,
-                              "--poll-wait-ms", "1000", "--insecure"])
+                              "--poll-wait-ms", "1000", "--insecure", *extra])
 
 
 def accuracy(model, test) -> float:
@@ -184,3 +184,36 @@ def test_a_token_naming_another_device_is_refused_permission_denied(procs, tmp_p
     assert join_as(tokens["tab1"], "tab1") == {"code": "ok", "message": "tab1"}
     refused = join_as(tokens["tab1"], "tab0")
     assert refused["code"] == "PermissionDenied", refused
+
+
+def lossy_fedavg_matches(state, round: int, length: int) -> dict[str, str]:
+    """Assert the global after `round` is the weighted mean of its updates, each decoded as the coordinator
+    must (raw: the vector; fp16 / int8: the round's global plus the decoded delta); returns codec by client."""
+    from fedort.protos.codecs import get_codec
+
+    base = np.fromfile(state / "vectors" / f"round-{round:04d}.f32", dtype="<f4")
+    rows = query(state, "SELECT client_id, num_examples, codec, spool_path FROM submissions WHERE round = ?", round)
+    acc, total = np.zeros(length, np.float64), 0
+    for _, n, codec, path in rows:
+        data = (state / path).read_bytes()
+        vector = (np.frombuffer(data, dtype="<f4") if codec in ("", "raw")
+                  else base + get_codec(codec).decode(data, length))
+        acc += n * vector.astype(np.float64)
+        total += n
+    got = np.fromfile(state / "vectors" / f"round-{round + 1:04d}.f32", dtype="<f4")
+    np.testing.assert_allclose(got, (acc / total).astype(np.float32), rtol=1e-5, atol=1e-6)
+    return {client: codec for client, _, codec, _ in rows}
+
+
+def test_fp16_and_int8_updates_from_tabs_and_a_python_device_average_as_decoded(procs, tmp_path, mlp_artifacts, shards):
+    node, _ = node_or_skip(), chromium_or_skip()
+    dist = web_build()
+    state = tmp_path / "state"
+    tokens = {name: enroll(state, name) for name in ("py0", "tab0", "tab1")}
+    grpc_port, web_port = start_web_coordinator(procs, mlp_artifacts, state, dist, rounds=2, min_clients=3,
+                                                round_timeout=90)
+    edge = start_python_edge(procs, grpc_port, shards[0], "py0", tokens["py0"], "--codec", "int8")
+    run_tabs(node, web_port, [("tab0", tokens["tab0"], f"{shards[1]},fp16"), ("tab1", tokens["tab1"], f"{shards[2]},int8")])
+    assert finish(edge, 120) == 0, edge.err_path.read_text()[-3000:]
+    for r in (1, 2):
+        assert lossy_fedavg_matches(state, r, 9610) == {"py0": "int8", "tab0": "fp16", "tab1": "int8"}

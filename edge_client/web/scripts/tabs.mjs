@@ -1,5 +1,5 @@
 // Drives browser tabs as devices (for end-to-end tests and demos), each in its own fresh Chromium profile:
-//   node scripts/tabs.mjs --url http://127.0.0.1:PORT/ --tab NAME,TOKEN,DATA.npz [--tab ...] [--codec int8]
+//   node scripts/tabs.mjs --url http://127.0.0.1:PORT/ --tab NAME,TOKEN,DATA.npz[,CODEC] [--tab ...] [--codec int8]
 //                         [--reload NAME] [--screenshot NAME=FILE.png] [--timeout-ms 180000]
 // Every tab opens the page, picks its data file, joins and trains until the run is done. `--reload NAME`
 // reloads that tab once after its first report (it must join again as the same device); `--screenshot` saves
@@ -29,13 +29,13 @@ async function until(page, predicate, arg) {
 const finished = (events) => events.some((e) => e.type === "done" || (e.type === "phase" && e.phase.startsWith("error")));
 
 async function runTab(spec) {
-  const [name, token, data] = spec.split(",");
+  const [name, token, data, codec = values.codec] = spec.split(",");
   const profile = mkdtempSync(join(tmpdir(), "fedort-tab-"));
   const context = await chromium.launchPersistentContext(profile, { executablePath: values.chromium, headless: true, args: ARGS });
   const result = { name, clientIds: [], reports: [], resumed: [], error: null };
   try {
     const page = await context.newPage();
-    const url = `${values.url}?${new URLSearchParams({ token, name, codec: values.codec })}`;
+    const url = `${values.url}?${new URLSearchParams({ token, name, codec })}`;
     const open = async () => {
       await page.goto(url);
       await page.setInputFiles("#file", data);
