@@ -61,7 +61,7 @@ def start_web_coordinator(procs: Procs, artifacts, state, dist, **flags) -> tupl
             "--address", "127.0.0.1:0", "--port-file", str(port_file), "--keep-spool", "--insecure",
             "--web-address", "127.0.0.1:0", "--web-page", str(dist)]
     for k, v in flags.items():
-        args += [f"--{k.replace('_', '-')}", str(v)]
+        args += [f"--{k.replace('_', '-')}", *([str(v)] if v != "" else [])]   # "" : a flag without a value
     p = procs.start("coordinator", args)
     found = re.compile(r"web port serving .* on [\d.]+:(\d+)")
     match = wait_for(lambda: found.search(p.err_path.read_text() + p.out_path.read_text()) or p.poll() is not None,
@@ -217,3 +217,17 @@ def test_fp16_and_int8_updates_from_tabs_and_a_python_device_average_as_decoded(
     assert finish(edge, 120) == 0, edge.err_path.read_text()[-3000:]
     for r in (1, 2):
         assert lossy_fedavg_matches(state, r, 9610) == {"py0": "int8", "tab0": "fp16", "tab1": "int8"}
+
+
+@pytest.mark.parametrize("flags, missing", [({"secagg": ""}, "secure aggregation"), ({"codec": "topk"}, "topk")])
+def test_a_run_the_web_client_cannot_do_refuses_its_join_naming_what_is_missing(procs, tmp_path, mlp_artifacts,
+                                                                                 flags, missing):
+    node = node_or_skip()
+    web_build()
+    state = tmp_path / "state"
+    token = enroll(state, "tab0")
+    _, web_port = start_web_coordinator(procs, mlp_artifacts, state, WEB / "dist", rounds=1, min_clients=3, **flags)
+    done = subprocess.run([node, str(WEB / "test" / "drivers" / "join-as.mjs"), f"http://127.0.0.1:{web_port}", token,
+                           ""], capture_output=True, text=True, timeout=60, cwd=WEB, check=True)
+    refused = json.loads(done.stdout)
+    assert refused["code"] == "FailedPrecondition" and missing in refused["message"], refused
