@@ -190,7 +190,9 @@ class WebServer:
         cfg = self.config
         host, _, port = cfg.web_address.rpartition(":")
         host = host.strip("[]")
-        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        # IPPROTO_TCP named: asyncio sets TCP_NODELAY on accepted sockets only then (else every HTTP/1.1 call
+        # waits out a delayed ACK between its response's writes)
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((host, int(port)))

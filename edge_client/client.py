@@ -54,6 +54,7 @@ from fedort.edge_client.guards import check_finite
 from fedort.edge_client.heartbeat import Heartbeat
 from fedort.edge_client.joining import Joining
 from fedort.edge_client.reports import RoundReport, RunSummary
+from fedort.edge_client.resumable_upload import ResumableSender
 from fedort.edge_client.retry import StoppedError, call_with_retry
 from fedort.edge_client.run_end import final_outcome
 from fedort.edge_client.session import TrainingSession
@@ -260,8 +261,12 @@ class EdgeClient(Joining):
         # the coordinator may hash a handed-over file (protocol 1.6), unless a restarted device could send this update
         # again as its first attempt (error feedback, journaled): a resend's answer must find it by its digest
         unhashed = self._join.hashes_local_files and u.residual is None
-        send = self._local.sender(self.transport, header, body, unhashed) if local else \
-            functools.partial(self.transport.submit_update, header, body)
+        if local:
+            send = self._local.sender(self.transport, header, body, unhashed)
+        elif self.config.upload == "resumable":   # a cut link resends one part (edge_client.resumable_upload)
+            send = ResumableSender(self.transport, header, body, chunk).send
+        else:
+            send = functools.partial(self.transport.submit_update, header, body)
         self.phase = "uploading"
         try:
             reply = self._submit(f"SubmitUpdate round {p.round}", send)

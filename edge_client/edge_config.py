@@ -51,6 +51,7 @@ class EdgeConfig:
     | topk_warmup | "3x45" | top-k: FACTOR x F in round 1 decaying to F by round ROUNDS (`off`: F always; edge_client/topk_warmup.py) |
     | local_dp_clip / local_dp_noise | none / 0 | local DP: clip the delta to L2 norm C, add N(0, (Z·C)²) before upload |
     | local_file_min_bytes | 262144 | co-located with the coordinator: smaller updates stream anyway (see below) |
+    | upload | "stream" | how an update travels: `stream` (SubmitUpdate) or `resumable` (protocol 1.7 parts: a cut link resends one part, not the update; edge_client/resumable_upload.py) |
 
     `local_file_min_bytes`: on the coordinator's host (its JoinReply names a local vector dir) an
     update is handed over as a file only from this size on. A smaller one streams: the coordinator
@@ -84,6 +85,7 @@ class EdgeConfig:
     local_dp_clip: float | None = None
     local_dp_noise: float = 0.0
     local_file_min_bytes: int = 256 * 1024
+    upload: str = "stream"
 
     def __post_init__(self) -> None:
         if self.local_dp_clip is not None or self.local_dp_noise:
@@ -98,6 +100,8 @@ class EdgeConfig:
         except VectorError as e:
             raise ConfigError(f"bad codec setting: {e}") from None
         TopkWarmup.parse(self.topk_warmup)   # ConfigError for a malformed schedule
+        if self.upload not in UPLOADS:
+            raise ConfigError(f"upload must be one of {list(UPLOADS)}, got {self.upload!r}")
         # a device token names its client id: join as that id unless told otherwise
         if self.credential and not self.client_id:
             token_id = _token_client_id(self.credential)
@@ -132,6 +136,9 @@ class EdgeConfig:
         if not values.get("coordinator"):
             raise ConfigError("edge client needs a coordinator address (--coordinator HOST:PORT or `coordinator` key)")
         return cls(**values)
+
+
+UPLOADS = ("stream", "resumable")
 
 
 def _token_client_id(token: str) -> str:

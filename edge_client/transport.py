@@ -35,7 +35,8 @@ from fedort.edge_client.tls_hints import with_tls_hint
 from fedort.protos.codecs import iter_payload_chunks
 from fedort.protos.codecs.xor_delta import DOWNLOAD_DELTA
 from fedort.protos.errors import FedortError, ProtocolError, UnavailableError
-from fedort.protos.messages import Metric, Status, SubmitResult, Task, UpdateHeader, meta_from_pb, metrics_to_pb
+from fedort.protos.messages import (Metric, Status, SubmitResult, Task, UpdateHeader, UploadState, meta_from_pb,
+                                    metrics_to_pb)
 from fedort.protos.round_state import RoundState
 from fedort.protos.status_codes import from_rpc_error
 from fedort.protos.update_part import parse_vector_part, part_kind
@@ -325,6 +326,23 @@ class Transport:
                 yield pb.UpdatePart(chunk=c)
 
         return SubmitResult.from_pb(self._unary("SubmitUpdate", parts(), self.config.stream_timeout_s))
+
+    # resumable upload (protocol 1.7; edge_client.resumable_upload drives it)
+    def begin_upload(self, header: UpdateHeader) -> UploadState:
+        req = pb.BeginUploadRequest(header=header.to_pb())
+        return UploadState.from_pb(self._unary("BeginUpload", req, self.config.rpc_timeout_s))
+
+    def put_upload_part(self, client_id: str, upload_id: str, offset: int, data: bytes, sha256: bytes) -> UploadState:
+        req = pb.UploadPartRequest(client_id=client_id, upload_id=upload_id, offset=offset, data=data, sha256=sha256)
+        return UploadState.from_pb(self._unary("PutUploadPart", req, self.config.rpc_timeout_s))
+
+    def get_upload(self, client_id: str, upload_id: str) -> UploadState:
+        ref = pb.UploadRef(client_id=client_id, upload_id=upload_id)
+        return UploadState.from_pb(self._unary("GetUpload", ref, self.config.rpc_timeout_s))
+
+    def commit_upload(self, client_id: str, upload_id: str) -> SubmitResult:
+        ref = pb.UploadRef(client_id=client_id, upload_id=upload_id)
+        return SubmitResult.from_pb(self._unary("CommitUpload", ref, self.config.stream_timeout_s))
 
     def submit_evaluation(self, client_id: str, model_id: str, round: int, num_examples: int,
                           metrics: Mapping[str, Metric]) -> SubmitResult:

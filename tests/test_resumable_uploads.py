@@ -150,6 +150,15 @@ async def test_a_malformed_part_is_refused_and_changes_nothing(begun, case):
     assert (await client.stub.CommitUpload(ref, timeout=RPC_TIMEOUT)).accepted
 
 
+async def test_committing_again_repeats_the_answer_and_counts_once(begun):
+    coord, client, state, payload = begun
+    state, _ = await put_all(client.stub, "client-a", state, payload)
+    ref = pb.UploadRef(client_id="client-a", upload_id=state.upload_id)
+    first = await client.stub.CommitUpload(ref, timeout=RPC_TIMEOUT)
+    assert await client.stub.CommitUpload(ref, timeout=RPC_TIMEOUT) == first and first.accepted
+    assert [row.client_id for row in coord.engine.store.submissions(1)] == ["client-a"]
+
+
 async def test_wrong_offset_names_the_expected_one(begun):
     _, client, state, payload = begun
     with pytest.raises(grpc.aio.AioRpcError) as err:

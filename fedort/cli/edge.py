@@ -68,6 +68,9 @@ def register(subparsers) -> None:
                           "when the coordinator allows it, else raw (see protos/codecs)")
     run.add_argument("--topk-warmup", metavar="FxR", help="top-k sparsity warm-up: FACTOR x F in round 1 decaying to "
                      "F by round R, or 'off' (default 3x45; used where the coordinator allows those fractions)")
+    run.add_argument("--upload", choices=("stream", "resumable"),
+                     help="how updates travel: stream (default) or resumable parts (a cut link resends one part; "
+                          "needs a protocol 1.7 coordinator, else it streams)")
     run.add_argument("--local-dp-clip", metavar="C", type=float,
                      help="local DP: clip this device's update delta to L2 norm C before upload")
     run.add_argument("--local-dp-noise", metavar="Z", type=float,
@@ -98,7 +101,7 @@ def _run(args: argparse.Namespace) -> int:
                  "name": args.name, "client_id": args.client_id, "insecure": args.insecure,
                  "ca_file": args.ca_file, "cert_file": args.cert, "key_file": args.key,
                  "credential": _token(args), "poll_wait_ms": args.poll_wait_ms, "codec": args.codec,
-                 "topk_warmup": args.topk_warmup,
+                 "topk_warmup": args.topk_warmup, "upload": args.upload,
                  "local_dp_clip": args.local_dp_clip, "local_dp_noise": args.local_dp_noise}
     if args.give_up_after is not None:
         overrides["backoff"] = Backoff(give_up_after_s=args.give_up_after)
