@@ -13,6 +13,7 @@ import {
   MetricSchema, Task_Kind, UpdateHeaderSchema, VectorHeaderSchema, type JoinReply, type Task,
 } from "./gen/fedort_v1_pb.js";
 import { type Arrays, type Artifacts, type InputSpec, LocalTrainer, type Progress } from "./local-trainer.js";
+import { modelId } from "./model-id.js";
 import type { OrtTraining } from "./ort-types.js";
 import { type Backoff, DEFAULT_BACKOFF, sleep, withRetry } from "./retry.js";
 import { type DeviceStore, getText, putText } from "./store.js";
@@ -102,8 +103,9 @@ export class WebDevice {
       deviceName: this.config.name, credential: this.config.token, capabilities: { ...CAPABILITIES }, clientId: saved,
     }, { signal: this.abort.signal }));
     const manifest = JSON.parse(reply.manifestJson) as Manifest;
-    if (manifest.model_id !== reply.modelId) {
-      throw new Error(`coordinator's manifest names model ${manifest.model_id.slice(0, 12)}…, it announces ${reply.modelId.slice(0, 12)}…`);
+    const hashed = await modelId(manifest as unknown as Record<string, unknown>);
+    if (hashed !== reply.modelId) {
+      throw new Error(`coordinator's manifest hashes to model ${hashed.slice(0, 12)}…, but it announces ${reply.modelId.slice(0, 12)}…`);
     }
     this.join = reply;
     this.clientId = reply.clientId;
