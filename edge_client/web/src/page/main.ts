@@ -4,6 +4,7 @@
  * and client id live in IndexedDB, so a reloaded tab joins again as the same device.
  * URL parameters (for kiosks and tests): token, name, codec, coordinator, demo=1, autostart=1.
  */
+import { Code, ConnectError } from "@connectrpc/connect";
 import { WebDevice, type DeviceData, type DeviceEvent } from "../device.js";
 import { type NdArray, parseCsv, parseNpz } from "../npz.js";
 import type { OrtTraining } from "../ort-types.js";
@@ -37,7 +38,9 @@ async function showStatus(): Promise<void> {
     const last = [...s.rounds].reverse().find((r) => r.metrics["val_accuracy"] !== undefined);
     $("accuracy").textContent = last ? `${(100 * last.metrics["val_accuracy"]!).toFixed(1)} % (round ${last.round})` : "–";
   } catch (e) {
-    $("state").textContent = `coordinator unreachable (${(e as Error).message})`;
+    $("state").textContent = e instanceof ConnectError && e.code === Code.Unauthenticated
+      ? "enter your device token to see the run"
+      : `coordinator unreachable (${(e as Error).message})`;
   }
 }
 
@@ -130,6 +133,7 @@ async function start(): Promise<void> {
 }
 
 ($("token") as HTMLInputElement).value = params.get("token") ?? "";
+$("token").addEventListener("change", () => void showStatus());
 ($("codec") as HTMLSelectElement).value = params.get("codec") ?? "raw";
 ($("demo") as HTMLInputElement).checked = params.get("demo") === "1";
 $("start").addEventListener("click", () => void start());
