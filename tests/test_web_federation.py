@@ -135,7 +135,7 @@ def test_an_upload_cut_midway_resumes_from_the_last_acknowledged_part(procs, tmp
     assert fedavg_matches(state, 1) == 1   # the committed global is exactly the update, intact
 
 
-def test_a_tab_reloaded_mid_run_rejoins_as_the_same_device_and_every_round_counts_once(procs, tmp_path, mlp_artifacts,
+def test_a_tab_reloaded_mid_run_rejoins_as_the_same_device_from_its_cache_and_every_round_counts_once(procs, tmp_path, mlp_artifacts,
                                                                                         shards):
     node, _ = node_or_skip(), chromium_or_skip()
     dist = web_build()
@@ -147,6 +147,7 @@ def test_a_tab_reloaded_mid_run_rejoins_as_the_same_device_and_every_round_count
     tab = run_tabs(node, web_port, [("tab0", tokens["tab0"], str(shards[1]))], "--reload", "tab0")["tab0"]
     assert finish(edge, 120) == 0, edge.err_path.read_text()[-3000:]
     assert tab["clientIds"] == ["tab0", "tab0"] and tab["resumed"] == [False, True], tab   # the id came from IndexedDB
+    assert tab["artifactDownloads"] == [4, 0], tab   # and the artifacts too
     assert [fedavg_matches(state, r) for r in (1, 2, 3)] == [2, 2, 2]
 
 
@@ -231,3 +232,23 @@ def test_a_run_the_web_client_cannot_do_refuses_its_join_naming_what_is_missing(
                            ""], capture_output=True, text=True, timeout=60, cwd=WEB, check=True)
     refused = json.loads(done.stdout)
     assert refused["code"] == "FailedPrecondition" and missing in refused["message"], refused
+
+
+def test_the_node_device_command_trains_with_a_python_device(procs, tmp_path, mlp_artifacts, shards):
+    node = node_or_skip()
+    dist = web_build()
+    state = tmp_path / "state"
+    tokens = {name: enroll(state, name) for name in ("py0", "node0")}
+    grpc_port, web_port = start_web_coordinator(procs, mlp_artifacts, state, dist, rounds=2, min_clients=2,
+                                                round_timeout=90)
+    edge = start_python_edge(procs, grpc_port, shards[0], "py0", tokens["py0"])
+    device = procs.start("node0", [node, str(dist / "node-device.js"), "--coordinator", f"http://127.0.0.1:{web_port}",
+                                   "--token", tokens["node0"], "--data", str(shards[1]), "--name", "node0",
+                                   "--codec", "int8", "--cache", str(tmp_path / "cache-node0"), "--poll-wait-ms", "1000"])
+    assert finish(device, 120) == 0, device.err_path.read_text()[-3000:]
+    assert finish(edge, 120) == 0, edge.err_path.read_text()[-3000:]
+    events = [json.loads(line) for line in device.out_path.read_text().splitlines()]
+    assert events[0]["type"] == "joined" and events[0]["clientId"] == "node0" and events[-1] == {"type": "done"}
+    reports = [e["report"] for e in events if e["type"] == "report"]
+    assert [(r["round"], r["outcome"], r["codec"]) for r in reports] == [(1, "accepted", "int8"), (2, "accepted", "int8")]
+    assert [lossy_fedavg_matches(state, r, 9610) for r in (1, 2)] == [{"py0": "raw", "node0": "int8"}] * 2

@@ -4,7 +4,8 @@
 // Every tab opens the page, picks its data file, joins and trains until the run is done. `--reload NAME`
 // reloads that tab once after its first report (it must join again as the same device); `--screenshot` saves
 // that tab's page after its second report. Prints one JSON
-// object: {tabs: [{name, clientIds, reports, resumed, error}]}; exits 1 if a tab failed.
+// object: {tabs: [{name, clientIds, reports, resumed, artifactDownloads (per page load), error}]}; exits 1 if a
+// tab failed.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -32,7 +33,7 @@ async function runTab(spec) {
   const [name, token, data, codec = values.codec] = spec.split(",");
   const profile = mkdtempSync(join(tmpdir(), "fedort-tab-"));
   const context = await chromium.launchPersistentContext(profile, { executablePath: values.chromium, headless: true, args: ARGS });
-  const result = { name, clientIds: [], reports: [], resumed: [], error: null };
+  const result = { name, clientIds: [], reports: [], resumed: [], artifactDownloads: [], error: null };
   try {
     const page = await context.newPage();
     const url = `${values.url}?${new URLSearchParams({ token, name, codec })}`;
@@ -43,6 +44,7 @@ async function runTab(spec) {
     };
     const collect = async () => {
       const events = await page.evaluate(() => globalThis.fedortEvents);
+      result.artifactDownloads.push(events.filter((e) => e.type === "phase" && e.phase.startsWith("downloading ")).length);
       for (const e of events) {
         if (e.type === "joined") { result.clientIds.push(e.clientId); result.resumed.push(e.resumed); }
         if (e.type === "report") result.reports.push(e.report);
