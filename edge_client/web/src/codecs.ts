@@ -3,6 +3,7 @@
  * `fp16` and `int8[:B]` send the delta d = trained - global. Layouts are in protos/PROTOCOL.md;
  * protos/testdata/codec_vectors.json holds inputs with the exact bytes both sides must produce.
  */
+import { CodecError } from "./errors.js";
 import { NumpyGenerator } from "./numpy-random.js";
 
 /** Keeps int8's rounding draws apart from the shuffling draws of the same task seed (as the Python device). */
@@ -20,18 +21,18 @@ export interface CodecSpec {
 export function parseCodec(text: string): CodecSpec {
   const [name, param] = text.split(":", 2) as [string, string | undefined];
   if (name === "raw" || name === "fp16") {
-    if (param !== undefined) throw new Error(`codec ${JSON.stringify(text)}: ${name} takes no parameter`);
+    if (param !== undefined) throw new CodecError(`codec ${JSON.stringify(text)}: ${name} takes no parameter`);
     return { name, block: 0, canonical: name };
   }
   if (name === "int8") {
     if (param === undefined) return { name, block: INT8_DEFAULT_BLOCK, canonical: "int8" };
     const block = /^\d+$/.test(param) ? Number(param) : NaN;
     if (!(block >= 16 && block <= 65536)) {
-      throw new Error(`codec ${JSON.stringify(text)}: int8 block size must be an integer in [16, 65536]`);
+      throw new CodecError(`codec ${JSON.stringify(text)}: int8 block size must be an integer in [16, 65536]`);
     }
     return { name, block, canonical: block === INT8_DEFAULT_BLOCK ? "int8" : `int8:${block}` };
   }
-  throw new Error(`codec ${JSON.stringify(text)} is not one this client implements; expected raw, fp16 or int8[:B]`);
+  throw new CodecError(`codec ${JSON.stringify(text)} is not one this client implements; expected raw, fp16 or int8[:B]`);
 }
 
 /** Whether a run's allowed list (JoinReply.upload_codecs) admits `spec`, as protos.codecs.allows decides. */
@@ -52,7 +53,7 @@ export function allows(allowed: readonly string[], spec: CodecSpec): boolean {
 
 function checkFinite(values: Float32Array, what: string): void {
   for (let i = 0; i < values.length; i++) {
-    if (!Number.isFinite(values[i])) throw new Error(`${what}: value ${values[i]} at index ${i} is not finite`);
+    if (!Number.isFinite(values[i])) throw new CodecError(`${what}: value ${values[i]} at index ${i} is not finite`);
   }
 }
 
@@ -102,7 +103,7 @@ export function encodeFp16(delta: Float32Array): Uint8Array {
   for (let i = 0; i < delta.length; i++) {
     const h = halfBits(delta[i]!);
     if ((h & 0x7c00) === 0x7c00) {
-      throw new Error(`fp16 cannot represent ${delta[i]} at index ${i} (|x| must stay <= ${FP16_MAX}); use raw`);
+      throw new CodecError(`fp16 cannot represent ${delta[i]} at index ${i} (|x| must stay <= ${FP16_MAX}); use raw`);
     }
     view.setUint16(i * 2, h, true);
   }
@@ -143,7 +144,7 @@ export function encodeInt8(delta: Float32Array, block: number, rng: NumpyGenerat
 export function encodeUpdate(spec: CodecSpec, trained: Float32Array, global: Float32Array, seed: bigint): Uint8Array {
   if (spec.name === "raw") return encodeRaw(trained);
   if (trained.length !== global.length) {
-    throw new Error(`trained vector has ${trained.length} values, the global vector ${global.length}`);
+    throw new CodecError(`trained vector has ${trained.length} values, the global vector ${global.length}`);
   }
   const delta = new Float32Array(trained.length);
   for (let i = 0; i < delta.length; i++) delta[i] = trained[i]! - global[i]!;

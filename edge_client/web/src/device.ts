@@ -13,11 +13,14 @@ import {
   MetricSchema, Task_Kind, UpdateHeaderSchema, VectorHeaderSchema, type JoinReply, type Task,
 } from "./gen/fedort_v1_pb.js";
 import { type Arrays, type Artifacts, type InputSpec, LocalTrainer, type Progress } from "./local-trainer.js";
+import { CodecError, ProtocolError, UnsupportedError } from "./errors.js";
 import { modelId } from "./model-id.js";
 import type { OrtTraining } from "./ort-types.js";
 import { type Backoff, DEFAULT_BACKOFF, sleep, withRetry } from "./retry.js";
 import { type DeviceStore, getText, putText } from "./store.js";
-import { type CoordinatorClient, downloadArtifact, downloadVector, hex, sha256 } from "./transport.js";
+import {
+  type CoordinatorClient, downloadArtifact, downloadVector, hex, RPC_TIMEOUT_MS, sha256,
+} from "./transport.js";
 import { uploadUpdate, type UploadOptions } from "./upload.js";
 
 export const CAPABILITIES = { runtime: "web", codecs: "raw,fp16,int8" } as const;
@@ -88,6 +91,10 @@ export class WebDevice {
       (w, e) => this.onEvent({ type: "retry", what: w, error: String(e) }));
   }
 
+  private callOptions(extraMs = 0): { signal: AbortSignal; timeoutMs: number } {
+    return { signal: this.abort.signal, timeoutMs: RPC_TIMEOUT_MS + extraMs };
+  }
+
   private identityKey(): string {
     return `identity|${this.config.coordinator}|${this.config.name}`;
   }
@@ -101,11 +108,11 @@ export class WebDevice {
     const saved = (await getText(this.store, this.identityKey())) ?? "";
     const reply = await this.call("Join", () => this.client.join({
       deviceName: this.config.name, credential: this.config.token, capabilities: { ...CAPABILITIES }, clientId: saved,
-    }, { signal: this.abort.signal }));
+    }, this.callOptions()));
     const manifest = JSON.parse(reply.manifestJson) as Manifest;
     const hashed = await modelId(manifest as unknown as Record<string, unknown>);
     if (hashed !== reply.modelId) {
-      throw new Error(`coordinator's manifest hashes to model ${hashed.slice(0, 12)}…, but it announces ${reply.modelId.slice(0, 12)}…`);
+      throw new ProtocolError(`coordinator's manifest hashes to model ${hashed.slice(0, 12)}…, but it announces ${reply.modelId.slice(0, 12)}…`);
     }
     this.join = reply;
     this.clientId = reply.clientId;
@@ -118,7 +125,7 @@ export class WebDevice {
     this.trainer = new LocalTrainer(this.ort, artifacts, manifest.inputs);
     const size = await this.trainer.parameterCount();
     if (size !== manifest.parameter_count) {
-      throw new Error(`the artifacts hold ${size} trainable parameters, the manifest says ${manifest.parameter_count}`);
+      throw new ProtocolError(`the artifacts hold ${size} trainable parameters, the manifest says ${manifest.parameter_count}`);
     }
     this.onEvent({ type: "joined", clientId: reply.clientId, modelId: reply.modelId, parameters: size,
                    resumed: saved === reply.clientId });
@@ -128,9 +135,9 @@ export class WebDevice {
     const files: Record<string, Uint8Array> = {};
     for (const name of ARTIFACT_FILES) {
       const ref = reply.artifacts.find((a) => a.name === name);
-      if (ref === undefined) throw new Error(`coordinator does not announce artifact ${name}`);
+      if (ref === undefined) throw new ProtocolError(`coordinator does not announce artifact ${name}`);
       if (manifest.files[name]?.sha256 !== hex(ref.sha256)) {
-        throw new Error(`artifact ${name} is announced with sha256 ${hex(ref.sha256).slice(0, 12)}…, the manifest says otherwise`);
+        throw new ProtocolError(`artifact ${name} is announced with sha256 ${hex(ref.sha256).slice(0, 12)}…, the manifest says otherwise`);
       }
       const key = `artifact|${hex(ref.sha256)}`;
       const cached = await this.store.get(key);
@@ -168,7 +175,7 @@ export class WebDevice {
     try {
       return await this.call("PollTask", () => this.client.pollTask(
         { clientId: this.clientId, modelId: this.modelId, waitMs: this.config.pollWaitMs ?? 10_000 },
-        { signal: this.abort.signal }));
+        this.callOptions(this.config.pollWaitMs ?? 10_000)));
     } catch (e) {
       if (e instanceof ConnectError && e.code === Code.NotFound && e.rawMessage.includes("unknown client")) {
         await this.start(); // the coordinator lost our row: join again as the same device
@@ -183,7 +190,7 @@ export class WebDevice {
     const interval = this.join?.heartbeatIntervalMs ?? 0;
     if (interval <= 0) return work();
     const timer = setInterval(() => {
-      this.client.heartbeat({ clientId: this.clientId }).catch(() => undefined); // a missed beat is not an error
+      this.client.heartbeat({ clientId: this.clientId }, this.callOptions()).catch(() => undefined); // a missed beat is not an error
     }, interval);
     try {
       return await work();
@@ -195,7 +202,7 @@ export class WebDevice {
   private async globalVector(task: Task): Promise<{ vector: Float32Array; sha256: Uint8Array }> {
     const length = this.manifest!.parameter_count;
     if (task.vectorLength && Number(task.vectorLength) !== length) {
-      throw new Error(`round ${task.round} vector has ${task.vectorLength} elements, the model ${length}`);
+      throw new ProtocolError(`round ${task.round} vector has ${task.vectorLength} elements, the model ${length}`);
     }
     this.onEvent({ type: "phase", phase: "downloading", round: Number(task.round) });
     return this.call(`DownloadVector round ${task.round}`, () => downloadVector(
@@ -204,12 +211,12 @@ export class WebDevice {
 
   private async fit(task: Task): Promise<void> {
     if (task.secagg.length > 0) {
-      throw new Error(`round ${task.round} uses secure aggregation, which this web client does not implement`);
+      throw new UnsupportedError(`round ${task.round} uses secure aggregation, which this web client does not implement`);
     }
     const round = Number(task.round);
     const config = task.config;
     if ((config?.proxMu ?? 0) > 0) {
-      throw new Error(`round ${task.round} trains FedProx (prox_mu=${config?.proxMu}), which this web client does not implement`);
+      throw new UnsupportedError(`round ${task.round} trains FedProx (prox_mu=${config?.proxMu}), which this web client does not implement`);
     }
     const result = await this.withHeartbeat(async () => {
       const global = await this.globalVector(task);
@@ -226,7 +233,8 @@ export class WebDevice {
     let payload: Uint8Array;
     try {
       payload = encodeUpdate(spec, fit.vector, global.vector, config?.seed ?? 0n);
-    } catch {
+    } catch (e) {
+      if (!(e instanceof CodecError)) throw e;
       spec = parseCodec("raw"); // e.g. an fp16 overflow: this round goes raw
       payload = encodeUpdate(spec, fit.vector, global.vector, 0n);
     }
@@ -271,7 +279,7 @@ export class WebDevice {
     const reply = await this.call(`SubmitEvaluation round ${round}`, () => this.client.submitEvaluation({
       clientId: this.clientId, modelId: this.modelId, round: task.round, numExamples: BigInt(n),
       metrics: Object.fromEntries(Object.entries(metrics).map(([k, v]) => [k, { value: v, syncDist: true }])),
-    }, { signal: this.abort.signal }));
+    }, this.callOptions()));
     this.report({ round, kind: "evaluate", numExamples: n, metrics, codec: "", bytesUp: 0, losses: [],
                   outcome: reply.duplicate ? "duplicate" : reply.accepted ? "accepted" : "rejected" });
   }
@@ -282,6 +290,6 @@ export class WebDevice {
   }
 
   async leave(reason: string): Promise<void> {
-    if (this.clientId) await this.client.leave({ clientId: this.clientId, reason }).catch(() => undefined);
+    if (this.clientId) await this.client.leave({ clientId: this.clientId, reason }, { timeoutMs: RPC_TIMEOUT_MS }).catch(() => undefined);
   }
 }

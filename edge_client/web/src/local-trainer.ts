@@ -9,6 +9,7 @@
  * p + (lr / base) * (p' - p): AdamW's and SGD's steps are linear in the rate for the state they
  * have, so this is the task's step up to float32 rounding.
  */
+import { DataError, TrainingError } from "./errors.js";
 import type { NdArray } from "./npz.js";
 import { NumpyGenerator } from "./numpy-random.js";
 import type { OrtTraining, Tensor, TrainingSession } from "./ort-types.js";
@@ -58,10 +59,10 @@ export const DEFAULT_BASE_LEARNING_RATE = Math.fround(0.001);
 function rows(arrays: Arrays, names: readonly string[]): number {
   const counts = names.map((n) => {
     const a = arrays.get(n);
-    if (a === undefined) throw new Error(`data lacks array ${n}; the model's inputs are ${names.join(", ")}`);
+    if (a === undefined) throw new DataError(`data lacks array ${n}; the model's inputs are ${names.join(", ")}`);
     return a.shape[0] ?? 0;
   });
-  if (counts.some((c) => c !== counts[0])) throw new Error(`arrays ${names.join(", ")} have different row counts ${counts}`);
+  if (counts.some((c) => c !== counts[0])) throw new DataError(`arrays ${names.join(", ")} have different row counts ${counts}`);
   return counts[0] ?? 0;
 }
 
@@ -129,7 +130,7 @@ export class LocalTrainer {
     await this.load(global);
     const names = this.inputs.map((s) => s.name);
     const n = rows(data, names);
-    if (n === 0) throw new Error("training data holds no examples");
+    if (n === 0) throw new DataError("training data holds no examples");
     const batch = settings.batchSize > 0 ? settings.batchSize : n;
     const rng = new NumpyGenerator(settings.seed);
     const scale = Math.fround(settings.learningRate) / this.baseLearningRate;
@@ -157,7 +158,7 @@ export class LocalTrainer {
     const vector = await this.parameters();
     for (let i = 0; i < vector.length; i++) {
       if (!Number.isFinite(vector[i])) {
-        throw new Error(`local training produced NaN or infinite parameters (learning rate ${settings.learningRate} too high?)`);
+        throw new TrainingError(`local training produced NaN or infinite parameters (learning rate ${settings.learningRate} too high?)`);
       }
     }
     return { vector, numExamples: n, metrics, losses };

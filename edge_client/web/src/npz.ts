@@ -3,6 +3,7 @@
  * into the same named arrays the Python device takes (`x`, `labels`, optional `val_x`, `val_labels`).
  * Nothing here leaves the device.
  */
+import { DataError } from "./errors.js";
 import { unzipSync } from "fflate";
 
 export type ArrayData = Float32Array | Float64Array | Int32Array | BigInt64Array | Uint8Array | Int8Array;
@@ -19,7 +20,7 @@ const DESCR: Record<string, [NdArray["dtype"], number]> = {
 };
 
 function fail(where: string, what: string): never {
-  throw new Error(`${where}: ${what}`);
+  throw new DataError(`${where}: ${what}`);
 }
 
 /** One `.npy` file (format 1.0 / 2.0 / 3.0, little-endian, C order, no pickles). */

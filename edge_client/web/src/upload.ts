@@ -8,7 +8,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { SubmitReply, UpdateHeader } from "./gen/fedort_v1_pb.js";
 import { type Backoff, DEFAULT_BACKOFF, isRetryable, withRetry } from "./retry.js";
-import { type CoordinatorClient, sha256 } from "./transport.js";
+import { type CoordinatorClient, PART_TIMEOUT_MS, RPC_TIMEOUT_MS, sha256 } from "./transport.js";
 
 export interface UploadProgress {
   readonly offset: number;
@@ -28,7 +28,8 @@ export async function uploadUpdate(client: CoordinatorClient, header: UpdateHead
   const backoff = options.backoff ?? DEFAULT_BACKOFF;
   const clientId = header.clientId;
   const retry = <T>(what: string, fn: () => Promise<T>) => withRetry(what, fn, backoff, options.signal);
-  let state = await retry("BeginUpload", () => client.beginUpload({ header }, { signal: options.signal }));
+  const call = { signal: options.signal, timeoutMs: RPC_TIMEOUT_MS };
+  let state = await retry("BeginUpload", () => client.beginUpload({ header }, call));
   const uploadId = state.uploadId;
   const ref = { clientId, uploadId };
   let offset = Number(state.offset);
@@ -37,14 +38,15 @@ export async function uploadUpdate(client: CoordinatorClient, header: UpdateHead
     const data = payload.subarray(offset, Math.min(payload.length, offset + limit));
     try {
       state = await client.putUploadPart(
-        { clientId, uploadId, offset: BigInt(offset), data, sha256: await sha256(data) }, { signal: options.signal });
+        { clientId, uploadId, offset: BigInt(offset), data, sha256: await sha256(data) },
+        { signal: options.signal, timeoutMs: PART_TIMEOUT_MS });
     } catch (e) {
       const resumable = isRetryable(e) || (e instanceof ConnectError && e.code === Code.FailedPrecondition);
       if (!resumable || options.signal?.aborted) throw e;
-      state = await retry("GetUpload", () => client.getUpload(ref, { signal: options.signal }));
+      state = await retry("GetUpload", () => client.getUpload(ref, call));
     }
     offset = Number(state.offset);
     options.onProgress?.({ offset, total: payload.length });
   }
-  return retry("CommitUpload", () => client.commitUpload(ref, { signal: options.signal }));
+  return retry("CommitUpload", () => client.commitUpload(ref, call));
 }

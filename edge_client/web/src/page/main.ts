@@ -6,6 +6,7 @@
  */
 import { Code, ConnectError } from "@connectrpc/connect";
 import { WebDevice, type DeviceData, type DeviceEvent } from "../device.js";
+import { DataError } from "../errors.js";
 import { type NdArray, parseCsv, parseNpz } from "../npz.js";
 import type { OrtTraining } from "../ort-types.js";
 import { getText, IndexedDbStore, putText } from "../store.js";
@@ -75,7 +76,7 @@ async function readData(): Promise<DeviceData> {
     return split(file.name.endsWith(".csv") ? parseCsv(new TextDecoder().decode(bytes), file.name) : parseNpz(bytes, file.name));
   }
   if (($("demo") as HTMLInputElement).checked) return split(demoShard());
-  throw new Error("pick a .npz or CSV file, or tick the demo shard");
+  throw new DataError("pick a .npz or CSV file, or tick the demo shard");
 }
 
 async function deviceName(): Promise<string> {
