@@ -153,7 +153,11 @@ class ResumableUploads:
         feed = PartFeed()
         task = asyncio.ensure_future(submit_counted_once(self.engine, header, feed))
         task.add_done_callback(_retrieved)
-        await asyncio.wait({feed.started, task}, return_when=asyncio.FIRST_COMPLETED)
+        try:
+            await asyncio.wait({feed.started, task}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:    # the caller went away before it was admitted: nobody would own it
+            task.cancel()
+            raise
         if task.done() and task.exception() is not None:
             raise task.exception()         # refused at admission (or the slot): nothing was opened
         payload = self._payload_bytes(header)
@@ -189,7 +193,7 @@ class ResumableUploads:
             await asyncio.wait({done, up.task}, return_when=asyncio.FIRST_COMPLETED)
             if not done.done():
                 self._forget(up)
-                up.task.result()   # the intake failed on this part (or the round closed): its error
+                _raise_outcome(up)   # the intake failed on this part (or the round closed): its error
             self._touch(up)
             return await self._state(up)
 
@@ -211,8 +215,9 @@ class ResumableUploads:
             self._touch(up)
             up.feed.close()
             await asyncio.wait({up.task})
-            if up.task.exception() is not None:
+            if _failed(up.task):
                 self._forget(up)
+                _raise_outcome(up)
             return up.task.result()
 
     def close(self) -> None:
@@ -238,9 +243,9 @@ class ResumableUploads:
         pending = up.feed.in_flight
         if pending is not None and not up.task.done():
             await asyncio.wait({pending, up.task}, return_when=asyncio.FIRST_COMPLETED)
-        if up.task.done() and up.task.exception() is not None:
+        if _failed(up.task):
             self._forget(up)
-            up.task.result()
+            _raise_outcome(up)
 
     def _payload_bytes(self, h: UpdateHeader) -> int:
         return decoder_for(h.vector.codec or "raw").payload_bytes(h.vector.length, h.vector.payload_bytes)
@@ -274,6 +279,13 @@ class ResumableUploads:
         self._uploads.pop(up.id, None)
         if self._by_client.get(up.client_id) is up:
             del self._by_client[up.client_id]
+
+
+def _raise_outcome(up: _Upload) -> None:
+    """The error the upload's intake ended with (NotFoundError if it was dropped: replaced or expired)."""
+    if up.task.cancelled():
+        raise NotFoundError(f"upload {up.id!r} was dropped (replaced by another upload of {up.client_id}, or expired)")
+    up.task.result()
 
 
 def _failed(task: asyncio.Task) -> bool:

@@ -13,6 +13,8 @@ client (`coordinator.limits`), joins per client and per peer address (`coordinat
 A full disk becomes UNAVAILABLE "coordinator storage full" (`coordinator.storage`), a message is
 cut to 1024 characters (it may quote client strings), a wait the caller must keep travels as
 `retry-after` trailing metadata, and every failure is counted (`coordinator.monitoring`).
+The web port (`coordinator.web_transport`) serves this same object to browsers through a context
+adapter; resumable uploads (protocol 1.7) are `coordinator.resumable_uploads`.
 """
 
 from __future__ import annotations

@@ -71,7 +71,9 @@ class WebContext:
         return [(k.lower(), v) for k, v in self._ctx.request_headers().allitems()]
 
     def peer(self) -> str:
-        return f"web:{self._ctx.client_address() or 'unknown'}"
+        """In gRPC's spelling ('ipv4:10.0.0.7:5123'), so both ports share the per-address join budget."""
+        address = self._ctx.client_address() or "unknown"
+        return f"{'ipv6' if address.count(':') > 1 else 'ipv4'}:{address}"
 
     def set_trailing_metadata(self, pairs) -> None:
         trailers = self._ctx.response_trailers()

@@ -210,8 +210,50 @@ async def test_an_idle_upload_expires_and_frees_its_slot(begun):
 
 async def test_a_header_naming_a_local_file_is_refused(begun):
     coord, client, _, payload = begun
-    header = update_header("client-a", coord.engine.model_id, 1, np.frombuffer(payload, "<f4"), 5, )
+    header = update_header("client-a", coord.engine.model_id, 1, np.frombuffer(payload, "<f4"), 5)
     header.local_file = "client-a.x"
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await client.stub.BeginUpload(pb.BeginUploadRequest(header=header), timeout=RPC_TIMEOUT)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_new_uploads_count_against_the_submission_rate_and_resuming_does_not(start_coordinator, stub_client):
+    coord, client, model, round, g, _ = await opened_round(start_coordinator, stub_client, max_chunk_bytes=PART,
+                                                            submissions_per_minute=1)
+    update = g + np.float32(1)
+    begin = lambda v: client.stub.BeginUpload(pb.BeginUploadRequest(  # noqa: E731
+        header=update_header("client-a", model, round, v, 5)), timeout=RPC_TIMEOUT)
+    first = await begin(update)
+    assert (await begin(update)).upload_id == first.upload_id      # the same update again: resumed, not charged
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await begin(update + np.float32(1))                        # another update: a second submission
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+async def test_an_open_upload_ends_with_its_round(start_coordinator, stub_client):
+    coord, client, model, round, g, _ = await opened_round(start_coordinator, stub_client, max_chunk_bytes=PART,
+                                                            round_timeout_s=2, max_round_attempts=1)
+    update = g + np.float32(1)
+    state = await client.stub.BeginUpload(pb.BeginUploadRequest(
+        header=update_header("client-a", model, round, update, 5)), timeout=RPC_TIMEOUT)
+    state = await client.stub.PutUploadPart(part("client-a", state, raw(update)[:PART]), timeout=RPC_TIMEOUT)
+    deadline = asyncio.get_running_loop().time() + 60
+    while coord.engine.training is not None and not coord.engine.training.closing:   # the round's deadline passes
+        assert asyncio.get_running_loop().time() < deadline, "round 1 did not close"
+        await coord.engine.wait_change(0.5)
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await client.stub.PutUploadPart(part("client-a", state, raw(update)[PART:2 * PART]), timeout=RPC_TIMEOUT)
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "closed" in err.value.details()
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await client.stub.GetUpload(pb.UploadRef(client_id="client-a", upload_id=state.upload_id), timeout=RPC_TIMEOUT)
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+@pytest.mark.parametrize("field, value", [("payload_bytes", 4 * 9610 + 4), ("length", 9609)])
+async def test_a_header_of_the_wrong_total_length_is_refused_at_begin(start_coordinator, stub_client, field, value):
+    coord, client, model, round, g, _ = await opened_round(start_coordinator, stub_client, max_chunk_bytes=PART)
+    header = update_header("client-a", model, round, g + np.float32(1), 5, **{field: value})
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await client.stub.BeginUpload(pb.BeginUploadRequest(header=header), timeout=RPC_TIMEOUT)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value.details()
+    nothing_changed(coord, round)

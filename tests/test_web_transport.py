@@ -67,6 +67,11 @@ async def test_a_web_device_runs_a_round_over_http(web, protocol, proto_json):
     c = client(coord, protocol, proto_json)
     join = await c.join(pb.JoinRequest(client_id="client-a", capabilities={"runtime": "web", "codecs": "raw"}),
                         headers=auth)
+    artifact = join.artifacts[0]
+    parts = [p async for p in c.download_artifact(pb.ArtifactRequest(client_id="client-a", model_id=join.model_id,
+                                                                      name=artifact.name), headers=auth)]
+    assert parts[0].header == artifact
+    assert hashlib.sha256(b"".join(p.chunk for p in parts[1:])).digest() == artifact.sha256
     task = await c.poll_task(pb.PollRequest(client_id="client-a", model_id=join.model_id, wait_ms=5000), headers=auth)
     assert task.kind == pb.Task.FIT
     header, chunks = None, []
