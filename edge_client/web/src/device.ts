@@ -6,12 +6,9 @@
  * resumably; EVALUATE reports metrics of the global vector; heartbeats run while it works.
  * Capabilities at Join: runtime=web, codecs=raw,fp16,int8 (a run needing more refuses the Join).
  */
-import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { allows, encodeUpdate, parseCodec, type CodecSpec } from "./codecs.js";
-import {
-  MetricSchema, Task_Kind, UpdateHeaderSchema, VectorHeaderSchema, type JoinReply, type Task,
-} from "./gen/fedort_v1_pb.js";
+import { Task_Kind, type JoinReply, type Task } from "./gen/fedort_v1_pb.js";
 import { type Arrays, type Artifacts, type InputSpec, LocalTrainer, type Progress } from "./local-trainer.js";
 import { CodecError, ProtocolError, UnsupportedError } from "./errors.js";
 import { modelId } from "./model-id.js";
@@ -21,6 +18,7 @@ import { type DeviceStore, getText, putText } from "./store.js";
 import {
   type CoordinatorClient, downloadArtifact, downloadVector, hex, RPC_TIMEOUT_MS, sha256,
 } from "./transport.js";
+import { updateHeader } from "./update-header.js";
 import { uploadUpdate, type UploadOptions } from "./upload.js";
 
 export const CAPABILITIES = { runtime: "web", codecs: "raw,fp16,int8" } as const;
@@ -238,16 +236,9 @@ export class WebDevice {
       spec = parseCodec("raw"); // e.g. an fp16 overflow: this round goes raw
       payload = encodeUpdate(spec, fit.vector, global.vector, 0n);
     }
-    const metrics = Object.fromEntries(Object.entries(fit.metrics)
-      .filter(([, v]) => Number.isFinite(v)).map(([k, v]) => [k, create(MetricSchema, { value: v, syncDist: true })]));
-    const header = create(UpdateHeaderSchema, {
-      clientId: this.clientId, numExamples: BigInt(fit.numExamples), metrics, trainedFromSha256: global.sha256,
-      vector: create(VectorHeaderSchema, {
-        modelId: this.modelId, round: task.round, length: BigInt(fit.vector.length), dtype: "float32",
-        codec: spec.canonical, sha256: await sha256(payload), chunkSize: 1 << 20,
-        baseSha256: spec.name === "raw" ? new Uint8Array() : global.sha256,
-        payloadBytes: spec.name === "raw" ? 0n : BigInt(payload.length),
-      }),
+    const header = await updateHeader({
+      clientId: this.clientId, modelId: this.modelId, round: task.round, spec, payload, length: fit.vector.length,
+      globalSha256: global.sha256, numExamples: fit.numExamples, metrics: fit.metrics,
     });
     this.onEvent({ type: "phase", phase: "uploading", round });
     const options: UploadOptions = {
