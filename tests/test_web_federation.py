@@ -234,13 +234,13 @@ def test_a_run_the_web_client_cannot_do_refuses_its_join_naming_what_is_missing(
     assert refused["code"] == "FailedPrecondition" and missing in refused["message"], refused
 
 
-def test_the_node_device_command_trains_with_a_python_device(procs, tmp_path, mlp_artifacts, shards):
+def test_the_node_device_command_trains_and_evaluates_with_a_python_device(procs, tmp_path, mlp_artifacts, shards):
     node = node_or_skip()
     dist = web_build()
     state = tmp_path / "state"
     tokens = {name: enroll(state, name) for name in ("py0", "node0")}
     grpc_port, web_port = start_web_coordinator(procs, mlp_artifacts, state, dist, rounds=2, min_clients=2,
-                                                round_timeout=90)
+                                                round_timeout=90, fraction_evaluate=1.0)
     edge = start_python_edge(procs, grpc_port, shards[0], "py0", tokens["py0"])
     device = procs.start("node0", [node, str(dist / "node-device.js"), "--coordinator", f"http://127.0.0.1:{web_port}",
                                    "--token", tokens["node0"], "--data", str(shards[1]), "--name", "node0",
@@ -250,5 +250,9 @@ def test_the_node_device_command_trains_with_a_python_device(procs, tmp_path, ml
     events = [json.loads(line) for line in device.out_path.read_text().splitlines()]
     assert events[0]["type"] == "joined" and events[0]["clientId"] == "node0" and events[-1] == {"type": "done"}
     reports = [e["report"] for e in events if e["type"] == "report"]
-    assert [(r["round"], r["outcome"], r["codec"]) for r in reports] == [(1, "accepted", "int8"), (2, "accepted", "int8")]
+    fits = [(r["round"], r["outcome"], r["codec"]) for r in reports if r["kind"] == "fit"]
+    assert fits == [(1, "accepted", "int8"), (2, "accepted", "int8")]
+    evaluations = [r for r in reports if r["kind"] == "evaluate"]
+    assert evaluations and all(r["outcome"] == "accepted" and 0 <= r["metrics"]["val_accuracy"] <= 1
+                               for r in evaluations), reports
     assert [lossy_fedavg_matches(state, r, 9610) for r in (1, 2)] == [{"py0": "raw", "node0": "int8"}] * 2
