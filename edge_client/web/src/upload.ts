@@ -3,7 +3,7 @@
  * header, PutUploadPart at the acknowledged offset, CommitUpload. After a failed part the client
  * asks GetUpload where the coordinator stands and continues from there, so at most the part in
  * flight travels twice. A Begin whose answer was lost is repeated: the same header gives the
- * same upload back.
+ * same upload back; an upload the coordinator dropped (NOT_FOUND) is begun again.
  */
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { SubmitReply, UpdateHeader } from "./gen/fedort_v1_pb.js";
@@ -23,8 +23,23 @@ export interface UploadOptions {
   readonly maxPartBytes?: number;
 }
 
+/** Begins again when the coordinator dropped the upload (NOT_FOUND: expired while the link was down, or the
+ * coordinator restarted), up to this many times. */
+const MAX_BEGINS = 3;
+
 export async function uploadUpdate(client: CoordinatorClient, header: UpdateHeader, payload: Uint8Array,
                                    options: UploadOptions = {}): Promise<SubmitReply> {
+  for (let begins = 1; ; begins++) {
+    try {
+      return await uploadOnce(client, header, payload, options);
+    } catch (e) {
+      if (!(e instanceof ConnectError && e.code === Code.NotFound) || begins >= MAX_BEGINS) throw e;
+    }
+  }
+}
+
+async function uploadOnce(client: CoordinatorClient, header: UpdateHeader, payload: Uint8Array,
+                          options: UploadOptions): Promise<SubmitReply> {
   const backoff = options.backoff ?? DEFAULT_BACKOFF;
   const clientId = header.clientId;
   const retry = <T>(what: string, fn: () => Promise<T>) => withRetry(what, fn, backoff, options.signal);
