@@ -256,3 +256,23 @@ def test_the_node_device_command_trains_and_evaluates_with_a_python_device(procs
     assert evaluations and all(r["outcome"] == "accepted" and 0 <= r["metrics"]["val_accuracy"] <= 1
                                for r in evaluations), reports
     assert [lossy_fedavg_matches(state, r, 9610) for r in (1, 2)] == [{"py0": "raw", "node0": "int8"}] * 2
+
+
+def test_an_upload_the_coordinator_dropped_while_idle_is_begun_again(procs, tmp_path, mlp_artifacts, shards):
+    node = node_or_skip()
+    web_build()
+    state = tmp_path / "state"
+    token = enroll(state, "cut")
+    config = tmp_path / "coordinator.toml"
+    config.write_text("[coordinator]\nupload_resume_idle_s = 1.0\n")
+    _, web_port = start_web_coordinator(procs, mlp_artifacts, state, WEB / "dist", rounds=1, min_clients=1,
+                                        round_timeout=60, config=config)
+    part = 8192
+    done = subprocess.run([node, str(WEB / "test" / "drivers" / "cut-upload.mjs"), f"http://127.0.0.1:{web_port}",
+                           token, str(shards[0]), str(tmp_path / "cache"), str(part), "3", "expire"],
+                          capture_output=True, text=True, timeout=120, cwd=WEB)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout)
+    assert out["cut"] and [r["outcome"] for r in out["reports"]] == ["accepted"]
+    assert out["partBytes"] == out["payloadBytes"] + 3 * part   # two parts before the drop, the refused one, then all
+    assert fedavg_matches(state, 1) == 1
