@@ -276,3 +276,34 @@ def test_an_upload_the_coordinator_dropped_while_idle_is_begun_again(procs, tmp_
     assert out["cut"] and [r["outcome"] for r in out["reports"]] == ["accepted"]
     assert out["partBytes"] == out["payloadBytes"] + 3 * part   # two parts before the drop, the refused one, then all
     assert fedavg_matches(state, 1) == 1
+
+
+def test_the_same_task_gives_the_same_update_from_the_python_and_the_typescript_client(procs, tmp_path, mlp_artifacts,
+                                                                                       shards):
+    """Conformance over the wire: two identical one-round runs, one served to the Python device over gRPC, one to the
+    Node device over the web port, under the same device id: the same task (seed, epochs, batch, rate) trains the
+    same update on the same number of examples."""
+    node = node_or_skip()
+    dist = web_build()
+    updates = {}
+    for client in ("python", "typescript"):
+        state = tmp_path / client / "state"
+        token = enroll(state, "dev")
+        grpc_port, web_port = start_web_coordinator(procs, mlp_artifacts, state, dist, rounds=1, min_clients=1,
+                                                    round_timeout=60, seed=11, lr=0.01, local_epochs=2, batch_size=16)
+        if client == "python":
+            device = start_python_edge(procs, grpc_port, shards[0], "dev", token)
+        else:
+            device = procs.start("dev-ts", [node, str(dist / "node-device.js"), "--coordinator",
+                                            f"http://127.0.0.1:{web_port}", "--token", token, "--data", str(shards[0]),
+                                            "--name", "dev", "--cache", str(tmp_path / "cache-ts"),
+                                            "--poll-wait-ms", "1000"])
+        assert finish(device, 120) == 0, device.err_path.read_text()[-3000:]
+        ((n, path),) = query(state, "SELECT num_examples, spool_path FROM submissions")
+        updates[client] = (n, np.fromfile(state / path, dtype="<f4"))
+        procs.kill_all()
+    (n_py, py), (n_ts, ts) = updates["python"], updates["typescript"]
+    assert n_ts == n_py == 250
+    start = np.fromfile(tmp_path / "python" / "state" / "vectors" / "round-0001.f32", dtype="<f4")
+    moved = np.abs(py - start).max()
+    assert moved > 1e-2 and np.abs(ts - py).max() < 1e-3 * moved
