@@ -2,13 +2,14 @@
 
 The Python side is the device's own `local_round.fit` (one epoch, fresh optimizer state, from the same global
 vector); the TypeScript side is edge_client/web's `LocalTrainer.fit` on onnxruntime-web 1.19.2 (single-threaded
-WASM with SIMD), under Node and in headless Chromium (edge_client/web/scripts/bench-epoch.mjs). Each side times
-`--repeats` fits after one warm-up; the figures are medians and their ratios to Python's. At a learning rate other
+WASM with SIMD), under Node and in headless Chromium (edge_client/web/scripts/bench-epoch.mjs). The sides take
+turns in `--blocks` blocks of `--repeats` timed fits (each block after one warm-up), so load that comes and goes
+hits all of them; the figures are medians over all blocks and their ratios to Python's. At a learning rate other
 than the artifacts' own (0.001) the web client takes each step as a rescaled optimizer step
 (edge_client/web/src/local-trainer.ts), which costs two parameter copies per step: both rates are measured.
 
-    python benchmarks/bench_web_epoch.py                  # digits (1797 rows), mlp, batch 32, 10 repeats
-    python benchmarks/bench_web_epoch.py --repeats 20 --batch 64
+    python benchmarks/bench_web_epoch.py                  # digits (1797 rows), mlp, batch 32, 3 blocks of 7
+    python benchmarks/bench_web_epoch.py --blocks 5 --repeats 10 --batch 64
 
 Needs `npm ci && npm run build` in edge_client/web, and /usr/bin/chromium for the browser column.
 """
@@ -55,7 +56,8 @@ def python_epochs(artifacts: Path, data: Path, repeats: int, batch: int, lr: flo
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--blocks", type=int, default=3)
     parser.add_argument("--batch", type=int, default=32)
     args = parser.parse_args()
     from sklearn.datasets import load_digits
@@ -65,16 +67,21 @@ def main() -> None:
         build_artifacts(builtin_model("mlp"), tmp / "mlp")
         d = load_digits()
         np.savez(tmp / "digits.npz", x=(d.data / 16).astype(np.float32), labels=d.target.astype(np.int64))
-        print(f"mlp, digits ({len(d.target)} rows), batch {args.batch}, {args.repeats} repeats; median s/epoch")
+        print(f"mlp, digits ({len(d.target)} rows), batch {args.batch}, {args.blocks} blocks of {args.repeats}; "
+              "median s/epoch")
         print(f"{'lr':>7} {'python':>9} {'node':>9} {'chromium':>9} {'node/py':>8} {'chrome/py':>9}")
         for lr in (0.001, 0.01):
-            py = statistics.median(python_epochs(tmp / "mlp", tmp / "digits.npz", args.repeats, args.batch, lr))
-            done = subprocess.run(["node", str(WEB / "scripts" / "bench-epoch.mjs"), str(tmp / "mlp"),
-                                   str(tmp / "digits.npz"), str(args.repeats), str(args.batch), repr(lr)],
-                                  capture_output=True, text=True, check=True, cwd=WEB, timeout=600)
-            web = json.loads(done.stdout)
-            node = statistics.median(web["node"])
-            chrome = statistics.median(web["chromium"]) if web["chromium"] else float("nan")
+            times: dict[str, list[float]] = {"python": [], "node": [], "chromium": []}
+            for _ in range(args.blocks):
+                times["python"] += python_epochs(tmp / "mlp", tmp / "digits.npz", args.repeats, args.batch, lr)
+                done = subprocess.run(["node", str(WEB / "scripts" / "bench-epoch.mjs"), str(tmp / "mlp"),
+                                       str(tmp / "digits.npz"), str(args.repeats), str(args.batch), repr(lr)],
+                                      capture_output=True, text=True, check=True, cwd=WEB, timeout=600)
+                web = json.loads(done.stdout)
+                times["node"] += web["node"]
+                times["chromium"] += web["chromium"] or []
+            py, node = statistics.median(times["python"]), statistics.median(times["node"])
+            chrome = statistics.median(times["chromium"]) if times["chromium"] else float("nan")
             print(f"{lr:>7} {py:>9.4f} {node:>9.4f} {chrome:>9.4f} {node / py:>7.2f}x {chrome / py:>8.2f}x")
 
 
