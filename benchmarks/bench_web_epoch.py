@@ -6,7 +6,7 @@ WASM with SIMD), under Node and in headless Chromium (edge_client/web/scripts/be
 turns in `--blocks` blocks of `--repeats` timed fits (each block after one warm-up), so load that comes and goes
 hits all of them; the figures are medians over all blocks and their ratios to Python's. At a learning rate other
 than the artifacts' own (0.001) the web client takes each step as a rescaled optimizer step
-(edge_client/web/src/local-trainer.ts), which costs two parameter copies per step: both rates are measured.
+(edge_client/web/src/local-trainer.ts), which costs a parameter read and write per step: both rates are measured.
 
     python benchmarks/bench_web_epoch.py                  # digits (1797 rows), mlp, batch 32, 3 blocks of 7
     python benchmarks/bench_web_epoch.py --blocks 5 --repeats 10 --batch 64

@@ -137,6 +137,7 @@ export class LocalTrainer {
     const losses: number[] = [];
     const batches = Math.ceil(n / batch);
     const epochs = Math.max(1, settings.epochs);
+    const current = Float32Array.from(global); // the parameters as last loaded (rescaled steps only)
     await session.lazyResetGrad();
     for (let epoch = 0; epoch < epochs; epoch++) {
       const order = rng.permutation(n);
@@ -147,7 +148,7 @@ export class LocalTrainer {
         const outputs = await session.runTrainStep(this.feeds(data, order, start, end));
         const loss = LocalTrainer.loss(outputs, session.trainingOutputNames);
         sum += loss * (end - start);
-        await this.optimizerStep(session, scale);
+        await this.optimizerStep(session, scale, current);
         await session.lazyResetGrad();
         onProgress?.({ epoch, epochs, batch: b, batches, loss });
       }
@@ -164,16 +165,14 @@ export class LocalTrainer {
     return { vector, numExamples: n, metrics, losses };
   }
 
-  private async optimizerStep(session: TrainingSession, scale: number): Promise<void> {
-    if (scale === 1) {
-      await session.runOptimizerStep();
-      return;
-    }
-    const before = await this.parameters();
+  /** One optimizer step at `scale` times the artifacts' rate; `current` holds the parameters before it and is
+   * updated (only optimizer steps change parameters, so one read and one write a step suffice). */
+  private async optimizerStep(session: TrainingSession, scale: number, current: Float32Array): Promise<void> {
     await session.runOptimizerStep();
+    if (scale === 1) return;
     const after = await this.parameters();
-    for (let i = 0; i < after.length; i++) after[i] = before[i]! + scale * (after[i]! - before[i]!);
-    await this.load(after);
+    for (let i = 0; i < after.length; i++) current[i] = current[i]! + scale * (after[i]! - current[i]!);
+    await this.load(current);
   }
 
   /** Mean loss and, for integer labels with a logits output, accuracy of the current parameters on `data`. */
