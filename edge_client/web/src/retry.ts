@@ -1,6 +1,6 @@
 /**
  * Retries as the Python device does (edge_client/retry.py): UNAVAILABLE, DEADLINE_EXCEEDED and
- * ABORTED, RESOURCE_EXHAUSTED (waiting at least the "retry in S s" its message names) and a lost connection, with
+ * ABORTED, RESOURCE_EXHAUSTED when it says when (waiting at least that long) and a lost connection, with
  * exponential backoff and full jitter; every other code is raised at once.
  */
 import { Code, ConnectError } from "@connectrpc/connect";
@@ -14,20 +14,23 @@ export interface Backoff {
 
 export const DEFAULT_BACKOFF: Backoff = { initialMs: 200, multiplier: 2, maxDelayMs: 10_000, giveUpAfterMs: 300_000 };
 
-const RETRYABLE = new Set([Code.Unavailable, Code.DeadlineExceeded, Code.Aborted, Code.ResourceExhausted]);
+const RETRYABLE = new Set([Code.Unavailable, Code.DeadlineExceeded, Code.Aborted]);
 
 /** Whether waiting can fix `e`: a retryable code, or a connection that failed (fetch's TypeError, which Connect
  * reports as UNKNOWN with that cause). */
 export function isRetryable(e: unknown): boolean {
   if (e instanceof ConnectError) {
-    return RETRYABLE.has(e.code) || (e.code === Code.Unknown && e.cause instanceof TypeError);
+    return RETRYABLE.has(e.code) || retryAfterMs(e) > 0 || (e.code === Code.Unknown && e.cause instanceof TypeError);
   }
   return e instanceof TypeError;
 }
 
-/** The least wait a RESOURCE_EXHAUSTED message asks for ("retry in 2.5 s"), in ms. */
+/** The least wait a RESOURCE_EXHAUSTED refusal asks for, in ms: its `retry-after: S` header, or "retry in S s" in
+ * its message; 0 when it names none (a size limit: retrying the same request would fail the same way). */
 export function retryAfterMs(e: unknown): number {
   if (!(e instanceof ConnectError) || e.code !== Code.ResourceExhausted) return 0;
+  const header = Number(e.metadata.get("retry-after") ?? NaN);
+  if (header > 0) return header * 1000;
   const m = /retry in ([0-9.]+) ?s/.exec(e.rawMessage);
   return m ? Number(m[1]) * 1000 : 0;
 }
