@@ -1,6 +1,6 @@
 // Shared test fixtures: the built-in MLP's real artifacts (built by the Python CLI) and a small data set.
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync, existsSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -19,7 +19,9 @@ let built;
 /** {dir, manifest, files} of the built-in MLP's artifacts, built once per test process. */
 export function mlpArtifacts() {
   if (built) return built;
-  const dir = join(mkdtempSync(join(tmpdir(), "fedort-web-mlp-")), "mlp");
+  const root = mkdtempSync(join(tmpdir(), "fedort-web-mlp-"));
+  process.on("exit", () => rmSync(root, { recursive: true, force: true }));
+  const dir = join(root, "mlp");
   execFileSync(fedortCli(), ["artifacts", "build", "--builtin", "mlp", "--out", dir], { stdio: "ignore" });
   const read = (name) => new Uint8Array(readFileSync(join(dir, name)));
   built = {
