@@ -6,14 +6,28 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUN ?= runs/demo
 
-.PHONY: demo test test-fast lint bench protos clean
+WEB := edge_client/web
+
+.PHONY: demo test test-fast lint bench protos web clean
 
 demo: $(VENV)/.demo-installed
 	rm -rf $(RUN)
 	$(BIN)/fedort simulate digits_dirichlet --out $(RUN)
 
-test: $(VENV)/.installed
-	$(BIN)/python -m pytest
+# everything: the Python suite over both cores (pytest-xdist), then the TypeScript client's own tests
+test: $(VENV)/.installed web
+	$(BIN)/python -m pytest -n 2
+	@if command -v npm >/dev/null; then cd $(WEB) && FEDORT_CLI=$(abspath $(BIN))/fedort npm test; \
+	else echo "npm not found: skipping the TypeScript client's own tests (edge_client/web)"; fi
+
+# The TypeScript web client (edge_client/web): its packages from the lockfile, then dist/ (the page the
+# coordinator's web port serves, the Node device). Skipped without npm; its Python-side tests then skip too.
+web:
+	@if command -v npm >/dev/null; then \
+		test $(WEB)/node_modules/.installed -nt $(WEB)/package-lock.json || \
+			(cd $(WEB) && npm ci --no-audit --no-fund && touch node_modules/.installed) && \
+		(cd $(WEB) && npm run build); \
+	else echo "npm not found: not building the web client (edge_client/web)"; fi
 
 # the fast tier: every test not marked `slow`, spread over the cores (pytest-xdist); under a minute
 test-fast: $(VENV)/.installed

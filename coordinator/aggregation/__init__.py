@@ -7,7 +7,7 @@
         ▼  combiner       combiner.py; streaming: weighted_sum.py (FedAvg),  all updates -> c
         │                 spool: median.py, trimmed_mean.py, krum.py (spool.py reads the files)
         ▼  server update  server_update.py (identity: g' = c); FedAvgM/FedAdam/… (g, c) -> g'
-        │                 from coordinator/server_optimizers/stage.py (--server-optimizer)
+        │                 from coordinator/aggregation/server_optimizers/stage.py (--server-optimizer)
         │
     the round's commit: g' written to vectors/round-{r+1}, optimizer state beside it, then the row
 

@@ -3,7 +3,7 @@
     raw:      v = frombuffer(payload, '<f4')           the update itself, decoded without a copy
     others:   v = dec(payload) = update − g             (delta: the header's base_sha256 names g)
 
-Error bounds and layouts are the codecs' own (protos/codecs/__init__.py). Every family streams:
+Error bounds and layouts are the codecs' own (protos/update_codecs/__init__.py). Every family streams:
 admission's receiver validates a payload chunk by chunk while spooling it (`stream`), and the
 fold decodes the spooled payload again into the combiner (`pieces`/`blocks`).
 """

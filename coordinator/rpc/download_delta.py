@@ -6,7 +6,7 @@ device says it has that one cached (VectorRequest.cached_sha256).
 Encoded once per round (every device that asks shares the one payload; only the latest round is
 kept) in a worker thread; g_{r-1} is read from the state dir and checked against the sha256 its
 commit recorded. Lossless: the device rebuilds g_r bit for bit and checks it against the task's
-vector_sha256 (protos/codecs/xor_delta.py).
+vector_sha256 (protos/update_codecs/xor_delta.py).
 """
 
 from __future__ import annotations

@@ -1096,4 +1096,4 @@ class CoordinatorClientSync(ConnectClientSync):
             headers=headers,
             timeout_ms=timeout_ms,
         )
-# generated from fedort_v1.proto, sha256 082245896ea7f7ad9df47c405718213ce0912d7cb68821899cb7a88d280968cf
+# generated from fedort_v1.proto, sha256 f73dadd82a68c5918de41adf4c9b95b806a7bc0fd7a4a470b59af84c6808d608

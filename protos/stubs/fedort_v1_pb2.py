@@ -118,4 +118,4 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _globals['_COORDINATOR']._serialized_start=4056
   _globals['_COORDINATOR']._serialized_end=5110
 # @@protoc_insertion_point(module_scope)
-# generated from fedort_v1.proto, sha256 082245896ea7f7ad9df47c405718213ce0912d7cb68821899cb7a88d280968cf
+# generated from fedort_v1.proto, sha256 f73dadd82a68c5918de41adf4c9b95b806a7bc0fd7a4a470b59af84c6808d608

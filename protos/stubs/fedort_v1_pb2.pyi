@@ -464,4 +464,4 @@ class StatusReply(_message.Message):
     rounds: _containers.RepeatedCompositeFieldContainer[RoundSummary]
     latest_model: str
     def __init__(self, model_id: _Optional[str] = ..., current_round: _Optional[int] = ..., total_rounds: _Optional[int] = ..., state: _Optional[str] = ..., registered_clients: _Optional[int] = ..., active_clients: _Optional[int] = ..., rounds: _Optional[_Iterable[_Union[RoundSummary, _Mapping]]] = ..., latest_model: _Optional[str] = ...) -> None: ...
-# generated from fedort_v1.proto, sha256 082245896ea7f7ad9df47c405718213ce0912d7cb68821899cb7a88d280968cf
+# generated from fedort_v1.proto, sha256 f73dadd82a68c5918de41adf4c9b95b806a7bc0fd7a4a470b59af84c6808d608

@@ -579,4 +579,4 @@ class Coordinator(object):
             fedort_dot_protos_dot_stubs_dot_fedort__v1__pb2.SubmitReply.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
-# generated from fedort_v1.proto, sha256 082245896ea7f7ad9df47c405718213ce0912d7cb68821899cb7a88d280968cf
+# generated from fedort_v1.proto, sha256 f73dadd82a68c5918de41adf4c9b95b806a7bc0fd7a4a470b59af84c6808d608

@@ -1,4 +1,4 @@
-"""protos/codecs/spec.py: codec specs parse to one canonical spelling; a run's allowed list admits specs."""
+"""protos/update_codecs/spec.py: codec specs parse to one canonical spelling; a run's allowed list admits specs."""
 
 from __future__ import annotations
 

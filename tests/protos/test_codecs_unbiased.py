@@ -1,4 +1,4 @@
-"""protos/codecs/int8.py: stochastic rounding is unbiased — the mean error over many draws goes to 0."""
+"""protos/update_codecs/int8.py: stochastic rounding is unbiased — the mean error over many draws goes to 0."""
 
 from __future__ import annotations
 
