@@ -41,9 +41,20 @@ async def put_all(stub, cid: str, state: pb.UploadState, payload: bytes) -> tupl
             state = await stub.PutUploadPart(part(cid, state, data), timeout=RPC_TIMEOUT)
         except grpc.aio.AioRpcError as e:
             assert e.code() == grpc.StatusCode.UNAVAILABLE, e.details()
-            state = await stub.GetUpload(pb.UploadRef(client_id=cid, upload_id=state.upload_id),
-                                         timeout=RPC_TIMEOUT, wait_for_ready=True)
+            state = await resumed(stub, cid, state.upload_id)
     return state, sent
+
+
+async def resumed(stub, cid: str, upload_id: str, tries: int = 5) -> pb.UploadState:
+    """GetUpload once the link is back: a call that lands on the dying connection is UNAVAILABLE too."""
+    for attempt in range(tries):
+        try:
+            return await stub.GetUpload(pb.UploadRef(client_id=cid, upload_id=upload_id), timeout=RPC_TIMEOUT,
+                                        wait_for_ready=True)
+        except grpc.aio.AioRpcError as e:
+            if e.code() != grpc.StatusCode.UNAVAILABLE or attempt == tries - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 async def upload(stub, header: pb.UpdateHeader, payload: bytes) -> pb.SubmitReply:
