@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUN ?= runs/demo
 
-.PHONY: demo test bench protos clean
+.PHONY: demo test bench protos typecheck clean
 
 demo: $(VENV)/.installed
 	rm -rf $(RUN)
@@ -17,6 +17,10 @@ test: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/run_all.py
+
+# mypy over the product code (not tests, benchmarks or the generated stubs); configured in pyproject's [tool.mypy]
+typecheck: $(VENV)/.installed
+	PYTHON=$(BIN)/python tools/typecheck.sh
 
 protos: $(VENV)/.installed
 	$(BIN)/python -m fedort.protos.generate
