@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedort.common.invariants import present
 from fedort.coordinator.uploads.admission import accepted_digests
 from fedort.coordinator.aggregation import Strategy
 from fedort.coordinator.config import CoordinatorConfig
@@ -162,7 +163,7 @@ class RoundEngine(TaskDispatch, RoundExports):
 
     @property
     def outcome(self) -> RunOutcome | None:
-        return self._outcome
+        return present(self._outcome, "the run's outcome")
 
     @property
     def attempt(self) -> int:
@@ -175,7 +176,7 @@ class RoundEngine(TaskDispatch, RoundExports):
     async def wait_done(self) -> RunOutcome:
         await self._finished.wait()
         assert self._outcome is not None
-        return self._outcome
+        return present(self._outcome, "the run's outcome")
 
     def finish(self, state: RoundState, message: str) -> None:
         if state is RoundState.FAILED:
@@ -207,7 +208,7 @@ class RoundEngine(TaskDispatch, RoundExports):
         try:
             resumed = self._resumed if self._recovered else await self.recover()
             if self._finished.is_set():
-                return self._outcome
+                return present(self._outcome, "the run's outcome")
             stopped, export_next = None, None
             self.prepare_exports()   # while clients join
             while self.round <= self.config.rounds:
@@ -225,7 +226,7 @@ class RoundEngine(TaskDispatch, RoundExports):
                         export_next = None
                 resumed = False
                 if not await self._train():
-                    return self._outcome
+                    return present(self._outcome, "the run's outcome")
                 # the commit of a round the next one follows shares the next open's fsync (see _commit)
                 # (not with privacy accounting: its budget check before the next open reads committed rows)
                 defer = self.round < self.config.rounds and self.secagg is None and not self.privacy.accounting
@@ -261,10 +262,10 @@ class RoundEngine(TaskDispatch, RoundExports):
                 self._outcome = RunOutcome(RoundState.FAILED, self.round - 1, message)
                 self._finished.set()
                 self.notify()
-        return self._outcome
+        return present(self._outcome, "the run's outcome")
 
     async def _wait_for_clients(self) -> None:
-        need = self.config.min_available_clients
+        need = present(self.config.min_available_clients, "min_available_clients")
         last_log = 0.0
         if self.store.deferred and len(self.registry.available()) < need:
             self.store.flush()   # a deferred commit does not wait for clients
@@ -276,12 +277,12 @@ class RoundEngine(TaskDispatch, RoundExports):
 
     def begin_round(self) -> TrainingRound:
         """Fresh bookkeeping and aggregator for round `self.round`, starting from the current global vector."""
-        self.training = TrainingRound(self.round, self.strategy.new_round(self.global_vector.vector))
+        self.training = TrainingRound(self.round, self.strategy.new_round(present(self.global_vector, "the global vector").vector))
         return self.training
 
     def select(self, attempt: int) -> None:
         """Select clients besides those that already reported, then open the attempt."""
-        cfg, r = self.config, self.training
+        cfg, r = self.config, present(self.training, "the open round")
         available = set(self.registry.available())
         candidates = sorted(available - set(r.reported))
         keep = frozenset(r.reported)
@@ -295,7 +296,7 @@ class RoundEngine(TaskDispatch, RoundExports):
 
     def open_attempt(self, attempt: int, selected: frozenset[str], why: str) -> None:
         """Record the attempt durably with a fresh deadline and move to TRAINING."""
-        r = self.training
+        r = present(self.training, "the open round")
         r.attempt, r.selected, r.closing = attempt, selected, False
         r.deadline_ms = self.deadline_ms = now_ms() + int(self.config.round_timeout_s * 1000)
         self.store.open_round(self.round, attempt, selected, r.deadline_ms)
@@ -306,7 +307,7 @@ class RoundEngine(TaskDispatch, RoundExports):
         """Wait for the open round to close, retrying it as needed; False if the run failed."""
         if self.secagg is not None:                 # the protocol's phases decide (see secagg_round)
             return await self.secagg.train()
-        cfg, r = self.config, self.training
+        cfg, r = self.config, present(self.training, "the open round")
         while True:
             await wait_for_close(self)
             n = len(r.reported)
@@ -331,7 +332,7 @@ class RoundEngine(TaskDispatch, RoundExports):
         `defer`: the round's row is committed with the next transaction, the next round's open (one WAL
         fsync for both); no task of the next round exists before that transaction, so nothing acts on
         an uncommitted round, and a crash in between replays it from its durable updates."""
-        r = self.training
+        r = present(self.training, "the open round")
         t0 = time.perf_counter()
         if r.aggregator.stale:   # an update folded while checked was not counted (uploads): refold the counted ones
             updates = acknowledged_updates(self, self.round)

@@ -10,6 +10,7 @@ connection (`side_writer`), so the event loop never waits on its fsync.
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -18,9 +19,25 @@ from fedort.coordinator.engine.recovery import drop_spool
 from fedort.coordinator.state.storage import retry_when_full
 from fedort.common.durable import drop_cached, fsync_dir, fsync_file
 
+if TYPE_CHECKING:
+    from fedort.coordinator.config import CoordinatorConfig
+    from fedort.coordinator.engine.round_engine import RoundEngine
+    from fedort.coordinator.engine.training_round import GlobalVector
+    from fedort.coordinator.export.inference import Exporter
+    from fedort.coordinator.state.store import StateStore
+    from fedort.coordinator.uploads.intake import Uploads
+
 
 class RoundExports:
     """The engine's background exports."""
+
+    # the engine's attributes this mixin reads (set by RoundEngine.__init__)
+    config: CoordinatorConfig
+    store: StateStore
+    exporter: Exporter
+    length: int
+    global_vector: GlobalVector | None
+    uploads: Uploads
 
     _export_task: asyncio.Future | None = None   # the newest background export (each awaits its predecessor)
     _export_writer = None                        # the exports' own SQLite connection (side_writer.SideWriter)
@@ -45,7 +62,7 @@ class RoundExports:
                 await previous
             await retry_when_full(lambda: self._write_export(round, vector, record, inline),
                                    f"round {round} export")
-            await asyncio.to_thread(drop_spool, self, round)   # 10 x 20 MB unlinks: not on the event loop
+            await asyncio.to_thread(drop_spool, cast("RoundEngine", self), round)   # 10 x 20 MB unlinks: not on the event loop
 
         self._export_task = asyncio.ensure_future(after_previous())
 
@@ -91,8 +108,9 @@ class RoundExports:
 
     def close_exports(self) -> None:
         """Cancel an unfinished export (redone on restart) and release the exports' connection."""
-        running = self._export_task is not None and not self._export_task.done()
-        if running:
-            self._export_task.cancel()
+        task = self._export_task
+        running = task is not None and not task.done()
+        if task is not None and running:
+            task.cancel()
         if self._export_writer is not None and not running:   # (a thread still exporting keeps it: garbage-collected)
             self._export_writer.close()
