@@ -45,7 +45,7 @@ class ReadAhead:
             self._ring, self._mem = None, memoryview(bytearray(n))
             return
         self._ring = _RINGS.take(SLOTS * self.step // 4)
-        self._mem = memoryview(self._ring).cast("B")
+        self._mem = self._ring.data.cast("B")
         # a thread of its own (≈ 0.05 ms): a shared pool's readers would wait for their consumers while
         # other consumers wait for a reader the pool cannot start
         self._thread = threading.Thread(target=self._run, name="fedort-read-ahead", daemon=True)

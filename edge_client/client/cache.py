@@ -194,7 +194,7 @@ class ArtifactCache:
         """
         vector = np.ascontiguousarray(vector, dtype="<f4")
         if persist:
-            atomic_write(self.vector_path(sha256), [memoryview(vector).cast("B")], durable=False)
+            atomic_write(self.vector_path(sha256), [vector.data.cast("B")], durable=False)
         vector.flags.writeable = False
         with self._lock:
             self._memo = (sha256, vector)

@@ -45,7 +45,7 @@ class DeltaDownload:
         if self.received != self.meta.payload_bytes or self._hash.digest() != self.meta.sha256:
             raise VectorError(f"download delta: {self.received} of {self.meta.payload_bytes} bytes, or sha256 mismatch")
         vector = decode_download(b"".join(self._parts), self.base)
-        got = hashlib.sha256(memoryview(vector).cast("B")).digest()
+        got = hashlib.sha256(vector.data.cast("B")).digest()
         if self.expected and got != self.expected:
             raise VectorError(f"download delta rebuilt a vector hashing to {got.hex()[:16]}…, the task announced "
                               f"{self.expected.hex()[:16]}…")

@@ -70,7 +70,7 @@ def fsync_file(path: str | os.PathLike, *, data_only: bool = False) -> None:
 
 def _chunks(data: Data) -> Iterable[bytes | memoryview]:
     if isinstance(data, np.ndarray):
-        return (memoryview(np.ascontiguousarray(data)).cast("B"),)
+        return (np.ascontiguousarray(data).data.cast("B"),)
     if isinstance(data, (bytes, bytearray, memoryview)):
         return (data,)
     return data
