@@ -129,7 +129,7 @@ def privacy_problems(values: dict[str, Any], strategy: str) -> list[str]:
     eps = g("dp_target_epsilon")
     if eps is not None and not (_num(eps) and eps > 0):
         out.append(f"dp_target_epsilon must be > 0, got {eps!r}")
-    if e is not None and not z:
+    if eps is not None and not z:
         out.append("dp_target_epsilon needs dp_noise_multiplier > 0 (without noise epsilon is infinite)")
     return out
 
