@@ -263,7 +263,7 @@ def _lock_file(f) -> None:
     else:  # pragma: no cover - Windows
         import msvcrt
 
-        msvcrt.locking(f.fileno(), msvcrt.LK_NBLCK, 1)
+        msvcrt.locking(f.fileno(), msvcrt.LK_NBLCK, 1)   # type: ignore[attr-defined]  # Windows only; mypy checks as the host
 
 
 __all__ = ["ArtifactCache", "IdentityLock", "default_cache_dir", "identity_key"]
