@@ -143,7 +143,7 @@ class VectorAssembler:
     def received_bytes(self) -> int:
         return self._filled
 
-    def add(self, chunk: bytes) -> None:
+    def add(self, chunk: bytes | memoryview) -> None:
         n = len(chunk)
         if n == 0:
             raise ProtocolError("empty chunk in vector stream")

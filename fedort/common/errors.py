@@ -36,6 +36,7 @@ class FedortError(Exception):
     """Root of every error fedort raises on purpose; `code` is its gRPC status code's name."""
 
     code: str = "INTERNAL"
+    retry_after_s: float | None = None   # the wait a server asked for (RESOURCE_EXHAUSTED, UNAVAILABLE), if any
 
 
 class ConfigError(FedortError):
