@@ -53,6 +53,7 @@ class StorageError(FedortError):
     """The coordinator could not write its state (disk or quota full): retryable once space returns."""
 
     code = "UNAVAILABLE"
+    detail: str   # what the disk or the library said, when the error was recognised from another one
 
 
 class DataError(FedortError):

@@ -51,7 +51,7 @@ def _training_package() -> None:
     import onnxruntime
 
     if getattr(onnxruntime, "training", None) is None:
-        onnxruntime.training = sys.modules[_PKG]  # type: ignore[attr-defined]
+        onnxruntime.training = sys.modules[_PKG]
 
 
 def training_api() -> types.ModuleType:
@@ -74,7 +74,7 @@ def reset_graph_names() -> None:
     model id depending on what the process built before.
     """
     _training_package()
-    importlib.import_module(_PKG + ".onnxblock._graph_utils")._GRAPH_TOKEN = 0
+    importlib.import_module(_PKG + ".onnxblock._graph_utils")._GRAPH_TOKEN = 0  # type: ignore[attr-defined]  # private ORT module state
 
 
 @contextlib.contextmanager

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import zstandard
 
+from fedort.common.invariants import present
 from fedort.common.errors import VectorError
 from fedort.protos.update_codecs.base import Codec, StreamDecoder
 
@@ -42,7 +43,7 @@ class ZstdCodec(Codec):
         return zstandard.ZstdCompressor(level=level, write_checksum=True, write_content_size=True).compress(inner)
 
     def _decoder(self, length: int, payload_bytes: int) -> StreamDecoder:
-        inner_bytes = self.inner.payload_size(length)
+        inner_bytes = present(self.inner.payload_size(length), "the inner codec's payload size")
         if not 0 < payload_bytes <= max_compressed_size(inner_bytes):
             raise VectorError(f"{self.spec} payload for {length} values must be 1..{max_compressed_size(inner_bytes)} "
                               f"bytes, header says {payload_bytes}")
@@ -55,7 +56,7 @@ class _ZstdDecoder(StreamDecoder):
         self.inner = inner
         self.inner_bytes = inner_bytes
         self._prefix = b""
-        self._obj = None
+        self._obj: zstandard.ZstdDecompressionObj | None = None
 
     def feed(self, chunk: bytes | memoryview) -> list:
         n = len(chunk)
@@ -72,12 +73,13 @@ class _ZstdDecoder(StreamDecoder):
             self._open(data)
         elif self._obj.eof:
             raise VectorError(f"{self.spec} payload has {n} bytes after the end of its zstd frame")
+        obj = present(self._obj, "the zstd frame's decompressor")
         try:
-            out = self._obj.decompress(data)
+            out = obj.decompress(data)
         except zstandard.ZstdError as e:
             raise VectorError(f"{self.spec} payload: corrupt zstd frame ({e})") from None
-        if self._obj.eof and self._obj.unused_data:
-            raise VectorError(f"{self.spec} payload has {len(self._obj.unused_data)} bytes after the end of its "
+        if obj.eof and obj.unused_data:
+            raise VectorError(f"{self.spec} payload has {len(obj.unused_data)} bytes after the end of its "
                               f"zstd frame")
         return self.inner.feed(out) if out else []
 
