@@ -70,7 +70,7 @@ class Monitoring:
         self._updates.labels("accepted", "")
         self._engine: Any = None
         self._state_dir: Path | None = None
-        self._http = None
+        self._http: _Server | None = None
         self.registry.register(_EngineCollector(self))
         if listen:
             storage.add_listener(self._storage_full)
