@@ -19,12 +19,14 @@ import json
 import logging
 import os
 import socket
+from typing import TYPE_CHECKING
 from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from fedort.common.invariants import present
 from fedort.coordinator.aggregation import Strategy
 from fedort.coordinator.rpc.auth import Authenticator
 from fedort.coordinator.config import CoordinatorConfig
@@ -41,6 +43,9 @@ from fedort.coordinator.state.lock import StateDirLock
 from fedort.common.durable import atomic_write
 from fedort.ort.artifacts import ARTIFACT_FILES, MANIFEST, copy_artifacts, load_manifest, verify_artifacts
 from fedort.common.errors import ConfigError, UnavailableError
+
+if TYPE_CHECKING:
+    from fedort.coordinator.rpc.web_transport import WebServer
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +80,8 @@ def server_credentials(config: CoordinatorConfig) -> grpc.ServerCredentials | No
     if config.tls_cert is None:
         return None
     client_ca = config.tls_client_ca.read_bytes() if config.tls_client_ca else None
-    return grpc.ssl_server_credentials([(config.tls_key.read_bytes(), config.tls_cert.read_bytes())],
+    key = present(config.tls_key, "tls_key (checked with tls_cert)")
+    return grpc.ssl_server_credentials([(key.read_bytes(), config.tls_cert.read_bytes())],
                                        root_certificates=client_ca, require_client_auth=client_ca is not None)
 
 
@@ -101,8 +107,8 @@ def pin_artifacts(source: Path, state_dir: Path) -> Path:
             f.unlink()
     copy_artifacts(source, tmp)
     for name in (*ARTIFACT_FILES, MANIFEST):
-        with open(tmp / name, "rb") as f:
-            os.fsync(f.fileno())
+        with open(tmp / name, "rb") as fh:
+            os.fsync(fh.fileno())
     os.replace(tmp, pinned)
     return pinned
 
@@ -125,7 +131,7 @@ class Coordinator:
         self.monitoring: Monitoring | None = None
         self.metrics_port: int | None = None
         self.servicer: CoordinatorServicer | None = None   # the one servicer behind the gRPC (and web) port
-        self.web = None                                     # coordinator.web_transport.WebServer with web_address
+        self.web: WebServer | None = None                   # the web port, with web_address
         self.web_port: int | None = None
 
     @property
