@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 
@@ -82,6 +83,10 @@ def parse_device_speed(spec: str) -> DeviceSpeed:
     return DeviceSpeed("uniform")
 
 
+@overload
+def compute_seconds(factor: float, steps: int, step_seconds: float) -> float: ...
+@overload
+def compute_seconds(factor: float | np.ndarray, steps: int | np.ndarray, step_seconds: float) -> float | np.ndarray: ...
 def compute_seconds(factor: float | np.ndarray, steps: int | np.ndarray, step_seconds: float) -> float | np.ndarray:
     """Simulated compute time of `steps` local steps at `factor` × `step_seconds` each."""
     return factor * steps * step_seconds

@@ -15,6 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
+from fedort.common.invariants import present
 from fedort.common.client_data import read_npz
 from fedort.common.errors import ConfigError
 from fedort.simulations.datasets import Arrays, load_digits_split, load_npz_folder, save_npz, subset
@@ -60,7 +61,7 @@ class DataSource:
         if self.kind == "digits":
             return load_digits_split(self.test_fraction, self.seed)[0]
         if self.kind == "npz":
-            return read_npz(self.folder)
+            return read_npz(present(self.folder, "the .npz file (kind npz)"))
         return None
 
 
@@ -87,8 +88,8 @@ class ClientArrays:
 
     def for_client(self, client: VirtualClient) -> Arrays:
         if client.indices is not None:
-            return subset(self._train, client.indices)
-        return read_npz(client.file)
+            return subset(present(self._train, "the shared training arrays"), client.indices)
+        return read_npz(present(client.file, "the client's data file"))
 
 
 @dataclass(frozen=True)
