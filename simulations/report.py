@@ -1,4 +1,3 @@
-from fedort.common.invariants import present
 """The run report of a simulation: per-round records, metrics files, a plot and a terminal summary.
 
 A run writes `metrics.csv` (one row per round, for spreadsheets and pandas), `metrics.json`
