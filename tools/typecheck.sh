@@ -6,6 +6,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 python="${PYTHON:-$root/.venv/bin/python}"
+case "$python" in /*) ;; */*) python="$PWD/$python" ;; esac   # relative to where this was started
 tree="$(mktemp -d "${TMPDIR:-/tmp}/fedort-typecheck.XXXXXX")"
 trap 'rm -rf "$tree"' EXIT
 mkdir "$tree/fedort"
