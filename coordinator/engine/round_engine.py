@@ -163,7 +163,7 @@ class RoundEngine(TaskDispatch, RoundExports):
 
     @property
     def outcome(self) -> RunOutcome | None:
-        return present(self._outcome, "the run's outcome")
+        return self._outcome
 
     @property
     def attempt(self) -> int:
@@ -176,7 +176,7 @@ class RoundEngine(TaskDispatch, RoundExports):
     async def wait_done(self) -> RunOutcome:
         await self._finished.wait()
         assert self._outcome is not None
-        return present(self._outcome, "the run's outcome")
+        return self._outcome
 
     def finish(self, state: RoundState, message: str) -> None:
         if state is RoundState.FAILED:
