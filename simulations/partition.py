@@ -171,7 +171,8 @@ class Partition:
         if self.kind == "dirichlet":
             return dirichlet(labels, clients, present(self.alpha, "alpha (a dirichlet split has one)"), seed,
                              min_size=min_size)
-        return shards(labels, clients, present(self.shards_per_client, "shards_per_client (a shards split has one)"), seed)
+        per_client = present(self.shards_per_client, "shards_per_client (a shards split has one)")
+        return shards(labels, clients, per_client, seed)
 
     def __str__(self) -> str:
         if self.kind == "dirichlet":

@@ -144,7 +144,8 @@ def save_server_state(engine: "RoundEngine", round: int) -> None:
     if state is None:
         return
     buf = io.BytesIO()
-    np.savez(buf, **state)   # type: ignore[arg-type]  # numpy's stub checks **kwds against allow_pickle too
+    # numpy's stub checks **kwds against allow_pickle too
+    np.savez(buf, **state)   # type: ignore[arg-type]
     atomic_write(engine.store.layout.server_state(round), buf.getbuffer())
 
 

@@ -277,7 +277,8 @@ class RoundEngine(TaskDispatch, RoundExports):
 
     def begin_round(self) -> TrainingRound:
         """Fresh bookkeeping and aggregator for round `self.round`, starting from the current global vector."""
-        self.training = TrainingRound(self.round, self.strategy.new_round(present(self.global_vector, "the global vector").vector))
+        g = present(self.global_vector, "the global vector")
+        self.training = TrainingRound(self.round, self.strategy.new_round(g.vector))
         return self.training
 
     def select(self, attempt: int) -> None:

@@ -62,7 +62,8 @@ class RoundExports:
                 await previous
             await retry_when_full(lambda: self._write_export(round, vector, record, inline),
                                    f"round {round} export")
-            await asyncio.to_thread(drop_spool, cast("RoundEngine", self), round)   # 10 x 20 MB unlinks: not on the event loop
+            engine = cast("RoundEngine", self)   # the mixin's object is the engine
+            await asyncio.to_thread(drop_spool, engine, round)   # 10 x 20 MB unlinks: not on the event loop
 
         self._export_task = asyncio.ensure_future(after_previous())
 

@@ -74,7 +74,8 @@ class AsyncEngine(RoundEngine):
                                    parse_staleness_weight(cfg.staleness_weight), version=1, dtype=np.dtype(np.float64))
         self.ledger = AsyncLedger(self.store.layout.db)
         self.uploads.close()                 # the synchronous intake's fold thread: not used here
-        self.uploads = AsyncUploads(self)   # type: ignore[assignment]  # its own intake, for the calls the async engine makes
+        # its own intake, for the calls the async engine makes (not a subclass of the synchronous one)
+        self.uploads = AsyncUploads(self)   # type: ignore[assignment]
         self.version_lock = asyncio.Lock()
         self._versions_done = asyncio.Event()
 

@@ -136,7 +136,8 @@ class AsyncUploads:
             r.record(client, h.num_examples, metrics)
             self.bytes_received[version] = self.bytes_received.get(version, 0) + nbytes
             update = Update(client, h.num_examples, codec, path)
-            await asyncio.to_thread(cast("BufferFold", r.aggregator).fold, codec, update.encoded(), h.num_examples, base)
+            fold = cast("BufferFold", r.aggregator)   # the async engine's rounds fold into its buffer
+            await asyncio.to_thread(fold.fold, codec, update.encoded(), h.num_examples, base)
         finally:
             r.pending.discard(client)
             e.notify()

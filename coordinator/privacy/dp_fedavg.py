@@ -98,7 +98,8 @@ class NoisedSum(Combiner):
         self.dp.unclipped = 0
 
     def fold(self, blocks: Iterable[tuple[int, np.ndarray]], weight: float) -> None:
-        present(self._sum, "the noised sum (reset opens it)").add_blocks(blocks, 1.0)          # unweighted: each client counts once
+        total = present(self._sum, "the noised sum (reset opens it)")
+        total.add_blocks(blocks, 1.0)          # unweighted: each client counts once
 
     def combine(self, spooled: Sequence[SpooledUpdate], global_vector: np.ndarray) -> np.ndarray:
         s = self.dp

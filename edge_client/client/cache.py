@@ -263,7 +263,8 @@ def _lock_file(f) -> None:
     else:  # pragma: no cover - Windows
         import msvcrt
 
-        msvcrt.locking(f.fileno(), msvcrt.LK_NBLCK, 1)   # type: ignore[attr-defined]  # Windows only; mypy checks as the host
+        # Windows only; mypy checks as the host platform
+        msvcrt.locking(f.fileno(), msvcrt.LK_NBLCK, 1)   # type: ignore[attr-defined]
 
 
 __all__ = ["ArtifactCache", "IdentityLock", "default_cache_dir", "identity_key"]

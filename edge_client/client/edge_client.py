@@ -234,7 +234,8 @@ class EdgeClient(Joining):
         if self.config.update_hook is not None:  # research/testing hook (e.g. a simulated Byzantine client)
             trained = np.ascontiguousarray(self.config.update_hook(task, vector, trained), dtype=np.float32)
         if self.config.local_dp_clip is not None:  # local DP: nothing leaves the device unclipped or noiseless
-            trained = LocalDP(float(self.config.local_dp_clip), float(self.config.local_dp_noise))(task, vector, trained)
+            local_dp = LocalDP(float(self.config.local_dp_clip), float(self.config.local_dp_noise))
+            trained = local_dp(task, vector, trained)
         if task.secagg:   # secure aggregation: only a masked vector leaves the device, in upload()
             self._pending = Pending(task.round, None, result.num_examples, dict(result.metrics),
                                      time.monotonic() - started, cached, secagg=(task, vector, trained))
@@ -277,7 +278,8 @@ class EdgeClient(Joining):
         finally:
             self.phase = "idle"
         self._pending = None  # acknowledged (accepted or duplicate), or the round is gone (stale)
-        present(self._encoder, "the update encoder (join sets it)").settle(u, counted=reply[0] in ("accepted", "duplicate"))
+        encoder = present(self._encoder, "the update encoder (join sets it)")
+        encoder.settle(u, counted=reply[0] in ("accepted", "duplicate"))
         return self._report(p.round, "fit", p.num_examples, p.metrics, p.seconds, reply, p.vector_cached,
                             codec=u.codec, bytes_up=u.nbytes)
 

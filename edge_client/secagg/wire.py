@@ -72,7 +72,8 @@ class StepBatcher:
     def submit(self, client_id: str, model_id: str, round: int, step: int, payload: bytes,
                wait_ms: int) -> tuple[bool, bytes]:
         """One step (held up to wait_ms until its phase closes): (ready, reply payload), or its error."""
-        request = pb.SecAggRequest(client_id=client_id, model_id=model_id, round=round, step=step,  # type: ignore[arg-type]  # protoc's .pyi types an enum field as its class; the runtime takes the int
+        # protoc's .pyi types an enum field as its class; the runtime takes the int
+        request = pb.SecAggRequest(client_id=client_id, model_id=model_id, round=round, step=step,  # type: ignore[arg-type]
                                    payload=payload)
         if not self.batching or self._flows <= 1:
             return self._single(request, wait_ms)

@@ -74,7 +74,8 @@ def reset_graph_names() -> None:
     model id depending on what the process built before.
     """
     _training_package()
-    importlib.import_module(_PKG + ".onnxblock._graph_utils")._GRAPH_TOKEN = 0  # type: ignore[attr-defined]  # private ORT module state
+    # private ORT module state
+    importlib.import_module(_PKG + ".onnxblock._graph_utils")._GRAPH_TOKEN = 0  # type: ignore[attr-defined]
 
 
 @contextlib.contextmanager
