@@ -14,9 +14,14 @@ for entry in "$root"/fedort/*; do
     case "$(basename "$entry")" in __pycache__) continue ;; esac
     ln -s "$entry" "$tree/fedort/$(basename "$entry")"
 done
-for folder in coordinator edge_client protos simulations; do
+for folder in coordinator edge_client protos simulations; do   # the folders package-dir maps under fedort
     ln -s "$root/$folder" "$tree/fedort/$folder"
 done
 cd "$tree"
-# the cache lives in the repository (ignored by git) so repeated runs are incremental
-exec "$python" -m mypy --config-file "$root/pyproject.toml" --cache-dir "$root/.mypy_cache" -p fedort "$@"
+# the cache lives in the repository (ignored by git) so repeated runs are incremental; reported paths are
+# turned back into the repository's (fedort/coordinator/x.py -> coordinator/x.py)
+set +e
+"$python" -m mypy --config-file "$root/pyproject.toml" --cache-dir "$root/.mypy_cache" -p fedort "$@" \
+    | sed -E 's#^fedort/(coordinator|edge_client|protos|simulations)/#\1/#'
+status=${PIPESTATUS[0]}
+exit "$status"
