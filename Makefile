@@ -8,7 +8,7 @@ RUN ?= runs/demo
 
 WEB := edge_client/web
 
-.PHONY: demo test test-fast lint bench protos web clean
+.PHONY: demo test test-fast lint typecheck bench protos web clean
 
 demo: $(VENV)/.demo-installed
 	rm -rf $(RUN)
@@ -41,6 +41,10 @@ lint: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/run_all.py
+
+# mypy over the product code (not tests, benchmarks or the generated stubs); configured in pyproject's [tool.mypy]
+typecheck: $(VENV)/.installed
+	PYTHON=$(BIN)/python tools/typecheck.sh
 
 protos: $(VENV)/.installed
 	$(BIN)/python -m fedort.protos.generate

@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import socket
+from typing import TYPE_CHECKING
 from pathlib import Path
 from typing import Callable
 
@@ -31,6 +32,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from fedort.common.invariants import present
 from fedort.coordinator.aggregation import Strategy
 from fedort.coordinator.rpc.auth import Authenticator
 from fedort.coordinator.rpc.call_gate import CallGate
@@ -48,6 +50,9 @@ from fedort.coordinator.state.lock import StateDirLock
 from fedort.common.durable import atomic_write
 from fedort.ort.artifacts import ARTIFACT_FILES, MANIFEST, copy_artifacts, load_manifest, verify_artifacts
 from fedort.common.errors import ConfigError, UnavailableError
+
+if TYPE_CHECKING:
+    from fedort.coordinator.rpc.web_transport import WebServer
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +87,8 @@ def server_credentials(config: CoordinatorConfig) -> grpc.ServerCredentials | No
     if config.tls_cert is None:
         return None
     client_ca = config.tls_client_ca.read_bytes() if config.tls_client_ca else None
-    key, cert = config.tls_key.read_bytes(), config.tls_cert.read_bytes()
+    key_file = present(config.tls_key, "tls_key (checked with tls_cert)")
+    key, cert = key_file.read_bytes(), config.tls_cert.read_bytes()
     check_key_pair(key, cert, config)
     return grpc.ssl_server_credentials([(key, cert)],
                                        root_certificates=client_ca, require_client_auth=client_ca is not None)
@@ -110,8 +116,8 @@ def pin_artifacts(source: Path, state_dir: Path) -> Path:
             f.unlink()
     copy_artifacts(source, tmp)
     for name in (*ARTIFACT_FILES, MANIFEST):
-        with open(tmp / name, "rb") as f:
-            os.fsync(f.fileno())
+        with open(tmp / name, "rb") as fh:
+            os.fsync(fh.fileno())
     os.replace(tmp, pinned)
     return pinned
 
@@ -134,7 +140,7 @@ class Coordinator:
         self.monitoring: Monitoring | None = None
         self.metrics_port: int | None = None
         self.servicer: CoordinatorServicer | None = None   # the one servicer behind the gRPC (and web) port
-        self.web = None                                     # coordinator.web_transport.WebServer with web_address
+        self.web: WebServer | None = None                   # the web port, with web_address
         self.web_port: int | None = None
 
     @property
@@ -267,7 +273,8 @@ class Coordinator:
         """After the run ended: keep serving until every available device has been told DONE and has
         asked whether the run succeeded, or `config.done_grace_s` passed (or `stop` is set)."""
         deadline = asyncio.get_running_loop().time() + self.config.done_grace_s
-        while (not self.engine.all_told() and asyncio.get_running_loop().time() < deadline
+        engine = present(self.engine, "the serving coordinator's engine")
+        while (not engine.all_told() and asyncio.get_running_loop().time() < deadline
                and not (stop is not None and stop.is_set())):
             await asyncio.sleep(0.1)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+from typing import Any
 import json
 import sys
 from pathlib import Path
@@ -28,7 +29,7 @@ PATH = Path(__file__).resolve().parent / "testdata" / "codec_vectors.json"
 ROUNDING_STREAM = 0x1C0DEC   # edge_client/uploads/update_codec.py's stream id for int8 rounding
 F32 = np.dtype("<f4")
 #: what every case's update header names besides its vectors (the header bytes are pinned too)
-HEADER = {"client_id": "device-7", "model_id": "8a009eb0e62bca4f", "round": 3, "num_examples": 250,
+HEADER: dict[str, Any] = {"client_id": "device-7", "model_id": "8a009eb0e62bca4f", "round": 3, "num_examples": 250,
           "metrics": {"train_loss": 0.5}}
 
 

@@ -63,7 +63,8 @@ class Task:
     vector_blake3: bytes = b""     # protocol 1.5: the global vector's BLAKE3, for co-located devices' file check
 
     def to_pb(self) -> pb.Task:
-        return pb.Task(kind=int(self.kind), round=self.round, deadline_unix_ms=self.deadline_unix_ms,
+        # protoc's .pyi types an enum field as its class; the runtime takes the int
+        return pb.Task(kind=int(self.kind), round=self.round, deadline_unix_ms=self.deadline_unix_ms,  # type: ignore[arg-type]
                        config=self.config.to_pb(), retry_after_ms=self.retry_after_ms,
                        vector_sha256=self.vector_sha256, vector_length=self.vector_length, secagg=self.secagg,
                        vector_blake3=self.vector_blake3)

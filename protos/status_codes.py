@@ -10,6 +10,7 @@ its code with `from_rpc_error` (the class's `code` attribute then holds the code
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import grpc
 
@@ -60,6 +61,7 @@ _RETRY_IN = re.compile(r"retry in (\d+(?:\.\d+)?) s")
 
 def _retry_after(err: grpc.RpcError, details: str) -> float | None:
     """Seconds the server asked to wait: its `retry-after` trailing metadata, else 'retry in S s' in the message."""
+    trailing: Any
     try:
         trailing = err.trailing_metadata() if hasattr(err, "trailing_metadata") else None
     except Exception:  # noqa: BLE001 - a call object without metadata

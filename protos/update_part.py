@@ -59,7 +59,7 @@ def chunk_message(payload: bytes | memoryview) -> bytes:
 def serialize_part(part: pb.VectorPart | bytes) -> bytes:
     """The coordinator's response serializer for DownloadVector: a message is serialized by protobuf, bytes (a
     `chunk_message`) are already the wire form."""
-    return part if type(part) is bytes else part.SerializeToString()
+    return part if isinstance(part, bytes) else part.SerializeToString()
 
 
 def parse_update_part(data: bytes) -> pb.UpdatePart | memoryview:

@@ -63,7 +63,7 @@ def vector_digest(vector: np.ndarray, algorithm: str = "") -> bytes:
 def byte_view(data: np.ndarray | bytes) -> memoryview:
     """The bytes of an array (any dtype; copied once only if it is not C-contiguous) or of a bytes-like
     object, as a flat memoryview: what is hashed, written or sent without another copy."""
-    return memoryview(np.ascontiguousarray(data)).cast("B") if isinstance(data, np.ndarray) else memoryview(data)
+    return np.ascontiguousarray(data).data.cast("B") if isinstance(data, np.ndarray) else memoryview(data)
 
 
 def _as_bytes(vector: np.ndarray) -> memoryview:
@@ -135,7 +135,7 @@ class VectorAssembler:
         self._array = np.empty(meta.length, dtype=DTYPES[meta.dtype]) if out is None else out(meta.length)
         if self._array.dtype != DTYPES[meta.dtype] or self._array.shape != (meta.length,):
             raise VectorError(f"receive buffer is {self._array.dtype} {self._array.shape}, not {meta.length} values")
-        self._buffer = memoryview(self._array).cast("B")
+        self._buffer = self._array.data.cast("B")
         self._filled = 0
         self._hash = digests.new(meta.digest)
 
@@ -143,7 +143,7 @@ class VectorAssembler:
     def received_bytes(self) -> int:
         return self._filled
 
-    def add(self, chunk: bytes) -> None:
+    def add(self, chunk: bytes | memoryview) -> None:
         n = len(chunk)
         if n == 0:
             raise ProtocolError("empty chunk in vector stream")

@@ -10,7 +10,7 @@ import concurrent.futures as cf
 import logging
 import multiprocessing
 import os
-from typing import TYPE_CHECKING, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 from fedort.common.errors import ConfigError, FedortError
 
@@ -104,11 +104,11 @@ class LocalBackend:
         """Workers open the ORT session from `artifacts` while the coordinator starts (one task each; a
         process that takes two opens once, one that takes none opens at its first join)."""
         if self._pool is not None:
-            for _ in range(self._pool._max_workers):
+            for _ in range(self._pool._max_workers):   # type: ignore[attr-defined]  # typeshed omits the private count
                 self._pool.submit(_preopen, artifacts)
 
     def start(self, plans: Sequence[WorkerPlan]) -> None:
-        if self._pool is not None and self._pool._max_workers != len(plans):
+        if self._pool is not None and self._pool._max_workers != len(plans):   # type: ignore[attr-defined]  # as above
             self._pool.shutdown(wait=False)   # prepared for another count (e.g. a data folder with fewer clients)
             self._pool = None
         if self._pool is None:
@@ -152,7 +152,7 @@ class RayBackend:
     def start(self, plans: Sequence[WorkerPlan]) -> None:
         ray = self._ray
         if not ray.is_initialized():
-            kwargs = dict(include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+            kwargs: dict[str, Any] = dict(include_dashboard=False, logging_level="WARNING", log_to_driver=False)
             if self._address:
                 ray.init(address=self._address, **kwargs)
             else:

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 FOLDER = Path(__file__).resolve().parent / "scenarios"
@@ -31,7 +32,7 @@ def listing() -> str:
     return "\n".join(f"{name:<{width}}  {describe(path)}" for name, path in items.items())
 
 
-def resolve(scenario: str | Path) -> Path:
+def resolve(scenario: str | os.PathLike) -> Path:
     """A scenario argument as a file: an existing path as given, else a bundled scenario's name
     (with or without `.toml`); anything else is returned unchanged for the loader to report."""
     path = Path(scenario)

@@ -96,7 +96,8 @@ def subset(arrays: Arrays, indices: np.ndarray) -> Arrays:
 def save_npz(path: str | Path, arrays: Arrays) -> Path:
     """Write `arrays` to `path` (uncompressed .npz, so loading is a plain read)."""
     path = Path(path)
-    np.savez(path, **arrays)
+    # numpy's stub checks **kwds against allow_pickle too
+    np.savez(path, **arrays)   # type: ignore[arg-type]
     return path
 
 

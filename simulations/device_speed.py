@@ -18,6 +18,7 @@ clock (`simulations/virtual_clock.py`, `--device-speed`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 
@@ -75,6 +76,10 @@ def parse_device_speed(spec: str) -> DeviceSpeed:
     return DeviceSpeed("uniform")
 
 
+@overload
+def compute_seconds(factor: float, steps: int, step_seconds: float) -> float: ...
+@overload
+def compute_seconds(factor: float | np.ndarray, steps: int | np.ndarray, step_seconds: float) -> float | np.ndarray: ...
 def compute_seconds(factor: float | np.ndarray, steps: int | np.ndarray, step_seconds: float) -> float | np.ndarray:
     """Simulated compute time of `steps` local steps at `factor` × `step_seconds` each."""
     return factor * steps * step_seconds

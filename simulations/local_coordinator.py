@@ -22,6 +22,7 @@ import logging
 import threading
 import time
 
+from fedort.common.invariants import present
 from fedort.coordinator import Coordinator, CoordinatorConfig, RunOutcome
 from fedort.coordinator.state.schema import TransitionRow
 from fedort.coordinator.state.layout import StateLayout
@@ -63,7 +64,7 @@ class LocalCoordinator:
             raise FedortError(f"the local coordinator did not start within {timeout:g} s")
         if self.error is not None:
             raise self.error
-        return self.port
+        return present(self.port, "the local coordinator's port")
 
     def _main(self) -> None:
         self._loop = asyncio.new_event_loop()

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedort.common.invariants import present
 from fedort.common.errors import ConfigError
 
 Parts = list[np.ndarray]
@@ -82,7 +83,7 @@ def dirichlet(labels: np.ndarray, clients: int, alpha: float, seed: int, min_siz
             return _group(owner, clients)
         if best is None or shortfall < best[0]:
             best = (shortfall, owner, affinity)
-    _, owner, affinity = best
+    _, owner, affinity = present(best, "the best Dirichlet draw")
     class_of = np.empty(n, dtype=np.int64)
     for c, idx in enumerate(classes):
         class_of[idx] = c
@@ -168,8 +169,10 @@ class Partition:
         if self.kind == "iid":
             return iid(len(labels), clients, seed)
         if self.kind == "dirichlet":
-            return dirichlet(labels, clients, self.alpha, seed, min_size=min_size)
-        return shards(labels, clients, self.shards_per_client, seed)
+            return dirichlet(labels, clients, present(self.alpha, "alpha (a dirichlet split has one)"), seed,
+                             min_size=min_size)
+        per_client = present(self.shards_per_client, "shards_per_client (a shards split has one)")
+        return shards(labels, clients, per_client, seed)
 
     def __str__(self) -> str:
         if self.kind == "dirichlet":

@@ -15,6 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
+from fedort.common.invariants import present
 from fedort.common.client_data import ClientData, read_npz
 from fedort.common.errors import ConfigError
 from fedort.common.client_data import read_npz
@@ -62,7 +63,7 @@ class DataSource:
         if self.kind == "digits":
             return load_digits_split(self.test_fraction, self.seed)[0]
         if self.kind == "npz":
-            return read_npz(self.folder)
+            return read_npz(present(self.folder, "the .npz file (kind npz)"))
         return None
 
     def describe(self, client: VirtualClient) -> str:
@@ -95,8 +96,9 @@ class ClientArrays:
     def for_client(self, client: VirtualClient) -> ClientData:
         """The client's arrays, named after where they came from, so that a data error names the file."""
         if client.indices is not None:
-            return ClientData.from_arrays(subset(self._train, client.indices), source=self.source.describe(client))
-        return ClientData.load(client.file)
+            train = present(self._train, "the shared training arrays")
+            return ClientData.from_arrays(subset(train, client.indices), source=self.source.describe(client))
+        return ClientData.load(present(client.file, "the client's data file"))
 
 
 @dataclass(frozen=True)

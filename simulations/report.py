@@ -13,7 +13,7 @@ import math
 import re
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, TypeGuard, cast
 
 CSV_FILE = "metrics.csv"
 JSON_FILE = "metrics.json"
@@ -154,9 +154,9 @@ def summary_table(records: Sequence[RoundRecord], final: dict[str, Any] | None =
     rows: list[tuple[str, str]] = [("rounds", str(len(records)))]
     acc = [r for r in records if _present(r.accuracy)]
     if acc:
-        best = max(acc, key=lambda r: r.accuracy)
-        rows.append(("best accuracy", f"{_pct(best.accuracy)} (round {best.round})"))
-        rows.append(("final accuracy", f"{_pct(acc[-1].accuracy)} (round {acc[-1].round})"))
+        best = max(acc, key=lambda r: cast(float, r.accuracy))   # present: filtered above
+        rows.append(("best accuracy", f"{_pct(cast(float, best.accuracy))} (round {best.round})"))
+        rows.append(("final accuracy", f"{_pct(cast(float, acc[-1].accuracy))} (round {acc[-1].round})"))
     if target is not None:
         hit = rounds_to_target(records, target)
         rows.append((f"rounds to {_pct(target)}", str(hit) if hit is not None else "not reached"))
@@ -178,7 +178,7 @@ def summary_table(records: Sequence[RoundRecord], final: dict[str, Any] | None =
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
-def _present(value: Any) -> bool:
+def _present(value: Any) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -186,7 +186,7 @@ def _pct(value: float) -> str:
     return f"{100 * value:.2f}%"
 
 
-def _bytes(n: int) -> str:
+def _bytes(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if abs(n) < 1000 or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fedort.common.invariants import present
 from fedort.coordinator import CoordinatorConfig
 from fedort.coordinator.aggregation.server_optimizers import canonical_spec
 from fedort.coordinator.privacy.config import PRIVACY_KEYS
@@ -54,7 +55,8 @@ def _prepare_artifacts(cfg: SimulationConfig, out: Path) -> tuple[Path, Manifest
     if cfg.artifacts is not None:
         return cfg.artifacts, verify_artifacts(cfg.artifacts)
     folder = out / "artifacts"   # a built-in model: copied from the machine's verified cache, or built once
-    return folder, cached_builtin_artifacts(cfg.model, cfg.seed, cfg.optimizer, folder)
+    return folder, cached_builtin_artifacts(present(cfg.model, "model (a built-in one, without artifacts)"), cfg.seed,
+                                            cfg.optimizer, folder)
 
 
 def _population(cfg: SimulationConfig, data_dir: Path) -> Population:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from fedort.common.invariants import present
 from fedort.edge_client.client.cache import ArtifactCache
 from fedort.edge_client.client.edge_client import EdgeClient, EdgeConfig, RoundReport
 from fedort.edge_client.transport.retry import Backoff, call_with_retry
@@ -159,7 +160,7 @@ def join_clients(plan: WorkerPlan, transport: Transport, cache: ArtifactCache, a
                             cache=cache, on_report=ledger)
         client.join()
         session = client.session
-        ledger.vector_bytes = client.manifest.parameter_count * 4
+        ledger.vector_bytes = present(client.manifest, "the joined client's manifest").parameter_count * 4
         clients.append(client)
     return clients
 
@@ -211,7 +212,7 @@ def _work(plan: WorkerPlan, clients: list[EdgeClient], tasks: dict, done: set[st
 def _upload_limit(plan: WorkerPlan, clients: list[EdgeClient]) -> int:
     """How many trained updates may be uploading at once: `uploads_in_flight`, fewer if their vectors
     would exceed `upload_budget_bytes` (at least one)."""
-    vector_bytes = 4 * clients[0].manifest.parameter_count if clients else 1
+    vector_bytes = 4 * present(clients[0].manifest, "the joined client's manifest").parameter_count if clients else 1
     return max(1, min(plan.uploads_in_flight, plan.upload_budget_bytes // max(1, vector_bytes)))
 
 

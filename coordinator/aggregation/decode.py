@@ -71,7 +71,7 @@ class Decoder:
         raw = np.ascontiguousarray(payload).view(np.uint8).reshape(-1)
         dec = self.stream(length, len(raw))
         for start in range(0, len(raw), 1 << 20):
-            yield from dec.feed(memoryview(raw[start:start + (1 << 20)]))
+            yield from dec.feed(raw[start:start + (1 << 20)].data)
         yield from dec.finish()
 
     def decode(self, payload: np.ndarray, length: int) -> np.ndarray:

@@ -35,7 +35,7 @@ def open_updates(updates: Sequence[SpooledUpdate], length: int) -> list[np.ndarr
     """Read-only memory maps of the spooled updates (nothing is read until a block is sliced)."""
     if not updates:
         raise VectorError("no updates to aggregate")
-    maps = []
+    maps: list[np.ndarray] = []
     for u in updates:
         size = u.path.stat().st_size
         if size != 4 * length:

@@ -23,6 +23,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from fedort.common.invariants import present
 from fedort.common.buffer_pool import BufferPool
 from fedort.coordinator.aggregation.combiner import Combiner
 from fedort.coordinator.aggregation.halves import in_halves
@@ -173,12 +174,17 @@ class WeightedMean(Combiner):
         # first fold of the next round, on an upload's critical path
         self._sum.reset()
 
+    @property
+    def _accumulator(self) -> WeightedSum:
+        return present(self._sum, "the weighted sum (reset opens it)")
+
     def fold(self, blocks: Iterable[tuple[int, np.ndarray]], weight: float) -> None:
-        self._sum.add_blocks(blocks, weight)
+        self._accumulator.add_blocks(blocks, weight)
 
     def fold_delta(self, pieces: Iterable[Piece], weight: float) -> None:
         """Fold a delta from the global vector as the codec's pieces (the global is added once, in combine)."""
-        self._sum.add_delta_pieces(pieces, weight)
+        self._accumulator.add_delta_pieces(pieces, weight)
 
     def combine(self, spooled: Sequence[SpooledUpdate], global_vector: np.ndarray) -> np.ndarray:
-        return self._sum.mean(global_vector, out=self._outputs.take(self._sum.length))
+        s = self._accumulator
+        return s.mean(global_vector, out=self._outputs.take(s.length))

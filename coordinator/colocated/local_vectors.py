@@ -67,7 +67,7 @@ import stat
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Iterator, cast
 
 import numpy as np
 
@@ -262,11 +262,13 @@ def _checked_blocks(parts: Iterable[memoryview], admitted: AdmittedUpdate) -> It
     """A raw update's values as (start, float32 block), each block checked finite (the raw stream decoder)
     before it is yielded."""
     stream = admitted.decoder.stream(admitted.header.vector.length, admitted.payload_bytes)
-    for part in parts:
+    for part in parts:   # the raw decoder yields dense pieces only
         for piece in stream.feed(part):
-            yield piece.offset, piece.values
+            dense = cast(DensePiece, piece)
+            yield dense.offset, dense.values
     for piece in stream.finish():
-        yield piece.offset, piece.values
+        dense = cast(DensePiece, piece)
+        yield dense.offset, dense.values
 
 
 def _check_digest(digest: digests.Hasher, admitted: AdmittedUpdate, what: str) -> bytes:

@@ -16,11 +16,15 @@ from __future__ import annotations
 import os
 import threading
 from contextlib import contextmanager
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
+from fedort.common.invariants import present
 from fedort.common.buffer_pool import BufferPool
 from fedort.common import digests
 from fedort.common.errors import VectorError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 SLOTS = 4                                  # steps the reader may run ahead (a ring of SLOTS × step bytes)
 _RINGS = BufferPool(4)                     # recycled rings: a fresh one would page-fault every take
@@ -41,10 +45,12 @@ class ReadAhead:
         self._stop = False
         self._thread: threading.Thread | None = None
         if self.parts <= 1:
+            self._ring: np.ndarray | None
+            self._mem: memoryview | None
             self._ring, self._mem = None, memoryview(bytearray(n))
             return
         self._ring = _RINGS.take(SLOTS * self.step // 4)
-        self._mem = memoryview(self._ring).cast("B")
+        self._mem = self._ring.data.cast("B")
         # a thread of its own (cheap to start): a shared pool's readers would wait for their consumers while
         # other consumers wait for a reader the pool cannot start
         self._thread = threading.Thread(target=self._run, name="fedort-read-ahead", daemon=True)
@@ -53,7 +59,7 @@ class ReadAhead:
     def _slot(self, i: int) -> memoryview:
         """Where part i goes in the ring (all of it for a one-part file)."""
         at = i % SLOTS * self.step
-        return self._mem[at:at + min(self.step, self.n - i * self.step)]
+        return present(self._mem, "the ring (a closed reader has none)")[at:at + min(self.step, self.n - i * self.step)]
 
     def _fill(self, i: int) -> memoryview:
         """Part i read into its slot and hashed."""
@@ -93,7 +99,7 @@ class ReadAhead:
                 while self._read <= i and self._error is None:
                     self._cond.wait()
                 if self._read <= i:
-                    raise self._error
+                    raise present(self._error, "the reader's error")
             yield self._slot(i)
             with self._cond:
                 self._used = i + 1

@@ -13,6 +13,7 @@ import logging
 import math
 from typing import TYPE_CHECKING, Mapping
 
+from fedort.common.invariants import present
 from fedort.coordinator.uploads.admission import check_model
 from fedort.coordinator.engine.round_metrics import MetricSums, metrics_json
 from fedort.coordinator.engine.selection import client_seed, select_clients
@@ -70,9 +71,10 @@ class EvaluationPhase:
         e = self.engine
         if e.state is not RoundState.EVALUATING or client_id not in self.selected or client_id in self.reported:
             return None
+        g = present(e.global_vector, "the global vector")
         return Task(TaskKind.EVALUATE, self.round, e.deadline_ms, TrainConfig(
             batch_size=e.config.batch_size, seed=client_seed(e.config.seed, self.round, client_id)),
-            0, e.global_vector.sha256, e.length, vector_blake3=e.global_vector.blake3)
+            0, g.sha256, e.length, vector_blake3=g.blake3)
 
     def submit(self, client_id: str, model_id: str, round: int, num_examples: int,
                metrics: Mapping[str, Metric]) -> SubmitResult:

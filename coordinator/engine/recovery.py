@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fedort.common.invariants import present
 from fedort.coordinator.aggregation import Update
 from fedort.coordinator.state.integrity import export_problem, read_verified_bytes, read_verified_vector
 from fedort.coordinator.state.schema import COMMITTED, EXPORTED, FAILED, OPEN
@@ -63,6 +64,7 @@ async def recover(engine: "RoundEngine") -> bool:
             drop_spool(engine, r)
     engine.round = last + 1
     expected = store.get_meta("initial_vector_sha256") if last == 0 else rows[last].vector_sha256
+    expected = present(expected, f"the recorded sha256 of round {engine.round}'s global vector")
     vector = read_verified_vector(store.vector_path(engine.round), engine.length, expected)
     engine.set_global(engine.round, vector, bytes.fromhex(expected))
     load_server_state(engine, engine.round)
@@ -92,7 +94,7 @@ async def recover(engine: "RoundEngine") -> bool:
 
 async def replay(engine: "RoundEngine", round: int) -> None:
     """Fold the acknowledged updates of `round` back in, each exactly once; drop orphan spool files."""
-    store, training = engine.store, engine.training
+    store, training = engine.store, present(engine.training, "the replayed round")
     rows = store.submissions(round)
     named = {Path(r.spool_path).name for r in rows}
     spool = store.spool_dir(round)
@@ -142,7 +144,8 @@ def save_server_state(engine: "RoundEngine", round: int) -> None:
     if state is None:
         return
     buf = io.BytesIO()
-    np.savez(buf, **state)
+    # numpy's stub checks **kwds against allow_pickle too
+    np.savez(buf, **state)   # type: ignore[arg-type]
     atomic_write(engine.store.layout.server_state(round), buf.getbuffer())
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from fedort.protos.update_codecs.base import first_non_finite
 from fedort.common.errors import VectorError
 from fedort.common.round_state import RoundState
+from fedort.common.invariants import present
 
 if TYPE_CHECKING:
     from fedort.coordinator.engine.round_engine import RoundEngine
@@ -56,7 +57,7 @@ async def commit_or_retry(engine: "RoundEngine", defer: bool) -> bool:
 
 def retry_refused(engine: "RoundEngine", reason: str) -> bool:
     """Discard the open attempt's updates and open the next attempt; False (run FAILED) when none is left."""
-    r, cfg = engine.training, engine.config
+    r, cfg = present(engine.training, "the open round"), engine.config
     why = f"round {engine.round}: the aggregate of {len(r.reported)} updates was refused ({reason})"
     engine.store.forget_submissions(engine.round)
     shutil.rmtree(engine.store.spool_dir(engine.round), ignore_errors=True)

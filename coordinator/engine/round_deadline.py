@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from fedort.common.invariants import present
 from fedort.coordinator.state.store import now_ms
 
 if TYPE_CHECKING:
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
 async def wait_for_close(engine: "RoundEngine") -> None:
     """Until the open round is complete or past its deadline, then until no update is in flight."""
-    r, min_clients = engine.training, engine.config.min_clients
+    r, min_clients = present(engine.training, "the open round"), engine.config.min_clients
     while not r.complete(min_clients) and (remaining := r.deadline_ms - now_ms()) > 0:
         await engine.wait_change(remaining / 1000)
     r.closing = True                   # no new update is accepted from here on ...

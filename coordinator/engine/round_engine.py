@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedort.common.invariants import present
 from fedort.coordinator.uploads.admission import accepted_digests
 from fedort.coordinator.aggregation import Strategy
 from fedort.coordinator.config import CoordinatorConfig
@@ -232,7 +233,7 @@ class RoundEngine(TaskDispatch, RoundExports):
         try:
             resumed = self._resumed if self._recovered else await self.recover()
             if self._finished.is_set():
-                return self._outcome
+                return present(self._outcome, "the run's outcome")
             stopped, export_next = None, None
             self.prepare_exports()   # while clients join
             while self.round <= self.config.rounds:
@@ -250,13 +251,13 @@ class RoundEngine(TaskDispatch, RoundExports):
                         export_next = None
                 resumed = False
                 if not await self._train():
-                    return self._outcome
+                    return present(self._outcome, "the run's outcome")
                 # the commit of a round the next one follows shares the next open's fsync (see _commit)
                 # (not with privacy accounting: its budget check before the next open reads committed rows)
                 defer = self.round < self.config.rounds and self.secagg is None and not self.privacy.accounting
                 while not await commit_or_retry(self, defer):   # a non-finite aggregate: reopened, or FAILED
                     if self._finished.is_set() or not await self._train():
-                        return self._outcome
+                        return present(self._outcome, "the run's outcome")
                 if defer:
                     export_next = self.round - 1   # its export reads the committed row: after the open
                 else:
@@ -288,10 +289,10 @@ class RoundEngine(TaskDispatch, RoundExports):
                 self._outcome = RunOutcome(RoundState.FAILED, self.round - 1, message)
                 self._finished.set()
                 self.notify()
-        return self._outcome
+        return present(self._outcome, "the run's outcome")
 
     async def _wait_for_clients(self) -> None:
-        need = self.config.min_available_clients
+        need = present(self.config.min_available_clients, "min_available_clients")
         last_log = 0.0
         if self.store.deferred and len(self.registry.available()) < need:
             self.store.flush()   # a deferred commit does not wait for clients
@@ -303,12 +304,13 @@ class RoundEngine(TaskDispatch, RoundExports):
 
     def begin_round(self) -> TrainingRound:
         """Fresh bookkeeping and aggregator for round `self.round`, starting from the current global vector."""
-        self.training = TrainingRound(self.round, self.strategy.new_round(self.global_vector.vector))
+        g = present(self.global_vector, "the global vector")
+        self.training = TrainingRound(self.round, self.strategy.new_round(g.vector))
         return self.training
 
     def select(self, attempt: int) -> None:
         """Select clients besides those that already reported, then open the attempt."""
-        cfg, r = self.config, self.training
+        cfg, r = self.config, present(self.training, "the open round")
         available = set(self.registry.available())
         candidates = sorted(available - set(r.reported))
         keep = frozenset(r.reported)
@@ -322,7 +324,7 @@ class RoundEngine(TaskDispatch, RoundExports):
 
     def open_attempt(self, attempt: int, selected: frozenset[str], why: str) -> None:
         """Record the attempt durably with a fresh deadline and move to TRAINING."""
-        r = self.training
+        r = present(self.training, "the open round")
         r.attempt, r.selected, r.closing = attempt, selected, False
         r.deadline_ms = self.deadline_ms = now_ms() + int(self.config.round_timeout_s * 1000)
         self.store.open_round(self.round, attempt, selected, r.deadline_ms)
@@ -333,7 +335,7 @@ class RoundEngine(TaskDispatch, RoundExports):
         """Wait for the open round to close, retrying it as needed; False if the run failed."""
         if self.secagg is not None:                 # the protocol's phases decide (see secagg_round)
             return await self.secagg.train()
-        cfg, r = self.config, self.training
+        cfg, r = self.config, present(self.training, "the open round")
         while True:
             await wait_for_close(self)
             n = len(r.reported)
@@ -359,7 +361,7 @@ class RoundEngine(TaskDispatch, RoundExports):
         fsync for both); no task of the next round exists before that transaction, so nothing acts on
         an uncommitted round, and a crash in between replays it from its durable updates."""
         fault_point("round.before_commit")
-        r = self.training
+        r = present(self.training, "the open round")
         t0 = time.perf_counter()
         if r.aggregator.stale:   # an update folded while checked was not counted (uploads): refold the counted ones
             updates = acknowledged_updates(self, self.round)

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import TYPE_CHECKING, AsyncIterator, Mapping
 import weakref
 from typing import AsyncIterator, Mapping
 
+from fedort.common.invariants import present
 from fedort.coordinator.uploads.admission import check_model
 from fedort.coordinator.engine.selection import client_seed
 from fedort.coordinator.state.integrity import read_verified_vector
@@ -19,6 +21,15 @@ from fedort.coordinator.status import snapshot
 from fedort.common.errors import NotFoundError, ProtocolError, StaleRoundError
 from fedort.protos.messages import Metric, Status, SubmitResult, Task, TaskKind, TrainConfig, UpdateHeader
 from fedort.common.round_state import RoundState
+
+if TYPE_CHECKING:
+    from fedort.coordinator.config import CoordinatorConfig
+    from fedort.coordinator.engine.evaluation import EvaluationPhase
+    from fedort.coordinator.engine.registry import ClientRegistry
+    from fedort.coordinator.engine.training_round import TrainingRound
+    from fedort.coordinator.privacy.secagg.secure_round import SecAggRound
+    from fedort.coordinator.state.store import StateStore
+    from fedort.coordinator.uploads.intake import Uploads
 
 log = logging.getLogger("fedort.coordinator.engine.round_engine")
 
@@ -32,6 +43,26 @@ _OLD_VECTORS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 class TaskDispatch:
     """Client-facing calls of the round engine (a mixin: every attribute used here is the engine's)."""
+
+    # the engine's attributes this mixin reads (set by RoundEngine.__init__)
+    config: CoordinatorConfig
+    store: StateStore
+    registry: ClientRegistry
+    model_id: str
+    length: int
+    state: RoundState
+    round: int
+    training: TrainingRound | None
+    global_vector: GlobalVector | None
+    evaluation: EvaluationPhase
+    uploads: Uploads
+    secagg: SecAggRound | None
+    _released: set[str]
+    _told: set[str]
+    _stopping: bool
+
+    if TYPE_CHECKING:
+        async def wait_change(self, timeout: float) -> None: ...
 
     def touch(self, client_id: str) -> None:
         self.registry.touch(client_id)
@@ -49,7 +80,7 @@ class TaskDispatch:
             cfg = self.config
             train = TrainConfig(cfg.local_epochs, cfg.batch_size, cfg.lr, cfg.reset_optimizer,
                                 client_seed(cfg.seed, self.round, client_id), dict(cfg.extra), cfg.prox_mu)
-            g = self.global_vector
+            g = present(self.global_vector, "the global vector")
             return Task(TaskKind.FIT, self.round, self._fit_deadline_ms(), train, 0, g.sha256, self.length,
                         self.secagg.task_bytes() if self.secagg is not None else b"", g.blake3)
         return self.evaluation.task_for(client_id)
@@ -62,7 +93,7 @@ class TaskDispatch:
                 and (self.secagg is None or self.secagg.may_fit(client_id)))
 
     def _fit_deadline_ms(self) -> int:
-        return self.training.deadline_ms
+        return present(self.training, "the open round").deadline_ms
 
     async def poll(self, client_id: str, model_id: str, wait_ms: int) -> Task:
         """The client's next task, holding the call up to min(wait_ms, 30 s) while there is none."""
@@ -125,6 +156,7 @@ class TaskDispatch:
             raise NotFoundError(f"no global vector for round {round} yet; the latest round is {latest}")
         rows = {r.round: r for r in self.store.rounds()}
         expected = self.store.get_meta("initial_vector_sha256") if round == 1 else rows[round - 1].vector_sha256
+        expected = present(expected, f"the recorded sha256 of round {round}'s global vector")
         # an old round's vector is read once and shared by every download of it in progress (not one copy each)
         key = (round, expected)
         vector = _OLD_VECTORS.get(key)

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from fedort.common.invariants import present
 from fedort.coordinator.state.layout import LATEST_JSON, LATEST_LINK, MODEL_FILE, RECORD_FILE, round_name
 from fedort.coordinator.export.external_data import DATA_FILE, EXTERNAL_MIN_BYTES, NO_LINKS, ExternalModel, link_data
 from fedort.coordinator.export.splice import ModelSplice
@@ -65,7 +66,7 @@ class Exporter:
     def __init__(self, artifacts_dir: Path, models_dir: Path, eval_data: Path | None = None,
                  external_min_bytes: int = EXTERNAL_MIN_BYTES) -> None:
         self._session = TrainingSession.from_artifacts(artifacts_dir)
-        self.manifest: Manifest = self._session.manifest
+        self.manifest: Manifest = present(self._session.manifest, "the artifacts' manifest")
         self._models = models_dir
         self._eval = load_eval_data(eval_data, self.manifest) if eval_data else None
         self._external_min = external_min_bytes
@@ -190,7 +191,7 @@ class Exporter:
                 digest.update(chunk)
                 yield chunk
 
-        atomic_write(path, hashed(self._splice.chunks(vector)), sync_dir=False)
+        atomic_write(path, hashed(present(self._splice, "the learned splice").chunks(vector)), sync_dir=False)
         _drop_data_file(path.parent)
         return path, digest.hexdigest(), None
 

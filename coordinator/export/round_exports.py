@@ -10,6 +10,7 @@ connection (`side_writer`), so the event loop never waits on its fsync.
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING, cast
 import logging
 import threading
 
@@ -24,9 +25,25 @@ from fedort.common.faults import fault_point
 log = logging.getLogger(__name__)
 CLOSE_WAIT_S = 60.0   # how long closing waits for an export being written (its fsyncs) before leaving it
 
+if TYPE_CHECKING:
+    from fedort.coordinator.config import CoordinatorConfig
+    from fedort.coordinator.engine.round_engine import RoundEngine
+    from fedort.coordinator.engine.training_round import GlobalVector
+    from fedort.coordinator.export.inference import Exporter
+    from fedort.coordinator.state.store import StateStore
+    from fedort.coordinator.uploads.intake import Uploads
+
 
 class RoundExports:
     """The engine's background exports."""
+
+    # the engine's attributes this mixin reads (set by RoundEngine.__init__)
+    config: CoordinatorConfig
+    store: StateStore
+    exporter: Exporter
+    length: int
+    global_vector: GlobalVector | None
+    uploads: Uploads
 
     _export_task: asyncio.Future | None = None   # the newest background export (each awaits its predecessor)
     _export_writer = None                        # the exports' own SQLite connection (side_writer.SideWriter)
@@ -53,7 +70,8 @@ class RoundExports:
                 await previous
             await retry_when_full(lambda: self._write_export(round, vector, record, inline),
                                    f"round {round} export")
-            await asyncio.to_thread(drop_spool, self, round)   # 10 x 20 MB unlinks: not on the event loop
+            engine = cast("RoundEngine", self)   # the mixin's object is the engine
+            await asyncio.to_thread(drop_spool, engine, round)   # 10 x 20 MB unlinks: not on the event loop
 
         self._export_task = asyncio.ensure_future(after_previous())
 

@@ -47,7 +47,7 @@ class ModelSplice:
 
         proto = onnx.ModelProto()
         proto.ParseFromString(model)
-        vb = memoryview(cls.probe(n)).cast("B")
+        vb = cls.probe(n).data.cast("B")
         places = []
         for init in proto.graph.initializer:
             raw = init.raw_data
@@ -72,7 +72,7 @@ class ModelSplice:
 
     def render(self, vector: np.ndarray) -> bytearray:
         """The model file ORT would export for `vector` (same length and order as the learned one)."""
-        vb = memoryview(np.ascontiguousarray(vector, dtype=np.float32)).cast("B")
+        vb = np.ascontiguousarray(vector, dtype=np.float32).data.cast("B")
         if len(vb) != self.nbytes:
             raise ValueError(f"vector of {len(vb)} bytes; this model's parameters take {self.nbytes}")
         out = bytearray(self.template)
@@ -82,7 +82,7 @@ class ModelSplice:
 
     def chunks(self, vector: np.ndarray, step: int = STEP) -> Iterator[memoryview]:
         """`render(vector)` as consecutive views of at most `step` bytes (of the template and of `vector`)."""
-        vb = memoryview(np.ascontiguousarray(vector, dtype=np.float32)).cast("B")
+        vb = np.ascontiguousarray(vector, dtype=np.float32).data.cast("B")
         if len(vb) != self.nbytes:
             raise ValueError(f"vector of {len(vb)} bytes; this model's parameters take {self.nbytes}")
         template, pos = memoryview(self.template), 0

@@ -26,6 +26,7 @@ import logging
 
 import numpy as np
 
+from fedort.common.invariants import present
 from fedort.coordinator.aggregation import Update, decoder_for
 from fedort.coordinator.fedbuff.ledger import AsyncLedger
 from fedort.coordinator.fedbuff.uploads import AsyncUploads
@@ -73,7 +74,8 @@ class AsyncEngine(RoundEngine):
                                    parse_staleness_weight(cfg.staleness_weight), version=1, dtype=np.dtype(np.float64))
         self.ledger = AsyncLedger(self.store.layout.db)
         self.uploads.close()                 # the synchronous intake's fold thread: not used here
-        self.uploads = AsyncUploads(self)
+        # its own intake, for the calls the async engine makes (not a subclass of the synchronous one)
+        self.uploads = AsyncUploads(self)   # type: ignore[assignment]
         self.version_lock = asyncio.Lock()
         self._versions_done = asyncio.Event()
 
@@ -110,10 +112,10 @@ class AsyncEngine(RoundEngine):
 
     async def commit_version(self) -> None:
         """Buffer -> server optimizer -> version v + 1, durably (vector, server state, row), then export it."""
-        r, v = self.training, self.round
+        r, v = present(self.training, "the open version"), self.round
         self.transition(RoundState.AGGREGATING, f"{self.buffer.count} updates buffered")
         aggregate = await asyncio.to_thread(self.buffer.take)
-        g = self.global_vector.vector
+        g = present(self.global_vector, "the global vector").vector
         vector = await asyncio.to_thread(self.strategy.server_update.apply, g, aggregate.combined(g))
         sha = vector_digest(vector)
         await asyncio.to_thread(atomic_write, self.store.vector_path(v + 1), vector)

@@ -27,8 +27,9 @@ import asyncio
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, AsyncIterator
+from typing import TYPE_CHECKING, AsyncIterator, cast
 
+from fedort.common.invariants import present
 from fedort.coordinator.uploads.admission import AdmittedUpdate, admit_async_update, check_model
 from fedort.coordinator.aggregation import Update
 from fedort.coordinator.engine.round_metrics import metrics_json
@@ -45,7 +46,7 @@ from fedort.common.round_state import RoundState
 from fedort.common import digests
 
 if TYPE_CHECKING:
-    from fedort.coordinator.fedbuff.engine import AsyncEngine
+    from fedort.coordinator.fedbuff.engine import AsyncEngine, BufferFold
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +120,7 @@ class AsyncUploads:
         if checked is None:
             return SubmitResult(True, True, h.vector.round, "duplicate: this update was already counted")
         version, staleness = checked
-        client, base, r = h.client_id, h.vector.round, e.training
+        client, base, r = h.client_id, h.vector.round, present(e.training, "the open version")
         codec = h.vector.codec or "raw"
         r.pending.add(client)
         try:
@@ -136,7 +137,8 @@ class AsyncUploads:
             r.record(client, h.num_examples, metrics)
             self.bytes_received[version] = self.bytes_received.get(version, 0) + nbytes
             update = Update(client, h.num_examples, codec, path)
-            await asyncio.to_thread(r.aggregator.fold, codec, update.encoded(), h.num_examples, base)
+            fold = cast("BufferFold", r.aggregator)   # the async engine's rounds fold into its buffer
+            await asyncio.to_thread(fold.fold, codec, update.encoded(), h.num_examples, base)
         finally:
             r.pending.discard(client)
             e.notify()

@@ -14,13 +14,17 @@ from __future__ import annotations
 import logging
 import math
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from fedort.common.errors import ConfigError
+
+if TYPE_CHECKING:
+    import dp_accounting
 
 MAX_ROUNDS = 10**7
 
 
-def round_event(q: float, z: float) -> "dp_accounting.DpEvent":  # noqa: F821
+def round_event(q: float, z: float) -> "dp_accounting.DpEvent":
     """The DpEvent of one round: Poisson sampling at rate q of the Gaussian mechanism with multiplier z."""
     import dp_accounting   # imported on first use: it pulls scipy, the coordinator should start without it
 

@@ -55,7 +55,7 @@ class DpClip:
         return self.adaptive_quantile is not None
 
 
-def parse_dp_clip(spec: str) -> DpClip:
+def parse_dp_clip(spec: str | float) -> DpClip:
     """`C` (a float > 0) | `adaptive` | `adaptive:Q` with Q in (0, 1)."""
     text = str(spec).strip()
     if text.startswith("adaptive"):
@@ -95,9 +95,10 @@ def privacy_problems(values: dict[str, Any], strategy: str) -> list[str]:
             out.append(f"strategy {strategy!r} clips on the coordinator, which never sees an update under secure "
                        "aggregation; clip on the devices instead with --dp-clip C (--dp-noise-multiplier 0 for "
                        "clipping without noise) and strategy fedavg")
-        if isinstance(g("min_clients"), int) and g("min_clients") < 2:
+        min_clients = g("min_clients")
+        if isinstance(min_clients, int) and min_clients < 2:
             out.append(f"secure aggregation needs a cohort of >= 2 clients: min_clients must be >= 2 with --secagg, "
-                       f"got {g('min_clients')}")
+                       f"got {min_clients}")
     for name, low in (("secagg_threshold", 2), ("secagg_neighbours", 1)):
         v = g(name)
         if v is not None and not (isinstance(v, int) and not isinstance(v, bool) and v >= low):
@@ -115,9 +116,9 @@ def privacy_problems(values: dict[str, Any], strategy: str) -> list[str]:
     z = g("dp_noise_multiplier")
     if z is not None and not (_num(z) and z >= 0):
         out.append(f"dp_noise_multiplier must be a finite number >= 0, got {z!r}")
-    if g("dp_clip") is not None:
+    if (clip := g("dp_clip")) is not None:
         try:
-            parse_dp_clip(g("dp_clip"))
+            parse_dp_clip(clip)
         except ConfigError as e:
             out.append(str(e))
     elif z:
@@ -125,10 +126,10 @@ def privacy_problems(values: dict[str, Any], strategy: str) -> list[str]:
     d = g("dp_delta")
     if d is not None and not (_num(d) and 0 < d < 1):
         out.append(f"dp_delta must be in (0, 1), got {d!r}")
-    e = g("dp_target_epsilon")
-    if e is not None and not (_num(e) and e > 0):
-        out.append(f"dp_target_epsilon must be > 0, got {e!r}")
-    if e is not None and not z:
+    eps = g("dp_target_epsilon")
+    if eps is not None and not (_num(eps) and eps > 0):
+        out.append(f"dp_target_epsilon must be > 0, got {eps!r}")
+    if eps is not None and not z:
         out.append("dp_target_epsilon needs dp_noise_multiplier > 0 (without noise epsilon is infinite)")
     return out
 

@@ -20,6 +20,7 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from fedort.common.invariants import present
 from fedort.coordinator.privacy.adaptive_clip import AdaptiveClip, delta_noise_multiplier
 from fedort.coordinator.aggregation.combiner import Combiner
 from fedort.coordinator.aggregation.server_update import ServerUpdate
@@ -97,12 +98,14 @@ class NoisedSum(Combiner):
         self.dp.unclipped = 0
 
     def fold(self, blocks: Iterable[tuple[int, np.ndarray]], weight: float) -> None:
-        self._sum.add_blocks(blocks, 1.0)          # unweighted: each client counts once
+        total = present(self._sum, "the noised sum (reset opens it)")
+        total.add_blocks(blocks, 1.0)          # unweighted: each client counts once
 
     def combine(self, spooled: Sequence[SpooledUpdate], global_vector: np.ndarray) -> np.ndarray:
         s = self.dp
         g = np.asarray(global_vector, dtype=np.float64)
-        delta_sum = self._sum.total - self._sum.count * g
+        total = present(self._sum, "the noised sum (reset opens it)")
+        delta_sum = total.total - total.count * g
         if not s.client_noise:
             delta_sum += gaussian(len(g), s.delta_multiplier * s.current_clip, s.rng)
         return (g + delta_sum / max(s.expected_clients, 1)).astype(np.float32)

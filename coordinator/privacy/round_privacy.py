@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from fedort.common.invariants import present
 from fedort.coordinator.aggregation import Strategy
 from fedort.coordinator.privacy.dp_fedavg import DPClip, DPClipState, DPClipUpdate, NoisedSum
 from fedort.coordinator.config import CoordinatorConfig
@@ -70,7 +71,7 @@ class PrivacyPlan:
 
     def round_opened(self, engine: "RoundEngine") -> None:
         """n_exp and q of the round now opening (kept across retries and restarts of the round)."""
-        r = engine.training
+        r = present(engine.training, "the open round")
         if r.expected_clients is None:
             r.expected_clients = len(r.selected)
             r.population = max(len(engine.registry), r.expected_clients)
@@ -80,14 +81,19 @@ class PrivacyPlan:
         if engine.secagg is not None:
             engine.secagg.round_opened()
 
+    @property
+    def _accounted(self) -> DPClipState:
+        """The DP state accounting reads (privacy accounting is on only with DP)."""
+        return present(self.dp, "the DP clip state")
+
     def _history(self, engine: "RoundEngine") -> list[tuple[float, float]]:
-        z = self.dp.noise_multiplier
+        z = self._accounted.noise_multiplier
         return [(float(row.metrics[RATE]), float(row.metrics.get(NOISE, z))) for row in engine.store.rounds()
                 if RoundRowState(row.state).committed and RATE in row.metrics]
 
     def _round_z(self, engine: "RoundEngine") -> float:
         """z of the round being committed: with distributed noise only the m contributing clients added theirs."""
-        z = self.dp.noise_multiplier
+        z = self._accounted.noise_multiplier
         if engine.secagg is not None and engine.secagg.result is not None:
             m, n = len(engine.secagg.result.survivors), engine.secagg.expected_clients
             return z * math.sqrt(min(m, n) / n)
@@ -100,8 +106,8 @@ class PrivacyPlan:
         z = self._round_z(engine)
         eps = epsilon_for_rounds(self._history(engine) + [(self.rate, z)], self.config.dp_delta)
         out = {RATE: self.rate, NOISE: z, "epsilon": eps}
-        if self.dp.adaptive is not None:
-            out["dp_clip"] = self.dp.adaptive.clip
+        if self._accounted.adaptive is not None:
+            out["dp_clip"] = self._accounted.adaptive.clip
         return out
 
     def epsilon_so_far(self, engine: "RoundEngine") -> float:
@@ -116,9 +122,9 @@ class PrivacyPlan:
         population = max(len(engine.registry), 1)
         available = len(engine.registry.available())
         q = min(1.0, sample_size(available, cfg.fraction, cfg.min_clients) / population)
-        eps = epsilon_for_rounds(self._history(engine) + [(q, self.dp.noise_multiplier)], cfg.dp_delta)
+        eps = epsilon_for_rounds(self._history(engine) + [(q, self._accounted.noise_multiplier)], cfg.dp_delta)
         if eps <= target:
             return None
         return (f"privacy budget: stopped before round {engine.round}, whose epsilon would be {eps:.4g} > "
-                f"target {target:g} (delta {cfg.dp_delta:g}, q {q:.4g}, z {self.dp.noise_multiplier:g}); "
+                f"target {target:g} (delta {cfg.dp_delta:g}, q {q:.4g}, z {self._accounted.noise_multiplier:g}); "
                 f"epsilon after {engine.round - 1} round(s) is {self.epsilon_so_far(engine):.4g}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Sequence
 
+from fedort.common.invariants import present
 from fedort.coordinator.rpc.devices import DeviceStore
 from fedort.common.errors import ConfigError, PermissionDeniedError, UnauthenticatedError
 
@@ -54,7 +55,7 @@ class Authenticator:
             raise UnauthenticatedError("this coordinator requires a device token: send metadata 'authorization: "
                                        "Bearer <token>' (`fedort edge run --token`); tokens come from "
                                        "`fedort coordinator enroll NAME`")
-        return self.devices.verify(token)
+        return present(self.devices, "the device store (token auth has one)").verify(token)
 
 
 def check_identity(identity: str | None, client_id: str) -> None:

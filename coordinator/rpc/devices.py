@@ -168,7 +168,7 @@ class DeviceStore:
 
 
     def _files_signature(self) -> tuple:
-        sig = []
+        sig: list[tuple[int, int, int] | None] = []
         for path in (self.path, self.path.with_name(self.path.name + "-wal")):
             try:
                 st = os.stat(path)

@@ -57,6 +57,6 @@ class DownloadDeltas:
             base = read_vector(self.engine.store.vector_path(g.round - 1), len(g.vector))
         except (OSError, FedortError):
             return None     # no longer readable: send raw
-        if hashlib.sha256(memoryview(base).cast("B")).digest() != base_sha:
+        if hashlib.sha256(base.data.cast("B")).digest() != base_sha:
             return None     # the file does not hold what the commit recorded: send raw (recovery reports it)
         return encode_download(g.vector, base)

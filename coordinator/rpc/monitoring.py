@@ -41,6 +41,7 @@ from fedort.coordinator.state import storage
 from fedort.coordinator.state.layout import StateLayout
 from fedort.common.round_state import RoundRowState
 from fedort.protos.status_codes import status_for
+from fedort.common.invariants import present
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ class Monitoring:
         self._updates.labels("accepted", "")
         self._engine: Any = None
         self._state_dir: Path | None = None
-        self._http = None
+        self._http: _Server | None = None
         self.registry.register(_EngineCollector(self))
         if listen:
             storage.add_listener(self._storage_full)
@@ -155,7 +156,7 @@ class _Server(WSGIServer):
     _busy: threading.BoundedSemaphore | None = None
 
     def process_request(self, request, client_address) -> None:
-        if self._pool is None:
+        if self._pool is None or self._busy is None:
             self._pool = ThreadPoolExecutor(MAX_SCRAPES, thread_name_prefix="fedort-metrics-scrape")
             self._busy = threading.BoundedSemaphore(MAX_SCRAPES)
         if not self._busy.acquire(blocking=False):
@@ -170,7 +171,7 @@ class _Server(WSGIServer):
             self.handle_error(request, client_address)
         finally:
             self.shutdown_request(request)
-            self._busy.release()
+            present(self._busy, "the scrape slots").release()
 
     def server_close(self) -> None:
         super().server_close()

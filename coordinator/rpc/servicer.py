@@ -25,7 +25,7 @@ import functools
 import hashlib
 import logging
 from pathlib import Path
-from typing import AsyncIterator, Callable
+from typing import AsyncIterator, Callable, Iterator
 
 import grpc
 
@@ -92,8 +92,8 @@ async def _abort(context: grpc.aio.ServicerContext, method: str, exc: BaseExcept
     monitor.call_failed(method, exc)
     code, message = status_for(exc)
     message = clip(message, 1024)   # client-chosen strings end up in messages: never echo them unbounded
-    if getattr(exc, "retry_after_s", None) is not None:
-        context.set_trailing_metadata((("retry-after", f"{exc.retry_after_s:.3f}"),))
+    if (retry_after := getattr(exc, "retry_after_s", None)) is not None:
+        context.set_trailing_metadata((("retry-after", f"{retry_after:.3f}"),))
     if isinstance(exc, FedortError):
         log.debug("%s -> %s: %s", method, code.name, message)
     else:
@@ -227,10 +227,11 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             pb.ClientTask(client_id=cid, task=t.to_pb()) for cid, t in tasks.items()])
 
     @streaming
-    async def DownloadVector(self, request: pb.VectorRequest, context) -> AsyncIterator[pb.VectorPart]:
+    async def DownloadVector(self, request: pb.VectorRequest, context) -> AsyncIterator[pb.VectorPart | bytes]:
         g = self.engine.vector_for(request.client_id, request.model_id, request.round)
         n = int(g.vector.shape[0])
         delta = await self.engine.download_deltas.payload(g, bytes(request.cached_sha256))
+        chunks: Iterator[bytes | memoryview]
         if delta is None:   # checked with BLAKE3 if the device asks and the Task carried it (protocol 1.6)
             blake3 = bool(g.blake3) and digests.BLAKE3 in request.digests
             meta = VectorMeta(self.engine.model_id, g.round, n, g.blake3 if blake3 else g.sha256,

@@ -26,10 +26,11 @@ import re
 import socket
 import ssl
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import TYPE_CHECKING, Any, AsyncIterator, cast
 
 import grpc
 
+from fedort.common.invariants import present
 from fedort.coordinator.config import CoordinatorConfig
 from fedort.coordinator.rpc.servicer import CoordinatorServicer
 from fedort.protos.stubs import fedort_v1_pb2 as pb
@@ -46,6 +47,9 @@ try:
 except ImportError as e:   # pragma: no cover - depends on the environment
     _missing = (e.name or "a package").partition(".")[0]
     raise ConfigError(f"--web-address needs the web extra ({_missing} is missing): pip install 'fedort[web]'") from None
+
+if TYPE_CHECKING:
+    from fedort.protos.stubs.fedort_v1_connect import Coordinator
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +96,7 @@ class WebContext:
     async def read(self) -> Any:
         """The next message of a client stream (grpc.aio.EOF after the last)."""
         try:
-            return await self._requests.__anext__()
+            return await present(self._requests, "the client stream").__anext__()
         except StopAsyncIteration:
             return grpc.aio.EOF
 
@@ -174,7 +178,8 @@ def web_page(config: CoordinatorConfig) -> Path | None:
 def web_app(servicer: CoordinatorServicer, config: CoordinatorConfig):
     """The ASGI application of the web port."""
     limit = 2 * max(config.max_chunk_bytes, config.download_chunk_bytes) + (1 << 20)   # as the gRPC port's
-    connect_app = CoordinatorASGIApplication(WebCoordinator(servicer), read_max_bytes=limit)
+    # WebCoordinator sets the service's methods in __init__, from the .proto
+    connect_app = CoordinatorASGIApplication(cast("Coordinator", WebCoordinator(servicer)), read_max_bytes=limit)
     origins = list(config.web_cors_origins)
     return CORSMiddleware(_Routes(connect_app, web_page(config)), allow_origins=origins, allow_methods=["GET", "POST"],
                           allow_headers=ALLOW_HEADERS, expose_headers=EXPOSE_HEADERS, max_age=600)
@@ -200,7 +205,8 @@ class WebServer:
 
     async def start(self) -> int:
         cfg = self.config
-        host, _, port = cfg.web_address.rpartition(":")
+        address = present(cfg.web_address, "web_address (the web port is started with one)")
+        host, _, port = address.rpartition(":")
         host = host.strip("[]")
         # IPPROTO_TCP named: asyncio sets TCP_NODELAY on accepted sockets only then (else every HTTP/1.1 call
         # waits out a delayed ACK between its response's writes)
@@ -211,7 +217,7 @@ class WebServer:
         except OSError as e:
             sock.close()
             raise ConfigError(f"cannot serve the web port on {cfg.web_address}: {e.strerror or e}") from None
-        tls = {} if cfg.tls_cert is None else dict(
+        tls: dict[str, Any] = {} if cfg.tls_cert is None else dict(
             ssl_certfile=str(cfg.tls_cert), ssl_keyfile=str(cfg.tls_key),
             ssl_ca_certs=str(cfg.tls_client_ca) if cfg.tls_client_ca else None,
             ssl_cert_reqs=ssl.CERT_REQUIRED if cfg.tls_client_ca else ssl.CERT_NONE)
@@ -234,7 +240,7 @@ class WebServer:
             return
         self._server.should_exit = True
         self._server.force_exit = True   # held long-polls were released by the engine; do not wait for them
-        await asyncio.wait({self._task})
+        await asyncio.wait({present(self._task, "the web port's task")})
         self._server = None
 
 

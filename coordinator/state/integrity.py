@@ -27,7 +27,7 @@ from fedort.common import digests
 
 
 def sha256_hex(vector: np.ndarray) -> str:
-    return hashlib.sha256(memoryview(np.ascontiguousarray(vector)).cast("B")).hexdigest()
+    return hashlib.sha256(np.ascontiguousarray(vector).data.cast("B")).hexdigest()
 
 
 def read_verified_vector(path: Path, length: int, expected_sha256: str | None) -> np.ndarray:
@@ -55,7 +55,7 @@ def read_verified_bytes(path: Path, expected_sha256: str) -> np.ndarray:
     except FileNotFoundError:
         raise CorruptStateError(f"state dir is corrupt: {path} is missing") from None
     algorithm, expected_sha256 = digests.parse_stored(expected_sha256)
-    actual = digests.digest(algorithm, memoryview(payload)).hex()
+    actual = digests.digest(algorithm, payload.data).hex()
     if actual != expected_sha256:
         raise CorruptStateError(f"state dir is corrupt: {path} hashes to {actual[:16]}…, the database recorded "
                                 f"{expected_sha256[:16]}…")

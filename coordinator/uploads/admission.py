@@ -31,6 +31,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from fedort.common.invariants import present
 from fedort.coordinator.aggregation import Decoder, codecs, decoder_for
 from fedort.coordinator.uploads.metric_limits import check_metrics
 from fedort.coordinator.aggregation.decode import family
@@ -62,8 +63,9 @@ def check_model(model_id: str, expected: str) -> None:
                               f"{expected[:16]}…")
 
 
-def check_open(state: RoundState, current: int, open_round: TrainingRound | None, client_id: str, round: int) -> None:
-    """The round `round` accepts updates from `client_id` now (StaleRoundError says why not)."""
+def check_open(state: RoundState, current: int, open_round: TrainingRound | None, client_id: str,
+               round: int) -> TrainingRound:
+    """The open round, if round `round` accepts updates from `client_id` now (StaleRoundError says why not)."""
     if state is not RoundState.TRAINING or open_round is None or open_round.closing:
         raise StaleRoundError(f"round {round} is not open for updates; no round is open now "
                               f"(state {state.name}, round {current})")
@@ -72,6 +74,7 @@ def check_open(state: RoundState, current: int, open_round: TrainingRound | None
     if client_id not in open_round.selected:
         raise StaleRoundError(f"client {client_id} was not selected for round {round}; "
                               f"poll for a task before submitting")
+    return open_round
 
 
 def check_not_pending(open_round: TrainingRound, client_id: str) -> None:
@@ -139,14 +142,15 @@ def examples_cap(config: CoordinatorConfig, announced: str | None) -> tuple[int,
 
 
 def admit_update(h: UpdateHeader, *, model_id: str, length: int, config: CoordinatorConfig, state: RoundState,
-                 current: int, open_round: TrainingRound | None, global_vector: GlobalVector,
+                 current: int, open_round: TrainingRound | None, global_vector: GlobalVector | None,
                  announced: str | None = None) -> AdmittedUpdate | None:
     """What to receive the update with, or None for a duplicate (drain the stream and acknowledge)."""
     check_model(h.vector.model_id, model_id)
-    check_open(state, current, open_round, h.client_id, h.vector.round)
+    open_round = check_open(state, current, open_round, h.client_id, h.vector.round)
     if h.client_id in open_round.reported:
         return None
     check_not_pending(open_round, h.client_id)
+    global_vector = present(global_vector, "the global vector")
     decoder, payload_bytes = check_update(h, length=length, config=config, trained_from=global_vector.sha256,
                                           announced=announced,
                                           trains_from=f"round {global_vector.round} trains from")

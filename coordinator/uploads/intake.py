@@ -214,8 +214,7 @@ class Uploads:
         may have closed meanwhile)."""
         e = self.engine
         client, round = h.client_id, h.vector.round
-        check_open(e.state, e.round, e.training, client, round)
-        r = e.training
+        r = check_open(e.state, e.round, e.training, client, round)
         if client in r.reported:
             return SubmitResult(True, True, round, "duplicate: already counted for this round")
         check_not_pending(r, client)

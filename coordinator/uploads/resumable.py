@@ -158,8 +158,8 @@ class ResumableUploads:
         except asyncio.CancelledError:    # the caller went away before it was admitted: nobody would own it
             task.cancel()
             raise
-        if task.done() and task.exception() is not None:
-            raise task.exception()         # refused at admission (or the slot): nothing was opened
+        if task.done() and (refused := task.exception()) is not None:
+            raise refused         # refused at admission (or the slot): nothing was opened
         payload = self._payload_bytes(header)
         if task.done():                    # counted before, after its round closed: nothing left to send
             feed.acked = payload

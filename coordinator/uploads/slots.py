@@ -16,6 +16,7 @@ import asyncio
 from collections import deque
 from dataclasses import dataclass, field
 
+from fedort.common.invariants import present
 from fedort.common.errors import FedortError, UnavailableError
 
 
@@ -84,14 +85,14 @@ class UploadSlots:
         while self._queue and len(self.holders) < self.total:
             nxt = self._queue.popleft()
             self.holders.append(nxt)
-            nxt.granted.set_result(None)
+            present(nxt.granted, "a queued slot's grant").set_result(None)
 
     def abort_round(self, round: int, error: FedortError) -> int:
         """Cut short every upload to `round`, receiving or queued (`error` is what they answer); how many."""
         cut = 0
         for slot in [s for s in self._queue if s.round == round]:
             self._queue.remove(slot)
-            slot.granted.set_exception(error)
+            present(slot.granted, "a queued slot's grant").set_exception(error)
             cut += 1
         for slot in [s for s in self.holders if s.round == round and s.abort is None]:
             slot.abort = error

@@ -190,7 +190,7 @@ class ArtifactCache:
         """
         vector = np.ascontiguousarray(vector, dtype="<f4")
         if persist:
-            atomic_write(self.vector_path(sha256), [memoryview(vector).cast("B")], durable=False)
+            atomic_write(self.vector_path(sha256), [vector.data.cast("B")], durable=False)
         vector.flags.writeable = False
         with self._lock:
             self._memo = (sha256, vector)
@@ -259,7 +259,8 @@ def _lock_file(f) -> None:
     else:  # pragma: no cover - Windows
         import msvcrt
 
-        msvcrt.locking(f.fileno(), msvcrt.LK_NBLCK, 1)
+        # Windows only; mypy checks as the host platform
+        msvcrt.locking(f.fileno(), msvcrt.LK_NBLCK, 1)   # type: ignore[attr-defined]
 
 
 __all__ = ["ArtifactCache", "IdentityLock", "default_cache_dir", "identity_key"]

@@ -36,11 +36,11 @@ import functools
 import logging
 import threading
 import time
-from dataclasses import replace
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from fedort.common.invariants import present
 from fedort.common.faults import fault_point
 from fedort.protos.vector_stream import CHUNK_BYTES, vector_digest
 from fedort.common.errors import ConfigError, FedortError, NotFoundError, ProtocolError
@@ -183,7 +183,7 @@ class EdgeClient(Joining):
 
     def _global_vector(self, task: Task) -> tuple[np.ndarray, bool]:
         """The round's global vector and whether it came from the cache."""
-        length = self.manifest.parameter_count
+        length = present(self.manifest, "the manifest (join sets it)").parameter_count
         if task.vector_length and task.vector_length != length:
             raise ProtocolError(f"round {task.round} vector has {task.vector_length} elements, the model {length}")
         if task.vector_sha256:
@@ -229,20 +229,22 @@ class EdgeClient(Joining):
             self.phase = "training"
             if self._stop.is_set():  # a stop that came while downloading: do not start training
                 raise StoppedError(f"stopped before training round {task.round}")
-            result = local_round.fit(self.session, vector, self.data, self.manifest.inputs, task.config,
+            result = local_round.fit(self.session, vector, self.data,
+                                     present(self.manifest, "the manifest (join sets it)").inputs, task.config,
                                      self.config.module_factory, stop=self._stop,
                                      max_steps=self.config.max_local_steps)
+        trained = present(result.vector, "a FIT task's trained vector")
         if self.config.update_hook is not None:  # research/testing hook (e.g. a simulated Byzantine client)
-            result = replace(result, vector=np.ascontiguousarray(
-                self.config.update_hook(task, vector, result.vector), dtype=np.float32))
+            trained = np.ascontiguousarray(self.config.update_hook(task, vector, trained), dtype=np.float32)
         if self.config.local_dp_clip is not None:  # local DP: nothing leaves the device unclipped or noiseless
-            result = replace(result, vector=LocalDP(float(self.config.local_dp_clip),
-                                                    float(self.config.local_dp_noise))(task, vector, result.vector))
+            local_dp = LocalDP(float(self.config.local_dp_clip), float(self.config.local_dp_noise))
+            trained = local_dp(task, vector, trained)
         if task.secagg:   # secure aggregation: only a masked vector leaves the device, in upload()
             self._pending = Pending(task.round, None, result.num_examples, dict(result.metrics),
-                                     time.monotonic() - started, cached, secagg=(task, vector, result.vector))
+                                     time.monotonic() - started, cached, secagg=(task, vector, trained))
             return
-        update = self._encoder.encode(vector, task.vector_sha256, result.vector, task.config.seed, task.round,
+        encoder = present(self._encoder, "the update encoder (join sets it)")
+        update = encoder.encode(vector, task.vector_sha256, trained, task.config.seed, task.round,
                                       result.num_examples, result.metrics)   # top-k on disk: journaled here
         self._pending = Pending(task.round, update, result.num_examples, dict(result.metrics),
                                  time.monotonic() - started, cached)
@@ -254,18 +256,21 @@ class EdgeClient(Joining):
         return self._submit_pending()
 
     def _submit_pending(self) -> RoundReport:
-        p = self._pending
-        chunk = min(CHUNK_BYTES, self._join.max_chunk_bytes or CHUNK_BYTES)
+        p = present(self._pending, "the pending update")
+        join = present(self._join, "the join (join() first)")
+        chunk = min(CHUNK_BYTES, join.max_chunk_bytes or CHUNK_BYTES)
         if p.secagg is not None:
             return self._submit_masked(p, chunk)
-        u, local = p.update, self._local is not None and p.update.nbytes >= self.config.local_file_min_bytes
+        u = present(p.update, "the pending update's encoding")
+        local_vectors = self._local
+        local = local_vectors is not None and u.nbytes >= self.config.local_file_min_bytes
         header, body = u.stream(self.client_id, self.model_id, p.round, p.num_examples, p.metrics, chunk,
-                                self._join.update_digests, digested=not local)   # co-located: hashed as it is written
+                                join.update_digests, digested=not local)   # co-located: hashed as it is written
         # the coordinator may hash a handed-over file (protocol 1.6), unless a restarted device could send this update
         # again as its first attempt (error feedback, journaled): a resend's answer must find it by its digest
-        unhashed = self._join.hashes_local_files and u.residual is None
-        if local:
-            send = self._local.sender(self.transport, header, body, unhashed)
+        unhashed = join.hashes_local_files and u.residual is None
+        if local and local_vectors is not None:
+            send = local_vectors.sender(self.transport, header, body, unhashed)
         elif self.config.upload == "resumable":   # a cut link resends one part (edge_client.resumable_upload)
             send = ResumableSender(self.transport, header, body, chunk).send
         else:
@@ -278,16 +283,17 @@ class EdgeClient(Joining):
         finally:
             self.phase = "idle"
         self._pending = None  # acknowledged (accepted or duplicate), or the round is gone (stale)
-        self._encoder.settle(u, counted=reply[0] in ("accepted", "duplicate"))
+        encoder = present(self._encoder, "the update encoder (join sets it)")
+        encoder.settle(u, counted=reply[0] in ("accepted", "duplicate"))
         return self._report(p.round, "fit", p.num_examples, p.metrics, p.seconds, reply, p.vector_cached,
                             codec=u.codec, bytes_up=u.nbytes)
 
     def _submit_masked(self, p: Pending, chunk: int) -> RoundReport:
         """Run the secure-aggregation phases for the pending update (edge_client.secagg_flow)."""
         from fedort.edge_client.secagg.flow import SecAggFlow   # its crypto stack loads only for a masked round
-        task, vector, trained = p.secagg
+        task, vector, trained = present(p.secagg, "the masked round's vectors")
         flow = SecAggFlow(self.transport, self.client_id, self.model_id, task, self._call, self.config.poll_wait_ms,
-                          announced=self._join.update_digests, local=self._local,
+                          announced=present(self._join, "the join (join() first)").update_digests, local=self._local,
                           local_min_bytes=self.config.local_file_min_bytes)
         self.phase = "secure aggregation"
         try:
@@ -316,7 +322,8 @@ class EdgeClient(Joining):
             self.phase = "evaluating"
             if self._stop.is_set():
                 raise StoppedError(f"stopped before evaluating round {task.round}")
-            result = local_round.evaluate(self.session, vector, self.data, self.manifest.inputs, task.config,
+            result = local_round.evaluate(self.session, vector, self.data,
+                                          present(self.manifest, "the manifest (join sets it)").inputs, task.config,
                                           self.config.module_factory)
         self.phase = "uploading"
         try:

@@ -13,7 +13,10 @@ import logging
 import os
 import platform
 import sys
+import threading
+from typing import TYPE_CHECKING, Any, Callable
 
+from fedort.common.invariants import present
 from fedort.ort.artifacts import ARTIFACT_FILES, Manifest
 from fedort.edge_client.client.cache import identity_key
 from fedort.edge_client.uploads.local_vectors import LocalVectors
@@ -25,6 +28,14 @@ from fedort.edge_client.uploads.topk_warmup import TopkWarmup
 from fedort.edge_client.uploads.update_codec import encoder_for
 from fedort.common.errors import DataError, FedortError, ProtocolError, WrongModelError
 
+if TYPE_CHECKING:
+    from fedort.common.client_data import ClientData
+    from fedort.edge_client.client.cache import ArtifactCache, IdentityLock
+    from fedort.edge_client.client.config import EdgeConfig
+    from fedort.edge_client.client.reports import RoundReport
+    from fedort.edge_client.transport.grpc_transport import Transport
+    from fedort.edge_client.uploads.update_codec import UpdateEncoder
+
 log = logging.getLogger("fedort.edge")
 
 
@@ -32,6 +43,30 @@ class Joining:
     """The join half of `EdgeClient`."""
 
     _local: LocalVectors | None = None   # the coordinator's local vector directory, when it announces one
+
+    # the client's attributes this mixin uses (set by EdgeClient.__init__)
+    config: EdgeConfig
+    client_id: str
+    model_id: str
+    manifest: Manifest | None
+    phase: str
+    _session: TrainingSession | None
+    _join: JoinInfo | None
+    _pending: Pending | None
+    _encoder: UpdateEncoder | None
+    _identity_lock: IdentityLock | None
+    _stop: threading.Event
+
+    if TYPE_CHECKING:
+        @property
+        def transport(self) -> Transport: ...
+        @property
+        def cache(self) -> ArtifactCache: ...
+        @property
+        def data(self) -> ClientData: ...
+        def _call(self, what: str, fn: Callable[[], Any]) -> Any: ...
+        def _submit_pending(self) -> RoundReport: ...
+        def _leave_quietly(self, client_id: str, reason: str) -> None: ...
 
     def _identity_key(self) -> str:
         data = os.path.abspath(self.config.data) if self.config.data is not None else ""
@@ -122,7 +157,8 @@ class Joining:
         coordinator's answer (accepted or duplicate: counted; FAILED_PRECONDITION: it did not count, see
         update_codec.py) settles the residual the next update adds. A refusal (INVALID_ARGUMENT, e.g.
         the run no longer allows the codec) means it did not count either."""
-        unsettled = self._encoder.unsettled(self.manifest.parameter_count)
+        encoder = present(self._encoder, "the update encoder (join sets it)")
+        unsettled = encoder.unsettled(present(self.manifest, "the manifest (join sets it)").parameter_count)
         if unsettled is None:
             return
         entry, update = unsettled
@@ -137,7 +173,7 @@ class Joining:
             log.warning("round %d: the coordinator refused the journaled update (%s); keeping it as residual",
                         entry.round, e)
             self._pending = None
-            self._encoder.settle(update, counted=False)
+            encoder.settle(update, counted=False)
 
     def _rejoin(self) -> None:
         info = call_with_retry(lambda: self.transport.join(self.config.name, self.client_id, self.config.credential,
@@ -177,7 +213,7 @@ class Joining:
             folder, config=SessionConfig(intra_op_threads=self.config.intra_op_threads))
 
     def _check_shared_session(self, manifest: Manifest) -> None:
-        s = self._session
+        s = present(self._session, "the shared session")
         if s.manifest is not None and s.manifest.model_id and s.manifest.model_id != manifest.model_id:
             raise WrongModelError(f"the shared session holds model {s.manifest.model_id[:12]}…, the coordinator "
                                   f"runs {manifest.model_id[:12]}…")

@@ -72,13 +72,15 @@ class StepBatcher:
     def submit(self, client_id: str, model_id: str, round: int, step: int, payload: bytes,
                wait_ms: int) -> tuple[bool, bytes]:
         """One step (held up to wait_ms until its phase closes): (ready, reply payload), or its error."""
-        request = pb.SecAggRequest(client_id=client_id, model_id=model_id, round=round, step=step, payload=payload)
+        # protoc's .pyi types an enum field as its class; the runtime takes the int
+        request = pb.SecAggRequest(client_id=client_id, model_id=model_id, round=round, step=step,  # type: ignore[arg-type]
+                                   payload=payload)
         if not self.batching or self._flows <= 1:
             return self._single(request, wait_ms)
         with self._cond:
             self._waiting += 1
             batch, lead = self._open, self._open is None
-            if lead:
+            if batch is None:
                 batch = self._open = _Batch(UNMASK_LINGER_S if step == UNMASK_REQUEST else LINGER_S)
             index = len(batch.requests)
             batch.requests.append(request)

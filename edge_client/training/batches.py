@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Mapping, Sequence, Union
+from typing import Iterable, Iterator, Mapping, Sequence, TypeGuard, Union
 
 import numpy as np
 
+from fedort.common.invariants import present
 from fedort.common.errors import ConfigError, DataError
 from fedort.ort.artifacts import TensorSpec
 from fedort.common.client_data import (
@@ -30,7 +31,7 @@ Batch = tuple[np.ndarray, ...]
 DataLike = Union[Mapping[str, np.ndarray], str, os.PathLike, Iterable]
 
 
-def is_path(data: object) -> bool:
+def is_path(data: object) -> TypeGuard[str | os.PathLike]:
     """True for the forms that name a .npz file (str or os.PathLike)."""
     return isinstance(data, (str, os.PathLike))
 
@@ -154,7 +155,7 @@ def as_data(data: DataLike, names: Sequence[str], specs: Mapping[str, TensorSpec
     if data is None:
         raise DataError(f"{what}: no data given")
     if is_path(data):
-        arrays = (npz_split(data, prefix) if prefix else None) or npz_split(data)
+        arrays = (npz_split(data, prefix) if prefix else None) or present(npz_split(data), "a .npz's training arrays")
         return from_arrays(arrays, names, specs, f"{what} ({os.fspath(data)})", labels)
     if isinstance(data, Mapping):
         return from_arrays(data, names, specs, what, labels)

@@ -122,6 +122,7 @@ class Trainer:
         specs = session.input_specs
         labels = _class_labels(module)
         train = as_data(train_data, session.train_input_names, specs, "training data", labels=labels)
+        val: ArrayData | IterableData | None
         if val_data is not None:
             val = as_data(val_data, self._eval_names(module), specs, "validation data", prefix=VAL_PREFIX,
                           labels=labels)

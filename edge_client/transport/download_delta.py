@@ -30,11 +30,11 @@ class DeltaDownload:
             raise VectorError(f"download delta header: {meta.length} values, {meta.payload_bytes} payload bytes, "
                               f"against a cached vector of {len(base[1])}")
         self.meta, self.base, self.expected = meta, base[1], expected_sha256
-        self._parts: list[bytes] = []
+        self._parts: list[bytes | memoryview] = []
         self.received = 0
         self._hash = hashlib.sha256()
 
-    def add(self, chunk: bytes) -> None:
+    def add(self, chunk: bytes | memoryview) -> None:
         self.received += len(chunk)
         if self.received > self.meta.payload_bytes:
             raise VectorError(f"download delta carries more than the {self.meta.payload_bytes} bytes it declares")
@@ -45,7 +45,7 @@ class DeltaDownload:
         if self.received != self.meta.payload_bytes or self._hash.digest() != self.meta.sha256:
             raise VectorError(f"download delta: {self.received} of {self.meta.payload_bytes} bytes, or sha256 mismatch")
         vector = decode_download(b"".join(self._parts), self.base)
-        got = hashlib.sha256(memoryview(vector).cast("B")).digest()
+        got = hashlib.sha256(vector.data.cast("B")).digest()
         if self.expected and got != self.expected:
             raise VectorError(f"download delta rebuilt a vector hashing to {got.hex()[:16]}…, the task announced "
                               f"{self.expected.hex()[:16]}…")

@@ -18,7 +18,7 @@ import logging
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import grpc
 import numpy as np
@@ -129,7 +129,7 @@ class Transport:
             self._inflight.discard(call)
 
     @contextmanager
-    def _using(self, name: str) -> Iterator[Callable]:
+    def _using(self, name: str) -> Iterator[Any]:   # a grpc multi-callable (untyped)
         """The stub method `name` on the current channel, counted as a call in progress on that channel while
         the block runs; a channel `_redial` retired is closed when its last call ends."""
         with self._lock:
@@ -149,15 +149,15 @@ class Transport:
 
     def _unary(self, name: str, request, timeout: float, metadata: tuple = ()):
         """Run a unary (or stream-unary) call as a cancellable future and wait for it (blocking if not cancellable)."""
-        metadata = (tuple(self._metadata or ()) + tuple(metadata)) or None
+        call_metadata = (tuple(self._metadata or ()) + tuple(metadata)) or None
         with self._using(name) as method:
             if not self.cancellable:
                 try:
-                    return method(request, timeout=timeout, metadata=metadata)
+                    return method(request, timeout=timeout, metadata=call_metadata)
                 except grpc.RpcError as e:
                     raise self._error(e) from None
             try:
-                future = method.future(request, timeout=timeout, metadata=metadata)
+                future = method.future(request, timeout=timeout, metadata=call_metadata)
             except grpc.RpcError as e:
                 raise self._error(e) from None
             self._track(future)
@@ -304,7 +304,7 @@ class Transport:
                     continue
                 _check_named(meta, round, expected_sha256, expected_blake3 if blake3 else None)
                 asm = VectorAssembler(meta, expected_length=expected_length, out=self._vectors.take)
-            elif kind == "chunk":
+            elif kind == "chunk" and asm is not None:
                 asm.add(chunk)
             else:
                 raise ProtocolError(f"vector stream of round {round} carries a second header")
@@ -318,11 +318,12 @@ class Transport:
         """Stream the header then the chunks of the vector (raw) or of a codec payload (bytes);
         returns once the coordinator answered."""
         chunk = header.vector.chunk_size or CHUNK_BYTES
-        chunks = iter_payload_chunks if isinstance(vector, (bytes, bytearray)) else iter_chunks
 
         def parts() -> Iterator[pb.UpdatePart]:
             yield pb.UpdatePart(header=header.to_pb())
-            for c in chunks(vector, chunk):
+            pieces = iter_payload_chunks(vector, chunk) if isinstance(vector, (bytes, bytearray)) \
+                else iter_chunks(vector, chunk)
+            for c in pieces:
                 yield pb.UpdatePart(chunk=c)
 
         return SubmitResult.from_pb(self._unary("SubmitUpdate", parts(), self.config.stream_timeout_s))

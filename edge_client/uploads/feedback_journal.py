@@ -72,7 +72,7 @@ def write_journal(path: Path, entry: JournalEntry) -> None:
                        "num_examples": int(entry.num_examples),
                        "metrics": {k: [float(m.value), bool(m.sync_dist)] for k, m in entry.metrics.items()}}).encode()
     c = np.ascontiguousarray(entry.corrected, dtype="<f4")
-    atomic_write(path, [_MAGIC, struct.pack("<I", len(head)), head, memoryview(c).cast("B"), entry.payload])
+    atomic_write(path, [_MAGIC, struct.pack("<I", len(head)), head, c.data.cast("B"), entry.payload])
 
 
 def write_outcome(path: Path, journal_id: str, counted: bool) -> None:

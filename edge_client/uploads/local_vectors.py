@@ -148,7 +148,7 @@ class LocalVectors:
 
 def _read_exactly(path: Path, out: np.ndarray) -> np.ndarray | None:
     """`out` filled with the file's first out.nbytes bytes; None if the file is shorter."""
-    view, done = memoryview(out).cast("B"), 0
+    view, done = out.data.cast("B"), 0
     with open(path, "rb", buffering=0) as f:
         while done < len(view):
             n = f.readinto(view[done:])

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fedort.common.invariants import present
 from fedort.protos.update_codecs import CodecSpec
 from fedort.common.errors import ConfigError
 
@@ -43,11 +44,13 @@ class TopkWarmup:
         if text in ("", "0", "off", "none"):
             return cls(1.0, 0)
         head, sep, tail = text.partition("x")
+        factor: float | None
+        rounds: int | None
         try:
             factor, rounds = float(head), int(tail)
         except ValueError:
             factor = rounds = None
-        if not sep or factor is None or not (1.0 <= factor <= 1000.0) or rounds < 0:
+        if not sep or factor is None or rounds is None or not (1.0 <= factor <= 1000.0) or rounds < 0:
             raise ConfigError(f"topk_warmup must be FACTORxROUNDS with a factor in [1, 1000] and rounds >= 0 "
                               f"(e.g. {DEFAULT!r}) or 'off', got {text!r}")
         return cls(factor, rounds)
@@ -67,7 +70,7 @@ class TopkWarmup:
         """The spec to encode round `round` with: `spec` itself unless it is top-k inside the warm-up."""
         if spec.name != "topk" or round is None:
             return spec
-        f = self.fraction(float(spec.param), int(round))
+        f = self.fraction(float(present(spec.param, "the top-k fraction")), int(round))
         return spec if f == spec.param else CodecSpec("topk", f, spec.zstd)
 
 

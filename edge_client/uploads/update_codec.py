@@ -44,6 +44,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from fedort.common.invariants import present
 from fedort.edge_client.uploads.feedback_journal import JournalEntry, new_id, read_journal, write_journal, write_outcome
 from fedort.edge_client.uploads.topk_warmup import TopkWarmup
 from fedort.edge_client.uploads.update_headers import encoded_update_header, update_header
@@ -101,7 +102,7 @@ class ResidualStore:
         self._memory: dict[str, np.ndarray] = {}
 
     def _path(self, key: str, suffix: str) -> Path:
-        return self.folder / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}{suffix}"
+        return present(self.folder, "the journal folder") / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}{suffix}"
 
     def load(self, key: str, length: int) -> np.ndarray | None:
         if key in self._memory:

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Mapping
 
+from fedort.common.invariants import present
 from fedort.coordinator.config import CoordinatorConfig
 from fedort.common.round_state import RoundState
 from fedort.coordinator.server import Coordinator
@@ -240,7 +241,8 @@ def devices_command(args: argparse.Namespace) -> int:
     print(f"{'client id':<24} {'name':<24} {'enrolled (UTC)':<20} status")
     for d in DeviceStore(args.state_dir).devices():
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(d.enrolled_ms / 1000))
-        status = "revoked " + time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(d.revoked_ms / 1000)) if d.revoked else "active"
+        status = "revoked " + time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(d.revoked_ms / 1000)) \
+            if d.revoked_ms is not None else "active"   # (= d.revoked)
         print(f"{d.client_id:<24} {d.name:<24} {when:<20} {status}")
     return 0
 

@@ -17,10 +17,11 @@ import signal
 import sys
 from pathlib import Path
 
+from fedort.common.invariants import present
 from fedort.common.errors import FedortError
 from fedort.edge_client.transport.retry import Backoff
 
-_SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
+_SIGNAL_EXIT: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 
 def register(subparsers) -> None:
@@ -144,6 +145,7 @@ def _run(args: argparse.Namespace) -> int:
     if received:
         print(f"stopped by {signal.Signals(received[0]).name}", file=sys.stderr, flush=True)
         return _SIGNAL_EXIT.get(received[0], 1)
+    summary = present(summary, "the run's summary")   # None only when a signal stopped the run
     if summary.outcome == "failed":
         print(f"fedort: error: the coordinator ended the run FAILED ({len(summary.rounds_trained)} round(s) trained "
               f"here as {summary.client_id}); its log and `fedort coordinator status` say why", file=sys.stderr,

@@ -23,7 +23,7 @@ from typing import Any, Collection, Iterable, Union
 
 import numpy as np
 
-Data = Union[bytes, bytearray, memoryview, np.ndarray, Iterable[bytes]]
+Data = Union[bytes, bytearray, memoryview, np.ndarray, Iterable[Union[bytes, bytearray, memoryview]]]
 WRITEBACK_STEP = 4 << 20   # a durable write starts each step's writeback as it goes, so its fsync waits for less
 
 
@@ -68,9 +68,9 @@ def fsync_file(path: str | os.PathLike, *, data_only: bool = False) -> None:
         (os.fdatasync if data_only else os.fsync)(f.fileno())
 
 
-def _chunks(data: Data) -> Iterable[bytes | memoryview]:
+def _chunks(data: Data) -> Iterable[bytes | bytearray | memoryview]:
     if isinstance(data, np.ndarray):
-        return (memoryview(np.ascontiguousarray(data)).cast("B"),)
+        return (np.ascontiguousarray(data).data.cast("B"),)
     if isinstance(data, (bytes, bytearray, memoryview)):
         return (data,)
     return data
@@ -149,7 +149,7 @@ def fsync_tree(root: str | os.PathLike, skip: Collection[str] = ()) -> int:
     but the entries of `root` named in `skip`; the number of files. Each fsync costs a few ms on a
     busy disk even when nothing is left to flush, so skip what its writer already made durable."""
     count = 0
-    for folder, subfolders, files in os.walk(root, followlinks=True):
+    for folder, subfolders, files in os.walk(os.fspath(root), followlinks=True):
         if folder == os.fspath(root):
             subfolders[:] = [d for d in subfolders if d not in skip]
             files = [f for f in files if f not in skip]

@@ -37,6 +37,7 @@ class FedortError(Exception):
     """Root of every error fedort raises on purpose; `code` is its gRPC status code's name."""
 
     code: str = "INTERNAL"
+    retry_after_s: float | None = None   # the wait a server asked for (RESOURCE_EXHAUSTED, UNAVAILABLE), if any
 
 
 class ConfigError(FedortError):
@@ -61,6 +62,7 @@ class StorageError(FedortError):
     """The coordinator could not write its state (disk or quota full): retryable once space returns."""
 
     code = "UNAVAILABLE"
+    detail: str   # what the disk or the library said, when the error was recognised from another one
 
 
 class DataError(FedortError):

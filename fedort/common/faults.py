@@ -79,9 +79,9 @@ def armed(name: str, action: Callable[[], None]) -> Iterator[None]:
 def fault_point(name: str) -> None:
     """Fire the fault armed at `name`, if any (see the module docstring); otherwise nothing."""
     if _ACTIONS:
-        action = _ACTIONS.get(name)
-        if action is not None:
-            action()
+        call = _ACTIONS.get(name)
+        if call is not None:
+            call()
     if not _ARMED or name not in _ARMED:
         return
     nth, action = _ARMED[name]

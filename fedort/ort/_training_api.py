@@ -45,7 +45,7 @@ def install_bare_training_package() -> None:
         bare = types.ModuleType(_PKG)
         bare.__path__ = [path]
         bare.__package__ = _PKG
-        bare.__getattr__ = _completing(bare, path)  # type: ignore[attr-defined]
+        bare.__getattr__ = _completing(bare, path)  # type: ignore[method-assign]  # a module's PEP 562 hook
         sys.modules[_PKG] = bare
 
 
@@ -75,7 +75,7 @@ def _training_package() -> None:
     import onnxruntime
 
     if getattr(onnxruntime, "training", None) is None:
-        onnxruntime.training = sys.modules[_PKG]  # type: ignore[attr-defined]
+        onnxruntime.training = sys.modules[_PKG]
 
 
 def training_api() -> types.ModuleType:
@@ -98,7 +98,8 @@ def reset_graph_names() -> None:
     model id depending on what the process built before.
     """
     _training_package()
-    importlib.import_module(_PKG + ".onnxblock._graph_utils")._GRAPH_TOKEN = 0
+    # private ORT module state
+    importlib.import_module(_PKG + ".onnxblock._graph_utils")._GRAPH_TOKEN = 0  # type: ignore[attr-defined]
 
 
 @contextlib.contextmanager

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from fedort.common.extras import require
 from fedort.common.errors import ConfigError
+from fedort.common.invariants import present
 
 if TYPE_CHECKING:
     import onnx
@@ -174,7 +175,7 @@ def load_factory(spec: str) -> tuple["torch.nn.Module", Any]:
     module_name = f"_fedort_torch_factory_{abs(hash(str(path.resolve())))}"
     loader = importlib.machinery.SourceFileLoader(module_name, str(path))
     spec_obj = importlib.util.spec_from_loader(module_name, loader)
-    mod = importlib.util.module_from_spec(spec_obj)
+    mod = importlib.util.module_from_spec(present(spec_obj, f"a module spec for {path}"))
     sys.modules[module_name] = mod   # dataclasses and pickling look the module up by name
     try:
         loader.exec_module(mod)

@@ -11,11 +11,12 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Sequence, Union
+from typing import Any, Sequence, Union
 
 import numpy as np
 import onnxruntime as ort
 
+from fedort.common.invariants import present
 from fedort.common.errors import ArtifactError, ConfigError, TrainingError, VectorError
 from fedort.ort import _training_api as _ort
 from fedort.ort.artifacts import (
@@ -54,7 +55,8 @@ class TrainingSession:
         self._api = _ort.training_api()
         self._config = config or SessionConfig()
         self._tmp: tempfile.TemporaryDirectory | None = None
-        self._training_path = self._materialize(training_model, "training_model", required=True)
+        self._training_path = present(self._materialize(training_model, "training_model", required=True),
+                                      "the training model")
         self._eval_path = self._materialize(eval_model, "eval_model")
         self._optimizer_path = self._materialize(optimizer_model, "optimizer_model")
         self._checkpoint_path = Path(checkpoint)
@@ -213,29 +215,30 @@ class TrainingSession:
 
     def optimizer_step(self) -> None:
         """Apply the accumulated gradients with the optimizer model."""
-        self._require_optimizer("optimizer_step")
+        optimizer = self._require_optimizer("optimizer_step")
         try:
-            self._optimizer.step()
+            optimizer.step()
         except Exception as e:
             raise _ort_error("optimizer_step", e) from e
 
-    def _require_optimizer(self, what: str) -> None:
+    def _require_optimizer(self, what: str) -> Any:
+        """The ORT optimizer (ArtifactError naming `what` if this session has none)."""
         if self._optimizer is None:
             raise ArtifactError(f"{what} needs an optimizer model; this session was created without one")
+        return self._optimizer
 
     # ---- learning rate ----------------------------------------------------------------------
 
     @property
     def learning_rate(self) -> float:
-        self._require_optimizer("learning_rate")
-        return float(self._optimizer.get_learning_rate())
+        return float(self._require_optimizer("learning_rate").get_learning_rate())
 
     @learning_rate.setter
     def learning_rate(self, value: float) -> None:
-        self._require_optimizer("learning_rate")
+        optimizer = self._require_optimizer("learning_rate")
         if not (value >= 0 and np.isfinite(value)):
             raise ConfigError(f"learning rate must be a finite number >= 0, got {value}")
-        self._optimizer.set_learning_rate(float(value))
+        optimizer.set_learning_rate(float(value))
         # A fixed rate replaces any registered schedule (ORT: don't mix set_learning_rate and a
         # scheduler); otherwise reset_optimizer_state would bring the old schedule back.
         self._scheduler = None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Union
+from typing import Any, Mapping, Union
 
 import onnxruntime as ort
 
@@ -41,6 +41,7 @@ class SessionConfig:
         available = set(ort.get_available_providers())
         tried = []
         for p in self.providers:
+            options: dict[str, Any]
             name, options = (p, {}) if isinstance(p, str) else (p[0], dict(p[1]))
             tried.append(name)
             if name in available and name in _DEVICE_FOR_PROVIDER:

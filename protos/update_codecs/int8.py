@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedort.common.invariants import present
 from fedort.common.errors import VectorError
 from fedort.protos.update_codecs.base import F32, Codec, DensePiece, StreamDecoder, check_vector
 
@@ -50,7 +51,7 @@ def quantize(blocks: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, 
 class Int8Codec(Codec):
     @property
     def block(self) -> int:
-        return int(self.spec.param)
+        return int(present(self.spec.param, "the int8 block size"))
 
     def payload_size(self, length: int) -> int:
         return 4 * (-(-length // self.block)) + length

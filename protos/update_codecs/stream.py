@@ -37,7 +37,7 @@ def describe_payload(payload: bytes, *, model_id: str, round: int, length: int, 
                       base_sha256=bytes(base_sha256), payload_bytes=len(payload), digest=algorithm)
 
 
-def iter_payload_chunks(payload: bytes, chunk_size: int = CHUNK_BYTES) -> Iterator[bytes]:
+def iter_payload_chunks(payload: bytes | bytearray, chunk_size: int = CHUNK_BYTES) -> Iterator[bytes]:
     view = memoryview(payload)
     for start in range(0, len(view), chunk_size):
         yield bytes(view[start:start + chunk_size])

@@ -19,6 +19,7 @@ import math
 
 import numpy as np
 
+from fedort.common.invariants import present
 from fedort.common.errors import VectorError
 from fedort.protos.update_codecs.base import MAX_LENGTH, Codec, SparsePiece, StreamDecoder, check_finite, check_vector
 
@@ -45,7 +46,7 @@ def topk_indices(vector: np.ndarray, k: int) -> np.ndarray:
 class TopKCodec(Codec):
     @property
     def fraction(self) -> float:
-        return float(self.spec.param)
+        return float(present(self.spec.param, "the top-k fraction"))
 
     def payload_size(self, length: int) -> int:
         return RECORD.itemsize * topk_count(length, self.fraction)

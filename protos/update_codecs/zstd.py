@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 import zstandard
 
+from fedort.common.invariants import present
 from fedort.common.errors import VectorError
 from fedort.protos.update_codecs.base import Codec, StreamDecoder
 
@@ -47,7 +48,7 @@ class ZstdCodec(Codec):
         return zstandard.ZstdCompressor(level=level, write_checksum=True, write_content_size=True).compress(inner)
 
     def _decoder(self, length: int, payload_bytes: int) -> StreamDecoder:
-        inner_bytes = self.inner.payload_size(length)
+        inner_bytes = present(self.inner.payload_size(length), "the inner codec's payload size")
         if not 0 < payload_bytes <= max_compressed_size(inner_bytes):
             raise VectorError(f"{self.spec} payload for {length} values must be 1..{max_compressed_size(inner_bytes)} "
                               f"bytes, header says {payload_bytes}")
@@ -60,7 +61,7 @@ class _ZstdDecoder(StreamDecoder):
         self.inner = inner
         self.inner_bytes = inner_bytes
         self._prefix = b""
-        self._obj = None
+        self._obj: zstandard.ZstdDecompressionObj | None = None
         self._blocks: _BlockScan | None = None
         self._out = 0
 
@@ -80,17 +81,18 @@ class _ZstdDecoder(StreamDecoder):
         elif self._obj.eof:
             raise VectorError(f"{self.spec} payload has {n} bytes after the end of its zstd frame")
         pieces: list = []
-        for segment in self._blocks.segments(memoryview(data)):
+        obj, blocks = present(self._obj, "the zstd frame's decompressor"), present(self._blocks, "the frame's block scan")
+        for segment in blocks.segments(memoryview(data)):
             try:
-                out = self._obj.decompress(segment)
+                out = obj.decompress(segment)
             except zstandard.ZstdError as e:
                 raise VectorError(f"{self.spec} payload: corrupt zstd frame ({e})") from None
             self._out += len(out)
             if self._out > self.inner_bytes:
                 raise VectorError(f"{self.spec} payload: zstd frame decompresses to more than the "
                                   f"{self.inner_bytes} bytes it declares")
-            if self._obj.eof and self._obj.unused_data:
-                raise VectorError(f"{self.spec} payload has {len(self._obj.unused_data)} bytes after the end of "
+            if obj.eof and obj.unused_data:
+                raise VectorError(f"{self.spec} payload has {len(obj.unused_data)} bytes after the end of "
                                   f"its zstd frame")
             if out:
                 pieces += self.inner.feed(out)

@@ -47,11 +47,11 @@ class Option:
 
     def read(self, text: str, spec: str) -> Any:
         if self.rule == "choice":
-            value = text.strip().lower()
-            if value not in self.choices:
+            choice = text.strip().lower()
+            if choice not in self.choices:
                 raise ConfigError(f"server optimizer {spec!r}: {self.key} must be one of {', '.join(self.choices)}, "
                                   f"got {text!r}")
-            return value
+            return choice
         try:
             value = float(text)
         except ValueError:

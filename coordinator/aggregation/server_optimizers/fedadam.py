@@ -26,6 +26,12 @@ class FedAdam(ServerOptimizer):
     options = (Option("lr", 0.1, "lr"), Option("beta1", 0.9, "beta"), Option("beta2", 0.99, "beta"),
                Option("tau", 1e-3, "tau"), Option("bias_correction", "flower", "choice", ("none", "adam", "flower")))
     moments = ("m", "v")
+    # set from `options` by ServerOptimizer
+    lr: float
+    beta1: float
+    beta2: float
+    tau: float
+    bias_correction: str
 
     def step_size(self, t: int) -> float:
         """η_t of step t (1-based), per `bias_correction`."""

@@ -41,7 +41,8 @@ def pack_state(optimizer) -> dict[str, np.ndarray]:
 def save_state(optimizer, path: Path) -> None:
     """Write `optimizer.state()` to `path` atomically (the file is replaced as a whole or not at all)."""
     buf = io.BytesIO()
-    np.savez(buf, **pack_state(optimizer))
+    # numpy's stub checks **kwds against allow_pickle too
+    np.savez(buf, **pack_state(optimizer))   # type: ignore[arg-type]
     atomic_write(Path(path), buf.getbuffer())
 
 

@@ -60,10 +60,12 @@ async def run_batch(secagg: "SecAggRound | None", calls: Sequence[StepCall], wai
             live.append(i)
         except FedortError as exc:
             errors[i] = exc
+    if secagg is None:                          # every entry failed above
+        return [StepAnswer(c.client_id, error=errors[i]) for i, c in enumerate(calls)]
     if changed:
         await secagg.persist()                  # one durable write covers every message of the batch
         secagg.engine.notify()
-    if live and not errors:
+    if live and not errors and server is not None:
         try:
             await secagg.hold(server, [calls[i].step for i in live], wait_ms)
         except FedortError as exc:              # the round failed while held: every entry hears why
@@ -72,7 +74,7 @@ async def run_batch(secagg: "SecAggRound | None", calls: Sequence[StepCall], wai
     for i, c in enumerate(calls):
         if i in errors:
             out.append(StepAnswer(c.client_id, error=errors[i]))
-        elif not secagg.ready(server, c.step) or secagg.server is not server:
+        elif server is None or not secagg.ready(server, c.step) or secagg.server is not server:
             out.append(StepAnswer(c.client_id))
         else:
             try:

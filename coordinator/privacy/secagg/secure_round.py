@@ -36,7 +36,9 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
+from fedort.common.invariants import present
 from fedort.coordinator.privacy.secagg.record import SecAggRecord
+from fedort.coordinator.privacy.secagg.secure_sum import SecureSum
 from fedort.coordinator.privacy.secagg.server import SecAggResult, SecAggServer
 from fedort.common.secagg.phases import Phase
 from fedort.coordinator.state.store import now_ms
@@ -80,10 +82,13 @@ class SecAggRound:
         self._task_bytes = b""
         self.result: SecAggResult | None = None
         self.lock = threading.Lock()
-        self.record = SecAggRecord(engine.store.dir / "secagg", self.lock, lambda: (self.server, self.round))
+        self.record = SecAggRecord(engine.store.dir / "secagg", self.lock, lambda: (self.active, self.round))
         self._closing = False                        # a phase close is being made durable (see _close)
         self._phase_changed = asyncio.Event()        # what held steps wait for (see hold, wake)
-        engine.strategy.combiner.bind(self)
+        combiner = engine.strategy.combiner
+        if not isinstance(combiner, SecureSum):
+            raise SecAggError(f"secure aggregation needs the secure-sum combiner, the strategy has {combiner.name!r}")
+        combiner.bind(self)
 
     async def persist(self, with_sum: bool = False) -> None:
         """The protocol state durable before this returns (group commit: `SecAggRecord.persist`)."""
@@ -111,11 +116,16 @@ class SecAggRound:
             if server is None:
                 raise SecAggError(f"no secure-aggregation state for round {round}")
             self._use(server, round)
-        return self.server
+        return self.active
+
+    @property
+    def active(self) -> SecAggServer:
+        """The protocol state of the round in progress (set once a round opened or was resumed)."""
+        return present(self.server, "the secure-aggregation state")
 
     def round_opened(self) -> None:
         """A new attempt opened: resume the recorded protocol state, or start a fresh one for its cohort."""
-        e, r = self.engine, self.engine.training
+        e, r = self.engine, present(self.engine.training, "the open round")
         server = self.server if self.round == r.round and self.server is not None else self.record.load(r.round)
         if server is not None and server.phase is not Phase.FAILED:
             self._use(server, r.round)
@@ -144,7 +154,7 @@ class SecAggRound:
 
     @property
     def expected_clients(self) -> int:
-        return len(self.server.params.cohort)
+        return len(self.active.params.cohort)
 
     # ---- uploads -------------------------------------------------------------------------------------
 
@@ -196,7 +206,7 @@ class SecAggRound:
 
     async def _close(self, close: Callable[[], object], what: str) -> None:
         """Close a phase; its answers (`ready`) wait until the close is durable, so a restart never closes it anew."""
-        old = self.server.phase
+        old = self.active.phase
         self._closing = True
         try:
             with self.lock:
@@ -204,11 +214,11 @@ class SecAggRound:
             await self.persist(with_sum=old is Phase.MASKED_INPUT)
         finally:
             self._closing = False
-        self._note(old, self.server.phase, what)
+        self._note(old, self.active.phase, what)
 
     async def train(self) -> bool:
         """Run the round's remaining phases; False (round and run FAILED, global unchanged) on abort."""
-        e, r, s = self.engine, self.engine.training, self.server
+        e, r, s = self.engine, present(self.engine.training, "the open round"), self.active
         phase_ms = int(e.config.round_timeout_s * 1000)
         try:
             if s.phase is Phase.ADVERTISE:
@@ -246,14 +256,14 @@ class SecAggRound:
             return False
         finally:
             self.wake()                          # held steps see the outcome (or the engine's state) at once
-        res = self.result
+        res = present(self.result, "the unmasked sum")
         e.transition(RoundState.AGGREGATING, f"secure aggregation unmasked the sum of {len(res.survivors)} masked "
                                              f"inputs ({len(res.dropped)} of the key-sharing clients dropped)")
         return True
 
     def _finish(self) -> SecAggResult:
         with self.lock:
-            return self.server.finish()        # not persisted: a restart redoes it from the UNMASK state
+            return self.active.finish()        # not persisted: a restart redoes it from the UNMASK state
 
     # ---- the SecAgg RPC -----------------------------------------------------------------------------
 
@@ -282,7 +292,7 @@ class SecAggRound:
 
     def accept(self, client_id: str, step: int, payload: bytes) -> bool:
         """Record the step's message if its phase is open (a re-send changes nothing): True if the state changed."""
-        s = self.server
+        s = self.active
         if step == ADVERTISE:
             msg = _parse(AdvertiseKeys, payload, client_id)
             if s.phase is Phase.ADVERTISE and s.state.keys.get(client_id) != msg:
@@ -335,7 +345,7 @@ class SecAggRound:
 
     def reply(self, client_id: str, round: int, step: int) -> bytes:
         """The answer to a ready step: the roster, the share delivery, the unmask request, or nothing."""
-        s = self.server
+        s = self.active
         if step == ADVERTISE:
             _member(client_id, s.state.u1, round, "advertise its keys in time")
             return s.roster_for(client_id).to_bytes()

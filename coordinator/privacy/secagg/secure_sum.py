@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from fedort.common.invariants import present
 from fedort.coordinator.aggregation.combiner import Combiner
 from fedort.coordinator.aggregation.decode import decoder_for
 from fedort.coordinator.aggregation.spool import SpooledUpdate
@@ -43,19 +44,23 @@ class SecureSum(Combiner):
     def bind(self, session: "SecAggRound") -> None:
         self.session = session
 
+    @property
+    def _session(self) -> "SecAggRound":
+        return present(self.session, "the round's SecAggRound (bound when it is created)")
+
     def fold_update(self, update: Update, length: int) -> None:
         if not is_masked(update.codec):
             raise ProtocolError(f"secure aggregation folds only masked updates ({SECAGG_CODEC!r}, "
                                 f"'secagg-packed:b'), got {update.codec!r}")
         masked = decoder_for(update.codec).decode(update.encoded(), length)
-        self.session.receive_masked(update.client_id, masked)
+        self._session.receive_masked(update.client_id, masked)
 
     def combine(self, spooled: Sequence[SpooledUpdate], global_vector: np.ndarray) -> np.ndarray:
-        result = self.session.result
+        result = self._session.result
         if result is None:
             raise VectorError("secure aggregation has not unmasked this round's sum")
         g = np.asarray(global_vector, dtype=np.float64)
-        denominator = self.session.expected_clients if self.dp is not None else result.weight_sum
+        denominator = self._session.expected_clients if self.dp is not None else result.weight_sum
         if not denominator > 0:
             raise VectorError(f"secure aggregation decoded a total weight of {denominator}")
         return (g + result.weighted_sum / denominator).astype(np.float32)

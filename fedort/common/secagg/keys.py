@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes, serialization
@@ -23,7 +24,7 @@ from fedort.common.secagg.errors import SecAggError
 KEY_BYTES = 32
 SEED_BYTES = 16
 _NONCE_BYTES = 12
-_RAW = dict(encoding=serialization.Encoding.Raw, format=serialization.PublicFormat.Raw)
+_RAW: dict[str, Any] = dict(encoding=serialization.Encoding.Raw, format=serialization.PublicFormat.Raw)
 
 
 @dataclass(frozen=True)

@@ -72,16 +72,20 @@ def check_echo(round_scheme: str, echoed: str, client_id: str) -> None:
 def split_secret(scheme: str, secret: bytes, threshold: int, holders: int) -> list[tuple[int, bytes]]:
     """Shamir shares of a 16-byte seed in `scheme`'s field (index 1..holders)."""
     if require_known(scheme) in AES_SCHEMES:
-        from fedort.common.secagg import shamir_prime as field
-    else:
-        from fedort.common.secagg import shamir as field
-    return field.split_secret(secret, threshold, holders)
+        from fedort.common.secagg import shamir_prime
+
+        return shamir_prime.split_secret(secret, threshold, holders)
+    from fedort.common.secagg import shamir
+
+    return shamir.split_secret(secret, threshold, holders)
 
 
 def combine_secrets(scheme: str, share_lists, threshold: int) -> list[bytes]:
     """The 16-byte seeds from their shares (>= `threshold` distinct each) in `scheme`'s field."""
     if require_known(scheme) in AES_SCHEMES:
-        from fedort.common.secagg import shamir_prime as field
-    else:
-        from fedort.common.secagg import shamir as field
-    return field.combine_secrets(share_lists, threshold)
+        from fedort.common.secagg import shamir_prime
+
+        return shamir_prime.combine_secrets(share_lists, threshold)
+    from fedort.common.secagg import shamir
+
+    return shamir.combine_secrets(share_lists, threshold)

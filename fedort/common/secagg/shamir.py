@@ -28,7 +28,7 @@ from fedort.common.secagg.errors import SecAggError
 try:      # pycryptodome's GF(2^128) element (private): only for reusing Lagrange coefficients, checked below
     from Crypto.Protocol.SecretSharing import _Element
 except ImportError:  # pragma: no cover - a pycryptodome without it: plain Shamir.combine
-    _Element = None
+    _Element = None  # type: ignore[assignment, misc]  # the optional private class is absent
 
 SECRET_BYTES = 16
 Share = tuple[int, bytes]
