@@ -23,7 +23,7 @@ __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 if TYPE_CHECKING:
+    from fedort.common.round_state import RoundState
     from fedort.coordinator.config import CoordinatorConfig
     from fedort.coordinator.engine.round_engine import RunOutcome
     from fedort.coordinator.server import Coordinator
-    from fedort.common.round_state import RoundState

@@ -72,33 +72,33 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
-from fedort.coordinator.aggregation import codecs, parse_strategy
-from fedort.coordinator.fedbuff.config import AsyncSettings
-from fedort.coordinator.export.external_data import EXTERNAL_MIN_BYTES
-from fedort.coordinator.aggregation.server_optimizers import canonical_spec, parse_server_optimizer
-from fedort.coordinator.fedbuff.staleness import parse_staleness_weight
-from fedort.coordinator.privacy.config import PrivacySettings, privacy_problems
-from fedort.protos.vector_stream import CHUNK_BYTES, MAX_CHUNK_BYTES
+from fedort.common import digests
+from fedort.common.errors import ConfigError
 from fedort.common.tomlfile import read_table, unknown_settings
-from fedort.common import digests
-from fedort.common.errors import ConfigError
-from fedort.coordinator.fedbuff.config import AsyncSettings
-from fedort.coordinator.export.external_data import EXTERNAL_MIN_BYTES
+from fedort.coordinator.aggregation import codecs, parse_strategy
 from fedort.coordinator.aggregation.server_optimizers import canonical_spec, parse_server_optimizer
+from fedort.coordinator.export.external_data import EXTERNAL_MIN_BYTES
+from fedort.coordinator.fedbuff.config import AsyncSettings
 from fedort.coordinator.fedbuff.staleness import parse_staleness_weight
 from fedort.coordinator.privacy.config import PrivacySettings, privacy_problems
 from fedort.protos.vector_stream import CHUNK_BYTES, MAX_CHUNK_BYTES
-from fedort.common.tomlfile import read_table
-from fedort.common import digests
-from fedort.common.errors import ConfigError
 
-
-_PATH_FIELDS = ("artifacts", "state_dir", "eval_data", "port_file", "tls_cert", "tls_key", "tls_client_ca",
-                "local_vector_dir", "web_page")
+_PATH_FIELDS = (
+    "artifacts",
+    "state_dir",
+    "eval_data",
+    "port_file",
+    "tls_cert",
+    "tls_key",
+    "tls_client_ca",
+    "local_vector_dir",
+    "web_page",
+)
 
 
 @dataclass(frozen=True)
@@ -176,8 +176,9 @@ class CoordinatorConfig(AsyncSettings, PrivacySettings):
         elif not isinstance(self.codecs, tuple):
             object.__setattr__(self, "codecs", tuple(self.codecs))
         if isinstance(self.update_digests, str):
-            object.__setattr__(self, "update_digests",
-                               tuple(c.strip() for c in self.update_digests.split(",") if c.strip()))
+            object.__setattr__(
+                self, "update_digests", tuple(c.strip() for c in self.update_digests.split(",") if c.strip())
+            )
         elif not isinstance(self.update_digests, tuple):
             object.__setattr__(self, "update_digests", tuple(self.update_digests))
         if isinstance(self.web_cors_origins, str):
@@ -191,7 +192,7 @@ class CoordinatorConfig(AsyncSettings, PrivacySettings):
     # ---- loading ------------------------------------------------------------------------------
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> "CoordinatorConfig":
+    def from_mapping(cls, values: Mapping[str, Any]) -> CoordinatorConfig:
         """Build from a plain mapping (TOML table, flags); unknown keys are an error."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
@@ -199,14 +200,16 @@ class CoordinatorConfig(AsyncSettings, PrivacySettings):
             raise ConfigError(unknown_settings("coordinator", unknown, known))
         missing = [k for k in ("artifacts", "state_dir") if values.get(k) in (None, "")]
         if missing:
-            raise ConfigError(f"coordinator needs {' and '.join(missing)} (flag --{missing[0].replace('_', '-')} or config key)")
+            raise ConfigError(
+                f"coordinator needs {' and '.join(missing)} (flag --{missing[0].replace('_', '-')} or config key)"
+            )
         try:
             return cls(**dict(values))
         except TypeError as e:
             raise ConfigError(f"bad coordinator settings: {e}") from e
 
     @classmethod
-    def load(cls, toml_path: str | Path | None = None, **overrides: Any) -> "CoordinatorConfig":
+    def load(cls, toml_path: str | Path | None = None, **overrides: Any) -> CoordinatorConfig:
         """Defaults < TOML file < overrides (None overrides are ignored, so unset flags fall through)."""
         values: dict[str, Any] = {}
         if toml_path is not None:
@@ -223,105 +226,212 @@ class CoordinatorConfig(AsyncSettings, PrivacySettings):
 
         need(isinstance(self.address, str) and ":" in self.address, "address must be HOST:PORT", self.address)
         host, _, port = self.address.rpartition(":")
-        need(port.isdigit() and 0 <= int(port) <= 65535 and bool(host), "address must be HOST:PORT with a port in 0..65535",
-             self.address)
-        for name in ("rounds", "min_clients", "max_round_attempts", "local_epochs", "max_examples",
-                     "heartbeat_interval_ms", "max_chunk_bytes", "max_vector_length", "download_chunk_bytes"):
+        need(
+            port.isdigit() and 0 <= int(port) <= 65535 and bool(host),
+            "address must be HOST:PORT with a port in 0..65535",
+            self.address,
+        )
+        for name in (
+            "rounds",
+            "min_clients",
+            "max_round_attempts",
+            "local_epochs",
+            "max_examples",
+            "heartbeat_interval_ms",
+            "max_chunk_bytes",
+            "max_vector_length",
+            "download_chunk_bytes",
+        ):
             value = getattr(self, name)
-            need(isinstance(value, int) and not isinstance(value, bool) and value >= 1, f"{name} must be an integer >= 1", value)
-        need(isinstance(self.export_every, int) and not isinstance(self.export_every, bool) and self.export_every >= 0,
-             "export_every must be an integer >= 0 (0: export after the last round only)", self.export_every)
-        need(isinstance(self.export_external_bytes, int) and not isinstance(self.export_external_bytes, bool)
-             and self.export_external_bytes >= 0, "export_external_bytes must be an integer >= 0 (0: always external "
-             "data)", self.export_external_bytes)
-        need(isinstance(self.batch_size, int) and not isinstance(self.batch_size, bool) and self.batch_size >= 0,
-             "batch_size must be an integer >= 0 (0: each client's whole data set, i.e. FedSGD)", self.batch_size)
-        need(isinstance(self.min_available_clients, int) and self.min_available_clients >= self.min_clients,
-             f"min_available_clients must be an integer >= min_clients ({self.min_clients})", self.min_available_clients)
+            need(
+                isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+                f"{name} must be an integer >= 1",
+                value,
+            )
+        need(
+            isinstance(self.export_every, int) and not isinstance(self.export_every, bool) and self.export_every >= 0,
+            "export_every must be an integer >= 0 (0: export after the last round only)",
+            self.export_every,
+        )
+        need(
+            isinstance(self.export_external_bytes, int)
+            and not isinstance(self.export_external_bytes, bool)
+            and self.export_external_bytes >= 0,
+            "export_external_bytes must be an integer >= 0 (0: always external data)",
+            self.export_external_bytes,
+        )
+        need(
+            isinstance(self.batch_size, int) and not isinstance(self.batch_size, bool) and self.batch_size >= 0,
+            "batch_size must be an integer >= 0 (0: each client's whole data set, i.e. FedSGD)",
+            self.batch_size,
+        )
+        need(
+            isinstance(self.min_available_clients, int) and self.min_available_clients >= self.min_clients,
+            f"min_available_clients must be an integer >= min_clients ({self.min_clients})",
+            self.min_available_clients,
+        )
         need(_number(self.fraction) and 0 < self.fraction <= 1, "fraction must be in (0, 1]", self.fraction)
-        need(_number(self.fraction_evaluate) and 0 <= self.fraction_evaluate <= 1, "fraction_evaluate must be in [0, 1]",
-             self.fraction_evaluate)
-        need(_number(self.round_timeout_s) and self.round_timeout_s > 0, "round_timeout_s must be > 0", self.round_timeout_s)
-        need(_number(self.done_grace_s) and self.done_grace_s >= 0, "done_grace_s must be >= 0 (0 stops at the end)",
-             self.done_grace_s)
-        need(_number(self.client_timeout_s) and self.client_timeout_s >= 0, "client_timeout_s must be >= 0 (0 disables)",
-             self.client_timeout_s)
+        need(
+            _number(self.fraction_evaluate) and 0 <= self.fraction_evaluate <= 1,
+            "fraction_evaluate must be in [0, 1]",
+            self.fraction_evaluate,
+        )
+        need(
+            _number(self.round_timeout_s) and self.round_timeout_s > 0,
+            "round_timeout_s must be > 0",
+            self.round_timeout_s,
+        )
+        need(
+            _number(self.done_grace_s) and self.done_grace_s >= 0,
+            "done_grace_s must be >= 0 (0 stops at the end)",
+            self.done_grace_s,
+        )
+        need(
+            _number(self.client_timeout_s) and self.client_timeout_s >= 0,
+            "client_timeout_s must be >= 0 (0 disables)",
+            self.client_timeout_s,
+        )
         need(_number(self.lr) and self.lr >= 0, "lr must be a finite number >= 0", self.lr)
         need(_number(self.prox_mu) and self.prox_mu >= 0, "prox_mu must be a finite number >= 0", self.prox_mu)
         need(isinstance(self.seed, int) and self.seed >= 0, "seed must be an integer >= 0", self.seed)
         need(self.max_chunk_bytes <= (64 << 20), "max_chunk_bytes must be <= 64 MiB", self.max_chunk_bytes)
-        need(self.download_chunk_bytes <= MAX_CHUNK_BYTES,
-             f"download_chunk_bytes must be <= {MAX_CHUNK_BYTES} (clients' default 4 MB message limit)",
-             self.download_chunk_bytes)
-        need(self.eval_data is None or self.eval_data.suffix == ".npz", "eval_data must be an .npz file", self.eval_data)
-        parse_strategy(self.strategy)   # raises ConfigError naming the accepted specs
-        parse_server_optimizer(self.server_optimizer)   # likewise, and checks each option's range
+        need(
+            self.download_chunk_bytes <= MAX_CHUNK_BYTES,
+            f"download_chunk_bytes must be <= {MAX_CHUNK_BYTES} (clients' default 4 MB message limit)",
+            self.download_chunk_bytes,
+        )
+        need(
+            self.eval_data is None or self.eval_data.suffix == ".npz", "eval_data must be an .npz file", self.eval_data
+        )
+        parse_strategy(self.strategy)  # raises ConfigError naming the accepted specs
+        parse_server_optimizer(self.server_optimizer)  # likewise, and checks each option's range
         need(self.mode in ("sync", "async"), "mode must be 'sync' or 'async'", self.mode)
-        need(isinstance(self.buffer_size, int) and not isinstance(self.buffer_size, bool) and self.buffer_size >= 1,
-             "buffer_size must be an integer >= 1", self.buffer_size)
-        need(isinstance(self.max_staleness, int) and not isinstance(self.max_staleness, bool) and self.max_staleness >= 0,
-             "max_staleness must be an integer >= 0", self.max_staleness)
+        need(
+            isinstance(self.buffer_size, int) and not isinstance(self.buffer_size, bool) and self.buffer_size >= 1,
+            "buffer_size must be an integer >= 1",
+            self.buffer_size,
+        )
+        need(
+            isinstance(self.max_staleness, int)
+            and not isinstance(self.max_staleness, bool)
+            and self.max_staleness >= 0,
+            "max_staleness must be an integer >= 0",
+            self.max_staleness,
+        )
         parse_staleness_weight(self.staleness_weight)
-        need(self.mode == "sync" or parse_strategy(self.strategy).name == "fedavg",
-             "mode 'async' folds updates into FedBuff's buffer (a weighted mean): strategy must be 'fedavg'",
-             self.strategy)
+        need(
+            self.mode == "sync" or parse_strategy(self.strategy).name == "fedavg",
+            "mode 'async' folds updates into FedBuff's buffer (a weighted mean): strategy must be 'fedavg'",
+            self.strategy,
+        )
         need(self.auth in ("token", "open"), "auth must be 'token' or 'open'", self.auth)
-        need((self.tls_cert is None) == (self.tls_key is None), "tls_cert and tls_key go together",
-             (self.tls_cert, self.tls_key))
-        need(self.tls_client_ca is None or self.tls_cert is not None, "tls_client_ca (mutual TLS) needs tls_cert and "
-             "tls_key", self.tls_client_ca)
-        need(not (self.insecure and self.tls_cert is not None), "insecure and tls_cert exclude each other", self.insecure)
-        need(_number(self.stream_idle_timeout_s) and self.stream_idle_timeout_s > 0, "stream_idle_timeout_s must be > 0",
-             self.stream_idle_timeout_s)
-        need(isinstance(self.unauthenticated_calls, int) and self.unauthenticated_calls >= 1,
-             "unauthenticated_calls must be an integer >= 1", self.unauthenticated_calls)
-        need(isinstance(self.max_streams_per_client, int) and self.max_streams_per_client >= 0,
-             "max_streams_per_client must be an integer >= 0 (0 disables)", self.max_streams_per_client)
-        need(_number(self.submissions_per_minute) and self.submissions_per_minute >= 0,
-             "submissions_per_minute must be >= 0 (0 disables)", self.submissions_per_minute)
+        need(
+            (self.tls_cert is None) == (self.tls_key is None),
+            "tls_cert and tls_key go together",
+            (self.tls_cert, self.tls_key),
+        )
+        need(
+            self.tls_client_ca is None or self.tls_cert is not None,
+            "tls_client_ca (mutual TLS) needs tls_cert and tls_key",
+            self.tls_client_ca,
+        )
+        need(
+            not (self.insecure and self.tls_cert is not None), "insecure and tls_cert exclude each other", self.insecure
+        )
+        need(
+            _number(self.stream_idle_timeout_s) and self.stream_idle_timeout_s > 0,
+            "stream_idle_timeout_s must be > 0",
+            self.stream_idle_timeout_s,
+        )
+        need(
+            isinstance(self.unauthenticated_calls, int) and self.unauthenticated_calls >= 1,
+            "unauthenticated_calls must be an integer >= 1",
+            self.unauthenticated_calls,
+        )
+        need(
+            isinstance(self.max_streams_per_client, int) and self.max_streams_per_client >= 0,
+            "max_streams_per_client must be an integer >= 0 (0 disables)",
+            self.max_streams_per_client,
+        )
+        need(
+            _number(self.submissions_per_minute) and self.submissions_per_minute >= 0,
+            "submissions_per_minute must be >= 0 (0 disables)",
+            self.submissions_per_minute,
+        )
         if self.metrics_address is not None:
             m_host, m_sep, m_port = str(self.metrics_address).rpartition(":")
-            need(bool(m_sep and m_host) and m_port.isdigit() and int(m_port) <= 65535,
-                 "metrics_address must be HOST:PORT with a port in 0..65535", self.metrics_address)
+            need(
+                bool(m_sep and m_host) and m_port.isdigit() and int(m_port) <= 65535,
+                "metrics_address must be HOST:PORT with a port in 0..65535",
+                self.metrics_address,
+            )
         for name in ("joins_per_minute", "joins_per_minute_per_address"):
-            need(_number(getattr(self, name)) and getattr(self, name) >= 0, f"{name} must be >= 0 (0 disables)",
-                 getattr(self, name))
+            need(
+                _number(getattr(self, name)) and getattr(self, name) >= 0,
+                f"{name} must be >= 0 (0 disables)",
+                getattr(self, name),
+            )
         for name in ("max_concurrent_uploads", "uploads_per_client"):
             value = getattr(self, name)
-            need(isinstance(value, int) and not isinstance(value, bool) and value >= 1, f"{name} must be an integer >= 1",
-                 value)
-        for name in ("upload_slot_wait_s", "upload_min_rate_bytes_s", "upload_grace_s", "upload_resume_idle_s",
-                     "upload_rate_window_s"):
+            need(
+                isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+                f"{name} must be an integer >= 1",
+                value,
+            )
+        for name in (
+            "upload_slot_wait_s",
+            "upload_min_rate_bytes_s",
+            "upload_grace_s",
+            "upload_resume_idle_s",
+            "upload_rate_window_s",
+        ):
             need(_number(getattr(self, name)) and getattr(self, name) > 0, f"{name} must be > 0", getattr(self, name))
         if self.web_address is not None:
             host, _, port = self.web_address.rpartition(":")
-            need(port.isdigit() and 0 <= int(port) <= 65535 and bool(host),
-                 "web_address must be HOST:PORT with a port in 0..65535", self.web_address)
+            need(
+                port.isdigit() and 0 <= int(port) <= 65535 and bool(host),
+                "web_address must be HOST:PORT with a port in 0..65535",
+                self.web_address,
+            )
         if self.local_vector_dir is not None:
             from fedort.coordinator.state.layout import StateLayout
 
-            need(self.local_vector_dir.resolve() not in StateLayout(self.state_dir.resolve()).reserved(),
-                 "local_vector_dir must not be the state dir or one of its own folders (e.g. STATE/local-vectors)",
-                 str(self.local_vector_dir))
-        need(isinstance(self.inline_update_bytes, int) and not isinstance(self.inline_update_bytes, bool)
-             and 0 <= self.inline_update_bytes <= 16 << 20, "inline_update_bytes must be an integer in 0..16777216",
-             self.inline_update_bytes)
-        need(_number(self.commit_delay_ms) and 0 <= self.commit_delay_ms <= 60_000,
-             "commit_delay_ms must be in 0..60000", self.commit_delay_ms)
+            need(
+                self.local_vector_dir.resolve() not in StateLayout(self.state_dir.resolve()).reserved(),
+                "local_vector_dir must not be the state dir or one of its own folders (e.g. STATE/local-vectors)",
+                str(self.local_vector_dir),
+            )
+        need(
+            isinstance(self.inline_update_bytes, int)
+            and not isinstance(self.inline_update_bytes, bool)
+            and 0 <= self.inline_update_bytes <= 16 << 20,
+            "inline_update_bytes must be an integer in 0..16777216",
+            self.inline_update_bytes,
+        )
+        need(
+            _number(self.commit_delay_ms) and 0 <= self.commit_delay_ms <= 60_000,
+            "commit_delay_ms must be in 0..60000",
+            self.commit_delay_ms,
+        )
         for spec in self.codecs:
             family = spec.partition(":")[0]
-            need(isinstance(spec, str) and family in codecs(),
-                 f"codecs: each entry must be a registered codec family ({', '.join(codecs())}) with an optional "
-                 f":PARAMETER", spec)
+            need(
+                isinstance(spec, str) and family in codecs(),
+                f"codecs: each entry must be a registered codec family ({', '.join(codecs())}) with an optional "
+                f":PARAMETER",
+                spec,
+            )
         for name in self.update_digests:
             need(name in digests.KNOWN, f"update_digests: each entry must be one of {list(digests.KNOWN)}", name)
         problems = privacy_problems({f.name: getattr(self, f.name) for f in dataclasses.fields(self)}, self.strategy)
         private = self.secagg or self.dp_noise_multiplier > 0 or self.dp_clip is not None
         central_dp = not self.secagg and (self.dp_noise_multiplier > 0 or self.dp_clip is not None)
         if central_dp and canonical_spec(self.server_optimizer) != canonical_spec("fedavg"):
-            problems.append(f"server_optimizer {self.server_optimizer!r} does not compose with central DP (--dp-* "
-                            "without --secagg) yet: its chain has its own server update (adaptive clipping); use "
-                            "server_optimizer = 'fedavg', or --secagg, whose unmasked sum feeds any server optimizer")
+            problems.append(
+                f"server_optimizer {self.server_optimizer!r} does not compose with central DP (--dp-* "
+                "without --secagg) yet: its chain has its own server update (adaptive clipping); use "
+                "server_optimizer = 'fedavg', or --secagg, whose unmasked sum feeds any server optimizer"
+            )
         if private and self.mode == "async":
             problems.append("mode 'async' does not support --secagg/--dp-* (their rounds need a fixed cohort)")
         if problems:
@@ -330,9 +440,11 @@ class CoordinatorConfig(AsyncSettings, PrivacySettings):
     def check_transport_security(self) -> None:
         """ConfigError unless the server is told to use TLS or, explicitly, plaintext."""
         if self.tls_cert is None and not self.insecure:
-            raise ConfigError("the coordinator needs TLS or an explicit opt-out: pass --tls-cert FILE --tls-key FILE "
-                              "(and --tls-client-ca FILE for mutual TLS), or --insecure for plaintext "
-                              "(config keys tls_cert/tls_key or insecure = true)")
+            raise ConfigError(
+                "the coordinator needs TLS or an explicit opt-out: pass --tls-cert FILE --tls-key FILE "
+                "(and --tls-client-ca FILE for mutual TLS), or --insecure for plaintext "
+                "(config keys tls_cert/tls_key or insecure = true)"
+            )
         for name in ("tls_cert", "tls_key", "tls_client_ca"):
             path = getattr(self, name)
             if path is not None and not path.is_file():
@@ -350,8 +462,11 @@ class CoordinatorConfig(AsyncSettings, PrivacySettings):
         out = {}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            out[f.name] = str(v) if isinstance(v, Path) else (dict(v) if isinstance(v, Mapping) else
-                                                            list(v) if isinstance(v, tuple) else v)
+            out[f.name] = (
+                str(v)
+                if isinstance(v, Path)
+                else (dict(v) if isinstance(v, Mapping) else list(v) if isinstance(v, tuple) else v)
+            )
         return out
 
     def exports_model(self, round: int) -> bool:
@@ -361,12 +476,28 @@ class CoordinatorConfig(AsyncSettings, PrivacySettings):
 
     def training_json(self) -> dict[str, Any]:
         """The part of the config that shapes the model (recorded with each export)."""
-        keys = ("rounds", "min_clients", "fraction", "local_epochs", "batch_size", "lr", "reset_optimizer", "seed",
-                "round_timeout_s", "strategy", "prox_mu", "codecs")
+        keys = (
+            "rounds",
+            "min_clients",
+            "fraction",
+            "local_epochs",
+            "batch_size",
+            "lr",
+            "reset_optimizer",
+            "seed",
+            "round_timeout_s",
+            "strategy",
+            "prox_mu",
+            "codecs",
+        )
         out = {**{k: getattr(self, k) for k in keys}, "server_optimizer": canonical_spec(self.server_optimizer)}
         if self.mode == "async":
-            out.update(mode="async", buffer_size=self.buffer_size, max_staleness=self.max_staleness,
-                       staleness_weight=str(parse_staleness_weight(self.staleness_weight)))
+            out.update(
+                mode="async",
+                buffer_size=self.buffer_size,
+                max_staleness=self.max_staleness,
+                staleness_weight=str(parse_staleness_weight(self.staleness_weight)),
+            )
         return out
 
     def __str__(self) -> str:

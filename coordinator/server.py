@@ -24,32 +24,32 @@ import json
 import logging
 import os
 import socket
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from fedort.common.durable import atomic_write
+from fedort.common.errors import ConfigError, UnavailableError
 from fedort.common.invariants import present
+from fedort.common.round_state import RoundState
 from fedort.coordinator.aggregation import Strategy
+from fedort.coordinator.config import CoordinatorConfig
+from fedort.coordinator.engine.round_engine import RoundEngine, RunOutcome
+from fedort.coordinator.export.inference import Exporter
 from fedort.coordinator.rpc.auth import Authenticator
 from fedort.coordinator.rpc.call_gate import CallGate
-from fedort.coordinator.config import CoordinatorConfig
 from fedort.coordinator.rpc.devices import DeviceStore
-from fedort.coordinator.export.inference import Exporter
 from fedort.coordinator.rpc.malformed import add_servicer
 from fedort.coordinator.rpc.monitoring import Monitoring
-from fedort.coordinator.engine.round_engine import RoundEngine, RunOutcome
-from fedort.common.round_state import RoundState
 from fedort.coordinator.rpc.servicer import UPLOAD_WINDOW_BYTES, CoordinatorServicer
-from fedort.coordinator.state.store import StateStore
 from fedort.coordinator.state.layout import StateLayout
 from fedort.coordinator.state.lock import StateDirLock
-from fedort.common.durable import atomic_write
+from fedort.coordinator.state.store import StateStore
 from fedort.ort.artifacts import ARTIFACT_FILES, MANIFEST, copy_artifacts, load_manifest, verify_artifacts
-from fedort.common.errors import ConfigError, UnavailableError
 
 if TYPE_CHECKING:
     from fedort.coordinator.rpc.web_transport import WebServer
@@ -90,8 +90,9 @@ def server_credentials(config: CoordinatorConfig) -> grpc.ServerCredentials | No
     key_file = present(config.tls_key, "tls_key (checked with tls_cert)")
     key, cert = key_file.read_bytes(), config.tls_cert.read_bytes()
     check_key_pair(key, cert, config)
-    return grpc.ssl_server_credentials([(key, cert)],
-                                       root_certificates=client_ca, require_client_auth=client_ca is not None)
+    return grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=client_ca, require_client_auth=client_ca is not None
+    )
 
 
 def pin_artifacts(source: Path, state_dir: Path) -> Path:
@@ -139,8 +140,8 @@ class Coordinator:
         self._lock = StateDirLock(config.state_dir)
         self.monitoring: Monitoring | None = None
         self.metrics_port: int | None = None
-        self.servicer: CoordinatorServicer | None = None   # the one servicer behind the gRPC (and web) port
-        self.web: WebServer | None = None                   # the web port, with web_address
+        self.servicer: CoordinatorServicer | None = None  # the one servicer behind the gRPC (and web) port
+        self.web: WebServer | None = None  # the web port, with web_address
         self.web_port: int | None = None
 
     @property
@@ -155,7 +156,7 @@ class Coordinator:
         cfg.check_transport_security()
         credentials = server_credentials(cfg)
         cfg.state_dir.mkdir(parents=True, exist_ok=True)
-        self._lock.acquire()   # before reading anything: a second coordinator on this dir stops here
+        self._lock.acquire()  # before reading anything: a second coordinator on this dir stops here
         try:
             return await self._start(credentials)
         except BaseException:
@@ -174,20 +175,25 @@ class Coordinator:
             warn("serving plaintext (--insecure): tokens and updates cross the network unencrypted")
         auth = Authenticator(cfg.auth, DeviceStore(cfg.state_dir) if cfg.auth == "token" else None)
         if auth.devices is not None and not any(not d.revoked for d in auth.devices.devices()):
-            log.warning("no device is enrolled, so no client can join: `fedort coordinator enroll NAME --state-dir %s`",
-                        cfg.state_dir)
+            log.warning(
+                "no device is enrolled, so no client can join: `fedort coordinator enroll NAME --state-dir %s`",
+                cfg.state_dir,
+            )
         artifacts = await asyncio.to_thread(pin_artifacts, cfg.artifacts, cfg.state_dir)
-        exporter = await asyncio.to_thread(Exporter, artifacts, StateLayout(cfg.state_dir).models, cfg.eval_data,
-                                           cfg.export_external_bytes)
+        exporter = await asyncio.to_thread(
+            Exporter, artifacts, StateLayout(cfg.state_dir).models, cfg.eval_data, cfg.export_external_bytes
+        )
         if cfg.prox_mu > 0 and exporter.manifest.optimizer != "sgd":
-            raise ConfigError(f"--prox-mu {cfg.prox_mu:g} (FedProx) needs SGD artifacts, these use "
-                              f"{exporter.manifest.optimizer}; rebuild with `fedort artifacts build --optimizer sgd`")
+            raise ConfigError(
+                f"--prox-mu {cfg.prox_mu:g} (FedProx) needs SGD artifacts, these use "
+                f"{exporter.manifest.optimizer}; rebuild with `fedort artifacts build --optimizer sgd`"
+            )
         store = StateStore(cfg.state_dir)
         self._store = store
         store.claim(exporter.manifest.model_id, json.dumps(cfg.to_json_dict(), sort_keys=True))
         self.monitoring = Monitoring()
         engine_class = RoundEngine
-        if cfg.mode == "async":   # FedBuff versions instead of rounds; its modules load only for such a run
+        if cfg.mode == "async":  # FedBuff versions instead of rounds; its modules load only for such a run
             from fedort.coordinator.fedbuff.engine import AsyncEngine
 
             engine_class = AsyncEngine
@@ -195,7 +201,7 @@ class Coordinator:
         self.engine = engine
         self.monitoring.attach(engine, cfg.state_dir)
         try:
-            await engine.recover()   # replay the open round, redo missing exports: before any client is served
+            await engine.recover()  # replay the open round, redo missing exports: before any client is served
         except BaseException:
             store.close()
             self._store = None
@@ -206,7 +212,9 @@ class Coordinator:
         gate = CallGate(auth, cfg.unauthenticated_calls, self.monitoring.call_failed)
         server = grpc.aio.server(options=options, interceptors=[gate])
         self.servicer = CoordinatorServicer(engine, artifacts, cfg.download_chunk_bytes, auth=auth)
-        add_servicer(self.servicer, server, dict(options)["grpc.max_receive_message_length"])  # garbage -> INVALID_ARGUMENT
+        add_servicer(
+            self.servicer, server, dict(options)["grpc.max_receive_message_length"]
+        )  # garbage -> INVALID_ARGUMENT
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         # server reflection: grpcurl-style tools can list and call the services without the .proto
@@ -225,7 +233,9 @@ class Coordinator:
         if not self.port:
             store.close()
             self._store = None
-            raise ConfigError(f"cannot listen on {cfg.address}{bind_failure(host, port)}{reason and f' (gRPC{reason})'}")
+            raise ConfigError(
+                f"cannot listen on {cfg.address}{bind_failure(host, port)}{reason and f' (gRPC{reason})'}"
+            )
         self._server = server
         if cfg.metrics_address:
             try:
@@ -236,7 +246,7 @@ class Coordinator:
                 self._server = None
                 raise ConfigError(f"cannot serve metrics on {cfg.metrics_address}: {e.strerror or e}") from None
         await server.start()
-        if cfg.web_address:   # the same servicer for browsers (Connect, gRPC-Web): only then are its packages loaded
+        if cfg.web_address:  # the same servicer for browsers (Connect, gRPC-Web): only then are its packages loaded
             from fedort.coordinator.rpc.web_transport import WebServer
 
             self.web = WebServer(self.servicer, cfg)
@@ -254,9 +264,16 @@ class Coordinator:
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         if cfg.port_file is not None:
             atomic_write(Path(cfg.port_file), f"{self.port}\n".encode())
-        log.info("coordinator serving model %s… on %s:%d (%s, auth %s, state dir %s, %d rounds)", engine.model_id[:12],
-                 host, self.port, "plaintext" if credentials is None else ("mutual TLS" if cfg.tls_client_ca else "TLS"),
-                 cfg.auth, cfg.state_dir, cfg.rounds)
+        log.info(
+            "coordinator serving model %s… on %s:%d (%s, auth %s, state dir %s, %d rounds)",
+            engine.model_id[:12],
+            host,
+            self.port,
+            "plaintext" if credentials is None else ("mutual TLS" if cfg.tls_client_ca else "TLS"),
+            cfg.auth,
+            cfg.state_dir,
+            cfg.rounds,
+        )
         return self.port
 
     def _engine_stopped(self, task: asyncio.Task) -> None:
@@ -274,8 +291,11 @@ class Coordinator:
         asked whether the run succeeded, or `config.done_grace_s` passed (or `stop` is set)."""
         deadline = asyncio.get_running_loop().time() + self.config.done_grace_s
         engine = present(self.engine, "the serving coordinator's engine")
-        while (not engine.all_told() and asyncio.get_running_loop().time() < deadline
-               and not (stop is not None and stop.is_set())):
+        while (
+            not engine.all_told()
+            and asyncio.get_running_loop().time() < deadline
+            and not (stop is not None and stop.is_set())
+        ):
             await asyncio.sleep(0.1)
 
     def run(self, *, on_serving: Callable[[int], None] | None = None, grace: float = 5.0) -> RunOutcome:
@@ -283,6 +303,7 @@ class Coordinator:
         (`until_devices_told`), stop; returns the outcome. `on_serving(port)` is called once the
         server listens (start your devices there). For code without an event loop of its own; inside
         one, use `await start()`, `wait_done()`, `stop()` (or `async with`)."""
+
         async def whole_run() -> RunOutcome:
             try:
                 port = await self.start()
@@ -297,8 +318,10 @@ class Coordinator:
         return asyncio.run(whole_run())
 
     def __enter__(self):
-        raise TypeError("Coordinator is an async context manager: use `async with Coordinator(config) as c:`, or "
-                        "the blocking `Coordinator(config).run()` from code without an event loop")
+        raise TypeError(
+            "Coordinator is an async context manager: use `async with Coordinator(config) as c:`, or "
+            "the blocking `Coordinator(config).run()` from code without an event loop"
+        )
 
     def __exit__(self, *exc) -> None:  # pragma: no cover - __enter__ always raises
         pass
@@ -308,7 +331,7 @@ class Coordinator:
         if self._health is not None:
             await self._health.enter_graceful_shutdown()
         if self.engine is not None:
-            self.engine.release_polls()   # held long-polls would otherwise keep stop() waiting for `grace`
+            self.engine.release_polls()  # held long-polls would otherwise keep stop() waiting for `grace`
         if self.web is not None:
             await self.web.stop()
             self.web = None
@@ -318,7 +341,7 @@ class Coordinator:
             self.servicer.resumable.close()
         if self._engine_task is not None:
             self._engine_task.cancel()
-            await asyncio.wait({self._engine_task})   # (a cancellation of stop() itself still propagates)
+            await asyncio.wait({self._engine_task})  # (a cancellation of stop() itself still propagates)
             self._engine_task = None
         if self.engine is not None:
             self.engine.close()
@@ -335,7 +358,7 @@ class Coordinator:
     def state(self) -> RoundState | None:
         return self.engine.state if self.engine else None
 
-    async def __aenter__(self) -> "Coordinator":
+    async def __aenter__(self) -> Coordinator:
         await self.start()
         return self
 
@@ -354,18 +377,24 @@ def check_key_pair(key_pem: bytes, cert_pem: bytes, config: CoordinatorConfig) -
     try:
         cert = x509.load_pem_x509_certificate(cert_pem)
     except ValueError as e:
-        raise ConfigError(f"--tls-cert {config.tls_cert} is not a PEM certificate ({e}); expected the server's "
-                          "certificate (chain) in PEM, -----BEGIN CERTIFICATE-----") from None
+        raise ConfigError(
+            f"--tls-cert {config.tls_cert} is not a PEM certificate ({e}); expected the server's "
+            "certificate (chain) in PEM, -----BEGIN CERTIFICATE-----"
+        ) from None
     try:
         key = serialization.load_pem_private_key(key_pem, password=None)
     except (ValueError, TypeError) as e:
-        raise ConfigError(f"--tls-key {config.tls_key} is not an unencrypted PEM private key ({e}); expected the "
-                          "key of --tls-cert, -----BEGIN PRIVATE KEY----- (or EC/RSA PRIVATE KEY)") from None
+        raise ConfigError(
+            f"--tls-key {config.tls_key} is not an unencrypted PEM private key ({e}); expected the "
+            "key of --tls-cert, -----BEGIN PRIVATE KEY----- (or EC/RSA PRIVATE KEY)"
+        ) from None
     spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
     if key.public_key().public_bytes(*spki) != cert.public_key().public_bytes(*spki):
-        raise ConfigError(f"--tls-key {config.tls_key} is not the private key of --tls-cert {config.tls_cert} "
-                          f"(certificate subject {cert.subject.rfc4514_string()}); pass the key the certificate "
-                          "was issued for")
+        raise ConfigError(
+            f"--tls-key {config.tls_key} is not the private key of --tls-cert {config.tls_cert} "
+            f"(certificate subject {cert.subject.rfc4514_string()}); pass the key the certificate "
+            "was issued for"
+        )
 
 
 def bind_failure(host: str, port: int) -> str:

@@ -12,12 +12,12 @@ import json
 import os
 from pathlib import Path
 
-from fedort.coordinator.state.integrity import export_problem
-from fedort.coordinator.state.store import StateStore
-from fedort.coordinator.state.schema import TransitionRow
-from fedort.coordinator.state.layout import StateLayout
-from fedort.protos.messages import RoundSummary, Status
 from fedort.common.round_state import RoundRowState, RoundState, RunState
+from fedort.coordinator.state.integrity import export_problem
+from fedort.coordinator.state.layout import StateLayout
+from fedort.coordinator.state.schema import TransitionRow
+from fedort.coordinator.state.store import StateStore
+from fedort.protos.messages import RoundSummary, Status
 
 
 def latest_model(state_dir: Path) -> str:
@@ -38,8 +38,15 @@ def latest_export(state_dir: Path) -> tuple[str, str]:
     return ("", problem) if problem else (os.fspath(model), "")
 
 
-def snapshot(store: StateStore, *, current_round: int | None = None, total_rounds: int | None = None,
-             state: RoundState | None = None, registered: int | None = None, active: int | None = None) -> Status:
+def snapshot(
+    store: StateStore,
+    *,
+    current_round: int | None = None,
+    total_rounds: int | None = None,
+    state: RoundState | None = None,
+    registered: int | None = None,
+    active: int | None = None,
+) -> Status:
     """A snapshot from the database, with live values (from the engine) where given."""
     rows = store.rounds()
     clients = store.clients()
@@ -49,8 +56,13 @@ def snapshot(store: StateStore, *, current_round: int | None = None, total_round
     run_state = RunState(store.get_meta("run_state", RunState.RUNNING.value))
     if state is None:
         open_rows = [r for r in rows if RoundRowState(r.state) is RoundRowState.OPEN]
-        state = (RoundState[run_state.name] if run_state is not RunState.RUNNING
-                 else RoundState.TRAINING if open_rows else RoundState.WAITING_FOR_CLIENTS)
+        state = (
+            RoundState[run_state.name]
+            if run_state is not RunState.RUNNING
+            else RoundState.TRAINING
+            if open_rows
+            else RoundState.WAITING_FOR_CLIENTS
+        )
     return Status(
         model_id=store.get_meta("model_id", "") or "",
         current_round=current_round if current_round is not None else (max(done) + 1 if done else 1),
@@ -59,8 +71,12 @@ def snapshot(store: StateStore, *, current_round: int | None = None, total_round
         registered_clients=registered if registered is not None else len(clients),
         # nobody trains once the run is over, however recently a client was seen
         active_clients=0 if state.final else active if active is not None else sum(c.active for c in clients),
-        rounds=tuple(RoundSummary(r.round, RoundRowState(r.state), r.clients, r.examples, r.metrics, r.attempt, r.model_path, r.message)
-                     for r in rows),
+        rounds=tuple(
+            RoundSummary(
+                r.round, RoundRowState(r.state), r.clients, r.examples, r.metrics, r.attempt, r.model_path, r.message
+            )
+            for r in rows
+        ),
         latest_model=latest[0],
         message=store.get_meta("run_message", "") or "",
         latest_problem=latest[1],
@@ -83,8 +99,10 @@ def storage_line(s: Status) -> str:
     if free is None:
         return "storage    (free space unknown)"
     if s.storage_full:
-        return (f"storage    FULL: {free} bytes free on the state dir's filesystem; the coordinator waits for space "
-                "and answers clients UNAVAILABLE 'coordinator storage full' until some is freed")
+        return (
+            f"storage    FULL: {free} bytes free on the state dir's filesystem; the coordinator waits for space "
+            "and answers clients UNAVAILABLE 'coordinator storage full' until some is freed"
+        )
     return f"storage    {free / (1 << 30):.1f} GiB free"
 
 
@@ -109,7 +127,7 @@ def with_server_eval(s: Status, state_dir: Path) -> Status:
     for r in s.rounds:
         try:
             ev = json.loads(layout.model_record(r.round).read_text()).get("server_eval") or {}
-        except (OSError, ValueError, AttributeError):   # not exported (yet), or unreadable: nothing to add
+        except (OSError, ValueError, AttributeError):  # not exported (yet), or unreadable: nothing to add
             ev = {}
         extra = {name: float(ev[key]) for key, name in SERVER_EVAL.items() if isinstance(ev.get(key), (int, float))}
         rounds.append(dataclasses.replace(r, metrics={**r.metrics, **extra}) if extra else r)
@@ -146,8 +164,10 @@ def format_status(s: Status) -> str:
     ]
     for r in s.rounds:
         metrics = ", ".join(f"{k}={v:.4g}" for k, v in sorted(r.metrics.items()))
-        lines.append(f"{r.round:>5}  {r.state.value:<10} {r.attempt:>3} {r.clients:>7} {r.examples:>9}  {metrics}"
-                     + (f"  [{r.message}]" if r.message else ""))
+        lines.append(
+            f"{r.round:>5}  {r.state.value:<10} {r.attempt:>3} {r.clients:>7} {r.examples:>9}  {metrics}"
+            + (f"  [{r.message}]" if r.message else "")
+        )
     if not s.rounds:
         lines.append("  (no round opened yet)")
     return "\n".join(lines + async_summary(s))
@@ -164,9 +184,12 @@ def async_summary(s: Status) -> list[str]:
             if k.startswith("staleness_") and k[10:].isdigit():
                 hist[int(k[10:])] = hist.get(int(k[10:]), 0) + int(v)
     rates = [r.metrics["updates_per_s"] for r in versions if "updates_per_s" in r.metrics]
-    return ["", f"async      {len(versions)} versions committed from {sum(r.clients for r in versions)} updates; "
-                f"throughput {sum(rates) / max(1, len(rates)):.3g} updates/s (mean over versions)",
-            "staleness  " + ", ".join(f"{k}: {hist[k]}" for k in sorted(hist)) + "  (versions behind: updates)"]
+    return [
+        "",
+        f"async      {len(versions)} versions committed from {sum(r.clients for r in versions)} updates; "
+        f"throughput {sum(rates) / max(1, len(rates)):.3g} updates/s (mean over versions)",
+        "staleness  " + ", ".join(f"{k}: {hist[k]}" for k in sorted(hist)) + "  (versions behind: updates)",
+    ]
 
 
 def round_timeline(state_dir: str | os.PathLike) -> list[TransitionRow]:

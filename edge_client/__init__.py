@@ -55,8 +55,15 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from fedort.common.errors import ArtifactError, ConfigError, DataError, FedortError, TrainingError, VectorError
-    from fedort.ort.artifacts import ARTIFACT_FILES, Manifest, TensorSpec, build_artifacts, load_manifest, verify_artifacts
     from fedort.edge_client.client.edge_client import EdgeClient, EdgeConfig
     from fedort.edge_client.training.module import ConstantLR, LinearWarmupDecay, TrainingModule
-    from fedort.ort.session import SessionConfig, TrainingSession
     from fedort.edge_client.training.trainer import Callback, RunResult, Trainer
+    from fedort.ort.artifacts import (
+        ARTIFACT_FILES,
+        Manifest,
+        TensorSpec,
+        build_artifacts,
+        load_manifest,
+        verify_artifacts,
+    )
+    from fedort.ort.session import SessionConfig, TrainingSession

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from fedort.common.lazy import lazy_exports
 
-
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
     # device side: training over ORT artifacts, the edge client
@@ -28,7 +27,7 @@ _EXPORTS: dict[str, str] = {
     "load_manifest": "fedort.ort.artifacts",
     "Manifest": "fedort.ort.artifacts",
     "builtin_model": "fedort.ort.models",
-    "artifacts_from_torch": "fedort.ort.from_torch",   # needs the fedort[torch] extra
+    "artifacts_from_torch": "fedort.ort.from_torch",  # needs the fedort[torch] extra
     "export_torch": "fedort.ort.from_torch",
     # server side: the coordinator and the stages of its aggregation pipeline
     "Coordinator": "fedort.coordinator.server",

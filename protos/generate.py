@@ -30,7 +30,7 @@ PROTO = "fedort_v1.proto"
 HERE = Path(__file__).resolve().parent
 OUTPUTS = ("fedort_v1_pb2.py", "fedort_v1_pb2.pyi", "fedort_v1_pb2_grpc.py", "fedort_v1_connect.py")
 GRPCIO_TOOLS = "1.62.3"
-CONNECT_PLUGIN = "0.9.0"   # protoc-gen-connect-python, matching the connect-python runtime of fedort[web]
+CONNECT_PLUGIN = "0.9.0"  # protoc-gen-connect-python, matching the connect-python runtime of fedort[web]
 STAMP = "# generated from fedort_v1.proto, sha256 "
 
 
@@ -42,7 +42,7 @@ def proto_sha256(proto: Path = HERE / PROTO) -> str:
 def stamped_sha256(stub: Path) -> str | None:
     """The .proto sha256 a generated stub records in its last line, or None if it has no stamp."""
     lines = stub.read_text().splitlines()
-    return lines[-1][len(STAMP):].strip() if lines and lines[-1].startswith(STAMP) else None
+    return lines[-1][len(STAMP) :].strip() if lines and lines[-1].startswith(STAMP) else None
 
 
 def _installed_tools_version() -> str | None:
@@ -58,12 +58,29 @@ def _protoc(args: list[str]) -> int:
     """protoc of grpcio-tools GRPCIO_TOOLS with protoc-gen-connect-python CONNECT_PLUGIN, through `uv run --with`."""
     uv = shutil.which("uv") or shutil.which("uv", path=str(Path(sys.executable).parent))
     if uv is None:
-        raise SystemExit(f"the stubs are generated with grpcio-tools=={GRPCIO_TOOLS} and protoc-gen-connect-python=="
-                         f"{CONNECT_PLUGIN}; install `uv` (pip install uv) so the generator can run them in a "
-                         "throwaway environment")
-    cmd = [uv, "run", "--isolated", "--no-project", "--quiet", "--python", sys.executable,
-           "--with", f"grpcio-tools=={GRPCIO_TOOLS}", "--with", f"protoc-gen-connect-python=={CONNECT_PLUGIN}",
-           "--", "python", "-m", "grpc_tools.protoc", *args[1:]]
+        raise SystemExit(
+            f"the stubs are generated with grpcio-tools=={GRPCIO_TOOLS} and protoc-gen-connect-python=="
+            f"{CONNECT_PLUGIN}; install `uv` (pip install uv) so the generator can run them in a "
+            "throwaway environment"
+        )
+    cmd = [
+        uv,
+        "run",
+        "--isolated",
+        "--no-project",
+        "--quiet",
+        "--python",
+        sys.executable,
+        "--with",
+        f"grpcio-tools=={GRPCIO_TOOLS}",
+        "--with",
+        f"protoc-gen-connect-python=={CONNECT_PLUGIN}",
+        "--",
+        "python",
+        "-m",
+        "grpc_tools.protoc",
+        *args[1:],
+    ]
     return subprocess.run(cmd).returncode
 
 
@@ -76,7 +93,11 @@ def generate(out_dir: Path) -> list[Path]:
         (src / "fedort" / "protos" / "stubs").mkdir(parents=True)
         shutil.copyfile(HERE / PROTO, src / "fedort" / "protos" / "stubs" / PROTO)
         args = [
-            "protoc", f"-I{src}", f"--python_out={tmp}", f"--pyi_out={tmp}", f"--grpc_python_out={tmp}",
+            "protoc",
+            f"-I{src}",
+            f"--python_out={tmp}",
+            f"--pyi_out={tmp}",
+            f"--grpc_python_out={tmp}",
             f"--connect-python_out={tmp}",
             str(Path("fedort") / "protos" / "stubs" / PROTO),
         ]
@@ -94,7 +115,9 @@ def generate(out_dir: Path) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=HERE / "stubs", help="where to write the stubs (default: protos/stubs/)")
+    parser.add_argument(
+        "--out", type=Path, default=HERE / "stubs", help="where to write the stubs (default: protos/stubs/)"
+    )
     args = parser.parse_args(argv)
     for path in generate(args.out):
         print(path)

@@ -15,8 +15,14 @@ from typing import Any
 import grpc
 
 from fedort.common.errors import (
-    FedortError, NotFoundError, PermissionDeniedError, ProtocolError, ResourceExhaustedError, StaleRoundError,
-    UnauthenticatedError, UnavailableError,
+    FedortError,
+    NotFoundError,
+    PermissionDeniedError,
+    ProtocolError,
+    ResourceExhaustedError,
+    StaleRoundError,
+    UnauthenticatedError,
+    UnavailableError,
 )
 
 #: The class a client raises for each status code a server answers with (else FedortError).
@@ -66,7 +72,7 @@ def _retry_after(err: grpc.RpcError, details: str) -> float | None:
         trailing = err.trailing_metadata() if hasattr(err, "trailing_metadata") else None
     except Exception:  # noqa: BLE001 - a call object without metadata
         trailing = None
-    pairs = trailing.items() if hasattr(trailing, "items") else (trailing or ())   # aio Metadata or tuples
+    pairs = trailing.items() if hasattr(trailing, "items") else (trailing or ())  # aio Metadata or tuples
     for pair in pairs:
         key, value = (pair.key, pair.value) if hasattr(pair, "key") else pair
         if str(key).lower() == "retry-after":

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from fedort.protos.stubs import fedort_v1_pb2 as pb
 
-CHUNK_TAG = 0x12           # (field 2 << 3) | wire type 2
-_MAX_VARINT = 5            # lengths below 2^35: far above any message gRPC lets through
+CHUNK_TAG = 0x12  # (field 2 << 3) | wire type 2
+_MAX_VARINT = 5  # lengths below 2^35: far above any message gRPC lets through
 
 
 def chunk_view(data: bytes) -> memoryview | None:
@@ -39,7 +39,7 @@ def chunk_view(data: bytes) -> memoryview | None:
         if b < 0x80:
             break
         shift += 7
-    if (b == 0 and i > 2) or n != end - i:   # an over-long varint, or more or fewer bytes than it says
+    if (b == 0 and i > 2) or n != end - i:  # an over-long varint, or more or fewer bytes than it says
         return None
     return memoryview(data)[i:]
 
@@ -78,4 +78,3 @@ def parse_vector_part(data: bytes) -> pb.VectorPart | memoryview:
 def part_kind(part: pb.UpdatePart | pb.VectorPart | memoryview) -> str | None:
     """Which of UpdatePart's oneof a parsed part holds: "header", "chunk" or None."""
     return "chunk" if isinstance(part, memoryview) else part.WhichOneof("part")
-

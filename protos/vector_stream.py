@@ -13,8 +13,8 @@ the vector plus one chunk. Plain functions on plain types; the gRPC glue convert
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -38,9 +38,9 @@ class VectorMeta:
     dtype: str = "float32"
     codec: str = CODEC_RAW
     chunk_size: int = CHUNK_BYTES
-    base_sha256: bytes = b""   # non-empty: the payload encodes vector - base (the vector with this digest)
-    payload_bytes: int = 0     # bytes of the encoded payload; 0 means length * itemsize (raw)
-    digest: str = ""           # algorithm of `sha256` (fedort/common/digests.py): "" = sha256, "blake3" (updates, 1.3)
+    base_sha256: bytes = b""  # non-empty: the payload encodes vector - base (the vector with this digest)
+    payload_bytes: int = 0  # bytes of the encoded payload; 0 means length * itemsize (raw)
+    digest: str = ""  # algorithm of `sha256` (fedort/common/digests.py): "" = sha256, "blake3" (updates, 1.3)
 
     @property
     def nbytes(self) -> int:
@@ -72,21 +72,26 @@ def _as_bytes(vector: np.ndarray) -> memoryview:
     return byte_view(vector)
 
 
-def describe(vector: np.ndarray, model_id: str, round: int, chunk_size: int = CHUNK_BYTES,
-             sha256: bytes | None = None, digest: str = "") -> VectorMeta:
+def describe(
+    vector: np.ndarray,
+    model_id: str,
+    round: int,
+    chunk_size: int = CHUNK_BYTES,
+    sha256: bytes | None = None,
+    digest: str = "",
+) -> VectorMeta:
     """The header for sending `vector` (computes its digest unless given; `digest`: the algorithm, "" = sha256).
     `sha256=b""` leaves the value to whoever reads the bytes next (edge_client.local_vectors hashes them as it writes)."""
     _as_bytes(vector)
     algorithm = "" if digest in ("", digests.SHA256) else digests.canonical(digest)
     value = sha256 if sha256 is not None else vector_digest(vector, algorithm)
-    return VectorMeta(model_id, int(round), int(vector.shape[0]), value,
-                      chunk_size=int(chunk_size), digest=algorithm)
+    return VectorMeta(model_id, int(round), int(vector.shape[0]), value, chunk_size=int(chunk_size), digest=algorithm)
 
 
 def iter_chunk_views(vector: np.ndarray, chunk_size: int = CHUNK_BYTES) -> Iterator[memoryview]:
     """The vector's bytes in chunks of `chunk_size` (the last may be shorter), as views of its memory."""
     view = _as_bytes(vector)
-    return (view[start:start + chunk_size] for start in range(0, len(view), chunk_size))
+    return (view[start : start + chunk_size] for start in range(0, len(view), chunk_size))
 
 
 def iter_chunks(vector: np.ndarray, chunk_size: int = CHUNK_BYTES) -> Iterator[bytes]:
@@ -94,15 +99,23 @@ def iter_chunks(vector: np.ndarray, chunk_size: int = CHUNK_BYTES) -> Iterator[b
     return (bytes(v) for v in iter_chunk_views(vector, chunk_size))
 
 
-def check_vector_header(meta: VectorMeta, *, codecs: Iterable[str] = (CODEC_RAW,), expected_length: int | None = None,
-                        max_length: int | None = None) -> None:
+def check_vector_header(
+    meta: VectorMeta,
+    *,
+    codecs: Iterable[str] = (CODEC_RAW,),
+    expected_length: int | None = None,
+    max_length: int | None = None,
+) -> None:
     """The header's dtype, codec (one of `codecs`), length and size limit, before anything is allocated."""
     if meta.dtype not in DTYPES:
         raise VectorError(f"vector dtype must be one of {sorted(DTYPES)}, got {meta.dtype!r}")
     if meta.codec not in codecs:
         allowed = sorted(codecs)
-        raise VectorError(f"vector codec must be {allowed[0]!r}, got {meta.codec!r}" if len(allowed) == 1
-                          else f"vector codec must be one of {allowed}, got {meta.codec!r}")
+        raise VectorError(
+            f"vector codec must be {allowed[0]!r}, got {meta.codec!r}"
+            if len(allowed) == 1
+            else f"vector codec must be one of {allowed}, got {meta.codec!r}"
+        )
     if expected_length is not None and meta.length != expected_length:
         raise VectorError(f"vector must have {expected_length} elements for this model, header says {meta.length}")
     if max_length is not None and meta.length > max_length:
@@ -119,15 +132,24 @@ class VectorAssembler:
     previous vector used; default a new array); the header is checked before it is called.
     """
 
-    def __init__(self, meta: VectorMeta, *, expected_length: int | None = None, max_length: int | None = None,
-                 max_chunk_bytes: int = MAX_CHUNK_BYTES, codecs: Iterable[str] = (CODEC_RAW,),
-                 out: Callable[[int], np.ndarray] | None = None) -> None:
+    def __init__(
+        self,
+        meta: VectorMeta,
+        *,
+        expected_length: int | None = None,
+        max_length: int | None = None,
+        max_chunk_bytes: int = MAX_CHUNK_BYTES,
+        codecs: Iterable[str] = (CODEC_RAW,),
+        out: Callable[[int], np.ndarray] | None = None,
+    ) -> None:
         check_vector_header(meta, codecs=codecs, expected_length=expected_length, max_length=max_length)
         if meta.base_sha256:
             raise VectorError("this receiver takes whole vectors; the header announces a delta (base_sha256 set)")
         if meta.payload_bytes and meta.payload_bytes != meta.nbytes:
-            raise VectorError(f"a raw vector of {meta.length} values is {meta.nbytes} bytes, "
-                              f"header says payload_bytes={meta.payload_bytes}")
+            raise VectorError(
+                f"a raw vector of {meta.length} values is {meta.nbytes} bytes, "
+                f"header says payload_bytes={meta.payload_bytes}"
+            )
         if len(meta.sha256) != 32:
             raise VectorError(f"header sha256 must be 32 bytes, got {len(meta.sha256)}")
         self.meta = meta
@@ -152,7 +174,7 @@ class VectorAssembler:
         end = self._filled + n
         if end > len(self._buffer):
             raise VectorError(f"vector stream carries more than the {len(self._buffer)} bytes its header declares")
-        self._buffer[self._filled:end] = chunk
+        self._buffer[self._filled : end] = chunk
         self._hash.update(chunk)
         self._filled = end
 

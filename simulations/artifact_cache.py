@@ -21,19 +21,20 @@ import uuid
 from pathlib import Path
 
 from fedort.common.cache_root import cache_root
-from fedort.ort.artifacts import Manifest, copy_artifacts
 from fedort.common.errors import ArtifactError
 from fedort.ort.artifacts import Manifest, copy_artifacts
-from fedort.common.errors import ArtifactError
 
 log = logging.getLogger("fedort.sim")
 
 KEY_FILE = "key.json"
-LOSS = "cross-entropy"          # the built-in models' loss (build_artifacts' default)
+LOSS = "cross-entropy"  # the built-in models' loss (build_artifacts' default)
 # fedort modules whose code decides the bytes of a built-in model's artifacts
 _BUILDER_SOURCES = ("fedort/ort/models.py", "fedort/ort/artifacts.py", "fedort/ort/_training_api.py")
-_DISTRIBUTIONS = {"onnx": ("onnx",), "onnxruntime": ("onnxruntime-training-cpu", "onnxruntime-training", "onnxruntime"),
-                  "numpy": ("numpy",)}
+_DISTRIBUTIONS = {
+    "onnx": ("onnx",),
+    "onnxruntime": ("onnxruntime-training-cpu", "onnxruntime-training", "onnxruntime"),
+    "numpy": ("numpy",),
+}
 
 
 def artifacts_key(model: str, seed: int, optimizer: str) -> dict:
@@ -44,9 +45,14 @@ def artifacts_key(model: str, seed: int, optimizer: str) -> dict:
     sources = hashlib.sha256()
     for rel in _BUILDER_SOURCES:
         sources.update(rel.encode() + b"\0" + (package.parent / rel).read_bytes() + b"\0")
-    return {"model": model, "seed": int(seed), "optimizer": optimizer, "loss": LOSS,
-            "versions": {name: _version(dists) for name, dists in _DISTRIBUTIONS.items()},
-            "builder_sha256": sources.hexdigest()}
+    return {
+        "model": model,
+        "seed": int(seed),
+        "optimizer": optimizer,
+        "loss": LOSS,
+        "versions": {name: _version(dists) for name, dists in _DISTRIBUTIONS.items()},
+        "builder_sha256": sources.hexdigest(),
+    }
 
 
 def _version(distributions: tuple[str, ...]) -> str:
@@ -65,8 +71,7 @@ def entry_dir(key: dict, root: Path | None = None) -> Path:
     return (root or cache_root()) / "artifacts" / hashlib.sha256(blob).hexdigest()[:32]
 
 
-def cached_builtin_artifacts(model: str, seed: int, optimizer: str, out: Path, *,
-                             root: Path | None = None) -> Manifest:
+def cached_builtin_artifacts(model: str, seed: int, optimizer: str, out: Path, *, root: Path | None = None) -> Manifest:
     """The artifacts of built-in `model` in `out` (created): copied from a verified cache entry,
     or built (and then cached). Same bytes and model id either way."""
     key = artifacts_key(model, seed, optimizer)
@@ -74,11 +79,11 @@ def cached_builtin_artifacts(model: str, seed: int, optimizer: str, out: Path, *
     manifest = _checked(entry, key)
     if manifest is None:
         manifest = _build_entry(entry, key)
-    if manifest is None:   # no writable cache: build in place, as without one
+    if manifest is None:  # no writable cache: build in place, as without one
         return _build(model, seed, optimizer, out)
     try:
-        copied = copy_artifacts(entry, out)   # verifies the entry's files again as it copies them
-    except (OSError, ArtifactError) as e:    # another run discarded or replaced the entry meanwhile
+        copied = copy_artifacts(entry, out)  # verifies the entry's files again as it copies them
+    except (OSError, ArtifactError) as e:  # another run discarded or replaced the entry meanwhile
         log.info("artifact cache entry %s changed while it was copied (%s): building in the run folder", entry, e)
         return _build(model, seed, optimizer, out)
     return copied
@@ -116,7 +121,7 @@ def _build_entry(entry: Path, key: dict) -> Manifest | None:
         _fsync_folder(tmp)
         try:
             os.rename(tmp, entry)
-        except OSError:   # another run published this entry meanwhile
+        except OSError:  # another run published this entry meanwhile
             if _checked(entry, key) is None:
                 raise
         return manifest
@@ -147,6 +152,5 @@ def _discard(entry: Path) -> None:
     try:
         os.rename(entry, trash)
     except OSError:
-        return   # gone already (another run discarded it)
+        return  # gone already (another run discarded it)
     shutil.rmtree(trash, ignore_errors=True)
-

@@ -14,8 +14,9 @@ protocol, the coordinator's checks — is unchanged, as with a real compromised 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -10,11 +10,12 @@ import concurrent.futures as cf
 import logging
 import multiprocessing
 import os
-from typing import TYPE_CHECKING, Any, Protocol, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fedort.common.errors import ConfigError, FedortError
 
-if TYPE_CHECKING:   # the worker module (ONNX Runtime, gRPC) loads only where a worker runs or is planned
+if TYPE_CHECKING:  # the worker module (ONNX Runtime, gRPC) loads only where a worker runs or is planned
     from pathlib import Path
 
     from fedort.simulations.config import SimulationConfig
@@ -25,9 +26,9 @@ log = logging.getLogger("fedort.sim")
 
 class Backend(Protocol):
     def start(self, plans: Sequence[WorkerPlan]) -> None: ...
-    def results(self) -> list[WorkerStats] | None: ...   # None while workers still run; raises a worker's error
+    def results(self) -> list[WorkerStats] | None: ...  # None while workers still run; raises a worker's error
     def stop(self) -> None: ...
-    def preload(self, artifacts: Path) -> None: ...   # the run's artifacts exist: workers may open them early
+    def preload(self, artifacts: Path) -> None: ...  # the run's artifacts exist: workers may open them early
 
 
 class WorkerFailed(FedortError):
@@ -45,20 +46,21 @@ def _warm() -> None:
     root.handlers = []
     root.setLevel(logging.WARNING)
     try:
-        import fedort.ort.session  # noqa: F401
         import fedort.edge_client.training.trainer  # noqa: F401
+        import fedort.ort.session  # noqa: F401
         import fedort.simulations.worker  # noqa: F401
     except ImportError:
         pass
 
 
 def _pool(workers: int, method: str = "spawn") -> cf.ProcessPoolExecutor:
-    return cf.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(method),
-                                  initializer=_warm)
+    return cf.ProcessPoolExecutor(
+        max_workers=workers, mp_context=multiprocessing.get_context(method), initializer=_warm
+    )
 
 
 def _start_method() -> str:
-    """"fork" while this process is still single-threaded and has loaded neither gRPC nor ONNX Runtime
+    """ "fork" while this process is still single-threaded and has loaded neither gRPC nor ONNX Runtime
     (Linux), else "spawn". A forked worker skips a fresh interpreter's start and the imports the parent
     already made (numpy, the CLI), and it starts at once instead of later on a busy
     machine. Nothing a worker must not share exists yet: no gRPC channel or thread, no ORT
@@ -104,12 +106,12 @@ class LocalBackend:
         """Workers open the ORT session from `artifacts` while the coordinator starts (one task each; a
         process that takes two opens once, one that takes none opens at its first join)."""
         if self._pool is not None:
-            for _ in range(self._pool._max_workers):   # type: ignore[attr-defined]  # typeshed omits the private count
+            for _ in range(self._pool._max_workers):  # type: ignore[attr-defined]  # typeshed omits the private count
                 self._pool.submit(_preopen, artifacts)
 
     def start(self, plans: Sequence[WorkerPlan]) -> None:
-        if self._pool is not None and self._pool._max_workers != len(plans):   # type: ignore[attr-defined]  # as above
-            self._pool.shutdown(wait=False)   # prepared for another count (e.g. a data folder with fewer clients)
+        if self._pool is not None and self._pool._max_workers != len(plans):  # type: ignore[attr-defined]  # as above
+            self._pool.shutdown(wait=False)  # prepared for another count (e.g. a data folder with fewer clients)
             self._pool = None
         if self._pool is None:
             self._pool = _pool(len(plans))
@@ -147,7 +149,7 @@ class RayBackend:
         self._num_cpus = num_cpus
         self._refs: list = []
         self._started_ray = False
-        self._temp_dir: str | None = None   # the local instance's own session folder (ray_cleanup)
+        self._temp_dir: str | None = None  # the local instance's own session folder (ray_cleanup)
 
     def start(self, plans: Sequence[WorkerPlan]) -> None:
         ray = self._ray
@@ -208,10 +210,10 @@ class RayBackend:
         if self._started_ray:
             from fedort.simulations import ray_cleanup
 
-            started = ray_cleanup.ray_processes()   # before the shutdown: the workers are still the raylet's
+            started = ray_cleanup.ray_processes()  # before the shutdown: the workers are still the raylet's
             ray.shutdown()
             self._started_ray = False
-            ray_cleanup.end_processes(started)      # workers and agents would linger for up to a minute
+            ray_cleanup.end_processes(started)  # workers and agents would linger for up to a minute
         if self._temp_dir is not None:
             from fedort.simulations.ray_cleanup import remove_temp_dir
 

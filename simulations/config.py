@@ -9,19 +9,15 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
-from fedort.coordinator.fedbuff.config import AsyncSettings
-from fedort.coordinator.privacy.config import PrivacySettings
+from fedort.common.errors import ConfigError
 from fedort.common.tomlfile import read_table, unknown_settings
-from fedort.common.errors import ConfigError
 from fedort.coordinator.fedbuff.config import AsyncSettings
 from fedort.coordinator.privacy.config import PrivacySettings
-from fedort.common.tomlfile import read_table
-from fedort.common.errors import ConfigError
-
 
 BACKENDS = ("local", "ray")
 
@@ -31,43 +27,43 @@ class SimulationConfig(AsyncSettings, PrivacySettings):
     """A simulation run; the async (`mode`, `buffer_size`, ...) and privacy (`secagg*`, `dp_*`) fields are
     the coordinator's own, inherited (keyword-only) from the settings both declare once."""
 
-    name: str | None = None                   # label of logs, summary, plot (default: digits, synthetic, or the --data folder name)
+    name: str | None = None  # label of logs, summary, plot (default: digits, synthetic, or the --data folder name)
     clients: int = 10
-    clients_per_round: int | None = None      # exact count per round; overrides fraction
+    clients_per_round: int | None = None  # exact count per round; overrides fraction
     fraction: float = 1.0
     rounds: int = 30
-    partition: str = "dirichlet:0.5"          # digits only: synthetic data comes partitioned
-    min_partition_size: int = 1               # dirichlet: every client gets at least this many examples
-    dataset: str = "digits"                   # "digits" | "synthetic:ALPHA,BETA" (simulations.synthetic)
-    model: str | None = None                  # built-in model (default: mlp for digits, logreg for synthetic)
+    partition: str = "dirichlet:0.5"  # digits only: synthetic data comes partitioned
+    min_partition_size: int = 1  # dirichlet: every client gets at least this many examples
+    dataset: str = "digits"  # "digits" | "synthetic:ALPHA,BETA" (simulations.synthetic)
+    model: str | None = None  # built-in model (default: mlp for digits, logreg for synthetic)
     optimizer: str = "adamw"
-    artifacts: Path | None = None             # the user's own artifacts folder
-    data: Path | None = None                  # the user's own data: client-*.npz + test.npz
+    artifacts: Path | None = None  # the user's own artifacts folder
+    data: Path | None = None  # the user's own data: client-*.npz + test.npz
     local_epochs: int = 1
-    batch_size: int = 16                      # 0 = the client's whole data set (FedSGD)
+    batch_size: int = 16  # 0 = the client's whole data set (FedSGD)
     lr: float = 0.01
     reset_optimizer: bool = True
-    prox_mu: float = 0.0                      # FedProx proximal weight (needs optimizer "sgd"); 0 = FedAvg
+    prox_mu: float = 0.0  # FedProx proximal weight (needs optimizer "sgd"); 0 = FedAvg
     backend: str = "local"
     ray_address: str | None = None
-    workers: int = 0                          # 0 = one per core, at most one per selected client
+    workers: int = 0  # 0 = one per core, at most one per selected client
     seed: int = 0
     test_fraction: float = 0.2
     round_timeout_s: float = 300.0
     target_accuracy: float | None = None
-    strategy: str = "fedavg"                  # coordinator aggregation (coordinator.aggregation)
-    server_optimizer: str = "fedavg"          # server update (coordinator.server_optimizers)
-    byzantine_fraction: float = 0.0           # share of clients that attack (seeded choice)
-    attack: str = "sign-flip"                 # what they do (simulations.attacks)
-    straggler_fraction: float = 0.0           # share of clients (seeded choice) doing partial work
-    straggler_steps: int = 1                  # ... at most this many local optimizer steps per round
-    codec: str = "raw"                        # update codec of every virtual client (protos/codecs); the coordinator allows it
-    topk_warmup: str = "3x45"                 # top-k sparsity warm-up FACTORxROUNDS | off (edge_client/uploads/topk_warmup.py)
-    export_every: int = 1                     # inference model every N rounds and after the last (0: last only)
-    state_dir: Path | None = None             # coordinator state elsewhere (e.g. tmpfs: /dev/shm/...); default OUT/state
-    local_vectors: bool = True                # vectors as files in the state dir, not gRPC streams (clients on this host)
-    device_speed: str = "uniform"             # simulated compute speed per client (simulations.device_speed)
-    step_seconds: float = 0.01                # simulated seconds per local step at speed factor 1
+    strategy: str = "fedavg"  # coordinator aggregation (coordinator.aggregation)
+    server_optimizer: str = "fedavg"  # server update (coordinator.server_optimizers)
+    byzantine_fraction: float = 0.0  # share of clients that attack (seeded choice)
+    attack: str = "sign-flip"  # what they do (simulations.attacks)
+    straggler_fraction: float = 0.0  # share of clients (seeded choice) doing partial work
+    straggler_steps: int = 1  # ... at most this many local optimizer steps per round
+    codec: str = "raw"  # update codec of every virtual client (protos/codecs); the coordinator allows it
+    topk_warmup: str = "3x45"  # top-k sparsity warm-up FACTORxROUNDS | off (edge_client/uploads/topk_warmup.py)
+    export_every: int = 1  # inference model every N rounds and after the last (0: last only)
+    state_dir: Path | None = None  # coordinator state elsewhere (e.g. tmpfs: /dev/shm/...); default OUT/state
+    local_vectors: bool = True  # vectors as files in the state dir, not gRPC streams (clients on this host)
+    device_speed: str = "uniform"  # simulated compute speed per client (simulations.device_speed)
+    step_seconds: float = 0.01  # simulated seconds per local step at speed factor 1
     progress: bool = True
     out: Path = field(default_factory=lambda: Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
 
@@ -86,16 +82,21 @@ class SimulationConfig(AsyncSettings, PrivacySettings):
             label = Path(self.data).name if self.data is not None else "synthetic" if self.is_synthetic else "digits"
             object.__setattr__(self, "name", label)
         if self.artifacts is None and self.is_synthetic != (self.model == "logreg"):
-            problems.append(f"model {self.model!r} does not fit dataset {self.dataset!r}: synthetic data has 60 "
-                            f"features (model logreg), digits 64 (mlp or cnn)")
+            problems.append(
+                f"model {self.model!r} does not fit dataset {self.dataset!r}: synthetic data has 60 "
+                f"features (model logreg), digits 64 (mlp or cnn)"
+            )
         if self.clients < 1:
             problems.append(f"clients must be >= 1, got {self.clients}")
         if self.clients_per_round is not None and not 1 <= self.clients_per_round <= self.clients:
             problems.append(f"clients_per_round must be in 1..{self.clients}, got {self.clients_per_round}")
         if not 0 < self.fraction <= 1:
             problems.append(f"fraction must be in (0, 1], got {self.fraction}")
-        if not (isinstance(self.min_partition_size, int) and not isinstance(self.min_partition_size, bool)
-                and self.min_partition_size >= 1):
+        if not (
+            isinstance(self.min_partition_size, int)
+            and not isinstance(self.min_partition_size, bool)
+            and self.min_partition_size >= 1
+        ):
             problems.append(f"min_partition_size must be an integer >= 1, got {self.min_partition_size!r}")
         if self.rounds < 1:
             problems.append(f"rounds must be >= 1, got {self.rounds}")
@@ -108,14 +109,20 @@ class SimulationConfig(AsyncSettings, PrivacySettings):
         if not (isinstance(self.prox_mu, (int, float)) and 0 <= self.prox_mu < float("inf")):
             problems.append(f"prox_mu must be a finite number >= 0, got {self.prox_mu!r}")
         elif self.prox_mu > 0 and self.artifacts is None and self.optimizer != "sgd":
-            problems.append(f"prox_mu {self.prox_mu:g} (FedProx) needs optimizer = \"sgd\" (the proximal step is exact "
-                            f"only for SGD), got {self.optimizer!r}")
+            problems.append(
+                f'prox_mu {self.prox_mu:g} (FedProx) needs optimizer = "sgd" (the proximal step is exact '
+                f"only for SGD), got {self.optimizer!r}"
+            )
         if self.backend not in BACKENDS:
             problems.append(f"backend must be one of {BACKENDS}, got {self.backend!r}")
         if (self.artifacts is None) != (self.data is None):
             problems.append("--artifacts and --data go together (your own model needs your own data)")
-        if not (isinstance(self.export_every, int) and not isinstance(self.export_every, bool) and self.export_every >= 0):
-            problems.append(f"export_every must be an integer >= 0 (0: the final model only), got {self.export_every!r}")
+        if not (
+            isinstance(self.export_every, int) and not isinstance(self.export_every, bool) and self.export_every >= 0
+        ):
+            problems.append(
+                f"export_every must be an integer >= 0 (0: the final model only), got {self.export_every!r}"
+            )
         if self.workers < 0:
             problems.append(f"workers must be >= 0, got {self.workers}")
         if not (isinstance(self.straggler_fraction, (int, float)) and 0 <= self.straggler_fraction <= 1):
@@ -127,13 +134,21 @@ class SimulationConfig(AsyncSettings, PrivacySettings):
         if self.mode not in ("sync", "async"):
             problems.append(f"mode must be 'sync' or 'async', got {self.mode!r}")
         if self.mode == "async" and not (isinstance(self.buffer_size, int) and 1 <= self.buffer_size <= self.clients):
-            problems.append(f"buffer_size must be an integer in 1..clients ({self.clients}): each client adds at most "
-                            f"one update to a version's buffer, got {self.buffer_size!r}")
+            problems.append(
+                f"buffer_size must be an integer in 1..clients ({self.clients}): each client adds at most "
+                f"one update to a version's buffer, got {self.buffer_size!r}"
+            )
         if not (isinstance(self.step_seconds, (int, float)) and self.step_seconds > 0):
             problems.append(f"step_seconds must be > 0, got {self.step_seconds!r}")
-        for check, value in ((_check_strategy, self.strategy), (_check_server_optimizer, self.server_optimizer),
-                             (_check_attack, self.attack), (_check_codec, self.codec), (_check_warmup, self.topk_warmup), (_check_device_speed, self.device_speed),
-                             (_check_staleness_weight, self.staleness_weight)):
+        for check, value in (
+            (_check_strategy, self.strategy),
+            (_check_server_optimizer, self.server_optimizer),
+            (_check_attack, self.attack),
+            (_check_codec, self.codec),
+            (_check_warmup, self.topk_warmup),
+            (_check_device_speed, self.device_speed),
+            (_check_staleness_weight, self.staleness_weight),
+        ):
             try:
                 check(value)
             except ConfigError as e:
@@ -178,12 +193,12 @@ def _check_strategy(spec: str) -> None:
 def _check_warmup(spec: str) -> None:
     from fedort.edge_client.uploads.topk_warmup import TopkWarmup
 
-    TopkWarmup.parse(spec)   # ConfigError names the expected form
+    TopkWarmup.parse(spec)  # ConfigError names the expected form
 
 
 def _check_codec(spec: str) -> None:
-    from fedort.protos.update_codecs import parse_codec
     from fedort.common.errors import VectorError
+    from fedort.protos.update_codecs import parse_codec
 
     try:
         parse_codec(spec)
@@ -209,7 +224,7 @@ def _check_staleness_weight(spec: str) -> None:
     parse_staleness_weight(spec)
 
 
-def _privacy_problems(cfg: "SimulationConfig") -> list[str]:
+def _privacy_problems(cfg: SimulationConfig) -> list[str]:
     from fedort.coordinator.privacy.config import privacy_problems
 
     return privacy_problems({f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}, cfg.strategy)
@@ -225,7 +240,9 @@ _FIELDS = {f.name: f for f in dataclasses.fields(SimulationConfig)}
 _PATHS = {"artifacts", "data", "out", "state_dir"}
 
 
-def load_config(scenario: str | os.PathLike | None = None, overrides: Mapping[str, Any] | None = None) -> SimulationConfig:
+def load_config(
+    scenario: str | os.PathLike | None = None, overrides: Mapping[str, Any] | None = None
+) -> SimulationConfig:
     """Defaults <- scenario TOML <- overrides (None values in overrides are ignored)."""
     values: dict[str, Any] = {}
     if scenario is not None:
@@ -233,8 +250,10 @@ def load_config(scenario: str | os.PathLike | None = None, overrides: Mapping[st
 
         path = resolve(scenario)
         if not path.exists():
-            raise ConfigError(f"scenario {str(scenario)!r} is neither a file nor a bundled scenario; bundled: "
-                              f"{', '.join(bundled())} (fedort simulate --list)")
+            raise ConfigError(
+                f"scenario {str(scenario)!r} is neither a file nor a bundled scenario; bundled: "
+                f"{', '.join(bundled())} (fedort simulate --list)"
+            )
         values.update(read_table(path, None))
         unknown = sorted(set(values) - set(_FIELDS))
         if unknown:

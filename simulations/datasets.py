@@ -14,17 +14,15 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
 from fedort.common.cache_root import cache_root
-from fedort.common.errors import ConfigError, DataError
 from fedort.common.client_data import Arrays, read_npz
 from fedort.common.errors import ConfigError, DataError
-from fedort.common.client_data import Arrays, read_npz
 
 CLIENT_FILE = re.compile(r"^client-(\d+)\.npz$")
 TEST_FILE = "test.npz"
@@ -58,7 +56,7 @@ def load_digits_split(test_fraction: float = 0.2, seed: int = 0) -> tuple[Arrays
             np.savez(f, train_x=train["x"], train_labels=train["labels"], test_x=test["x"], test_labels=test["labels"])
         os.replace(tmp, cache)
     except OSError:
-        pass   # no writable cache: the next run computes the split again
+        pass  # no writable cache: the next run computes the split again
     return train, test
 
 
@@ -81,11 +79,11 @@ def _digits_split(test_fraction: float, seed: int) -> tuple[Arrays, Arrays]:
     x = (np.asarray(bunch.data, dtype=np.float32) / np.float32(16.0)).reshape(-1, 64)
     labels = np.asarray(bunch.target, dtype=np.int64)
     train_idx, test_idx = train_test_split(
-        np.arange(len(labels)), test_size=test_fraction, random_state=seed, stratify=labels)
+        np.arange(len(labels)), test_size=test_fraction, random_state=seed, stratify=labels
+    )
     train_idx.sort()
     test_idx.sort()
-    return ({"x": x[train_idx], "labels": labels[train_idx]},
-            {"x": x[test_idx], "labels": labels[test_idx]})
+    return ({"x": x[train_idx], "labels": labels[train_idx]}, {"x": x[test_idx], "labels": labels[test_idx]})
 
 
 def subset(arrays: Arrays, indices: np.ndarray) -> Arrays:
@@ -97,7 +95,7 @@ def save_npz(path: str | Path, arrays: Arrays) -> Path:
     """Write `arrays` to `path` (uncompressed .npz, so loading is a plain read)."""
     path = Path(path)
     # numpy's stub checks **kwds against allow_pickle too
-    np.savez(path, **arrays)   # type: ignore[arg-type]
+    np.savez(path, **arrays)  # type: ignore[arg-type]
     return path
 
 
@@ -131,14 +129,18 @@ def load_npz_folder(directory: str | Path, names: Sequence[str] | None = DEFAULT
         if m:
             numbered.append((int(m.group(1)), p))
     if not numbered:
-        raise DataError(f"data folder {root} has no client files; expected client-0000.npz, "
-                        f"client-0001.npz, ... (one per client) and {TEST_FILE}")
+        raise DataError(
+            f"data folder {root} has no client files; expected client-0000.npz, "
+            f"client-0001.npz, ... (one per client) and {TEST_FILE}"
+        )
     numbered.sort()
     indices = [i for i, _ in numbered]
     if indices != list(range(len(numbered))):
         gap = next(i for i, j in enumerate(indices) if i != j)
-        raise DataError(f"client files in {root} must be numbered 0..{len(numbered) - 1} without gaps; "
-                        f"client {gap} is missing (found {client_file_name(indices[gap])})")
+        raise DataError(
+            f"client files in {root} must be numbered 0..{len(numbered) - 1} without gaps; "
+            f"client {gap} is missing (found {client_file_name(indices[gap])})"
+        )
     test_path = root / TEST_FILE
     if not test_path.is_file():
         raise DataError(f"data folder {root} has {len(numbered)} client files but no {TEST_FILE}")
@@ -150,8 +152,9 @@ def load_npz_folder(directory: str | Path, names: Sequence[str] | None = DEFAULT
     for path, arrays in zip(files[1:] + [test_path], clients[1:] + [test]):
         sig = _signature(arrays)
         if sig != reference:
-            raise DataError(f"{path} does not match {files[0].name}: expected arrays "
-                            f"{_describe(reference)}, found {_describe(sig)}")
+            raise DataError(
+                f"{path} does not match {files[0].name}: expected arrays {_describe(reference)}, found {_describe(sig)}"
+            )
     for path, arrays in zip(files, clients):
         if _rows(arrays) == 0:
             raise DataError(f"{path} holds no examples; every client needs at least one")
@@ -167,9 +170,17 @@ def _signature(arrays: Arrays) -> dict[str, tuple[str, tuple[int, ...]]]:
 
 
 def _describe(sig: dict[str, tuple[str, tuple[int, ...]]]) -> str:
-    return ", ".join(f"{n}: {np.dtype(d).name}[N{''.join(f',{s}' for s in shape)}]"
-                     for n, (d, shape) in sig.items())
+    return ", ".join(f"{n}: {np.dtype(d).name}[N{''.join(f',{s}' for s in shape)}]" for n, (d, shape) in sig.items())
 
 
-__all__ = ["Arrays", "DataFolder", "load_digits_split", "load_npz_folder", "save_npz",
-           "subset", "client_file_name", "CLIENT_FILE", "TEST_FILE"]
+__all__ = [
+    "Arrays",
+    "DataFolder",
+    "load_digits_split",
+    "load_npz_folder",
+    "save_npz",
+    "subset",
+    "client_file_name",
+    "CLIENT_FILE",
+    "TEST_FILE",
+]

@@ -22,11 +22,11 @@ from typing import overload
 
 import numpy as np
 
-from fedort.common.specs import split_spec, spec_number
 from fedort.common.errors import ConfigError
+from fedort.common.specs import spec_number, split_spec
 
 SPECS = "uniform | lognormal:SIGMA | slow:F:K"
-_STREAM = 0x5BEED   # separates this draw from the seed's other uses (partition, selection, shuffling)
+_STREAM = 0x5BEED  # separates this draw from the seed's other uses (partition, selection, shuffling)
 
 
 @dataclass(frozen=True)

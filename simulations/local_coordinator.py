@@ -22,12 +22,12 @@ import logging
 import threading
 import time
 
+from fedort.common.errors import FedortError
 from fedort.common.invariants import present
 from fedort.coordinator import Coordinator, CoordinatorConfig, RunOutcome
-from fedort.coordinator.state.schema import TransitionRow
 from fedort.coordinator.state.layout import StateLayout
+from fedort.coordinator.state.schema import TransitionRow
 from fedort.coordinator.status import round_timeline
-from fedort.common.errors import FedortError
 
 log = logging.getLogger("fedort.sim")
 
@@ -120,7 +120,7 @@ class LocalCoordinator:
         """Every round transition recorded so far (complete once stopped): round, from, to, unix time, why."""
         return round_timeline(self.config.state_dir)
 
-    def __enter__(self) -> "LocalCoordinator":
+    def __enter__(self) -> LocalCoordinator:
         self.start()
         return self
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedort.common.invariants import present
 from fedort.common.errors import ConfigError
+from fedort.common.invariants import present
 
 Parts = list[np.ndarray]
 
@@ -35,8 +35,9 @@ def iid(n: int, clients: int, seed: int) -> Parts:
     return [np.sort(p) for p in np.array_split(perm, clients)]
 
 
-def dirichlet(labels: np.ndarray, clients: int, alpha: float, seed: int, min_size: int = 1,
-              max_attempts: int = DIRICHLET_ATTEMPTS) -> Parts:
+def dirichlet(
+    labels: np.ndarray, clients: int, alpha: float, seed: int, min_size: int = 1, max_attempts: int = DIRICHLET_ATTEMPTS
+) -> Parts:
     """Label-skewed parts: each class is spread over clients by proportions ~ Dirichlet(alpha).
 
     A client that already holds more than an equal share stops receiving examples of later
@@ -57,8 +58,10 @@ def dirichlet(labels: np.ndarray, clients: int, alpha: float, seed: int, min_siz
     if min_size < 0:
         raise ConfigError(f"min_size must be >= 0, got {min_size}")
     if min_size * clients > n:
-        raise ConfigError(f"cannot give {clients} clients {min_size} examples each from {n} examples "
-                          f"({min_size * clients} needed); use fewer clients or a smaller min_size")
+        raise ConfigError(
+            f"cannot give {clients} clients {min_size} examples each from {n} examples "
+            f"({min_size * clients} needed); use fewer clients or a smaller min_size"
+        )
     if max_attempts < 1:
         raise ConfigError(f"max_attempts must be >= 1, got {max_attempts}")
     rng = np.random.default_rng(seed)
@@ -90,8 +93,9 @@ def dirichlet(labels: np.ndarray, clients: int, alpha: float, seed: int, min_siz
     return _group(_top_up(owner, class_of, affinity, min_size, rng), clients)
 
 
-def _top_up(owner: np.ndarray, class_of: np.ndarray, affinity: np.ndarray, min_size: int,
-            rng: np.random.Generator) -> np.ndarray:
+def _top_up(
+    owner: np.ndarray, class_of: np.ndarray, affinity: np.ndarray, min_size: int, rng: np.random.Generator
+) -> np.ndarray:
     """Move examples so that every client owns at least `min_size`; returns the new owner array.
 
     Every client above `min_size` offers a random choice of its examples beyond the first
@@ -115,7 +119,7 @@ def _top_up(owner: np.ndarray, class_of: np.ndarray, affinity: np.ndarray, min_s
         need = min_size - int(sizes[client])
         for c in np.argsort(-affinity[:, client], kind="stable"):
             k = min(need, len(pool[c]) - int(taken[c]))
-            owner[pool[c][taken[c]:taken[c] + k]] = client
+            owner[pool[c][taken[c] : taken[c] + k]] = client
             taken[c] += k
             need -= k
             if not need:
@@ -140,8 +144,10 @@ def shards(labels: np.ndarray, clients: int, shards_per_client: int, seed: int) 
     values = _label_values(labels)
     counts = np.bincount(labels)[values]
     if total < len(values):
-        raise ConfigError(f"shards:{k} with {clients} clients makes {total} shards, fewer than the "
-                          f"{len(values)} labels; every label needs a shard (raise k or clients)")
+        raise ConfigError(
+            f"shards:{k} with {clients} clients makes {total} shards, fewer than the "
+            f"{len(values)} labels; every label needs a shard (raise k or clients)"
+        )
     if total > n:
         raise ConfigError(f"cannot cut {n} examples into {total} non-empty shards")
     per_label = 1 + _apportion(total - len(values), counts / n)
@@ -152,7 +158,7 @@ def shards(labels: np.ndarray, clients: int, shards_per_client: int, seed: int) 
         idx = rng.permutation(np.flatnonzero(labels == value))
         pieces.extend(np.array_split(idx, count))
     order = rng.permutation(total)
-    return [np.sort(np.concatenate([pieces[s] for s in order[i * k:(i + 1) * k]])) for i in range(clients)]
+    return [np.sort(np.concatenate([pieces[s] for s in order[i * k : (i + 1) * k]])) for i in range(clients)]
 
 
 @dataclass(frozen=True)
@@ -169,8 +175,9 @@ class Partition:
         if self.kind == "iid":
             return iid(len(labels), clients, seed)
         if self.kind == "dirichlet":
-            return dirichlet(labels, clients, present(self.alpha, "alpha (a dirichlet split has one)"), seed,
-                             min_size=min_size)
+            return dirichlet(
+                labels, clients, present(self.alpha, "alpha (a dirichlet split has one)"), seed, min_size=min_size
+            )
         per_client = present(self.shards_per_client, "shards_per_client (a shards split has one)")
         return shards(labels, clients, per_client, seed)
 

@@ -8,18 +8,16 @@ costs no memory beyond its ids.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
-from fedort.common.invariants import present
 from fedort.common.client_data import ClientData, read_npz
 from fedort.common.errors import ConfigError
-from fedort.common.client_data import read_npz
-from fedort.common.errors import ConfigError
+from fedort.common.invariants import present
 from fedort.simulations.datasets import Arrays, load_digits_split, load_npz_folder, save_npz, subset
 from fedort.simulations.partition import label_histogram, parse_partition
 
@@ -53,10 +51,10 @@ def choose_stragglers(client_ids: Sequence[str], fraction: float, seed: int) -> 
 class DataSource:
     """How a worker gets the training arrays: the bundled digits split, or a folder of .npz files."""
 
-    kind: str                      # "digits" | "npz" (a saved training split) | "folder"
+    kind: str  # "digits" | "npz" (a saved training split) | "folder"
     test_fraction: float = 0.2
     seed: int = 0
-    folder: Path | None = None     # the .npz file for "npz", the data folder for "folder"
+    folder: Path | None = None  # the .npz file for "npz", the data folder for "folder"
 
     def train(self) -> Arrays | None:
         """The shared training arrays clients index into (None for a folder of per-client files)."""
@@ -75,8 +73,8 @@ class DataSource:
 @dataclass(frozen=True)
 class VirtualClient:
     client_id: str
-    indices: np.ndarray | None = None   # rows of DataSource.train() (digits)
-    file: Path | None = None            # its own .npz (data folder)
+    indices: np.ndarray | None = None  # rows of DataSource.train() (digits)
+    file: Path | None = None  # its own .npz (data folder)
 
     @property
     def size(self) -> int:
@@ -113,8 +111,9 @@ class Population:
         return [self.clients[w::workers] for w in range(workers) if self.clients[w::workers]]
 
 
-def digits_population(clients: int, partition: str, seed: int, test_fraction: float = 0.2,
-                      save_dir: Path | None = None, min_size: int = 1) -> Population:
+def digits_population(
+    clients: int, partition: str, seed: int, test_fraction: float = 0.2, save_dir: Path | None = None, min_size: int = 1
+) -> Population:
     """Partition the digits training split among `clients` virtual clients.
 
     With `save_dir`, the training split is saved there as `train.npz` and workers load that

@@ -30,9 +30,9 @@ def _parents() -> dict[int, int]:
         if entry.name.isdigit():
             try:
                 stat = (entry / "stat").read_text()
-            except OSError:   # gone meanwhile
+            except OSError:  # gone meanwhile
                 continue
-            out[int(entry.name)] = int(stat[stat.rindex(")") + 2:].split()[1])   # field 4, after "(comm) S"
+            out[int(entry.name)] = int(stat[stat.rindex(")") + 2 :].split()[1])  # field 4, after "(comm) S"
     return out
 
 
@@ -83,16 +83,16 @@ def end_processes(pids: list[int], timeout_s: float = 5.0) -> None:
 
 def _alive(pid: int) -> bool:
     try:
-        done, _ = os.waitpid(pid, os.WNOHANG)   # our child: reaped once it exits (no zombie left)
+        done, _ = os.waitpid(pid, os.WNOHANG)  # our child: reaped once it exits (no zombie left)
         if done == pid:
             return False
-    except ChildProcessError:   # not our child: ask the kernel
+    except ChildProcessError:  # not our child: ask the kernel
         pass
     try:
         state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
         return False
-    return state != "Z"   # a zombie of another parent has exited; only its parent can reap it
+    return state != "Z"  # a zombie of another parent has exited; only its parent can reap it
 
 
 def remove_temp_dir(path: str | None) -> None:

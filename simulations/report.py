@@ -11,9 +11,10 @@ import csv
 import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Sequence, TypeGuard, cast
+from typing import Any, TypeGuard, cast
 
 CSV_FILE = "metrics.csv"
 JSON_FILE = "metrics.json"
@@ -32,14 +33,15 @@ class RoundRecord:
     bytes_down: int
     seconds: float
     metrics: dict[str, float] = field(default_factory=dict)  # e.g. aggregated train_loss
-    codec: str = ""           # the update codec(s) the round's accepted updates used ("+"-joined)
+    codec: str = ""  # the update codec(s) the round's accepted updates used ("+"-joined)
 
 
 _FIXED = [f.name for f in fields(RoundRecord) if f.name != "metrics"]
 
 
-def write_metrics(records: Sequence[RoundRecord], out_dir: str | Path,
-                  final: dict[str, Any] | None = None) -> tuple[Path, Path]:
+def write_metrics(
+    records: Sequence[RoundRecord], out_dir: str | Path, final: dict[str, Any] | None = None
+) -> tuple[Path, Path]:
     """Write metrics.csv and metrics.json into `out_dir`; returns both paths.
 
     The CSV has the fixed columns, then one column per extra metric name (sorted, numbers in names
@@ -89,8 +91,9 @@ def blank_figure() -> Any:
     return fig
 
 
-def plot(records: Sequence[RoundRecord], out_png: str | Path, title: str,
-         target: float | None = None, figure: Any = None) -> Path:
+def plot(
+    records: Sequence[RoundRecord], out_png: str | Path, title: str, target: float | None = None, figure: Any = None
+) -> Path:
     """Accuracy (top) and loss (bottom) per round as a PNG; `target` draws a dashed accuracy line.
 
     `figure`: an unused `blank_figure()` to draw on (default: a new one)."""
@@ -104,14 +107,21 @@ def plot(records: Sequence[RoundRecord], out_png: str | Path, title: str,
     if acc:
         xs, ys = zip(*acc)
         best = max(acc, key=lambda p: p[1])
-        ax_acc.plot(xs, [100 * y for y in ys], marker="o", markersize=3, color="tab:blue",
-                    label=f"accuracy (best {100 * best[1]:.1f}% in round {best[0]})")
+        ax_acc.plot(
+            xs,
+            [100 * y for y in ys],
+            marker="o",
+            markersize=3,
+            color="tab:blue",
+            label=f"accuracy (best {100 * best[1]:.1f}% in round {best[0]})",
+        )
         ax_acc.plot([best[0]], [100 * best[1]], marker="*", markersize=11, color="tab:orange", linestyle="none")
     if target is not None:
         hit = rounds_to_target(records, target)
         reached = f", reached in round {hit}" if hit is not None else ", not reached"
-        ax_acc.axhline(100 * target, color="gray", linestyle="--", linewidth=1,
-                       label=f"target {100 * target:g}%{reached}")
+        ax_acc.axhline(
+            100 * target, color="gray", linestyle="--", linewidth=1, label=f"target {100 * target:g}%{reached}"
+        )
         if hit is not None:
             ax_acc.axvline(hit, color="gray", linestyle=":", linewidth=1)
     ax_acc.yaxis.set_major_formatter(PercentFormatter(decimals=0))
@@ -148,13 +158,14 @@ def rounds_to_target(records: Sequence[RoundRecord], target: float) -> int | Non
     return next((r.round for r in records if _present(r.accuracy) and r.accuracy >= target), None)
 
 
-def summary_table(records: Sequence[RoundRecord], final: dict[str, Any] | None = None,
-                  target: float | None = None) -> str:
+def summary_table(
+    records: Sequence[RoundRecord], final: dict[str, Any] | None = None, target: float | None = None
+) -> str:
     """A two-column text table for the terminal: accuracy, rounds to target, totals, then `final`."""
     rows: list[tuple[str, str]] = [("rounds", str(len(records)))]
     acc = [r for r in records if _present(r.accuracy)]
     if acc:
-        best = max(acc, key=lambda r: cast(float, r.accuracy))   # present: filtered above
+        best = max(acc, key=lambda r: cast(float, r.accuracy))  # present: filtered above
         rows.append(("best accuracy", f"{_pct(cast(float, best.accuracy))} (round {best.round})"))
         rows.append(("final accuracy", f"{_pct(cast(float, acc[-1].accuracy))} (round {acc[-1].round})"))
     if target is not None:
@@ -168,8 +179,10 @@ def summary_table(records: Sequence[RoundRecord], final: dict[str, Any] | None =
         rows += [
             ("client updates", f"{sum(r.clients for r in records):,}"),
             ("examples trained", f"{sum(r.examples for r in records):,}"),
-            ("bytes up / down", f"{_bytes(sum(r.bytes_up for r in records))} / "
-                                f"{_bytes(sum(r.bytes_down for r in records))}"),
+            (
+                "bytes up / down",
+                f"{_bytes(sum(r.bytes_up for r in records))} / {_bytes(sum(r.bytes_down for r in records))}",
+            ),
             ("time", f"{seconds:.1f} s ({seconds / len(records):.2f} s/round)"),
         ]
     for key, value in (final or {}).items():
@@ -211,5 +224,13 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
-__all__ = ["RoundRecord", "write_metrics", "load_metrics", "plot", "summary_table", "rounds_to_target",
-           "CSV_FILE", "JSON_FILE"]
+__all__ = [
+    "RoundRecord",
+    "write_metrics",
+    "load_metrics",
+    "plot",
+    "summary_table",
+    "rounds_to_target",
+    "CSV_FILE",
+    "JSON_FILE",
+]

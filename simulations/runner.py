@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fedort.common.errors import ConfigError, FedortError
 from fedort.common.invariants import present
+from fedort.common.round_state import RoundState
 from fedort.coordinator import CoordinatorConfig
 from fedort.coordinator.aggregation.server_optimizers import canonical_spec
 from fedort.coordinator.privacy.config import PRIVACY_KEYS
 from fedort.coordinator.state.layout import StateLayout
 from fedort.ort.artifacts import Manifest, verify_artifacts
-from fedort.common.errors import ConfigError, FedortError
-from fedort.common.round_state import RoundState
 from fedort.simulations.artifact_cache import cached_builtin_artifacts
 from fedort.simulations.attacks import choose_attackers
 from fedort.simulations.backends import Backend, prepared_backend
@@ -33,7 +33,11 @@ from fedort.simulations.datasets import TEST_FILE, save_npz
 from fedort.simulations.device_speed import parse_device_speed
 from fedort.simulations.local_coordinator import LocalCoordinator
 from fedort.simulations.population import (
-    Population, choose_stragglers, digits_population, folder_population, synthetic_population,
+    Population,
+    choose_stragglers,
+    digits_population,
+    folder_population,
+    synthetic_population,
 )
 from fedort.simulations.progress import RoundProgress
 from fedort.simulations.report import RoundRecord, blank_figure, plot, summary_table, write_metrics
@@ -54,9 +58,10 @@ class SimulationResult:
 def _prepare_artifacts(cfg: SimulationConfig, out: Path) -> tuple[Path, Manifest]:
     if cfg.artifacts is not None:
         return cfg.artifacts, verify_artifacts(cfg.artifacts)
-    folder = out / "artifacts"   # a built-in model: copied from the machine's verified cache, or built once
-    return folder, cached_builtin_artifacts(present(cfg.model, "model (a built-in one, without artifacts)"), cfg.seed,
-                                            cfg.optimizer, folder)
+    folder = out / "artifacts"  # a built-in model: copied from the machine's verified cache, or built once
+    return folder, cached_builtin_artifacts(
+        present(cfg.model, "model (a built-in one, without artifacts)"), cfg.seed, cfg.optimizer, folder
+    )
 
 
 def _population(cfg: SimulationConfig, data_dir: Path) -> Population:
@@ -67,8 +72,9 @@ def _population(cfg: SimulationConfig, data_dir: Path) -> Population:
         return pop
     if cfg.is_synthetic:
         return synthetic_population(cfg.dataset, cfg.clients, cfg.seed, save_dir=data_dir)
-    return digits_population(cfg.clients, cfg.partition, cfg.seed, cfg.test_fraction, save_dir=data_dir,
-                             min_size=cfg.min_partition_size)
+    return digits_population(
+        cfg.clients, cfg.partition, cfg.seed, cfg.test_fraction, save_dir=data_dir, min_size=cfg.min_partition_size
+    )
 
 
 def _codec_used(configured: str, records: list[RoundRecord]) -> str:
@@ -86,26 +92,45 @@ def _family(codec: str) -> str:
     return ("zstd+topk" if spec.zstd else "topk") if spec.name == "topk" else spec.canonical
 
 
-def coordinator_config(cfg: SimulationConfig, artifacts: Path, state_dir: Path, eval_data: Path,
-                       clients: int) -> CoordinatorConfig:
+def coordinator_config(
+    cfg: SimulationConfig, artifacts: Path, state_dir: Path, eval_data: Path, clients: int
+) -> CoordinatorConfig:
     """The deployment coordinator, configured for a closed population of simulated clients."""
     per_round = min(cfg.per_round, clients)
     return CoordinatorConfig(
-        artifacts=artifacts, state_dir=state_dir, address="127.0.0.1:0", rounds=cfg.rounds,
+        artifacts=artifacts,
+        state_dir=state_dir,
+        address="127.0.0.1:0",
+        rounds=cfg.rounds,
         min_clients=per_round,
-        min_available_clients=clients,     # wait for every client: selection is then reproducible
+        min_available_clients=clients,  # wait for every client: selection is then reproducible
         # selection takes max(min_clients, ceil(fraction * available)); this makes it exactly per_round
         fraction=1.0 if per_round >= clients else (per_round - 0.5) / clients,
-        round_timeout_s=cfg.round_timeout_s, local_epochs=cfg.local_epochs, batch_size=cfg.batch_size,
-        lr=cfg.lr, reset_optimizer=cfg.reset_optimizer, prox_mu=cfg.prox_mu, seed=cfg.seed, eval_data=eval_data,
-        client_timeout_s=0,                # virtual clients are polled once a round, not heartbeating
-        strategy=cfg.strategy, export_every=cfg.export_every, server_optimizer=cfg.server_optimizer, mode=cfg.mode,
-        buffer_size=cfg.buffer_size, max_staleness=cfg.max_staleness, staleness_weight=cfg.staleness_weight,
-        codecs=("raw",) if cfg.codec == "raw" else ("raw", _family(cfg.codec)),   # the run allows what its clients use
+        round_timeout_s=cfg.round_timeout_s,
+        local_epochs=cfg.local_epochs,
+        batch_size=cfg.batch_size,
+        lr=cfg.lr,
+        reset_optimizer=cfg.reset_optimizer,
+        prox_mu=cfg.prox_mu,
+        seed=cfg.seed,
+        eval_data=eval_data,
+        client_timeout_s=0,  # virtual clients are polled once a round, not heartbeating
+        strategy=cfg.strategy,
+        export_every=cfg.export_every,
+        server_optimizer=cfg.server_optimizer,
+        mode=cfg.mode,
+        buffer_size=cfg.buffer_size,
+        max_staleness=cfg.max_staleness,
+        staleness_weight=cfg.staleness_weight,
+        codecs=("raw",) if cfg.codec == "raw" else ("raw", _family(cfg.codec)),  # the run allows what its clients use
         **{k: getattr(cfg, k) for k in PRIVACY_KEYS},
         # local, loopback-only run of our own virtual clients: plaintext, no device tokens, no rate limits (all
         # its clients join from one address, which the deployed per-address limit would throttle)
-        insecure=True, auth="open", submissions_per_minute=0, joins_per_minute=0, joins_per_minute_per_address=0,
+        insecure=True,
+        auth="open",
+        submissions_per_minute=0,
+        joins_per_minute=0,
+        joins_per_minute_per_address=0,
     )
 
 
@@ -114,8 +139,13 @@ def device_speeds(cfg: SimulationConfig, client_ids: list[str]) -> tuple[tuple[s
     if not cfg.virtual_clock:
         return ()
     factors = parse_device_speed(cfg.device_speed).factors(len(client_ids), cfg.seed)
-    log.info("device speeds %s on a virtual clock (%g simulated s per local step): factors %.2f..%.2f", cfg.device_speed,
-             cfg.step_seconds, factors.min(), factors.max())
+    log.info(
+        "device speeds %s on a virtual clock (%g simulated s per local step): factors %.2f..%.2f",
+        cfg.device_speed,
+        cfg.step_seconds,
+        factors.min(),
+        factors.max(),
+    )
     return tuple(zip(client_ids, (float(f) for f in factors)))
 
 
@@ -125,7 +155,7 @@ def run_simulation(cfg: SimulationConfig, backend: Backend | None = None) -> Sim
     `backend`: one from `prepared_backend(cfg)` made earlier (its workers already starting up);
     by default made here. Either way it is stopped when the run ends."""
     started = time.monotonic()
-    if backend is None:   # local processes start importing while artifacts and data are made
+    if backend is None:  # local processes start importing while artifacts and data are made
         backend = prepared_backend(cfg)
     out = Path(cfg.out)
     before = set(out.iterdir()) if out.is_dir() else None
@@ -135,9 +165,9 @@ def run_simulation(cfg: SimulationConfig, backend: Backend | None = None) -> Sim
         out.mkdir(parents=True, exist_ok=True)
         return _run(cfg, out, backend, started)
     except BaseException:
-        if before is None or out / "state" not in before:   # never touch a folder that held a run before
-            backend.stop()   # its workers write into the folder
-            _remove_run_folder(out, before)   # a failed run leaves nothing that would refuse its rerun
+        if before is None or out / "state" not in before:  # never touch a folder that held a run before
+            backend.stop()  # its workers write into the folder
+            _remove_run_folder(out, before)  # a failed run leaves nothing that would refuse its rerun
         raise
     finally:
         backend.stop()
@@ -157,19 +187,27 @@ def _remove_run_folder(out: Path, before: set[Path] | None) -> None:
 
 def _run(cfg: SimulationConfig, out: Path, backend, started: float) -> SimulationResult:
     artifacts, manifest = _prepare_artifacts(cfg, out)
-    backend.preload(artifacts)   # the workers open the session while data and the coordinator are made
+    backend.preload(artifacts)  # the workers open the session while data and the coordinator are made
     (out / "data").mkdir(exist_ok=True)
     population = _population(cfg, out / "data")
     own_test = None if cfg.data is None else Path(cfg.data) / TEST_FILE
     # your own test file is evaluated where it is, so a problem with it names your file, not a copy
-    test_path = own_test if own_test is not None and own_test.is_file() else save_npz(out / "data" / TEST_FILE,
-                                                                                      population.test)
+    test_path = (
+        own_test if own_test is not None and own_test.is_file() else save_npz(out / "data" / TEST_FILE, population.test)
+    )
     n_clients = len(population.clients)
     (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, sort_keys=True))
     _place_state(cfg, out)
     ccfg = coordinator_config(cfg, artifacts, out / "state", test_path, n_clients)
-    log.info("simulation %s: %d clients, %d per round, %d rounds, %s, %s backend", cfg.name, n_clients,
-             min(cfg.per_round, n_clients), cfg.rounds, _data_name(cfg), cfg.backend)
+    log.info(
+        "simulation %s: %d clients, %d per round, %d rounds, %s, %s backend",
+        cfg.name,
+        n_clients,
+        min(cfg.per_round, n_clients),
+        cfg.rounds,
+        _data_name(cfg),
+        cfg.backend,
+    )
 
     server = LocalCoordinator(ccfg, local_vectors=cfg.local_vectors)
     server.start()
@@ -182,12 +220,23 @@ def _run(cfg: SimulationConfig, out: Path, backend, started: float) -> Simulatio
     if stragglers:
         log.info("stragglers (at most %d local steps): %s", cfg.straggler_steps, sorted(stragglers))
     speeds = device_speeds(cfg, [c.client_id for c in population.clients])
-    plans = [WorkerPlan(address, out / "cache" / f"worker-{i}", population.source, share,
-                        attack=cfg.attack if attackers else "", attackers=attackers,
-                        stragglers=stragglers, straggler_steps=cfg.straggler_steps, codec=cfg.codec,
-                        topk_warmup=cfg.topk_warmup,
-                        speeds=speeds, step_seconds=cfg.step_seconds)
-             for i, share in enumerate(population.split(workers))]
+    plans = [
+        WorkerPlan(
+            address,
+            out / "cache" / f"worker-{i}",
+            population.source,
+            share,
+            attack=cfg.attack if attackers else "",
+            attackers=attackers,
+            stragglers=stragglers,
+            straggler_steps=cfg.straggler_steps,
+            codec=cfg.codec,
+            topk_warmup=cfg.topk_warmup,
+            speeds=speeds,
+            step_seconds=cfg.step_seconds,
+        )
+        for i, share in enumerate(population.split(workers))
+    ]
     progress = RoundProgress(StateLayout(out / "state"), cfg.rounds, enabled=cfg.progress)
     stats: list[WorkerStats] | None = None
     figure = _BlankFigure()
@@ -201,7 +250,7 @@ def _run(cfg: SimulationConfig, out: Path, backend, started: float) -> Simulatio
             stats = backend.results()
             if server.done or stats is not None:
                 break
-            server.wait(timeout=0.1)   # wakes as the run ends, not up to 0.1 s later
+            server.wait(timeout=0.1)  # wakes as the run ends, not up to 0.1 s later
         if server.error is not None:
             raise server.error
         if stats is None:  # the coordinator finished first; workers exit on their next poll
@@ -217,8 +266,16 @@ def _run(cfg: SimulationConfig, out: Path, backend, started: float) -> Simulatio
     outcome = server.outcome
     if outcome is not None and outcome.state is RoundState.FAILED:
         raise FedortError(f"the simulated run failed: {getattr(outcome, 'message', outcome)}")
-    return _report(cfg, out, manifest, stats or [], time.monotonic() - started, n_clients, figure.take(),
-                   ended=getattr(outcome, "message", None))
+    return _report(
+        cfg,
+        out,
+        manifest,
+        stats or [],
+        time.monotonic() - started,
+        n_clients,
+        figure.take(),
+        ended=getattr(outcome, "message", None),
+    )
 
 
 class _BlankFigure(threading.Thread):
@@ -263,8 +320,16 @@ def _data_name(cfg: SimulationConfig) -> str:
     return cfg.dataset if cfg.is_synthetic else cfg.partition
 
 
-def _report(cfg: SimulationConfig, out: Path, manifest: Manifest, stats: list[WorkerStats],
-            seconds: float, n_clients: int, figure=None, ended: str | None = None) -> SimulationResult:
+def _report(
+    cfg: SimulationConfig,
+    out: Path,
+    manifest: Manifest,
+    stats: list[WorkerStats],
+    seconds: float,
+    n_clients: int,
+    figure=None,
+    ended: str | None = None,
+) -> SimulationResult:
     from fedort.coordinator.state.store import StateStore
 
     layout = StateLayout(out / "state")
@@ -278,43 +343,62 @@ def _report(cfg: SimulationConfig, out: Path, manifest: Manifest, stats: list[Wo
         row = rounds[n]
         record = json.loads(layout.model_record(n).read_text())
         ev = record.get("server_eval") or {}
-        records.append(RoundRecord(
-            round=n, accuracy=ev.get("accuracy"), loss=ev.get("loss"), clients=row.clients, examples=row.examples,
-            # the coordinator's count of the payload bytes it received (secure aggregation's packed words,
-            # not the float32 vector the workers trained); the workers' count where it has none (a restart)
-            bytes_up=record.get("bytes_up") if record.get("bytes_up") is not None
-            else sum(s.bytes_up.get(n, 0) for s in stats),
-            bytes_down=sum(s.bytes_down.get(n, 0) for s in stats),
-            seconds=((row.closed_ms or row.opened_ms) - row.opened_ms) / 1000,
-            metrics={k: float(v) for k, v in (row.metrics or {}).items() if isinstance(v, (int, float))},
-            codec="+".join(record.get("codecs") or []),
-        ))
+        records.append(
+            RoundRecord(
+                round=n,
+                accuracy=ev.get("accuracy"),
+                loss=ev.get("loss"),
+                clients=row.clients,
+                examples=row.examples,
+                # the coordinator's count of the payload bytes it received (secure aggregation's packed words,
+                # not the float32 vector the workers trained); the workers' count where it has none (a restart)
+                bytes_up=record.get("bytes_up")
+                if record.get("bytes_up") is not None
+                else sum(s.bytes_up.get(n, 0) for s in stats),
+                bytes_down=sum(s.bytes_down.get(n, 0) for s in stats),
+                seconds=((row.closed_ms or row.opened_ms) - row.opened_ms) / 1000,
+                metrics={k: float(v) for k, v in (row.metrics or {}).items() if isinstance(v, (int, float))},
+                codec="+".join(record.get("codecs") or []),
+            )
+        )
         sim = [s.sim_seconds[n] for s in stats if n in s.sim_seconds]
         if sim:
-            records[-1].metrics["sim_seconds"] = round(max(sim), 6)   # sums of step times: no float dust
+            records[-1].metrics["sim_seconds"] = round(max(sim), 6)  # sums of step times: no float dust
     if not records:
         raise FedortError("the simulation committed no round; see the log above")
     last = records[-1]
     model = out / "model.onnx"
     shutil.copyfile(layout.model_file(last.round), model)
     data = json.loads(layout.model_record(last.round).read_text()).get("model_data")
-    if data:   # ONNX external data (coordinator.export_external): the file model.onnx names goes beside it
+    if data:  # ONNX external data (coordinator.export_external): the file model.onnx names goes beside it
         shutil.copyfile(layout.model_dir(last.round) / data, out / data)
     # with --data, the clients and their split are the folder's, not the --clients/--partition defaults
     partition = _data_name(cfg) if cfg.data is None else f"as given in {cfg.data}"
     final = {
-        "name": cfg.name, "clients": n_clients, "partition": partition,
-        "model_id": manifest.model_id, "parameters": manifest.parameter_count,
-        "test_accuracy": last.accuracy, "test_loss": last.loss, "wall_seconds": round(seconds, 2),
-        "model": str(model), "target_accuracy": cfg.target_accuracy,
-        "fits": sum(s.fits for s in stats), "codec": _codec_used(cfg.codec, records),
-        "strategy": cfg.strategy, "server_optimizer": canonical_spec(cfg.server_optimizer),
+        "name": cfg.name,
+        "clients": n_clients,
+        "partition": partition,
+        "model_id": manifest.model_id,
+        "parameters": manifest.parameter_count,
+        "test_accuracy": last.accuracy,
+        "test_loss": last.loss,
+        "wall_seconds": round(seconds, 2),
+        "model": str(model),
+        "target_accuracy": cfg.target_accuracy,
+        "fits": sum(s.fits for s in stats),
+        "codec": _codec_used(cfg.codec, records),
+        "strategy": cfg.strategy,
+        "server_optimizer": canonical_spec(cfg.server_optimizer),
     }
-    if "epsilon" in last.metrics:   # differential privacy: the budget spent, and whether it ended the run
+    if "epsilon" in last.metrics:  # differential privacy: the budget spent, and whether it ended the run
         final.update(epsilon=round(last.metrics["epsilon"], 4), dp_delta=cfg.dp_delta, ended=ended)
     if cfg.mode == "async":
-        final.update(mode="async", buffer_size=cfg.buffer_size, max_staleness=cfg.max_staleness,
-                     staleness_weight=cfg.staleness_weight)
+        final.update(
+            mode="async",
+            buffer_size=cfg.buffer_size,
+            max_staleness=cfg.max_staleness,
+            staleness_weight=cfg.staleness_weight,
+        )
     if cfg.virtual_clock:
         sim_seconds = last.metrics.get("sim_seconds")
         final.update(device_speed=cfg.device_speed, sim_seconds=None if sim_seconds is None else round(sim_seconds, 3))
@@ -322,10 +406,18 @@ def _report(cfg: SimulationConfig, out: Path, manifest: Manifest, stats: list[Wo
             hit = next((r for r in records if r.accuracy is not None and r.accuracy >= cfg.target_accuracy), None)
             final["sim_seconds_to_target"] = hit.metrics.get("sim_seconds") if hit else None
     write_metrics(records, out, final)
-    plot(records, out / "metrics.png", f"{cfg.name}: {n_clients} clients, {partition}",
-         target=cfg.target_accuracy, figure=figure)
+    plot(
+        records,
+        out / "metrics.png",
+        f"{cfg.name}: {n_clients} clients, {partition}",
+        target=cfg.target_accuracy,
+        figure=figure,
+    )
     # the table already shows accuracy, loss, updates and the target row; the CLI prints the model path
-    shown = {k: v for k, v in final.items()
-             if v is not None and k not in ("test_accuracy", "test_loss", "target_accuracy", "fits", "model")}
+    shown = {
+        k: v
+        for k, v in final.items()
+        if v is not None and k not in ("test_accuracy", "test_loss", "target_accuracy", "fits", "model")
+    }
     text = summary_table(records, shown, target=cfg.target_accuracy)
     return SimulationResult(out, records, final, model, text)

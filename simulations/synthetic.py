@@ -76,20 +76,21 @@ def generate(alpha: float, beta: float, clients: int, seed: int = 0) -> list[Arr
     sizes = client_sizes(clients, rng)
     u = rng.normal(0.0, alpha, clients)
     b_mean = rng.normal(0.0, beta, clients)
-    sigma = np.arange(1, FEATURES + 1, dtype=np.float64) ** -1.2    # diagonal of Σ
+    sigma = np.arange(1, FEATURES + 1, dtype=np.float64) ** -1.2  # diagonal of Σ
     out = []
     for k in range(clients):
         w = rng.normal(u[k], 1.0, (FEATURES, CLASSES))
         b = rng.normal(u[k], 1.0, CLASSES)
         v = rng.normal(b_mean[k], 1.0, FEATURES)
         x = v + rng.standard_normal((int(sizes[k]), FEATURES)) * np.sqrt(sigma)
-        labels = np.argmax(x @ w + b, axis=1)                        # softmax is monotone: argmax of logits
+        labels = np.argmax(x @ w + b, axis=1)  # softmax is monotone: argmax of logits
         out.append({"x": x.astype(np.float32), "labels": labels.astype(np.int64)})
     return out
 
 
-def synthetic_split(alpha: float, beta: float, clients: int, seed: int = 0,
-                    test_fraction: float = 0.1) -> tuple[list[Arrays], Arrays]:
+def synthetic_split(
+    alpha: float, beta: float, clients: int, seed: int = 0, test_fraction: float = 0.1
+) -> tuple[list[Arrays], Arrays]:
     """(per-client training arrays, pooled test arrays): each client's last `test_fraction` rows are test."""
     if not 0.0 <= test_fraction < 1.0:
         raise ConfigError(f"test fraction must be in [0, 1), got {test_fraction}")

@@ -42,8 +42,9 @@ def local_steps(task: Task, examples: int, max_steps: int | None) -> int:
     return min(steps, max_steps) if max_steps else steps
 
 
-def serve_on_virtual_clock(plan: "WorkerPlan", transport: "Transport", clients: list[EdgeClient],
-                           stats: "WorkerStats") -> None:
+def serve_on_virtual_clock(
+    plan: WorkerPlan, transport: Transport, clients: list[EdgeClient], stats: WorkerStats
+) -> None:
     """Serve `clients` until the coordinator is DONE or FAILED, sending updates in simulated-time order."""
     if not clients:
         return
@@ -51,7 +52,7 @@ def serve_on_virtual_clock(plan: "WorkerPlan", transport: "Transport", clients: 
     beacon = clients[0].client_id
     deadline = time.monotonic() + plan.timeout_s
     clock, seq = 0.0, 0
-    in_flight: list[tuple[float, int, int]] = []      # (finish time, tie-break, client index)
+    in_flight: list[tuple[float, int, int]] = []  # (finish time, tie-break, client index)
     busy: set[int] = set()
     seen: tuple | None = None
     to_poll: set[int] = set()
@@ -65,7 +66,7 @@ def serve_on_virtual_clock(plan: "WorkerPlan", transport: "Transport", clients: 
             return
         now = time.monotonic()
         if (round, state) != seen or (not in_flight and now - polled_at >= plan.repoll_s):
-            seen, polled_at = (round, state), now          # new round/version or state: everyone idle may have work
+            seen, polled_at = (round, state), now  # new round/version or state: everyone idle may have work
             to_poll = set(range(len(clients))) - busy
         if state.hands_out_work:
             for i in sorted(to_poll):
@@ -86,7 +87,7 @@ def serve_on_virtual_clock(plan: "WorkerPlan", transport: "Transport", clients: 
             clock = finish
             clients[i].upload()
             busy.discard(i)
-            to_poll.add(i)                                 # async: it may train again on the latest version
+            to_poll.add(i)  # async: it may train again on the latest version
             continue
-        time.sleep(plan.idle_s)          # nothing in flight: the coordinator is between rounds
+        time.sleep(plan.idle_s)  # nothing in flight: the coordinator is between rounds
     raise TimeoutError(f"worker gave up after {plan.timeout_s:.0f} s without the coordinator finishing")

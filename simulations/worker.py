@@ -19,18 +19,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
+from fedort.common.errors import FedortError
 from fedort.common.invariants import present
 from fedort.edge_client.client.cache import ArtifactCache
 from fedort.edge_client.client.edge_client import EdgeClient, EdgeConfig, RoundReport
+from fedort.edge_client.transport.grpc_transport import ChannelConfig, Transport
 from fedort.edge_client.transport.retry import Backoff, call_with_retry
 from fedort.ort.session import SessionConfig, TrainingSession
-from fedort.edge_client.transport.grpc_transport import ChannelConfig, Transport
-from fedort.common.errors import FedortError
 from fedort.protos.messages import Task, TaskKind
 from fedort.simulations.attacks import parse_attack
 from fedort.simulations.population import ClientArrays, DataSource, VirtualClient
@@ -50,18 +50,18 @@ class WorkerPlan:
     repoll_s: float = 2.0
     idle_s: float = 0.005
     timeout_s: float = 3600.0
-    attack: str = ""                            # simulations.attacks spec played by the clients in `attackers`
+    attack: str = ""  # simulations.attacks spec played by the clients in `attackers`
     attackers: frozenset[str] = frozenset()
-    module_factory: Callable | None = None      # EdgeConfig.module_factory of every client (a top-level function)
-    stragglers: frozenset[str] = frozenset()    # clients that stop after `straggler_steps` optimizer steps
+    module_factory: Callable | None = None  # EdgeConfig.module_factory of every client (a top-level function)
+    stragglers: frozenset[str] = frozenset()  # clients that stop after `straggler_steps` optimizer steps
     straggler_steps: int = 1
-    codec: str = "raw"                          # EdgeConfig.codec of every client
-    topk_warmup: str = "3x45"                   # EdgeConfig.topk_warmup of every client
-    uploads_in_flight: int = 8                  # finished updates streaming while the next client trains ...
-    upload_budget_bytes: int = 128 << 20        # ... holding at most this many vector bytes (at least one update)
-    poll_wait_ms: int = 10_000                  # how long one PollTasks may be held by the coordinator
+    codec: str = "raw"  # EdgeConfig.codec of every client
+    topk_warmup: str = "3x45"  # EdgeConfig.topk_warmup of every client
+    uploads_in_flight: int = 8  # finished updates streaming while the next client trains ...
+    upload_budget_bytes: int = 128 << 20  # ... holding at most this many vector bytes (at least one update)
+    poll_wait_ms: int = 10_000  # how long one PollTasks may be held by the coordinator
     speeds: tuple[tuple[str, float], ...] = ()  # (client id, compute-time factor): serve on a virtual clock
-    step_seconds: float = 0.01                  # simulated seconds of one local step at factor 1
+    step_seconds: float = 0.01  # simulated seconds of one local step at factor 1
 
 
 @dataclass
@@ -74,10 +74,10 @@ class WorkerStats:
     bytes_down: dict[int, int] = field(default_factory=dict)
     train_seconds: float = 0.0
     polls: int = 0
-    sim_seconds: dict[int, float] = field(default_factory=dict)   # round -> simulated time of its commit
+    sim_seconds: dict[int, float] = field(default_factory=dict)  # round -> simulated time of its commit
 
 
-_preopened: dict[int, TrainingSession] = {}   # intra-op threads -> a session opened before the plan arrived
+_preopened: dict[int, TrainingSession] = {}  # intra-op threads -> a session opened before the plan arrived
 
 
 def preopen_session(folder: str | Path, intra_op_threads: int = 1) -> None:
@@ -89,7 +89,8 @@ def preopen_session(folder: str | Path, intra_op_threads: int = 1) -> None:
         return
     try:
         _preopened[intra_op_threads] = TrainingSession.from_artifacts(
-            folder, config=SessionConfig(intra_op_threads=intra_op_threads))
+            folder, config=SessionConfig(intra_op_threads=intra_op_threads)
+        )
     except Exception as e:  # noqa: BLE001 - the join opens its own session and raises what it finds
         log.debug("pre-opening the session from %s: %s", folder, e)
 
@@ -101,9 +102,10 @@ def run_worker(plan: WorkerPlan) -> WorkerStats:
     cache = ArtifactCache(plan.cache_dir)
     arrays = ClientArrays(plan.source)
     try:
-        clients = join_clients(plan, transport, cache, arrays, stats,
-                               session=_preopened.pop(plan.intra_op_threads, None))
-        if clients:   # the updates in flight + the one training: their vectors' memory is reused, not remapped
+        clients = join_clients(
+            plan, transport, cache, arrays, stats, session=_preopened.pop(plan.intra_op_threads, None)
+        )
+        if clients:  # the updates in flight + the one training: their vectors' memory is reused, not remapped
             clients[0].session.recycle_buffers(_upload_limit(plan, clients) + 1)
         if plan.speeds:
             from fedort.simulations.virtual_clock import serve_on_virtual_clock
@@ -122,7 +124,7 @@ class _Ledger:
     def __init__(self, stats: WorkerStats) -> None:
         self.stats = stats
         self.vector_bytes = 0
-        self._lock = threading.Lock()   # reports arrive from the upload threads too
+        self._lock = threading.Lock()  # reports arrive from the upload threads too
 
     def __call__(self, report: RoundReport) -> None:
         with self._lock:
@@ -140,24 +142,40 @@ class _Ledger:
             s.bytes_down[report.round] = s.bytes_down.get(report.round, 0) + (report.bytes_down or self.vector_bytes)
 
 
-def join_clients(plan: WorkerPlan, transport: Transport, cache: ArtifactCache, arrays: ClientArrays,
-              stats: WorkerStats, session: TrainingSession | None = None) -> list[EdgeClient]:
+def join_clients(
+    plan: WorkerPlan,
+    transport: Transport,
+    cache: ArtifactCache,
+    arrays: ClientArrays,
+    stats: WorkerStats,
+    session: TrainingSession | None = None,
+) -> list[EdgeClient]:
     """Join every virtual client; unless `session` is given (checked against the coordinator's model
     at the first join), the first one fetches the artifacts and opens the shared session."""
     ledger = _Ledger(stats)
     clients: list[EdgeClient] = []
     for vc in plan.clients:
         config = EdgeConfig(
-            coordinator=plan.address, name=vc.client_id, client_id=vc.client_id, cache_dir=plan.cache_dir, insecure=True,
-            heartbeats=False, persist_identity=False, leave_on_stop=False, poll_wait_ms=0,
-            intra_op_threads=plan.intra_op_threads, backoff=Backoff(give_up_after_s=plan.timeout_s),
+            coordinator=plan.address,
+            name=vc.client_id,
+            client_id=vc.client_id,
+            cache_dir=plan.cache_dir,
+            insecure=True,
+            heartbeats=False,
+            persist_identity=False,
+            leave_on_stop=False,
+            poll_wait_ms=0,
+            intra_op_threads=plan.intra_op_threads,
+            backoff=Backoff(give_up_after_s=plan.timeout_s),
             update_hook=parse_attack(plan.attack) if vc.client_id in plan.attackers else None,
             module_factory=plan.module_factory,
             max_local_steps=plan.straggler_steps if vc.client_id in plan.stragglers else None,
-            codec=plan.codec, topk_warmup=plan.topk_warmup,
+            codec=plan.codec,
+            topk_warmup=plan.topk_warmup,
         )
-        client = EdgeClient(config, transport=transport, session=session, data=arrays.for_client(vc),
-                            cache=cache, on_report=ledger)
+        client = EdgeClient(
+            config, transport=transport, session=session, data=arrays.for_client(vc), cache=cache, on_report=ledger
+        )
         client.join()
         session = client.session
         ledger.vector_bytes = present(client.manifest, "the joined client's manifest").parameter_count * 4
@@ -173,14 +191,18 @@ def serve_clients(plan: WorkerPlan, transport: Transport, clients: list[EdgeClie
     done: set[str] = set()
     backoff = Backoff(give_up_after_s=plan.timeout_s)
     # secure aggregation: one thread per selected client's protocol run, kept across rounds (threads start on demand)
-    with ThreadPoolExecutor(max(1, plan.uploads_in_flight), thread_name_prefix="fedort-upload") as uploads, \
-            ThreadPoolExecutor(len(clients), thread_name_prefix="fedort-secagg") as secagg:
+    with (
+        ThreadPoolExecutor(max(1, plan.uploads_in_flight), thread_name_prefix="fedort-upload") as uploads,
+        ThreadPoolExecutor(len(clients), thread_name_prefix="fedort-secagg") as secagg,
+    ):
         while time.monotonic() < deadline:
             ids = [c.client_id for c in clients if c.client_id not in done]
             try:
                 _, state, tasks = call_with_retry(
-                    lambda: transport.poll_tasks(ids, clients[0].model_id, plan.poll_wait_ms), backoff,
-                    what="PollTasks")
+                    lambda ids=ids: transport.poll_tasks(ids, clients[0].model_id, plan.poll_wait_ms),
+                    backoff,
+                    what="PollTasks",
+                )
             except FedortError as e:
                 if getattr(e, "code", None) != "UNIMPLEMENTED" or stats.polls:
                     raise
@@ -190,20 +212,26 @@ def serve_clients(plan: WorkerPlan, transport: Transport, clients: list[EdgeClie
             _work(plan, clients, tasks, done, uploads, secagg)
             if len(done) == len(clients) or state.final:
                 return
-            if not tasks:   # the hold ran out (or the coordinator is stopping): do not spin
+            if not tasks:  # the hold ran out (or the coordinator is stopping): do not spin
                 time.sleep(plan.idle_s)
     raise TimeoutError(f"worker gave up after {plan.timeout_s:.0f} s without the coordinator finishing")
 
 
-def _work(plan: WorkerPlan, clients: list[EdgeClient], tasks: dict, done: set[str],
-          uploads: ThreadPoolExecutor, secagg: ThreadPoolExecutor) -> None:
+def _work(
+    plan: WorkerPlan,
+    clients: list[EdgeClient],
+    tasks: dict,
+    done: set[str],
+    uploads: ThreadPoolExecutor,
+    secagg: ThreadPoolExecutor,
+) -> None:
     """Do the polled tasks: train one client after another, each update uploaded while the next trains.
 
     Secure aggregation: a phase closes only when the whole cohort got there, so every masked
     upload (the client's whole protocol run) gets its own thread of `secagg` (one per client),
     started as soon as it trained."""
     inflight: list[Future] = []
-    masked: list[Future] = []    # never waited on inside the loop: they finish only with the whole cohort
+    masked: list[Future] = []  # never waited on inside the loop: they finish only with the whole cohort
     _train_and_upload(clients, tasks, done, uploads, _upload_limit(plan, clients), secagg, inflight, masked)
     for f in inflight + masked:
         f.result()
@@ -216,9 +244,16 @@ def _upload_limit(plan: WorkerPlan, clients: list[EdgeClient]) -> int:
     return max(1, min(plan.uploads_in_flight, plan.upload_budget_bytes // max(1, vector_bytes)))
 
 
-def _train_and_upload(clients: list[EdgeClient], tasks: dict, done: set[str], uploads: ThreadPoolExecutor,
-                      limit: int, secagg: ThreadPoolExecutor, inflight: list[Future],
-                      masked: list[Future]) -> None:
+def _train_and_upload(
+    clients: list[EdgeClient],
+    tasks: dict,
+    done: set[str],
+    uploads: ThreadPoolExecutor,
+    limit: int,
+    secagg: ThreadPoolExecutor,
+    inflight: list[Future],
+    masked: list[Future],
+) -> None:
     for client in clients:
         task = tasks.get(client.client_id)
         if task is None:
@@ -230,15 +265,16 @@ def _train_and_upload(clients: list[EdgeClient], tasks: dict, done: set[str], up
             masked.append(secagg.submit(client.upload))
         elif task.kind == TaskKind.FIT:
             client.train(task)
-            while len(inflight) >= limit:   # bounded: each holds one vector
+            while len(inflight) >= limit:  # bounded: each holds one vector
                 inflight.pop(0).result()
             inflight.append(uploads.submit(client.upload))
         elif task.kind == TaskKind.EVALUATE:
             client.handle(task)
 
 
-def _serve_by_heartbeat(plan: WorkerPlan, transport: Transport, clients: list[EdgeClient], stats: WorkerStats,
-                        deadline: float) -> None:
+def _serve_by_heartbeat(
+    plan: WorkerPlan, transport: Transport, clients: list[EdgeClient], stats: WorkerStats, deadline: float
+) -> None:
     """The pre-PollTasks loop: a Heartbeat watch, then one PollTask per client when the round changes."""
     beacon = clients[0].client_id
     polled, polled_at = None, 0.0
@@ -274,7 +310,7 @@ def _poll_each(clients: list[EdgeClient], stats: WorkerStats) -> str:
             secagg.append((client, task))
         elif task.kind in (TaskKind.FIT, TaskKind.EVALUATE):
             client.handle(task)
-    if secagg:   # secure aggregation: a phase closes only when the whole cohort got there, so run them together
+    if secagg:  # secure aggregation: a phase closes only when the whole cohort got there, so run them together
         with ThreadPoolExecutor(max_workers=len(secagg), thread_name_prefix="fedort-secagg") as pool:
             list(pool.map(lambda ct: ct[0].handle(ct[1]), secagg))
     return "done" if done == len(clients) else "more"

@@ -22,19 +22,45 @@ imported below); DP noise is a `transform.Transform`; a secure sum is a streamin
 """
 
 from fedort.coordinator.aggregation import decode_codecs  # noqa: F401  (registers raw, fp16, bf16, int8, topk, zstd+)
-from fedort.coordinator.privacy.secagg import decode as decode_secagg# noqa: F401  (registers `secagg-u64`, masked updates)
 from fedort.coordinator.aggregation.aggregator import RoundAggregator, RoundResult
 from fedort.coordinator.aggregation.combiner import Combiner
 from fedort.coordinator.aggregation.decode import Decoder, codecs, decoder_for, register_decoder
 from fedort.coordinator.aggregation.server_update import ServerUpdate
 from fedort.coordinator.aggregation.spool import SpooledUpdate
 from fedort.coordinator.aggregation.strategies import (
-    SPECS, ClippedFedAvg, FedAvg, Krum, Median, Strategy, TrimmedMean, parse_strategy,
+    SPECS,
+    ClippedFedAvg,
+    FedAvg,
+    Krum,
+    Median,
+    Strategy,
+    TrimmedMean,
+    parse_strategy,
 )
 from fedort.coordinator.aggregation.transform import Transform
 from fedort.coordinator.aggregation.update import Update
 from fedort.coordinator.aggregation.weighted_sum import WeightedSum
+from fedort.coordinator.privacy.secagg import decode as decode_secagg  # noqa: F401  (registers `secagg-u64`, masked updates)
 
-__all__ = ["SPECS", "ClippedFedAvg", "Combiner", "Decoder", "FedAvg", "Krum", "Median", "RoundAggregator",
-           "RoundResult", "ServerUpdate", "SpooledUpdate", "Strategy", "Transform", "TrimmedMean", "Update",
-           "WeightedSum", "codecs", "decoder_for", "parse_strategy", "register_decoder"]
+__all__ = [
+    "SPECS",
+    "ClippedFedAvg",
+    "Combiner",
+    "Decoder",
+    "FedAvg",
+    "Krum",
+    "Median",
+    "RoundAggregator",
+    "RoundResult",
+    "ServerUpdate",
+    "SpooledUpdate",
+    "Strategy",
+    "Transform",
+    "TrimmedMean",
+    "Update",
+    "WeightedSum",
+    "codecs",
+    "decoder_for",
+    "parse_strategy",
+    "register_decoder",
+]

@@ -25,16 +25,17 @@ spool file beside it (`<spool file>.f32`, derived data: not fsynced, rebuilt by 
 from __future__ import annotations
 
 import threading
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Hashable, Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fedort.common.errors import VectorError
 from fedort.coordinator.aggregation.decode import Decoder, decoder_for, reconstructed_blocks, values
 from fedort.coordinator.aggregation.spool import SpooledUpdate
 from fedort.coordinator.aggregation.update import Blocks, Update, as_blocks
-from fedort.common.errors import VectorError
 
 if TYPE_CHECKING:
     from fedort.coordinator.aggregation.strategies import Strategy
@@ -46,8 +47,8 @@ DECODED_SUFFIX = ".f32"
 class RoundResult:
     """What a round's aggregation produced: the next global vector and how it came about."""
 
-    vector: np.ndarray        # g', float32: what the round commits
-    combined: np.ndarray      # c, the combiner's output (g' = c for the identity server update)
+    vector: np.ndarray  # g', float32: what the round commits
+    combined: np.ndarray  # c, the combiner's output (g' = c for the identity server update)
     updates: int
     examples: int
 
@@ -55,15 +56,15 @@ class RoundResult:
 class RoundAggregator:
     """One round's aggregation over `strategy`'s chain, from the round's global vector `global_vector`."""
 
-    def __init__(self, strategy: "Strategy", global_vector: np.ndarray) -> None:
+    def __init__(self, strategy: Strategy, global_vector: np.ndarray) -> None:
         self.strategy = strategy
         self.global_vector = global_vector
         self.length = len(global_vector)
         self._spooled: list[SpooledUpdate] = []
         self._examples = 0
         self._lock = threading.Lock()
-        self._early: list[Hashable] = []   # tokens of early folds not yet added
-        self._spoiled = False               # an early fold failed part-way
+        self._early: list[Hashable] = []  # tokens of early folds not yet added
+        self._spoiled = False  # an early fold failed part-way
         strategy.combiner.reset(self.length)
 
     @property

@@ -13,7 +13,8 @@ import math
 import numpy as np
 
 from fedort.coordinator.aggregation.transform import Transform
-from fedort.coordinator.aggregation.update import BLOCK as _BLOCK, Update
+from fedort.coordinator.aggregation.update import BLOCK as _BLOCK
+from fedort.coordinator.aggregation.update import Update
 
 
 def delta_norm(vector: np.ndarray, global_vector: np.ndarray) -> float:
@@ -22,8 +23,8 @@ def delta_norm(vector: np.ndarray, global_vector: np.ndarray) -> float:
     scratch = np.empty(min(len(vector), _BLOCK), dtype=np.float32)
     for start in range(0, len(vector), _BLOCK):
         d = scratch[: min(_BLOCK, len(vector) - start)]
-        np.subtract(vector[start:start + _BLOCK], global_vector[start:start + _BLOCK], out=d)
-        total += float(np.dot(d, d))   # float32 dot of one block (BLAS, pairwise-accurate enough), float64 total
+        np.subtract(vector[start : start + _BLOCK], global_vector[start : start + _BLOCK], out=d)
+        total += float(np.dot(d, d))  # float32 dot of one block (BLAS, pairwise-accurate enough), float64 total
     return math.sqrt(total)
 
 
@@ -34,11 +35,11 @@ def clip_update(vector: np.ndarray, global_vector: np.ndarray, max_norm: float) 
         return vector
     scale = np.float32(max_norm / norm)
     out = np.empty(len(vector), dtype=np.float32)
-    for start in range(0, len(vector), _BLOCK):    # block-wise: the delta never exists in full
-        d = out[start:start + _BLOCK]
-        np.subtract(vector[start:start + _BLOCK], global_vector[start:start + _BLOCK], out=d)
+    for start in range(0, len(vector), _BLOCK):  # block-wise: the delta never exists in full
+        d = out[start : start + _BLOCK]
+        np.subtract(vector[start : start + _BLOCK], global_vector[start : start + _BLOCK], out=d)
         d *= scale
-        d += global_vector[start:start + _BLOCK]
+        d += global_vector[start : start + _BLOCK]
     return out
 
 

@@ -15,20 +15,20 @@ its buffers (the float64 accumulator is paged in once, not on the first fold of 
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
 from fedort.coordinator.aggregation.spool import SpooledUpdate
-from fedort.protos.update_codecs import Piece
 from fedort.coordinator.aggregation.update import Update
+from fedort.protos.update_codecs import Piece
 
 
 class Combiner:
     name = "combiner"
     streaming = True
-    folds_deltas = False   # streaming: `fold_delta` takes a delta codec's pieces (the global added once at combine)
-    folds_words = False    # streaming: `fold_update` takes the durable update itself (its payload is not floats)
+    folds_deltas = False  # streaming: `fold_delta` takes a delta codec's pieces (the global added once at combine)
+    folds_words = False  # streaming: `fold_update` takes the durable update itself (its payload is not floats)
 
     def reset(self, length: int) -> None:
         """Forget the previous round (streaming combiners: zero the running state)."""

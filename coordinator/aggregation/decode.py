@@ -24,13 +24,14 @@ spooled, by decoding it whole.
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator, Protocol
+from collections.abc import Iterable, Iterator
+from typing import Protocol
 
 import numpy as np
 
+from fedort.common.errors import VectorError
 from fedort.coordinator.aggregation.update import BLOCK, Blocks
 from fedort.protos.update_codecs import DensePiece, Piece, SparsePiece
-from fedort.common.errors import VectorError
 
 
 class PieceStream(Protocol):
@@ -45,11 +46,11 @@ class Decoder:
     """Payload bytes of one codec -> float32 values. Subclasses implement `decode`, `pieces` or `stream`."""
 
     codec = ""
-    delta = False            # values are update − global vector (the header's base_sha256 names it)
-    dense_float32 = False    # the payload IS the P values as little-endian float32 (spool combiners read it as is)
-    streams = False          # `stream` validates chunk by chunk while spooling
+    delta = False  # values are update − global vector (the header's base_sha256 names it)
+    dense_float32 = False  # the payload IS the P values as little-endian float32 (spool combiners read it as is)
+    streams = False  # `stream` validates chunk by chunk while spooling
 
-    def bind(self, spec: str) -> "Decoder":
+    def bind(self, spec: str) -> Decoder:
         """The decoder of one spec of this family (parameterised families override this)."""
         return self
 
@@ -57,7 +58,9 @@ class Decoder:
         """The payload size a header may announce (`declared`; 0 = the codec's default); VectorError if impossible."""
         expected = 4 * length
         if declared not in (0, expected):
-            raise VectorError(f"{self.codec} payload for {length} values must be {expected} bytes, header says {declared}")
+            raise VectorError(
+                f"{self.codec} payload for {length} values must be {expected} bytes, header says {declared}"
+            )
         return expected
 
     def stream(self, length: int, payload_bytes: int) -> PieceStream:
@@ -71,7 +74,7 @@ class Decoder:
         raw = np.ascontiguousarray(payload).view(np.uint8).reshape(-1)
         dec = self.stream(length, len(raw))
         for start in range(0, len(raw), 1 << 20):
-            yield from dec.feed(raw[start:start + (1 << 20)].data)
+            yield from dec.feed(raw[start : start + (1 << 20)].data)
         yield from dec.finish()
 
     def decode(self, payload: np.ndarray, length: int) -> np.ndarray:
@@ -113,18 +116,19 @@ def dense_blocks(pieces: Iterable[Piece], length: int, block: int = BLOCK) -> Bl
             while len(vals):
                 yield from flush_to(pos)
                 n = min(len(vals), start + len(buf) - pos)
-                buf[pos - start:pos - start + n] = vals[:n]
+                buf[pos - start : pos - start + n] = vals[:n]
                 pos, vals = pos + n, vals[n:]
     yield from flush_to(length + len(buf))
 
 
-def reconstructed_blocks(decoder: Decoder, payload: np.ndarray, global_vector: np.ndarray,
-                         block: int = BLOCK) -> Blocks:
+def reconstructed_blocks(
+    decoder: Decoder, payload: np.ndarray, global_vector: np.ndarray, block: int = BLOCK
+) -> Blocks:
     """The update's own values x (g + v for a delta codec) in dense blocks."""
     length = len(global_vector)
     for start, values in decoder.blocks(payload, length, block):
         if decoder.delta:
-            values = np.add(values, global_vector[start:start + len(values)])
+            values = np.add(values, global_vector[start : start + len(values)])
         yield start, values
 
 
@@ -138,14 +142,19 @@ def check_reconstructed(piece: Piece, global_vector: np.ndarray | None, what: st
     """VectorError unless the piece's values (plus g where it is a delta) are all finite float32."""
     vals = piece.values
     if global_vector is not None:
-        base = global_vector[piece.indices] if isinstance(piece, SparsePiece) else \
-            global_vector[piece.offset:piece.offset + len(vals)]
+        base = (
+            global_vector[piece.indices]
+            if isinstance(piece, SparsePiece)
+            else global_vector[piece.offset : piece.offset + len(vals)]
+        )
         with np.errstate(over="ignore", invalid="ignore"):
             vals = np.add(vals, base)
-    if vals.size and not np.isfinite(vals).all():   # exact; faster than a float64 sum
-        raise VectorError(f"{what} decodes to non-finite values (NaN or Inf"
-                          f"{' once added to the global vector' if global_vector is not None else ''}); "
-                          f"nothing was stored")
+    if vals.size and not np.isfinite(vals).all():  # exact; faster than a float64 sum
+        raise VectorError(
+            f"{what} decodes to non-finite values (NaN or Inf"
+            f"{' once added to the global vector' if global_vector is not None else ''}); "
+            f"nothing was stored"
+        )
 
 
 _REGISTRY: dict[str, Decoder] = {}

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedort.common.errors import VectorError
 from fedort.coordinator.aggregation.decode import Decoder, PieceStream, register_decoder
 from fedort.coordinator.aggregation.update import BLOCK, Blocks
 from fedort.protos.update_codecs import get_codec, parse_codec
 from fedort.protos.update_codecs.spec import NAMES, ZSTD_PREFIX
-from fedort.common.errors import VectorError
 
 
 class CodecDecoder(Decoder):
@@ -28,12 +28,12 @@ class CodecDecoder(Decoder):
         self.codec = family
         self.spec = spec
         parsed = parse_codec(spec) if spec else None
-        base = family[len(ZSTD_PREFIX):] if family.startswith(ZSTD_PREFIX) else family
+        base = family[len(ZSTD_PREFIX) :] if family.startswith(ZSTD_PREFIX) else family
         self.delta = base != "raw"
         self.dense_float32 = family == "raw"
         self._codec = get_codec(parsed) if parsed else None
 
-    def bind(self, spec: str) -> "CodecDecoder":
+    def bind(self, spec: str) -> CodecDecoder:
         if spec == self.spec:
             return self
         if parse_codec(spec).canonical.partition(":")[0] != self.codec:
@@ -49,7 +49,7 @@ class CodecDecoder(Decoder):
         exact = self._bound().payload_size(length)
         if exact is None and declared <= 0:
             raise VectorError(f"{self.spec} payloads vary in size: the header must give payload_bytes")
-        self._bound().decoder(length, declared or exact)   # raises VectorError for a size the layout cannot have
+        self._bound().decoder(length, declared or exact)  # raises VectorError for a size the layout cannot have
         return declared or exact
 
     def stream(self, length: int, payload_bytes: int) -> PieceStream:
@@ -61,9 +61,9 @@ class CodecDecoder(Decoder):
         return super().decode(payload, length)
 
     def blocks(self, payload: np.ndarray, length: int, block: int = BLOCK) -> Blocks:
-        if self.dense_float32:   # views of the payload (a memory map of the spool file): no copy
+        if self.dense_float32:  # views of the payload (a memory map of the spool file): no copy
             values = _raw_view(payload, length)
-            return ((s, values[s:s + block]) for s in range(0, length, block))
+            return ((s, values[s : s + block]) for s in range(0, length, block))
         return super().blocks(payload, length, block)
 
 

@@ -9,10 +9,10 @@ in one pass, so the bits are the same.
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
-MIN_SPLIT = 1 << 20        # values below which a second thread costs more than it saves
-_ALIGN = 16                # halves start on a multiple of 16 values (whole SIMD vectors and cache lines)
+MIN_SPLIT = 1 << 20  # values below which a second thread costs more than it saves
+_ALIGN = 16  # halves start on a multiple of 16 values (whole SIMD vectors and cache lines)
 
 
 def in_halves(fn: Callable[[int, int], object], n: int) -> None:
@@ -27,7 +27,7 @@ def in_halves(fn: Callable[[int, int], object], n: int) -> None:
     def upper() -> None:
         try:
             fn(mid, n)
-        except BaseException as e:   # re-raised in the caller's thread
+        except BaseException as e:  # re-raised in the caller's thread
             failed.append(e)
 
     helper = threading.Thread(target=upper, name="fedort-half", daemon=True)

@@ -13,7 +13,7 @@ to the state of its start again. The identity has no state (`state()` is None) a
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 

@@ -8,9 +8,9 @@ reported: block b holds vᵢ[s_b : s_b + c] for every client i, with c·n·4 ≤
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import numpy as np
 

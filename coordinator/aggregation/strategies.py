@@ -18,23 +18,22 @@ more branch in `parse_strategy`.
 
 from __future__ import annotations
 
-
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
+from fedort.common.errors import ConfigError
+from fedort.common.specs import spec_count, spec_number, split_spec
 from fedort.coordinator.aggregation.aggregator import RoundAggregator
 from fedort.coordinator.aggregation.clipping import NormClip
 from fedort.coordinator.aggregation.combiner import Combiner
 from fedort.coordinator.aggregation.robust.krum import KrumCombiner
 from fedort.coordinator.aggregation.robust.median import MedianCombiner
+from fedort.coordinator.aggregation.robust.trimmed_mean import TrimmedMeanCombiner
 from fedort.coordinator.aggregation.server_update import ServerUpdate
 from fedort.coordinator.aggregation.spool import SpooledUpdate
 from fedort.coordinator.aggregation.transform import Transform
-from fedort.coordinator.aggregation.robust.trimmed_mean import TrimmedMeanCombiner
 from fedort.coordinator.aggregation.weighted_sum import WeightedMean
-from fedort.common.specs import split_spec, spec_count, spec_number
-from fedort.common.errors import ConfigError
 
 SPECS = "fedavg | clip:NORM | median | trimmed-mean:BETA | krum:F | multi-krum:F:M"
 
@@ -46,11 +45,18 @@ class Strategy:
     state from round to round, so two coordinators must not share one.
     """
 
-    def __init__(self, name: str, combiner: Combiner, transforms: Sequence[Transform] = (),
-                 server_update: ServerUpdate | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        combiner: Combiner,
+        transforms: Sequence[Transform] = (),
+        server_update: ServerUpdate | None = None,
+    ) -> None:
         if transforms and not combiner.streaming:
-            raise ConfigError(f"strategy {name!r}: per-update transforms ({', '.join(map(str, transforms))}) need a "
-                              f"streaming combiner; {combiner} reads the raw spool")
+            raise ConfigError(
+                f"strategy {name!r}: per-update transforms ({', '.join(map(str, transforms))}) need a "
+                f"streaming combiner; {combiner} reads the raw spool"
+            )
         self.name = name
         self.combiner = combiner
         self.transforms = tuple(transforms)
@@ -137,8 +143,9 @@ def parse_strategy(spec: str) -> Strategy:
     if name == "trimmed-mean":
         beta = spec_number(args[0], "the trimmed fraction BETA", spec, "strategy")
         if not 0 <= beta < 0.5:
-            raise ConfigError(f"strategy {spec!r}: the trimmed fraction BETA (per side) must be in [0, 0.5), "
-                              f"got {args[0]!r}")
+            raise ConfigError(
+                f"strategy {spec!r}: the trimmed fraction BETA (per side) must be in [0, 0.5), got {args[0]!r}"
+            )
         return TrimmedMean(beta)
     f = spec_count(args[0], "the assumed Byzantine count F", spec, "strategy", 0)
     m = spec_count(args[1], "the selected count M", spec, "strategy", 1) if name == "multi-krum" else 1

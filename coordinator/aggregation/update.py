@@ -6,9 +6,9 @@ its SQLite row committed), so a restart replays exactly the updates the aggregat
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 
@@ -18,7 +18,7 @@ import numpy as np
 # (neighbouring powers of two perform about the same).
 BLOCK = 1 << 16
 
-Blocks = Iterator[tuple[int, np.ndarray]]   # (start, values[start:start + len(block)]) in order
+Blocks = Iterator[tuple[int, np.ndarray]]  # (start, values[start:start + len(block)]) in order
 
 
 @dataclass(frozen=True)
@@ -45,4 +45,4 @@ class Update:
 def as_blocks(vector: np.ndarray, block: int = BLOCK) -> Blocks:
     """A full vector as (start, block) pairs: views, no copies."""
     for start in range(0, len(vector), block):
-        yield start, vector[start:start + block]
+        yield start, vector[start : start + block]

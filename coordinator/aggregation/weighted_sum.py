@@ -18,19 +18,20 @@ what lets aggregation be split across processes or machines (Ray workers, a hier
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 import numpy as np
 
-from fedort.common.invariants import present
 from fedort.common.buffer_pool import BufferPool
+from fedort.common.errors import VectorError
+from fedort.common.invariants import present
 from fedort.coordinator.aggregation.combiner import Combiner
 from fedort.coordinator.aggregation.halves import in_halves
 from fedort.coordinator.aggregation.spool import SpooledUpdate
-from fedort.coordinator.aggregation.update import BLOCK as _BLOCK, as_blocks
+from fedort.coordinator.aggregation.update import BLOCK as _BLOCK
+from fedort.coordinator.aggregation.update import as_blocks
 from fedort.protos.update_codecs import Piece
-from fedort.common.errors import VectorError
 
 
 @dataclass
@@ -41,11 +42,11 @@ class WeightedSum:
     dtype: np.dtype = field(default_factory=lambda: np.dtype(np.float32))
     weight: float = field(default=0.0, init=False)
     count: int = field(default=0, init=False)
-    delta_weight: float = field(default=0.0, init=False)   # Σ wᵢ of the updates folded as deltas from g
+    delta_weight: float = field(default=0.0, init=False)  # Σ wᵢ of the updates folded as deltas from g
 
     def __post_init__(self) -> None:
         self._total = np.zeros(self.length, dtype=self.dtype)
-        self._zero = False      # True: `_total` holds stale values that stand for zeros (see `reset`)
+        self._zero = False  # True: `_total` holds stale values that stand for zeros (see `reset`)
         self._scratch = np.empty(min(self.length, _BLOCK), dtype=self.dtype)
 
     @property
@@ -57,7 +58,7 @@ class WeightedSum:
         return self._total
 
     @total.setter
-    def total(self, value: np.ndarray) -> None:   # `s.total += x` assigns the (same) array back
+    def total(self, value: np.ndarray) -> None:  # `s.total += x` assigns the (same) array back
         self._total, self._zero = value, False
 
     def add(self, vector: np.ndarray, weight: float) -> None:
@@ -74,15 +75,15 @@ class WeightedSum:
         if not weight > 0:
             raise VectorError(f"update weight must be > 0, got {weight}")
         w = self.dtype.type(weight)
-        first = self._zero             # the accumulator stands for zeros: write 0 + w·v, do not read it
+        first = self._zero  # the accumulator stands for zeros: write 0 + w·v, do not read it
         total, scratch, zero = self._total, self._scratch, self.dtype.type(0)
         copyto, multiply, add = np.copyto, np.multiply, np.add
         covered = 0
         for start, values in blocks:
-            for offset in range(0, len(values), _BLOCK):     # (re)block to the cache-sized scratch
-                part = values[offset:offset + _BLOCK]
+            for offset in range(0, len(values), _BLOCK):  # (re)block to the cache-sized scratch
+                part = values[offset : offset + _BLOCK]
                 n = len(part)
-                acc = total[start + offset:start + offset + n]
+                acc = total[start + offset : start + offset + n]
                 tmp = scratch if n == len(scratch) else scratch[:n]
                 # cast first, then multiply same-typed: a float32 x float64 multiply runs numpy's
                 # buffered mixed-type loop; cast + multiply + add give the same bits, faster
@@ -92,11 +93,11 @@ class WeightedSum:
                     copyto(tmp, part, casting="same_kind")
                     multiply(tmp, w, out=tmp)
                 if first:
-                    add(tmp, zero, out=acc)   # = 0 + w·v, bit for bit (a -0 becomes +0 as when added to zeros)
+                    add(tmp, zero, out=acc)  # = 0 + w·v, bit for bit (a -0 becomes +0 as when added to zeros)
                 else:
                     add(acc, tmp, out=acc)  # not `acc += tmp` on a slice: that also runs __setitem__
             covered += len(values)
-        if covered != self.length:   # (after a first fold `_zero` stays set: the partial writes are not kept)
+        if covered != self.length:  # (after a first fold `_zero` stays set: the partial writes are not kept)
             raise VectorError(f"update must have {self.length} elements, got {covered}")
         self._zero = False
         self.weight += float(weight)
@@ -120,7 +121,7 @@ class WeightedSum:
         self._zero = True
         self.weight, self.count, self.delta_weight = 0.0, 0, 0.0
 
-    def merge(self, other: "WeightedSum") -> None:
+    def merge(self, other: WeightedSum) -> None:
         """Add another partial sum (over a disjoint set of clients) into this one."""
         if other.length != self.length:
             raise VectorError(f"cannot merge sums of {other.length} and {self.length} elements")
@@ -137,17 +138,21 @@ class WeightedSum:
         if out is None:
             out = np.empty(self.length, dtype=np.float32)  # divide straight into float32: no float64 temporary
         if not self.delta_weight:
-            in_halves(lambda lo, hi: np.divide(self.total[lo:hi], self.dtype.type(self.weight), out=out[lo:hi],
-                                               casting="same_kind"), self.length)
+            in_halves(
+                lambda lo, hi: np.divide(
+                    self.total[lo:hi], self.dtype.type(self.weight), out=out[lo:hi], casting="same_kind"
+                ),
+                self.length,
+            )
             return out
         if base is None:
             raise VectorError("deltas were folded in: the mean needs the global vector they are relative to")
         scratch = np.empty(min(self.length, _BLOCK), dtype=self.dtype)
-        for start in range(0, self.length, _BLOCK):   # block-wise: no P-sized float64 temporary
-            part = scratch[:min(_BLOCK, self.length - start)]
-            np.multiply(base[start:start + _BLOCK], self.dtype.type(self.delta_weight), out=part)
-            part += self.total[start:start + _BLOCK]
-            np.divide(part, self.dtype.type(self.weight), out=out[start:start + _BLOCK], casting="same_kind")
+        for start in range(0, self.length, _BLOCK):  # block-wise: no P-sized float64 temporary
+            part = scratch[: min(_BLOCK, self.length - start)]
+            np.multiply(base[start : start + _BLOCK], self.dtype.type(self.delta_weight), out=part)
+            part += self.total[start : start + _BLOCK]
+            np.divide(part, self.dtype.type(self.weight), out=out[start : start + _BLOCK], casting="same_kind")
         return out
 
 
@@ -161,7 +166,7 @@ class WeightedMean(Combiner):
     name = "fedavg"
     streaming = True
     folds_deltas = True
-    KEEP = 3   # arrays recycled: the global being trained from, the one an export may still hold, the new one
+    KEEP = 3  # arrays recycled: the global being trained from, the one an export may still hold, the new one
 
     def __init__(self) -> None:
         self._sum: WeightedSum | None = None

@@ -64,33 +64,34 @@ import logging
 import os
 import re
 import stat
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Iterator, cast
+from typing import Any, cast
 
 import numpy as np
 
-from fedort.coordinator.rpc.client_ids import owns_file
-from fedort.coordinator.uploads.admission import AdmittedUpdate
+from fedort.common import digests
+from fedort.common.errors import ConfigError, ProtocolError, VectorError
 from fedort.coordinator.aggregation.decode import DensePiece, check_reconstructed
-from fedort.coordinator.rpc.join_limits import clip
 from fedort.coordinator.colocated.read_ahead import read_ahead
+from fedort.coordinator.rpc.client_ids import owns_file
+from fedort.coordinator.rpc.join_limits import clip
+from fedort.coordinator.uploads.admission import AdmittedUpdate
 from fedort.coordinator.uploads.spool_free import empty, move_into
 from fedort.coordinator.uploads.stream import spool_error
-from fedort.common import digests
-from fedort.protos.vector_stream import vector_digest
-from fedort.common.errors import ConfigError, ProtocolError, VectorError
 from fedort.protos.messages import UpdateHeader
+from fedort.protos.vector_stream import vector_digest
 
 log = logging.getLogger(__name__)
 
-GLOBAL = "global"                        # sub-folder of published global vectors
-FREE = ".free"                           # committed rounds' spool files that devices may overwrite (recycle)
-KEEP_FREE = 32                           # at most this many recycled files ...
-KEEP_FREE_BYTES = 1 << 30                # ... holding at most this many bytes
-KEEP_GLOBALS = 2                         # published global vectors kept (the current one and the previous)
-READ_STEP = 1 << 20                      # bytes read, hashed and decoded per step
+GLOBAL = "global"  # sub-folder of published global vectors
+FREE = ".free"  # committed rounds' spool files that devices may overwrite (recycle)
+KEEP_FREE = 32  # at most this many recycled files ...
+KEEP_FREE_BYTES = 1 << 30  # ... holding at most this many bytes
+KEEP_GLOBALS = 2  # published global vectors kept (the current one and the previous)
+READ_STEP = 1 << 20  # bytes read, hashed and decoded per step
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,255}")
 _GLOBAL_NAME = re.compile(r"[0-9a-f]{64}\.f32")
 
@@ -112,7 +113,7 @@ class LocalVectorDir:
         return vector_digest(np.asarray(vector, dtype="<f4"), digests.BLAKE3)
 
     @classmethod
-    def open(cls, path: str | os.PathLike, state_dir: str | os.PathLike) -> "LocalVectorDir":
+    def open(cls, path: str | os.PathLike, state_dir: str | os.PathLike) -> LocalVectorDir:
         """Create the directory if needed; ConfigError unless it shares the state dir's filesystem."""
         path = Path(path).resolve()
         try:
@@ -120,10 +121,12 @@ class LocalVectorDir:
         except OSError as e:
             raise ConfigError(f"local_vector_dir {path}: cannot create it ({e.strerror or e})") from None
         if os.stat(path).st_dev != os.stat(state_dir).st_dev:
-            raise ConfigError(f"local_vector_dir {path} must be on the same filesystem as state_dir {state_dir}: "
-                              "the coordinator moves a device's file into its spool by renaming it")
+            raise ConfigError(
+                f"local_vector_dir {path} must be on the same filesystem as state_dir {state_dir}: "
+                "the coordinator moves a device's file into its spool by renaming it"
+            )
         directory = cls(path)
-        directory.clear_free()    # an earlier run's recycled files: nothing refers to them
+        directory.clear_free()  # an earlier run's recycled files: nothing refers to them
         return directory
 
     # ---- download ---------------------------------------------------------------------------
@@ -143,8 +146,12 @@ class LocalVectorDir:
                 if _GLOBAL_NAME.fullmatch(f.name) and f not in self._published:
                     f.unlink(missing_ok=True)
         except OSError as e:
-            log.warning("cannot publish global vector %s… in %s (%s); co-located devices download it instead",
-                        sha256.hex()[:12], self.globals, e)
+            log.warning(
+                "cannot publish global vector %s… in %s (%s); co-located devices download it instead",
+                sha256.hex()[:12],
+                self.globals,
+                e,
+            )
 
     # ---- recycling --------------------------------------------------------------------------
 
@@ -167,8 +174,10 @@ class LocalVectorDir:
         h = admitted.header
         name, want = h.local_file, admitted.payload_bytes
         if not _plain(h):
-            raise VectorError(f"local_file must be a plain file name '<client_id>.<name>.f32' (letters, digits, '.', "
-                              f"'_', '-'; no path) in the coordinator's local vector dir, got {clip(name)!r}")
+            raise VectorError(
+                f"local_file must be a plain file name '<client_id>.<name>.f32' (letters, digits, '.', "
+                f"'_', '-'; no path) in the coordinator's local vector dir, got {clip(name)!r}"
+            )
         what = f"local_file {name!r}"
         src = self.path / name
         try:
@@ -180,7 +189,7 @@ class LocalVectorDir:
         except OSError as e:
             raise spool_error(e, "move a local update file into the spool") from e
         flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-        try:   # no follow, no wait: it may have been swapped for a symlink or a fifo after the lstat
+        try:  # no follow, no wait: it may have been swapped for a symlink or a fifo after the lstat
             fd = os.open(tmp, flags)
         except OSError as e:
             raise VectorError(f"{what} is not a regular file that can be opened ({e.strerror})") from None
@@ -194,7 +203,6 @@ class LocalVectorDir:
             os.close(fd)
         log.debug("%s of %s taken into the spool (%d bytes)", what, h.client_id, want)
         return digest
-
 
     def discard(self, h: UpdateHeader) -> None:
         """Delete the file `h` handed over if it is still here (answered `duplicate` without being taken: the
@@ -233,10 +241,10 @@ def _verify(fd: int, admitted: AdmittedUpdate, what: str, fold: Fold | None = No
     (and, with `fold` and a `foldable` update, the fold of each checked block); the digest. The reads and
     the digest run a few steps ahead, in a thread of their own (`read_ahead`)."""
     meta, n = admitted.header.vector, admitted.payload_bytes
-    digest = digests.new(meta.digest)   # sha256, or BLAKE3 where announced (admission checked it)
+    digest = digests.new(meta.digest)  # sha256, or BLAKE3 where announced (admission checked it)
     with read_ahead(fd, n, digest, what, READ_STEP) as parts:
         if fold is not None and foldable(admitted):
-            fold(_checked_blocks(parts, admitted))   # raises inside the fold if a check fails
+            fold(_checked_blocks(parts, admitted))  # raises inside the fold if a check fails
             return _check_digest(digest, admitted, what)
         stream = admitted.decoder.stream(meta.length, n) if admitted.decoder.streams else None
         # raw's stream decoder refuses non-finite values itself; a second pass only matters for codecs and deltas
@@ -251,7 +259,7 @@ def _verify(fd: int, admitted: AdmittedUpdate, what: str, fold: Fold | None = No
             if again:
                 check_reconstructed(piece, admitted.base, what)
     value = _check_digest(digest, admitted, what)
-    if stream is None:    # a decoder that cannot stream: validate the complete payload once
+    if stream is None:  # a decoder that cannot stream: validate the complete payload once
         payload = np.frombuffer(os.pread(fd, n, 0), dtype=np.uint8)
         values = admitted.decoder.decode(payload, meta.length)
         check_reconstructed(DensePiece(0, np.asarray(values, dtype=np.float32)), admitted.base, what)
@@ -262,7 +270,7 @@ def _checked_blocks(parts: Iterable[memoryview], admitted: AdmittedUpdate) -> It
     """A raw update's values as (start, float32 block), each block checked finite (the raw stream decoder)
     before it is yielded."""
     stream = admitted.decoder.stream(admitted.header.vector.length, admitted.payload_bytes)
-    for part in parts:   # the raw decoder yields dense pieces only
+    for part in parts:  # the raw decoder yields dense pieces only
         for piece in stream.feed(part):
             dense = cast(DensePiece, piece)
             yield dense.offset, dense.values
@@ -275,8 +283,10 @@ def _check_digest(digest: digests.Hasher, admitted: AdmittedUpdate, what: str) -
     """The digest of the bytes read: the header's, else VectorError; what the header left empty is taken as read."""
     meta, value = admitted.header.vector, digest.digest()
     if meta.sha256 and value != meta.sha256:
-        raise VectorError(f"vector {meta.digest or 'sha256'} mismatch: header says {meta.sha256.hex()[:16]}…, {what} hashes to "
-                          f"{digest.hexdigest()[:16]}…")
+        raise VectorError(
+            f"vector {meta.digest or 'sha256'} mismatch: header says {meta.sha256.hex()[:16]}…, {what} hashes to "
+            f"{digest.hexdigest()[:16]}…"
+        )
     return value
 
 
@@ -285,6 +295,7 @@ class TakenFile:
     """A co-located device's update, checked at `path` but not fsynced (its placer does that); never kept
     inline in its row. `folded`: its values are already in the round's sum (`take` with a fold).
     `digest`: of the bytes taken (what the row records when the header left it empty, protocol 1.6)."""
+
     path: Path
     payload: None = None
     folded: bool = False
@@ -298,7 +309,7 @@ def with_taken_digest(h: UpdateHeader, receiver: object) -> UpdateHeader:
     return replace(h, vector=replace(h.vector, sha256=receiver.digest))
 
 
-Fold = Callable[[Iterator[tuple[int, np.ndarray]]], None]   # folds (start, block) pairs; raises what they raise
+Fold = Callable[[Iterator[tuple[int, np.ndarray]]], None]  # folds (start, block) pairs; raises what they raise
 
 
 class EarlyFold:
@@ -311,9 +322,13 @@ class EarlyFold:
 
 
 @asynccontextmanager
-async def local_file_received(admitted: AdmittedUpdate, tmp: Path, chunks: AsyncIterator[bytes],
-                              directory: str | os.PathLike | None,
-                              early: Callable[[], EarlyFold | None] = lambda: None) -> AsyncIterator[TakenFile]:
+async def local_file_received(
+    admitted: AdmittedUpdate,
+    tmp: Path,
+    chunks: AsyncIterator[bytes],
+    directory: str | os.PathLike | None,
+    early: Callable[[], EarlyFold | None] = lambda: None,
+) -> AsyncIterator[TakenFile]:
     """The upload path's hook for a header naming `local_file`: like `uploads.received`, the body runs
     once the update sits checked at `tmp` (not fsynced: the body must, before it acknowledges), and must
     rename it into place to keep it.
@@ -321,8 +336,10 @@ async def local_file_received(admitted: AdmittedUpdate, tmp: Path, chunks: Async
     async for _ in chunks:
         raise ProtocolError("an update that names local_file carries no chunks; send the header alone")
     if directory is None:
-        raise ProtocolError("this coordinator takes no local vector files (it runs without local_vector_dir, "
-                            "--local-vector-dir): stream the update")
+        raise ProtocolError(
+            "this coordinator takes no local vector files (it runs without local_vector_dir, "
+            "--local-vector-dir): stream the update"
+        )
     try:
         plan = early() if foldable(admitted) else None
         take = LocalVectorDir(directory).take
@@ -332,8 +349,8 @@ async def local_file_received(admitted: AdmittedUpdate, tmp: Path, chunks: Async
             digest = await plan.run(lambda: take(admitted, tmp, plan.fold))
         yield TakenFile(tmp, folded=plan is not None, digest=digest)
     finally:
-        if os.path.lexists(tmp):   # usually placed (renamed) by now: unlink would wait, on the event loop, for the
-            tmp.unlink(missing_ok=True)   # folder's lock while the group commit renames into it and fsyncs it
+        if os.path.lexists(tmp):  # usually placed (renamed) by now: unlink would wait, on the event loop, for the
+            tmp.unlink(missing_ok=True)  # folder's lock while the group commit renames into it and fsyncs it
 
 
 __all__ = ["EarlyFold", "LocalVectorDir", "TakenFile", "foldable", "local_file_received", "with_taken_digest"]

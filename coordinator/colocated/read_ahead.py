@@ -15,19 +15,20 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
-from fedort.common.invariants import present
-from fedort.common.buffer_pool import BufferPool
 from fedort.common import digests
+from fedort.common.buffer_pool import BufferPool
 from fedort.common.errors import VectorError
+from fedort.common.invariants import present
 
 if TYPE_CHECKING:
     import numpy as np
 
-SLOTS = 4                                  # steps the reader may run ahead (a ring of SLOTS × step bytes)
-_RINGS = BufferPool(4)                     # recycled rings: a fresh one would page-fault every take
+SLOTS = 4  # steps the reader may run ahead (a ring of SLOTS × step bytes)
+_RINGS = BufferPool(4)  # recycled rings: a fresh one would page-fault every take
 
 
 class ReadAhead:
@@ -37,10 +38,10 @@ class ReadAhead:
 
     def __init__(self, fd: int, n: int, hasher: digests.Hasher, what: str, step: int) -> None:
         self.n, self.what, self._fd, self._hasher = n, what, fd, hasher
-        self.step = max(4, step // 4 * 4)   # whole float32 values per part
+        self.step = max(4, step // 4 * 4)  # whole float32 values per part
         self.parts = -(-n // self.step)
         self._cond = threading.Condition()
-        self._read = self._used = 0          # parts read and hashed / parts the consumer is done with
+        self._read = self._used = 0  # parts read and hashed / parts the consumer is done with
         self._error: BaseException | None = None
         self._stop = False
         self._thread: threading.Thread | None = None
@@ -59,12 +60,14 @@ class ReadAhead:
     def _slot(self, i: int) -> memoryview:
         """Where part i goes in the ring (all of it for a one-part file)."""
         at = i % SLOTS * self.step
-        return present(self._mem, "the ring (a closed reader has none)")[at:at + min(self.step, self.n - i * self.step)]
+        return present(self._mem, "the ring (a closed reader has none)")[
+            at : at + min(self.step, self.n - i * self.step)
+        ]
 
     def _fill(self, i: int) -> memoryview:
         """Part i read into its slot and hashed."""
         part, got = self._slot(i), 0
-        while got < len(part):   # a regular file reads short only at its end
+        while got < len(part):  # a regular file reads short only at its end
             k = os.readv(self._fd, [part[got:]])
             if k <= 0:
                 raise VectorError(f"{self.what} ended after {i * self.step + got} of {self.n} bytes")
@@ -84,7 +87,7 @@ class ReadAhead:
                 with self._cond:
                     self._read = i + 1
                     self._cond.notify()
-        except BaseException as e:   # handed to the consumer, which raises it
+        except BaseException as e:  # handed to the consumer, which raises it
             with self._cond:
                 self._error = e
                 self._cond.notify()
@@ -112,7 +115,7 @@ class ReadAhead:
                 self._stop = True
                 self._cond.notify()
             self._thread.join()
-        self._mem = self._ring = None   # a view still held elsewhere keeps the ring out of the pool
+        self._mem = self._ring = None  # a view still held elsewhere keeps the ring out of the pool
 
 
 @contextmanager

@@ -11,17 +11,18 @@ from __future__ import annotations
 import json
 import logging
 import math
-from typing import TYPE_CHECKING, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
+from fedort.common.errors import ProtocolError, StaleRoundError
 from fedort.common.invariants import present
-from fedort.coordinator.uploads.admission import check_model
+from fedort.common.round_state import RoundState
 from fedort.coordinator.engine.round_metrics import MetricSums, metrics_json
 from fedort.coordinator.engine.selection import client_seed, select_clients
-from fedort.coordinator.state.store import now_ms
 from fedort.coordinator.state.storage import retry_when_full
-from fedort.common.errors import ProtocolError, StaleRoundError
+from fedort.coordinator.state.store import now_ms
+from fedort.coordinator.uploads.admission import check_model
 from fedort.protos.messages import Metric, SubmitResult, Task, TaskKind, TrainConfig
-from fedort.common.round_state import RoundState
 
 if TYPE_CHECKING:
     from fedort.coordinator.engine.round_engine import RoundEngine
@@ -30,7 +31,7 @@ log = logging.getLogger(__name__)
 
 
 class EvaluationPhase:
-    def __init__(self, engine: "RoundEngine") -> None:
+    def __init__(self, engine: RoundEngine) -> None:
         self.engine = engine
         self.round = engine.config.rounds + 1
         self.selected: frozenset[str] = frozenset()
@@ -62,9 +63,13 @@ class EvaluationPhase:
             sums.add(metrics, n)
         summary = {"clients": len(rows), "examples": sum(n for _, n, _ in rows), "metrics": sums.means()}
         log.info("federated evaluation of the final model: %s", summary)
-        await retry_when_full(lambda: e.store.set_meta(evaluated_round=str(self.round),   # disk full: wait, not fail
-                                                       federated_evaluation=json.dumps(summary, sort_keys=True)),
-                              "federated evaluation summary")
+        await retry_when_full(
+            lambda: e.store.set_meta(
+                evaluated_round=str(self.round),  # disk full: wait, not fail
+                federated_evaluation=json.dumps(summary, sort_keys=True),
+            ),
+            "federated evaluation summary",
+        )
 
     def task_for(self, client_id: str) -> Task | None:
         """An EVALUATE task while the phase runs, for a selected client that has not reported."""
@@ -72,19 +77,32 @@ class EvaluationPhase:
         if e.state is not RoundState.EVALUATING or client_id not in self.selected or client_id in self.reported:
             return None
         g = present(e.global_vector, "the global vector")
-        return Task(TaskKind.EVALUATE, self.round, e.deadline_ms, TrainConfig(
-            batch_size=e.config.batch_size, seed=client_seed(e.config.seed, self.round, client_id)),
-            0, g.sha256, e.length, vector_blake3=g.blake3)
+        return Task(
+            TaskKind.EVALUATE,
+            self.round,
+            e.deadline_ms,
+            TrainConfig(batch_size=e.config.batch_size, seed=client_seed(e.config.seed, self.round, client_id)),
+            0,
+            g.sha256,
+            e.length,
+            vector_blake3=g.blake3,
+        )
 
-    def submit(self, client_id: str, model_id: str, round: int, num_examples: int,
-               metrics: Mapping[str, Metric]) -> SubmitResult:
+    def submit(
+        self, client_id: str, model_id: str, round: int, num_examples: int, metrics: Mapping[str, Metric]
+    ) -> SubmitResult:
         e = self.engine
         e.touch(client_id)
         check_model(model_id, e.model_id)
         if e.state is not RoundState.EVALUATING or round != self.round:
-            raise StaleRoundError(f"round {round} is not open for evaluation; "
-                                  + (f"the evaluated round is {self.round}" if e.state is RoundState.EVALUATING
-                                     else f"no evaluation is open (state {e.state.name})"))
+            raise StaleRoundError(
+                f"round {round} is not open for evaluation; "
+                + (
+                    f"the evaluated round is {self.round}"
+                    if e.state is RoundState.EVALUATING
+                    else f"no evaluation is open (state {e.state.name})"
+                )
+            )
         if client_id not in self.selected:
             raise StaleRoundError(f"client {client_id} was not selected to evaluate round {round}")
         if client_id in self.reported:

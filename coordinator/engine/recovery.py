@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fedort.common.durable import atomic_write
 from fedort.common.invariants import present
+from fedort.common.round_state import RoundState, RunState
 from fedort.coordinator.aggregation import Update
 from fedort.coordinator.state.integrity import export_problem, read_verified_bytes, read_verified_vector
 from fedort.coordinator.state.schema import COMMITTED, EXPORTED, FAILED, OPEN
-from fedort.common.durable import atomic_write
 from fedort.protos.vector_stream import vector_digest
-from fedort.common.round_state import RoundState, RunState
 
 if TYPE_CHECKING:
     from fedort.coordinator.engine.round_engine import RoundEngine
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-async def recover(engine: "RoundEngine") -> bool:
+async def recover(engine: RoundEngine) -> bool:
     """Steps 1-4 above; True if an open round was resumed (the engine is then TRAINING)."""
     store = engine.store
     if store.get_meta("initial_vector_sha256") is None:
@@ -53,7 +53,7 @@ async def recover(engine: "RoundEngine") -> bool:
         row = rows[r]
         if row.state in (COMMITTED, EXPORTED):
             last = r
-            if row.vector is not None:   # a small vector durable in its row: its unsynced file may be lost or torn
+            if row.vector is not None:  # a small vector durable in its row: its unsynced file may be lost or torn
                 await asyncio.to_thread(atomic_write, store.vector_path(r + 1), row.vector)
             problem = None if row.state == COMMITTED else export_problem(store.layout.model_dir(r), row.vector_sha256)
             if problem:
@@ -74,25 +74,28 @@ async def recover(engine: "RoundEngine") -> bool:
             store.set_meta(run_state=RunState.DONE.value)
             engine.finish(RoundState.DONE, f"{last} rounds completed")
         return False
-    store.set_meta(run_state=RunState.RUNNING.value, run_message="")   # a failed run may be restarted: it retries
+    store.set_meta(run_state=RunState.RUNNING.value, run_message="")  # a failed run may be restarted: it retries
     open_row = rows.get(engine.round)
     if open_row is None or open_row.state not in (OPEN, FAILED):
         return False
     training = engine.begin_round()
     await replay(engine, open_row.round)
-    if open_row.state == FAILED:   # its selection failed it: select afresh among the clients still here
+    if open_row.state == FAILED:  # its selection failed it: select afresh among the clients still here
         engine.select(attempt=1)
         return True
     # clients need time to reconnect after a restart: the resumed attempt gets a fresh deadline
     still_here = frozenset(c for c in open_row.selected if engine.registry.is_active(c))
     selected = still_here | frozenset(training.reported)
-    engine.open_attempt(open_row.attempt, selected,
-                        f"resumed attempt {open_row.attempt} after a restart with {len(training.reported)} of "
-                        f"{len(selected)} updates replayed")
+    engine.open_attempt(
+        open_row.attempt,
+        selected,
+        f"resumed attempt {open_row.attempt} after a restart with {len(training.reported)} of "
+        f"{len(selected)} updates replayed",
+    )
     return True
 
 
-async def replay(engine: "RoundEngine", round: int) -> None:
+async def replay(engine: RoundEngine, round: int) -> None:
     """Fold the acknowledged updates of `round` back in, each exactly once; drop orphan spool files."""
     store, training = engine.store, present(engine.training, "the replayed round")
     rows = store.submissions(round)
@@ -101,27 +104,34 @@ async def replay(engine: "RoundEngine", round: int) -> None:
     if spool.is_dir():
         for f in spool.iterdir():
             if f.name not in named:
-                f.unlink(missing_ok=True)   # written, never acknowledged: as if it never arrived
+                f.unlink(missing_ok=True)  # written, never acknowledged: as if it never arrived
     for r in rows:
         path = store.dir / r.spool_path
-        if r.payload is not None:   # a small update, durable in its row: its unsynced spool file may be lost or torn
+        if r.payload is not None:  # a small update, durable in its row: its unsynced spool file may be lost or torn
             await asyncio.to_thread(atomic_write, path, r.payload)
-        payload = await asyncio.to_thread(read_verified_bytes, path, r.sha256)   # as received, in its codec
+        payload = await asyncio.to_thread(read_verified_bytes, path, r.sha256)  # as received, in its codec
         training.aggregator.add(Update(r.client_id, r.num_examples, r.codec, path, payload=payload))
         training.record(r.client_id, r.num_examples, r.metrics)
     if rows:
         log.info("round %d: replayed %d acknowledged updates from the spool", round, len(rows))
 
 
-def acknowledged_updates(engine: "RoundEngine", round: int) -> list[Update]:
+def acknowledged_updates(engine: RoundEngine, round: int) -> list[Update]:
     """The acknowledged updates of `round` as the aggregator takes them, from their durable copies (spool
     files, or the bytes a small one's row holds): what `RoundAggregator.rebuild` refolds when it is stale."""
-    return [Update(r.client_id, r.num_examples, r.codec, engine.store.dir / r.spool_path,
-                   None if r.payload is None else np.frombuffer(r.payload, np.uint8))
-            for r in engine.store.submissions(round)]
+    return [
+        Update(
+            r.client_id,
+            r.num_examples,
+            r.codec,
+            engine.store.dir / r.spool_path,
+            None if r.payload is None else np.frombuffer(r.payload, np.uint8),
+        )
+        for r in engine.store.submissions(round)
+    ]
 
 
-def drop_spool(engine: "RoundEngine", round: int) -> None:
+def drop_spool(engine: RoundEngine, round: int) -> None:
     """Delete a committed round's spool (unless the config keeps spools); its files are recycled first, for
     co-located devices (`LocalVectorDir.recycle`), then for streamed uploads (`FreeSpoolFiles.recycle`):
     overwritten in a later round instead of re-created."""
@@ -138,18 +148,18 @@ def drop_spool(engine: "RoundEngine", round: int) -> None:
         spool.rmdir()
 
 
-def save_server_state(engine: "RoundEngine", round: int) -> None:
+def save_server_state(engine: RoundEngine, round: int) -> None:
     """Write the server update's state that round `round` starts from (nothing for a stateless one)."""
     state = engine.strategy.server_update.state()
     if state is None:
         return
     buf = io.BytesIO()
     # numpy's stub checks **kwds against allow_pickle too
-    np.savez(buf, **state)   # type: ignore[arg-type]
+    np.savez(buf, **state)  # type: ignore[arg-type]
     atomic_write(engine.store.layout.server_state(round), buf.getbuffer())
 
 
-def load_server_state(engine: "RoundEngine", round: int) -> None:
+def load_server_state(engine: RoundEngine, round: int) -> None:
     path = engine.store.layout.server_state(round)
     if path.is_file():
         with np.load(path) as data:

@@ -16,10 +16,10 @@ import logging
 import shutil
 from typing import TYPE_CHECKING
 
-from fedort.protos.update_codecs.base import first_non_finite
 from fedort.common.errors import VectorError
-from fedort.common.round_state import RoundState
 from fedort.common.invariants import present
+from fedort.common.round_state import RoundState
+from fedort.protos.update_codecs.base import first_non_finite
 
 if TYPE_CHECKING:
     from fedort.coordinator.engine.round_engine import RoundEngine
@@ -44,7 +44,7 @@ async def candidate(aggregator, small: bool):
     return result
 
 
-async def commit_or_retry(engine: "RoundEngine", defer: bool) -> bool:
+async def commit_or_retry(engine: RoundEngine, defer: bool) -> bool:
     """`engine._commit(defer)`; False once a refused aggregate's round was reopened, or the run failed
     (`engine._finished` tells which)."""
     try:
@@ -55,7 +55,7 @@ async def commit_or_retry(engine: "RoundEngine", defer: bool) -> bool:
     return True
 
 
-def retry_refused(engine: "RoundEngine", reason: str) -> bool:
+def retry_refused(engine: RoundEngine, reason: str) -> bool:
     """Discard the open attempt's updates and open the next attempt; False (run FAILED) when none is left."""
     r, cfg = present(engine.training, "the open round"), engine.config
     why = f"round {engine.round}: the aggregate of {len(r.reported)} updates was refused ({reason})"

@@ -8,20 +8,15 @@ counts as seen when it last joined or left, until its next RPC.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Callable, Mapping
 
 from fedort.common import clock
-from fedort.coordinator.rpc.join_limits import clip
-from fedort.coordinator.state.store import StateStore, now_ms
-from fedort.coordinator.state.schema import ClientRow
 from fedort.common.errors import NotFoundError, ProtocolError
 from fedort.coordinator.rpc.client_ids import CLIENT_ID, check_new_client_id
 from fedort.coordinator.rpc.join_limits import clip
-from fedort.coordinator.state.store import StateStore, now_ms
 from fedort.coordinator.state.schema import ClientRow
-from fedort.common.errors import NotFoundError, ProtocolError
-
+from fedort.coordinator.state.store import StateStore, now_ms
 
 
 @dataclass
@@ -33,13 +28,13 @@ class _Client:
 class ClientRegistry:
     """Registered clients, their liveness, and the set available for selection."""
 
-    def __init__(self, store: StateStore, client_timeout_s: float, on_change: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self, store: StateStore, client_timeout_s: float, on_change: Callable[[], None] = lambda: None
+    ) -> None:
         self._store = store
         self._timeout = client_timeout_s
         self._on_change = on_change
-        self._clients: dict[str, _Client] = {
-            r.client_id: _Client(r, r.last_seen_ms / 1000) for r in store.clients()
-        }
+        self._clients: dict[str, _Client] = {r.client_id: _Client(r, r.last_seen_ms / 1000) for r in store.clients()}
 
     def __contains__(self, client_id: str) -> bool:
         return client_id in self._clients

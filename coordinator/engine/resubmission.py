@@ -15,7 +15,8 @@ a resend carries its digest.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 from fedort.common import digests
 from fedort.common.errors import StaleRoundError
@@ -25,10 +26,10 @@ if TYPE_CHECKING:
     from fedort.coordinator.engine.round_engine import RoundEngine
 
 
-def counted_before(engine: "RoundEngine", h: UpdateHeader) -> SubmitResult | None:
+def counted_before(engine: RoundEngine, h: UpdateHeader) -> SubmitResult | None:
     """The duplicate answer if `h` re-sends an update this run already counted, else None (one indexed read)."""
     round = h.vector.round
-    ledger = getattr(engine, "ledger", None)   # asynchronous mode: round is the base version
+    ledger = getattr(engine, "ledger", None)  # asynchronous mode: round is the base version
     if ledger is not None:
         round = ledger.counted_in(h.client_id, round)
         if round is None:
@@ -37,11 +38,12 @@ def counted_before(engine: "RoundEngine", h: UpdateHeader) -> SubmitResult | Non
     if stored is None or stored != digests.stored(h.vector.digest, h.vector.sha256):
         return None
     engine.monitor.update_accepted(duplicate=True)
-    return SubmitResult(True, True, h.vector.round, f"duplicate: this update was counted in round {round}, "
-                        "which has closed")
+    return SubmitResult(
+        True, True, h.vector.round, f"duplicate: this update was counted in round {round}, which has closed"
+    )
 
 
-async def submit_counted_once(engine: "RoundEngine", h: UpdateHeader, chunks: AsyncIterator[bytes]) -> SubmitResult:
+async def submit_counted_once(engine: RoundEngine, h: UpdateHeader, chunks: AsyncIterator[bytes]) -> SubmitResult:
     """`engine.submit_update`, except that an update refused as stale which this run counted before answers
     `duplicate` (its chunks drained, as an open round's duplicate is)."""
     try:

@@ -18,14 +18,14 @@ if TYPE_CHECKING:
     from fedort.coordinator.engine.round_engine import RoundEngine
 
 
-async def wait_for_close(engine: "RoundEngine") -> None:
+async def wait_for_close(engine: RoundEngine) -> None:
     """Until the open round is complete or past its deadline, then until no update is in flight."""
     r, min_clients = present(engine.training, "the open round"), engine.config.min_clients
     while not r.complete(min_clients) and (remaining := r.deadline_ms - now_ms()) > 0:
         await engine.wait_change(remaining / 1000)
-    r.closing = True                   # no new update is accepted from here on ...
-    engine.uploads.round_closed(r.round)   # (uploads still receiving for it are cut short, freeing their slots)
-    while engine.uploads.busy:         # ... but those being stored or folded are counted
+    r.closing = True  # no new update is accepted from here on ...
+    engine.uploads.round_closed(r.round)  # (uploads still receiving for it are cut short, freeing their slots)
+    while engine.uploads.busy:  # ... but those being stored or folded are counted
         await engine.wait_change(1.0)
     if engine.uploads.fold_error is not None:
         raise engine.uploads.fold_error

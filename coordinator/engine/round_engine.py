@@ -32,67 +32,44 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedort.common.invariants import present
-from fedort.coordinator.uploads.admission import accepted_digests
-from fedort.coordinator.aggregation import Strategy
-from fedort.coordinator.config import CoordinatorConfig
-from fedort.coordinator.rpc.download_delta import DownloadDeltas
-from fedort.coordinator.engine.evaluation import EvaluationPhase
-from fedort.coordinator.privacy.round_privacy import PrivacyPlan
-from fedort.coordinator.export.inference import Exporter
-from fedort.coordinator.colocated.local_vectors import LocalVectorDir
-from fedort.coordinator.rpc.monitoring import Monitoring
-from fedort.coordinator.engine.recovery import acknowledged_updates, recover, save_server_state
-from fedort.coordinator.engine.registry import ClientRegistry
-from fedort.coordinator.engine.round_deadline import wait_for_close
-from fedort.coordinator.engine.selection import sample_size, select_clients
-from fedort.coordinator.aggregation.server_optimizers.stage import configured_strategy
-from fedort.coordinator.state.store import StateStore, now_ms
-from fedort.coordinator.state.schema import TransitionRow
-from fedort.coordinator.state.storage import retry_when_full
 from fedort.common.durable import atomic_write, drop_cached
-from fedort.common.faults import fault_point
-from fedort.coordinator.engine.task_dispatch import TaskDispatch
-from fedort.coordinator.export.round_exports import RoundExports
-from fedort.coordinator.engine.training_round import GlobalVector, TrainingRound
-from fedort.coordinator.uploads.spool_free import FreeSpoolFiles
-from fedort.coordinator.uploads.intake import Uploads
-from fedort.protos.vector_stream import vector_digest
 from fedort.common.errors import FedortError
+from fedort.common.faults import fault_point
+from fedort.common.invariants import present
 from fedort.common.round_state import RoundRowState, RoundState, RunState
-from fedort.coordinator.rpc.download_delta import DownloadDeltas
-from fedort.coordinator.engine.evaluation import EvaluationPhase
-from fedort.coordinator.privacy.round_privacy import PrivacyPlan
-from fedort.coordinator.export.inference import Exporter
+from fedort.coordinator.aggregation import Strategy
+from fedort.coordinator.aggregation.server_optimizers.stage import configured_strategy
 from fedort.coordinator.colocated.local_vectors import LocalVectorDir
-from fedort.coordinator.rpc.monitoring import Monitoring
+from fedort.coordinator.config import CoordinatorConfig
+from fedort.coordinator.engine.evaluation import EvaluationPhase
 from fedort.coordinator.engine.recovery import acknowledged_updates, recover, save_server_state
 from fedort.coordinator.engine.refused_aggregate import candidate, commit_or_retry
 from fedort.coordinator.engine.registry import ClientRegistry
 from fedort.coordinator.engine.round_deadline import wait_for_close
 from fedort.coordinator.engine.selection import sample_size, select_clients
-from fedort.coordinator.aggregation.server_optimizers.stage import configured_strategy
-from fedort.coordinator.state.store import StateStore, now_ms
+from fedort.coordinator.engine.task_dispatch import TaskDispatch
+from fedort.coordinator.engine.training_round import GlobalVector, TrainingRound
+from fedort.coordinator.export.inference import Exporter
+from fedort.coordinator.export.round_exports import RoundExports
+from fedort.coordinator.privacy.round_privacy import PrivacyPlan
+from fedort.coordinator.rpc.download_delta import DownloadDeltas
+from fedort.coordinator.rpc.monitoring import Monitoring
 from fedort.coordinator.state.schema import TransitionRow
 from fedort.coordinator.state.storage import retry_when_full
-from fedort.common.durable import atomic_write, drop_cached
-from fedort.coordinator.engine.task_dispatch import TaskDispatch
-from fedort.coordinator.export.round_exports import RoundExports
-from fedort.coordinator.engine.training_round import GlobalVector, TrainingRound
-from fedort.coordinator.uploads.spool_free import FreeSpoolFiles
+from fedort.coordinator.state.store import StateStore, now_ms
+from fedort.coordinator.uploads.admission import accepted_digests
 from fedort.coordinator.uploads.intake import Uploads
+from fedort.coordinator.uploads.spool_free import FreeSpoolFiles
 from fedort.protos.vector_stream import vector_digest
-from fedort.common.errors import FedortError
-from fedort.common.round_state import RoundRowState, RoundState, RunState
 
 log = logging.getLogger(__name__)
 
 S = RoundState
-SMALL_VECTOR = 1 << 16   # values: a round result this small is computed on the event loop
+SMALL_VECTOR = 1 << 16  # values: a round result this small is computed on the event loop
 _ALLOWED: dict[RoundState, frozenset[RoundState]] = {
     S.WAITING_FOR_CLIENTS: frozenset({S.TRAINING, S.EVALUATING, S.DONE, S.FAILED}),
     S.TRAINING: frozenset({S.TRAINING, S.AGGREGATING, S.FAILED}),
-    S.AGGREGATING: frozenset({S.EXPORTING, S.TRAINING, S.FAILED}),   # TRAINING: a refused aggregate (refused_aggregate)
+    S.AGGREGATING: frozenset({S.EXPORTING, S.TRAINING, S.FAILED}),  # TRAINING: a refused aggregate (refused_aggregate)
     S.EXPORTING: frozenset({S.WAITING_FOR_CLIENTS, S.EVALUATING, S.DONE, S.FAILED}),
     S.EVALUATING: frozenset({S.DONE, S.FAILED}),
     S.DONE: frozenset(),
@@ -116,10 +93,16 @@ class RunOutcome:
 class RoundEngine(TaskDispatch, RoundExports):
     """Runs rounds 1..config.rounds over the clients in `registry`, durably in `store`."""
 
-    def __init__(self, config: CoordinatorConfig, store: StateStore, exporter: Exporter,
-                 strategy: Strategy | None = None, monitor: Monitoring | None = None) -> None:
+    def __init__(
+        self,
+        config: CoordinatorConfig,
+        store: StateStore,
+        exporter: Exporter,
+        strategy: Strategy | None = None,
+        monitor: Monitoring | None = None,
+    ) -> None:
         self.config = config
-        self.monitor = monitor or Monitoring.disabled()   # fed by the uploads and the servicer
+        self.monitor = monitor or Monitoring.disabled()  # fed by the uploads and the servicer
         self.store = store
         self.exporter = exporter
         self.manifest = exporter.manifest
@@ -137,22 +120,23 @@ class RoundEngine(TaskDispatch, RoundExports):
         self.uploads = Uploads(self)
         self.download_deltas = DownloadDeltas(self)
         self.secagg = None
-        if config.secagg:   # imported only for a masked run: the protocol and its key agreement
+        if config.secagg:  # imported only for a masked run: the protocol and its key agreement
             from fedort.coordinator.privacy.secagg.secure_round import SecAggRound
 
             self.secagg = SecAggRound(self)
-        self.local_vectors = None if config.local_vector_dir is None else \
-            LocalVectorDir.open(config.local_vector_dir, store.layout.root)   # co-located devices' files
+        self.local_vectors = (
+            None if config.local_vector_dir is None else LocalVectorDir.open(config.local_vector_dir, store.layout.root)
+        )  # co-located devices' files
         # FIT tasks carry the global's BLAKE3 (Task.vector_blake3) for co-located file reads and, announced, for
         # streamed downloads a device asks to check with it (VectorRequest.digests, protocol 1.6)
         self.blake3_globals = self.local_vectors is not None or "blake3" in accepted_digests(config)
-        self.spool_free = FreeSpoolFiles(store.layout.spool)   # committed spool files that streamed uploads overwrite
+        self.spool_free = FreeSpoolFiles(store.layout.spool)  # committed spool files that streamed uploads overwrite
         self.spool_free.clear()
         self._changed = asyncio.Event()
         self._finished = asyncio.Event()
         self._outcome: RunOutcome | None = None
-        self._released: set[str] = set()   # clients told DONE
-        self._told: set[str] = set()       # of those, clients that then asked the run's outcome (Status)
+        self._released: set[str] = set()  # clients told DONE
+        self._told: set[str] = set()  # of those, clients that then asked the run's outcome (Status)
         self._recovered = self._resumed = False
         self._stopping = False
 
@@ -161,7 +145,9 @@ class RoundEngine(TaskDispatch, RoundExports):
     def transition(self, new: RoundState, why: str = "") -> None:
         """Move to `new` (IllegalTransition names both states if the life cycle does not allow it)."""
         if new not in _ALLOWED[self.state]:
-            raise IllegalTransition(f"illegal round transition from {self.state.name} to {new.name} (round {self.round})")
+            raise IllegalTransition(
+                f"illegal round transition from {self.state.name} to {new.name} (round {self.round})"
+            )
         log.info("round %d: %s -> %s%s", self.round, self.state.name, new.name, f" ({why})" if why else "")
         self.store.note_transition(TransitionRow(self.round, self.state.name, new.name, time.time(), why))
         self.state = new
@@ -235,7 +221,7 @@ class RoundEngine(TaskDispatch, RoundExports):
             if self._finished.is_set():
                 return present(self._outcome, "the run's outcome")
             stopped, export_next = None, None
-            self.prepare_exports()   # while clients join
+            self.prepare_exports()  # while clients join
             while self.round <= self.config.rounds:
                 if not resumed:
                     await self._wait_for_clients()
@@ -255,11 +241,11 @@ class RoundEngine(TaskDispatch, RoundExports):
                 # the commit of a round the next one follows shares the next open's fsync (see _commit)
                 # (not with privacy accounting: its budget check before the next open reads committed rows)
                 defer = self.round < self.config.rounds and self.secagg is None and not self.privacy.accounting
-                while not await commit_or_retry(self, defer):   # a non-finite aggregate: reopened, or FAILED
+                while not await commit_or_retry(self, defer):  # a non-finite aggregate: reopened, or FAILED
                     if self._finished.is_set() or not await self._train():
                         return present(self._outcome, "the run's outcome")
                 if defer:
-                    export_next = self.round - 1   # its export reads the committed row: after the open
+                    export_next = self.round - 1  # its export reads the committed row: after the open
                 else:
                     self.start_export(self.round - 1)
                 if self.round <= self.config.rounds:
@@ -277,9 +263,10 @@ class RoundEngine(TaskDispatch, RoundExports):
         except Exception as e:  # an unplanned error must end the run visibly, not hang it
             log.exception("round engine stopped by an error")
             message = f"round {self.round}: {type(e).__name__}: {e}"
-            if not self.state.final:     # recorded with fail_round's transaction
-                self.store.note_transition(TransitionRow(self.round, self.state.name, RoundState.FAILED.name,
-                                                         time.time(), message))
+            if not self.state.final:  # recorded with fail_round's transaction
+                self.store.note_transition(
+                    TransitionRow(self.round, self.state.name, RoundState.FAILED.name, time.time(), message)
+                )
             try:
                 self.store.fail_round(self.round, message)
             except Exception as record_error:  # noqa: BLE001 - e.g. disk full: the run still ends FAILED in memory
@@ -295,7 +282,7 @@ class RoundEngine(TaskDispatch, RoundExports):
         need = present(self.config.min_available_clients, "min_available_clients")
         last_log = 0.0
         if self.store.deferred and len(self.registry.available()) < need:
-            self.store.flush()   # a deferred commit does not wait for clients
+            self.store.flush()  # a deferred commit does not wait for clients
         while (n := len(self.registry.available())) < need:
             if time.monotonic() - last_log > 30:
                 log.info("round %d: waiting for clients: %d of %d available", self.round, n, need)
@@ -317,9 +304,12 @@ class RoundEngine(TaskDispatch, RoundExports):
         target = sample_size(len(available | keep), cfg.fraction, cfg.min_clients)
         k = max(0, min(target - len(keep), len(candidates)))
         chosen = select_clients(candidates, k, cfg.seed, self.round, attempt)
-        why = (f"attempt {attempt}/{cfg.max_round_attempts}: selected {len(chosen)} of {len(candidates)} "
-               f"available clients" + (f", keeping {len(keep)} that reported" if keep else "")
-               + f", deadline in {cfg.round_timeout_s:g} s")
+        why = (
+            f"attempt {attempt}/{cfg.max_round_attempts}: selected {len(chosen)} of {len(candidates)} "
+            f"available clients"
+            + (f", keeping {len(keep)} that reported" if keep else "")
+            + f", deadline in {cfg.round_timeout_s:g} s"
+        )
         self.open_attempt(attempt, frozenset(chosen) | keep, why)
 
     def open_attempt(self, attempt: int, selected: frozenset[str], why: str) -> None:
@@ -333,7 +323,7 @@ class RoundEngine(TaskDispatch, RoundExports):
 
     async def _train(self) -> bool:
         """Wait for the open round to close, retrying it as needed; False if the run failed."""
-        if self.secagg is not None:                 # the protocol's phases decide (see secagg_round)
+        if self.secagg is not None:  # the protocol's phases decide (see secagg_round)
             return await self.secagg.train()
         cfg, r = self.config, present(self.training, "the open round")
         while True:
@@ -344,14 +334,17 @@ class RoundEngine(TaskDispatch, RoundExports):
                 self.transition(RoundState.AGGREGATING, f"{how}: {n} updates, {r.examples} examples")
                 return True
             if r.attempt >= cfg.max_round_attempts:
-                message = (f"round {self.round} failed: {n} of the required {cfg.min_clients} clients reported after "
-                           f"{r.attempt} attempt(s) of {cfg.round_timeout_s:g} s; "
-                           f"{len(self.registry.available())} clients available")
+                message = (
+                    f"round {self.round} failed: {n} of the required {cfg.min_clients} clients reported after "
+                    f"{r.attempt} attempt(s) of {cfg.round_timeout_s:g} s; "
+                    f"{len(self.registry.available())} clients available"
+                )
                 self.store.fail_round(self.round, message)
                 self.finish(RoundState.FAILED, message)
                 return False
-            log.warning("round %d: only %d of %d required updates by the deadline; retrying", self.round, n,
-                        cfg.min_clients)
+            log.warning(
+                "round %d: only %d of %d required updates by the deadline; retrying", self.round, n, cfg.min_clients
+            )
             self.select(r.attempt + 1)
 
     async def _commit(self, defer: bool = False) -> None:
@@ -363,30 +356,41 @@ class RoundEngine(TaskDispatch, RoundExports):
         fault_point("round.before_commit")
         r = present(self.training, "the open round")
         t0 = time.perf_counter()
-        if r.aggregator.stale:   # an update folded while checked was not counted (uploads): refold the counted ones
+        if r.aggregator.stale:  # an update folded while checked was not counted (uploads): refold the counted ones
             updates = acknowledged_updates(self, self.round)
-            log.warning("round %d: the sum held an update that was not counted; refolding the %d acknowledged "
-                        "updates", self.round, len(updates))
+            log.warning(
+                "round %d: the sum held an update that was not counted; refolding the %d acknowledged updates",
+                self.round,
+                len(updates),
+            )
             await asyncio.to_thread(r.aggregator.rebuild, updates)
-        small = self.length <= SMALL_VECTOR and not self.strategy.needs_all_updates   # microseconds: no thread hop
+        small = self.length <= SMALL_VECTOR and not self.strategy.needs_all_updates  # microseconds: no thread hop
         # a vector this small is durable inside the commit's row; its file is fsynced by the export, off the critical path
         inline_sized = 0 < 4 * self.length <= self.config.inline_update_bytes
         # the new vector file's page cache takes the pages of g_{r-1}'s, freed while the mean is computed
         # (durable.drop_cached; nothing reads g_{r-1} now: deltas read g_r)
         older = None if inline_sized else self.store.vector_path(self.round - 1)
         dropping = None if older is None else asyncio.ensure_future(asyncio.to_thread(drop_cached, older))
-        result = await candidate(r.aggregator, small)   # RefusedAggregate if not finite
+        result = await candidate(r.aggregator, small)  # RefusedAggregate if not finite
         if self.strategy.needs_all_updates:
-            log.info("round %d: %s aggregated %d spooled updates in %.1f ms", self.round, self.strategy,
-                     result.updates, 1000 * (time.perf_counter() - t0))
+            log.info(
+                "round %d: %s aggregated %d spooled updates in %.1f ms",
+                self.round,
+                self.strategy,
+                result.updates,
+                1000 * (time.perf_counter() - t0),
+            )
         vector = result.vector
         # a large vector's sha256 runs in a thread while the files are written, not on the loop
         hashing = None if small else asyncio.ensure_future(asyncio.to_thread(vector_digest, vector))
         sha = vector_digest(vector) if small else b""
         # devices check the file they read or the stream they receive with BLAKE3: computed beside the sha256
         # (a small vector's: microseconds, in set_global, with no thread hop between the commit and the new global)
-        file_digest = None if not self.blake3_globals or small else \
-            asyncio.ensure_future(asyncio.to_thread(LocalVectorDir.file_digest, vector))
+        file_digest = (
+            None
+            if not self.blake3_globals or small
+            else asyncio.ensure_future(asyncio.to_thread(LocalVectorDir.file_digest, vector))
+        )
         metrics = {**r.metrics.means(), **self.strategy.server_update.metrics(), **self.privacy.round_metrics(self)}
 
         inline = vector.tobytes() if inline_sized else None
@@ -397,17 +401,22 @@ class RoundEngine(TaskDispatch, RoundExports):
             atomic_write(self.store.vector_path(self.round + 1), vector, durable=inline is None)
             save_server_state(self, self.round + 1)
 
-        async def persist() -> None:   # computed once above (a stateful server update must not step twice)
+        async def persist() -> None:  # computed once above (a stateful server update must not step twice)
             nonlocal sha
             await asyncio.to_thread(write_files)
             if hashing is not None:
                 sha = await hashing
             self.store.commit_round(self.round, sha.hex(), len(r.reported), r.examples, metrics, defer, inline)
 
-        await retry_when_full(persist, f"round {self.round} commit")   # disk full: wait for space, not die
-        log.info("round %d: committed %d updates over %d examples; metrics %s", self.round, len(r.reported),
-                 r.examples, {k: round(v, 5) for k, v in metrics.items()})
-        self.store.layout.server_state(self.round).unlink(missing_ok=True)   # superseded by round + 1's
+        await retry_when_full(persist, f"round {self.round} commit")  # disk full: wait for space, not die
+        log.info(
+            "round %d: committed %d updates over %d examples; metrics %s",
+            self.round,
+            len(r.reported),
+            r.examples,
+            {k: round(v, 5) for k, v in metrics.items()},
+        )
+        self.store.layout.server_state(self.round).unlink(missing_ok=True)  # superseded by round + 1's
         self.transition(RoundState.EXPORTING, f"global vector of round {self.round + 1} is {sha.hex()[:12]}")
         self.round += 1
         self.set_global(self.round, vector, sha, None if file_digest is None else await file_digest)
@@ -418,11 +427,11 @@ class RoundEngine(TaskDispatch, RoundExports):
         self._stopping = True
         self.notify()
         if self.secagg is not None:
-            self.secagg.wake()      # its held steps wait for their phase only (secagg_round.hold)
+            self.secagg.wake()  # its held steps wait for their phase only (secagg_round.hold)
 
     def close(self) -> None:
         self.close_exports()
         self.uploads.close()
         if self.local_vectors is not None:
-            self.local_vectors.clear_free()   # recycled update files (coordinator.local_vectors) hold no one's data
+            self.local_vectors.clear_free()  # recycled update files (coordinator.local_vectors) hold no one's data
         self.spool_free.clear()

@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from fedort.coordinator.uploads.metric_limits import kept_names
 from fedort.protos.messages import Metric

@@ -8,19 +8,19 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, AsyncIterator, Mapping
 import weakref
-from typing import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING
 
-from fedort.common.invariants import present
-from fedort.coordinator.uploads.admission import check_model
-from fedort.coordinator.engine.selection import client_seed
-from fedort.coordinator.state.integrity import read_verified_vector
-from fedort.coordinator.engine.training_round import GlobalVector
-from fedort.coordinator.status import snapshot
 from fedort.common.errors import NotFoundError, ProtocolError, StaleRoundError
-from fedort.protos.messages import Metric, Status, SubmitResult, Task, TaskKind, TrainConfig, UpdateHeader
+from fedort.common.invariants import present
 from fedort.common.round_state import RoundState
+from fedort.coordinator.engine.selection import client_seed
+from fedort.coordinator.engine.training_round import GlobalVector
+from fedort.coordinator.state.integrity import read_verified_vector
+from fedort.coordinator.status import snapshot
+from fedort.coordinator.uploads.admission import check_model
+from fedort.protos.messages import Metric, Status, SubmitResult, Task, TaskKind, TrainConfig, UpdateHeader
 
 if TYPE_CHECKING:
     from fedort.coordinator.config import CoordinatorConfig
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("fedort.coordinator.engine.round_engine")
 
 MAX_POLL_MS = 30_000
-MAX_POLL_IDS = 10_000   # client ids per PollTasks call
+MAX_POLL_IDS = 10_000  # client ids per PollTasks call
 
 
 #: (round, sha256 hex) -> an old round's global vector while some download holds it (then it is freed)
@@ -62,6 +62,7 @@ class TaskDispatch:
     _stopping: bool
 
     if TYPE_CHECKING:
+
         async def wait_change(self, timeout: float) -> None: ...
 
     def touch(self, client_id: str) -> None:
@@ -78,19 +79,41 @@ class TaskDispatch:
             return None
         if self._may_fit(client_id):
             cfg = self.config
-            train = TrainConfig(cfg.local_epochs, cfg.batch_size, cfg.lr, cfg.reset_optimizer,
-                                client_seed(cfg.seed, self.round, client_id), dict(cfg.extra), cfg.prox_mu)
+            train = TrainConfig(
+                cfg.local_epochs,
+                cfg.batch_size,
+                cfg.lr,
+                cfg.reset_optimizer,
+                client_seed(cfg.seed, self.round, client_id),
+                dict(cfg.extra),
+                cfg.prox_mu,
+            )
             g = present(self.global_vector, "the global vector")
-            return Task(TaskKind.FIT, self.round, self._fit_deadline_ms(), train, 0, g.sha256, self.length,
-                        self.secagg.task_bytes() if self.secagg is not None else b"", g.blake3)
+            return Task(
+                TaskKind.FIT,
+                self.round,
+                self._fit_deadline_ms(),
+                train,
+                0,
+                g.sha256,
+                self.length,
+                self.secagg.task_bytes() if self.secagg is not None else b"",
+                g.blake3,
+            )
         return self.evaluation.task_for(client_id)
 
     def _may_fit(self, client_id: str) -> bool:
         """Whether `client_id` gets a FIT task now: selected for the open round and not yet reported."""
         r = self.training
-        return (self.state is RoundState.TRAINING and r is not None and not r.closing and client_id in r.selected
-                and client_id not in r.reported and client_id not in r.pending
-                and (self.secagg is None or self.secagg.may_fit(client_id)))
+        return (
+            self.state is RoundState.TRAINING
+            and r is not None
+            and not r.closing
+            and client_id in r.selected
+            and client_id not in r.reported
+            and client_id not in r.pending
+            and (self.secagg is None or self.secagg.may_fit(client_id))
+        )
 
     def _fit_deadline_ms(self) -> int:
         return present(self.training, "the open round").deadline_ms
@@ -112,8 +135,9 @@ class TaskDispatch:
                 return Task(TaskKind.WAIT, self.round, retry_after_ms=1000 if wait <= 0 or self._stopping else 0)
             await self.wait_change(remaining)
 
-    async def poll_many(self, client_ids: list[str], model_id: str,
-                        wait_ms: int) -> tuple[int, RoundState, dict[str, Task]]:
+    async def poll_many(
+        self, client_ids: list[str], model_id: str, wait_ms: int
+    ) -> tuple[int, RoundState, dict[str, Task]]:
         """PollTask for many clients in one call: (round, state, the clients whose task is not WAIT).
 
         Held up to min(wait_ms, 30 s) while none of them has work; the clients omitted WAIT. One
@@ -126,10 +150,13 @@ class TaskDispatch:
         for cid in ids:
             self.touch(cid)
         until = time.monotonic() + min(max(wait_ms, 0), MAX_POLL_MS) / 1000
-        while True:   # woken by every upload: look only at listed clients that can have work now
+        while True:  # woken by every upload: look only at listed clients that can have work now
             can = self._may_have_work()
-            tasks = {cid: t for cid in (ids if can is None else [c for c in ids if c in can])
-                     if (t := self._task_now(cid)) is not None and t.kind != TaskKind.WAIT}
+            tasks = {
+                cid: t
+                for cid in (ids if can is None else [c for c in ids if c in can])
+                if (t := self._task_now(cid)) is not None and t.kind != TaskKind.WAIT
+            }
             if tasks or self._stopping or time.monotonic() >= until:
                 return self.round, self.state, tasks
             await self.wait_change(until - time.monotonic())
@@ -170,8 +197,9 @@ class TaskDispatch:
         """Admit, receive, store and count one update (see `coordinator.uploads`)."""
         return await self.uploads.submit(header, chunks)
 
-    async def secagg_step(self, client_id: str, model_id: str, round: int, step: int, payload: bytes,
-                          wait_ms: int) -> tuple[bool, bytes]:
+    async def secagg_step(
+        self, client_id: str, model_id: str, round: int, step: int, payload: bytes, wait_ms: int
+    ) -> tuple[bool, bytes]:
         """One secure-aggregation protocol step (see `coordinator.secagg_round`)."""
         if self.secagg is None:
             self.touch(client_id)
@@ -184,8 +212,9 @@ class TaskDispatch:
 
         return await run_batch(self.secagg, calls, wait_ms)
 
-    def submit_evaluation(self, client_id: str, model_id: str, round: int, num_examples: int,
-                          metrics: Mapping[str, Metric]) -> SubmitResult:
+    def submit_evaluation(
+        self, client_id: str, model_id: str, round: int, num_examples: int, metrics: Mapping[str, Metric]
+    ) -> SubmitResult:
         return self.evaluation.submit(client_id, model_id, round, num_examples, metrics)
 
     def join(self, client_id: str, device_name: str, capabilities: Mapping[str, str], enrolled: bool = False) -> str:
@@ -216,5 +245,11 @@ class TaskDispatch:
         return self.round, self.state
 
     def status(self) -> Status:
-        return snapshot(self.store, current_round=self.round, total_rounds=self.config.rounds,
-                        state=self.state, registered=len(self.registry), active=self.registry.active_count())
+        return snapshot(
+            self.store,
+            current_round=self.round,
+            total_rounds=self.config.rounds,
+            state=self.state,
+            registered=len(self.registry),
+            active=self.registry.active_count(),
+        )

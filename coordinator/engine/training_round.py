@@ -7,8 +7,9 @@ drops it at commit; admission and the upload path read it, only the event loop w
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -34,12 +35,12 @@ class TrainingRound:
     attempt: int = 0
     selected: frozenset[str] = frozenset()
     deadline_ms: int = 0
-    closing: bool = False                                  # no new update is accepted once set
+    closing: bool = False  # no new update is accepted once set
     reported: dict[str, int] = field(default_factory=dict)  # client -> num_examples, durable updates only
-    pending: set[str] = field(default_factory=set)         # clients whose update is being made durable
+    pending: set[str] = field(default_factory=set)  # clients whose update is being made durable
     metrics: MetricSums = field(default_factory=MetricSums)
     examples: int = 0
-    expected_clients: int | None = None                    # privacy: n_exp and population, fixed at open
+    expected_clients: int | None = None  # privacy: n_exp and population, fixed at open
     population: int = 0
 
     def record(self, client_id: str, n: int, metrics: Mapping[str, Any]) -> None:

@@ -28,13 +28,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedort.coordinator.export.splice import BASE, FLOAT, ModelSplice
 from fedort.common.errors import CorruptStateError
+from fedort.coordinator.export.splice import BASE, FLOAT, ModelSplice
 
 # link(2) errors that say "no hard link here": another filesystem, a filesystem without hard links, too many links
 NO_LINKS = frozenset({errno.EXDEV, errno.EPERM, errno.EACCES, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK})
-DATA_FILE = "model.onnx.data"      # the external data file beside model.onnx (a hard link to the vector file)
-EXTERNAL_MIN_BYTES = 1 << 20       # default export_external_bytes: 1 MiB of parameters (262,144 float32)
+DATA_FILE = "model.onnx.data"  # the external data file beside model.onnx (a hard link to the vector file)
+EXTERNAL_MIN_BYTES = 1 << 20  # default export_external_bytes: 1 MiB of parameters (262,144 float32)
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class ExternalModel:
     sha256: str
 
     @classmethod
-    def of(cls, splice: ModelSplice, location: str = DATA_FILE) -> "ExternalModel | None":
+    def of(cls, splice: ModelSplice, location: str = DATA_FILE) -> ExternalModel | None:
         """The splice's model with each trainable initializer's bytes moved out to `location` at that
         initializer's offset in the vector; None if the initializers do not match the splice's places."""
         import onnx
@@ -53,17 +53,17 @@ class ExternalModel:
         proto = onnx.ModelProto()
         proto.ParseFromString(splice.template)
         wanted = {(at, n) for at, n, _ in splice.places}
-        probe = ModelSplice.probe(splice.nbytes // 4).tobytes()   # what the template's trainable bytes are
+        probe = ModelSplice.probe(splice.nbytes // 4).tobytes()  # what the template's trainable bytes are
         moved = set()
         for init in proto.graph.initializer:
             raw = init.raw_data
             if init.data_type != FLOAT or len(raw) < 4:
                 continue
             place = (4 * (int.from_bytes(raw[:4], "little") - BASE), len(raw))
-            if place not in wanted or raw != probe[place[0]:place[0] + place[1]]:
-                continue   # a frozen initializer: stays inline
+            if place not in wanted or raw != probe[place[0] : place[0] + place[1]]:
+                continue  # a frozen initializer: stays inline
             if place in moved:
-                return None   # two initializers claim one place (learn rules this out)
+                return None  # two initializers claim one place (learn rules this out)
             moved.add(place)
             init.ClearField("raw_data")
             init.data_location = onnx.TensorProto.EXTERNAL
@@ -86,11 +86,11 @@ def link_data(vector_file: Path, folder: Path, nbytes: int) -> Path:
         raise CorruptStateError(f"state dir is corrupt: {vector_file} holds {size} bytes, the vector {nbytes}")
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / DATA_FILE
-    tmp = folder / f".{DATA_FILE}.tmp"   # one name: exports run one at a time (state dir lock), a crash's is reused
+    tmp = folder / f".{DATA_FILE}.tmp"  # one name: exports run one at a time (state dir lock), a crash's is reused
     tmp.unlink(missing_ok=True)
     os.link(vector_file, tmp)
     try:
         os.replace(tmp, target)
     finally:
-        tmp.unlink(missing_ok=True)   # rename(2) leaves both names when they already link the same file
+        tmp.unlink(missing_ok=True)  # rename(2) leaves both names when they already link the same file
     return target

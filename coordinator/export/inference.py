@@ -25,13 +25,13 @@ from typing import Any
 
 import numpy as np
 
+from fedort.common.client_data import ClientData
+from fedort.common.durable import atomic_write, atomic_write_json, fsync_dir, fsync_file
 from fedort.common.invariants import present
-from fedort.coordinator.state.layout import LATEST_JSON, LATEST_LINK, MODEL_FILE, RECORD_FILE, round_name
 from fedort.coordinator.export.external_data import DATA_FILE, EXTERNAL_MIN_BYTES, NO_LINKS, ExternalModel, link_data
 from fedort.coordinator.export.splice import ModelSplice
-from fedort.common.durable import atomic_write, atomic_write_json, fsync_dir, fsync_file
+from fedort.coordinator.state.layout import LATEST_JSON, LATEST_LINK, MODEL_FILE, RECORD_FILE, round_name
 from fedort.ort.artifacts import Manifest
-from fedort.common.client_data import ClientData
 from fedort.ort.session import TrainingSession
 from fedort.protos.vector_stream import vector_digest
 
@@ -63,16 +63,21 @@ def load_eval_data(path: Path, manifest: Manifest) -> list[np.ndarray]:
 class Exporter:
     """Owns the coordinator-side TrainingSession used to export (and evaluate) global vectors."""
 
-    def __init__(self, artifacts_dir: Path, models_dir: Path, eval_data: Path | None = None,
-                 external_min_bytes: int = EXTERNAL_MIN_BYTES) -> None:
+    def __init__(
+        self,
+        artifacts_dir: Path,
+        models_dir: Path,
+        eval_data: Path | None = None,
+        external_min_bytes: int = EXTERNAL_MIN_BYTES,
+    ) -> None:
         self._session = TrainingSession.from_artifacts(artifacts_dir)
         self.manifest: Manifest = present(self._session.manifest, "the artifacts' manifest")
         self._models = models_dir
         self._eval = load_eval_data(eval_data, self.manifest) if eval_data else None
         self._external_min = external_min_bytes
         self._splice: ModelSplice | None = None
-        self._external: ExternalModel | None = None   # set once learned, for parameters of >= external_min_bytes
-        self._link_failed = False                      # warned once: exports are self-contained from then on
+        self._external: ExternalModel | None = None  # set once learned, for parameters of >= external_min_bytes
+        self._link_failed = False  # warned once: exports are self-contained from then on
         self._learned = False
 
     def initial_vector(self) -> np.ndarray:
@@ -89,15 +94,21 @@ class Exporter:
         n = self._eval[0].shape[0]
         loss_sum, correct = 0.0, 0
         for start in range(0, n, EVAL_BATCH):
-            batch = [a[start:start + EVAL_BATCH] for a in self._eval]
+            batch = [a[start : start + EVAL_BATCH] for a in self._eval]
             out = self._session.eval_step(*batch)
             loss_sum += float(out[loss_name]) * batch[0].shape[0]
             if has_logits:
                 correct += int((np.argmax(out["logits"], axis=1) == batch[-1]).sum())
         return EvalResult(loss_sum / n, correct / n if has_logits else None, n)
 
-    def export(self, round: int, vector: np.ndarray, record: dict[str, Any], model: bool = True,
-               vector_file: Path | None = None) -> Path:
+    def export(
+        self,
+        round: int,
+        vector: np.ndarray,
+        record: dict[str, Any],
+        model: bool = True,
+        vector_file: Path | None = None,
+    ) -> Path:
         """Write round `round`'s model.onnx + model.json and point `latest` at it; returns model.onnx.
 
         `vector_file`: the committed, durable file holding `vector` (vectors/round-000{N+1}.f32); with it,
@@ -124,21 +135,31 @@ class Exporter:
             "model_data_sha256": None if data is None else record.get("vector_sha256") or vector_digest(vector).hex(),
             "inference_outputs": list(self.manifest.inference_outputs),
             "exported_unix_ms": int(time.time() * 1000),
-            "server_eval": None if evaluation is None else {
-                "loss": _finite(evaluation.loss), "accuracy": evaluation.accuracy,
+            "server_eval": None
+            if evaluation is None
+            else {
+                "loss": _finite(evaluation.loss),
+                "accuracy": evaluation.accuracy,
                 "num_examples": evaluation.num_examples,
             },
         }
         atomic_write_json(out_dir / RECORD_FILE, full, sync_dir=False)
-        fsync_dir(out_dir)   # once for both entries, model.onnx and model.json
+        fsync_dir(out_dir)  # once for both entries, model.onnx and model.json
         if onnx is None:
             return out_dir / RECORD_FILE
         if round >= self.latest_round():
             self.point_latest(round)
-        log.info("round %d: exported %s in %.0f ms%s", round, onnx, 1000 * (time.perf_counter() - start),
-                 "" if evaluation is None else
-                 f" (server eval: loss {evaluation.loss:.4f}"
-                 + ("" if evaluation.accuracy is None else f", accuracy {evaluation.accuracy:.4f}") + ")")
+        log.info(
+            "round %d: exported %s in %.0f ms%s",
+            round,
+            onnx,
+            1000 * (time.perf_counter() - start),
+            ""
+            if evaluation is None
+            else f" (server eval: loss {evaluation.loss:.4f}"
+            + ("" if evaluation.accuracy is None else f", accuracy {evaluation.accuracy:.4f}")
+            + ")",
+        )
         return onnx
 
     def prepare(self, vector: np.ndarray) -> None:
@@ -154,7 +175,7 @@ class Exporter:
                 exported = self._session.export_model_for_inference(Path(folder) / MODEL_FILE).read_bytes()
                 self._splice = self._learn_splice(Path(folder), vector, exported)
                 self._learned = True
-        except Exception as e:   # an optimisation only: the first export learns it instead
+        except Exception as e:  # an optimisation only: the first export learns it instead
             log.warning("per-round export: could not prepare before the first round (%s); the first export will", e)
 
     def _write_model(self, path: Path, vector: np.ndarray, vector_file: Path | None) -> tuple[Path, str, str | None]:
@@ -177,16 +198,21 @@ class Exporter:
                 link_data(vector_file, path.parent, vector.nbytes)
             except OSError as e:
                 if e.errno not in NO_LINKS:
-                    raise   # e.g. a full disk: the export is retried (storage.retry_when_full)
+                    raise  # e.g. a full disk: the export is retried (storage.retry_when_full)
                 self._link_failed = True
-                log.warning("per-round export: cannot hard-link %s into %s (%s); exporting self-contained models "
-                            "(a copy of the parameters per round) instead", vector_file, path.parent, e)
+                log.warning(
+                    "per-round export: cannot hard-link %s into %s (%s); exporting self-contained models "
+                    "(a copy of the parameters per round) instead",
+                    vector_file,
+                    path.parent,
+                    e,
+                )
             else:
                 atomic_write(path, self._external.model, sync_dir=False)
                 return path, self._external.sha256, DATA_FILE
         digest = hashlib.sha256()
 
-        def hashed(chunks):   # each piece hashed as it is written, while in cache
+        def hashed(chunks):  # each piece hashed as it is written, while in cache
             for chunk in chunks:
                 digest.update(chunk)
                 yield chunk
@@ -202,7 +228,7 @@ class Exporter:
         try:
             self._session.from_buffer(ModelSplice.probe(vector.size))
             splice = ModelSplice.learn(self._session.export_model_for_inference(probe).read_bytes(), vector.size)
-        except Exception as e:   # an optimisation only: ORT keeps exporting
+        except Exception as e:  # an optimisation only: ORT keeps exporting
             log.warning("per-round export stays with ORT: the probe export failed (%s)", e)
             return None
         finally:
@@ -212,9 +238,14 @@ class Exporter:
             splice = None
         if splice is not None and splice.nbytes >= self._external_min:
             self._external = ExternalModel.of(splice)
-        log.info("per-round export: %s", "through ORT (the parameters could not be located exactly in the exported "
-                 "model)" if splice is None else "model.onnx + its parameters as external data, a hard link to the "
-                 "committed vector (export_external)" if self._external else "spliced from here on (export_splice)")
+        log.info(
+            "per-round export: %s",
+            "through ORT (the parameters could not be located exactly in the exported model)"
+            if splice is None
+            else "model.onnx + its parameters as external data, a hard link to the committed vector (export_external)"
+            if self._external
+            else "spliced from here on (export_splice)",
+        )
         return splice
 
     def latest_round(self) -> int:
@@ -226,8 +257,11 @@ class Exporter:
     def point_latest(self, round: int) -> None:
         """Atomically move `models/latest.json` and the `models/latest` symlink to round `round`."""
         name = round_name(round)
-        atomic_write_json(self._models / LATEST_JSON, {"round": round, "dir": name, "model": f"{name}/{MODEL_FILE}",
-                                                       "record": f"{name}/{RECORD_FILE}"}, sync_dir=False)
+        atomic_write_json(
+            self._models / LATEST_JSON,
+            {"round": round, "dir": name, "model": f"{name}/{MODEL_FILE}", "record": f"{name}/{RECORD_FILE}"},
+            sync_dir=False,
+        )
         tmp = self._models / f".{LATEST_LINK}.tmp-{os.getpid()}"
         try:
             tmp.unlink(missing_ok=True)
@@ -235,7 +269,7 @@ class Exporter:
             os.replace(tmp, self._models / LATEST_LINK)
         except OSError as e:  # e.g. a filesystem without symlinks: latest.json alone is the pointer
             log.debug("could not update the latest symlink: %s", e)
-        fsync_dir(self._models)   # once for both renames, latest.json and the symlink
+        fsync_dir(self._models)  # once for both renames, latest.json and the symlink
 
 
 def _drop_data_file(folder: Path) -> None:

@@ -16,14 +16,14 @@ into the file and its sha256 while each piece is in cache: no 20 MB model copy i
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import numpy as np
 
-FLOAT = 1          # onnx.TensorProto.FLOAT
+FLOAT = 1  # onnx.TensorProto.FLOAT
 BASE = 0x00800000  # the smallest normal float32's bits: probe value i has bits BASE + i
-STEP = 1 << 20     # bytes per piece of `chunks`: written and hashed while in cache
+STEP = 1 << 20  # bytes per piece of `chunks`: written and hashed while in cache
 
 
 @dataclass(frozen=True)
@@ -54,8 +54,8 @@ class ModelSplice:
             if init.data_type != FLOAT or len(raw) < 4 or len(raw) % 4:
                 continue
             at = 4 * (int.from_bytes(raw[:4], "little") - BASE)
-            if not (0 <= at and at + len(raw) <= len(vb) and vb[at:at + len(raw)] == raw):
-                continue    # a frozen (non-trainable) initializer: unchanged, stays as exported
+            if not (0 <= at and at + len(raw) <= len(vb) and vb[at : at + len(raw)] == raw):
+                continue  # a frozen (non-trainable) initializer: unchanged, stays as exported
             where = model.find(raw)
             if where < 0 or model.find(raw, where + 1) >= 0:
                 return None
@@ -64,7 +64,7 @@ class ModelSplice:
         end = 0
         for at, n_bytes, _ in places:
             if at != end:
-                return None     # a gap or an overlap: not exactly the trainable parameters
+                return None  # a gap or an overlap: not exactly the trainable parameters
             end = at + n_bytes
         if end != len(vb):
             return None
@@ -77,7 +77,7 @@ class ModelSplice:
             raise ValueError(f"vector of {len(vb)} bytes; this model's parameters take {self.nbytes}")
         out = bytearray(self.template)
         for at, n, where in self.places:
-            out[where:where + n] = vb[at:at + n]
+            out[where : where + n] = vb[at : at + n]
         return out
 
     def chunks(self, vector: np.ndarray, step: int = STEP) -> Iterator[memoryview]:
@@ -86,13 +86,13 @@ class ModelSplice:
         if len(vb) != self.nbytes:
             raise ValueError(f"vector of {len(vb)} bytes; this model's parameters take {self.nbytes}")
         template, pos = memoryview(self.template), 0
-        for at, n, where in sorted(self.places, key=lambda p: p[2]):   # in file order
+        for at, n, where in sorted(self.places, key=lambda p: p[2]):  # in file order
             yield from _steps(template[pos:where], step)
-            yield from _steps(vb[at:at + n], step)
+            yield from _steps(vb[at : at + n], step)
             pos = where + n
         yield from _steps(template[pos:], step)
 
 
 def _steps(view: memoryview, step: int) -> Iterator[memoryview]:
     for start in range(0, len(view), step):
-        yield view[start:start + step]
+        yield view[start : start + step]

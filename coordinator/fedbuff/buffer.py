@@ -21,13 +21,14 @@ the uninterrupted run's sum to float32 rounding.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
-from fedort.coordinator.fedbuff.staleness import StalenessWeight
 from fedort.common.errors import ConfigError, ProtocolError, TooStaleError, VectorError
+from fedort.coordinator.fedbuff.staleness import StalenessWeight
 
 _BLOCK = 1 << 16
 
@@ -36,12 +37,12 @@ _BLOCK = 1 << 16
 class BufferedAggregate:
     """What one full buffer yields: the mean delta A / N (float32) and what went into it."""
 
-    version: int               # the global version the deltas are applied to (next is version + 1)
-    delta: np.ndarray          # A / N
+    version: int  # the global version the deltas are applied to (next is version + 1)
+    delta: np.ndarray  # A / N
     updates: int
-    examples: int              # N
-    weight: float              # Σ w(s)·n
-    staleness: Mapping[int, int]   # staleness -> updates, for this buffer
+    examples: int  # N
+    weight: float  # Σ w(s)·n
+    staleness: Mapping[int, int]  # staleness -> updates, for this buffer
 
     def combined(self, global_vector: np.ndarray) -> np.ndarray:
         """x_v + A / N as float32: what a server optimizer takes as the combined vector."""
@@ -60,7 +61,7 @@ class UpdateBuffer:
     weight: StalenessWeight
     version: int = 0
     dtype: np.dtype = field(default_factory=lambda: np.dtype(np.float32))
-    histogram: Counter = field(default_factory=Counter, init=False)   # staleness -> accepted updates, all time
+    histogram: Counter = field(default_factory=Counter, init=False)  # staleness -> accepted updates, all time
     refused: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
@@ -85,18 +86,23 @@ class UpdateBuffer:
     def staleness_of(self, base_version: int) -> int:
         """Versions between `base_version` and the current one; refuses too stale or future versions."""
         if not isinstance(base_version, int) or base_version < 0 or base_version > self.version:
-            raise ProtocolError(f"update trained on version {base_version!r}, expected a version in 0..{self.version} "
-                                f"(the current global version)")
+            raise ProtocolError(
+                f"update trained on version {base_version!r}, expected a version in 0..{self.version} "
+                f"(the current global version)"
+            )
         staleness = self.version - base_version
         if staleness > self.max_staleness:
             self.refused += 1
-            raise TooStaleError(f"update trained on version {base_version} is {staleness} versions behind the current "
-                                f"version {self.version}; at most {self.max_staleness} accepted: download the latest "
-                                "global vector and train again")
+            raise TooStaleError(
+                f"update trained on version {base_version} is {staleness} versions behind the current "
+                f"version {self.version}; at most {self.max_staleness} accepted: download the latest "
+                "global vector and train again"
+            )
         return staleness
 
-    def add(self, vector: np.ndarray, num_examples: int, base_version: int,
-            base_vector: np.ndarray | None = None) -> bool:
+    def add(
+        self, vector: np.ndarray, num_examples: int, base_version: int, base_vector: np.ndarray | None = None
+    ) -> bool:
         """Fold one update in; `vector` is the delta Δ, or the trained model if `base_vector` (version
         `base_version`'s global) is given. Returns `ready`. Checked before anything is folded."""
         staleness = self.staleness_of(base_version)
@@ -138,15 +144,24 @@ class UpdateBuffer:
 
     def state(self) -> dict[str, Any]:
         """Everything needed to continue: the accumulator (a copy) and the counters."""
-        return {"version": self.version, "acc": self._acc.copy(), "count": self.count, "examples": self.examples,
-                "weight_sum": self.weight_sum, "staleness": dict(self._staleness), "histogram": dict(self.histogram),
-                "refused": self.refused}
+        return {
+            "version": self.version,
+            "acc": self._acc.copy(),
+            "count": self.count,
+            "examples": self.examples,
+            "weight_sum": self.weight_sum,
+            "staleness": dict(self._staleness),
+            "histogram": dict(self.histogram),
+            "refused": self.refused,
+        }
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         acc = state["acc"]
         if not isinstance(acc, np.ndarray) or acc.shape != (self.length,):
-            raise VectorError(f"buffer state accumulator must have {self.length} elements, got "
-                              f"{getattr(acc, 'shape', type(acc).__name__)}")
+            raise VectorError(
+                f"buffer state accumulator must have {self.length} elements, got "
+                f"{getattr(acc, 'shape', type(acc).__name__)}"
+            )
         self._acc[:] = acc
         self.version, self.count, self.examples = int(state["version"]), int(state["count"]), int(state["examples"])
         self.weight_sum, self.refused = float(state["weight_sum"]), int(state["refused"])

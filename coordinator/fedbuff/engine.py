@@ -26,20 +26,20 @@ import logging
 
 import numpy as np
 
+from fedort.common.durable import atomic_write
 from fedort.common.invariants import present
+from fedort.common.round_state import RoundState, RunState
 from fedort.coordinator.aggregation import Update, decoder_for
-from fedort.coordinator.fedbuff.ledger import AsyncLedger
-from fedort.coordinator.fedbuff.uploads import AsyncUploads
-from fedort.coordinator.fedbuff.buffer import UpdateBuffer
 from fedort.coordinator.engine.recovery import drop_spool, save_server_state
 from fedort.coordinator.engine.round_engine import RoundEngine, RunOutcome
-from fedort.coordinator.fedbuff.staleness import parse_staleness_weight
-from fedort.coordinator.state.store import now_ms, read_vector
 from fedort.coordinator.engine.training_round import TrainingRound
-from fedort.common.durable import atomic_write
-from fedort.protos.vector_stream import vector_digest
+from fedort.coordinator.fedbuff.buffer import UpdateBuffer
+from fedort.coordinator.fedbuff.ledger import AsyncLedger
+from fedort.coordinator.fedbuff.staleness import parse_staleness_weight
+from fedort.coordinator.fedbuff.uploads import AsyncUploads
+from fedort.coordinator.state.store import now_ms, read_vector
 from fedort.protos.messages import SubmitResult, UpdateHeader
-from fedort.common.round_state import RoundState, RunState
+from fedort.protos.vector_stream import vector_digest
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 class BufferFold:
     """Stands in for the round aggregator: decodes an update and folds it into the version's buffer."""
 
-    def __init__(self, engine: "AsyncEngine", version: int) -> None:
+    def __init__(self, engine: AsyncEngine, version: int) -> None:
         self.engine = engine
         self.version = version
 
@@ -70,12 +70,18 @@ class AsyncEngine(RoundEngine):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         cfg = self.config
-        self.buffer = UpdateBuffer(self.length, cfg.buffer_size, cfg.max_staleness,
-                                   parse_staleness_weight(cfg.staleness_weight), version=1, dtype=np.dtype(np.float64))
+        self.buffer = UpdateBuffer(
+            self.length,
+            cfg.buffer_size,
+            cfg.max_staleness,
+            parse_staleness_weight(cfg.staleness_weight),
+            version=1,
+            dtype=np.dtype(np.float64),
+        )
         self.ledger = AsyncLedger(self.store.layout.db)
-        self.uploads.close()                 # the synchronous intake's fold thread: not used here
+        self.uploads.close()  # the synchronous intake's fold thread: not used here
         # its own intake, for the calls the async engine makes (not a subclass of the synchronous one)
-        self.uploads = AsyncUploads(self)   # type: ignore[assignment]
+        self.uploads = AsyncUploads(self)  # type: ignore[assignment]
         self.version_lock = asyncio.Lock()
         self._versions_done = asyncio.Event()
 
@@ -84,7 +90,7 @@ class AsyncEngine(RoundEngine):
     def begin_round(self) -> TrainingRound:
         """The buffer of version `self.round` (empty; recovery replays into it)."""
         self.buffer.version = self.round
-        self.training = TrainingRound(self.round, BufferFold(self, self.round))   # type: ignore[arg-type]
+        self.training = TrainingRound(self.round, BufferFold(self, self.round))  # type: ignore[arg-type]
         return self.training
 
     def version_vector(self, version: int) -> np.ndarray:
@@ -107,8 +113,11 @@ class AsyncEngine(RoundEngine):
 
     def _open_version(self) -> None:
         self.begin_round()
-        self.open_attempt(1, frozenset(), f"version {self.round} takes updates: {self.buffer.buffer_size} make "
-                                          f"version {self.round + 1}")
+        self.open_attempt(
+            1,
+            frozenset(),
+            f"version {self.round} takes updates: {self.buffer.buffer_size} make version {self.round + 1}",
+        )
 
     async def commit_version(self) -> None:
         """Buffer -> server optimizer -> version v + 1, durably (vector, server state, row), then export it."""
@@ -124,9 +133,14 @@ class AsyncEngine(RoundEngine):
         seconds = max(1e-3, (now_ms() - row.opened_ms) / 1000)
         staleness = {f"staleness_{s}": float(n) for s, n in sorted(aggregate.staleness.items())}
         total = sum(aggregate.staleness.values())
-        metrics = {**r.metrics.means(), **self.strategy.server_update.metrics(), **staleness,
-                   "staleness_mean": sum(s * n for s, n in aggregate.staleness.items()) / total,
-                   "staleness_max": float(max(aggregate.staleness)), "updates_per_s": aggregate.updates / seconds}
+        metrics = {
+            **r.metrics.means(),
+            **self.strategy.server_update.metrics(),
+            **staleness,
+            "staleness_mean": sum(s * n for s, n in aggregate.staleness.items()) / total,
+            "staleness_max": float(max(aggregate.staleness)),
+            "updates_per_s": aggregate.updates / seconds,
+        }
         self.store.commit_round(v, sha.hex(), aggregate.updates, aggregate.examples, metrics)
         drop_spool(self, v)
         self.store.layout.server_state(v).unlink(missing_ok=True)
@@ -163,7 +177,7 @@ class AsyncEngine(RoundEngine):
                     if not resumed:
                         await self._wait_for_clients()
                         self._open_version()
-                    elif self.buffer.ready:          # K updates were acknowledged before the crash
+                    elif self.buffer.ready:  # K updates were acknowledged before the crash
                         await self.commit_version()
                 await self._versions_done.wait()
             await self.evaluation.run()
@@ -186,8 +200,12 @@ class AsyncEngine(RoundEngine):
     def _may_fit(self, client_id: str) -> bool:
         """Any active client may train while a version takes updates (no selection), once per version."""
         r = self.training
-        return (self.state is RoundState.TRAINING and r is not None and client_id not in r.reported
-                and client_id not in r.pending)
+        return (
+            self.state is RoundState.TRAINING
+            and r is not None
+            and client_id not in r.reported
+            and client_id not in r.pending
+        )
 
     def _fit_deadline_ms(self) -> int:
         return now_ms() + int(self.config.round_timeout_s * 1000)

@@ -40,20 +40,24 @@ class AsyncLedger:
 
     def record(self, buffer: int, client_id: str, base_version: int) -> None:
         """Durably note that `client_id`'s update in `buffer` was trained on `base_version` (before its submission row)."""
-        self._db.execute("INSERT OR REPLACE INTO async_updates (buffer, client_id, base_version) VALUES (?, ?, ?)",
-                         (buffer, client_id, base_version))
+        self._db.execute(
+            "INSERT OR REPLACE INTO async_updates (buffer, client_id, base_version) VALUES (?, ?, ?)",
+            (buffer, client_id, base_version),
+        )
 
     def base_of(self, buffer: int, client_id: str) -> int:
-        row = self._db.execute("SELECT base_version FROM async_updates WHERE buffer = ? AND client_id = ?",
-                               (buffer, client_id)).fetchone()
+        row = self._db.execute(
+            "SELECT base_version FROM async_updates WHERE buffer = ? AND client_id = ?", (buffer, client_id)
+        ).fetchone()
         if row is None:
             raise KeyError(f"no ledger row for {client_id}'s update in the buffer of version {buffer}")
         return int(row[0])
 
     def counted_in(self, client_id: str, base_version: int) -> int | None:
         """The buffer that counted `client_id`'s update trained on `base_version`, or None."""
-        row = self._db.execute(f"SELECT a.buffer {_COUNTED} WHERE a.client_id = ? AND a.base_version = ?",
-                               (client_id, base_version)).fetchone()
+        row = self._db.execute(
+            f"SELECT a.buffer {_COUNTED} WHERE a.client_id = ? AND a.base_version = ?", (client_id, base_version)
+        ).fetchone()
         return None if row is None else int(row[0])
 
     def histogram(self) -> Counter:

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedort.common.specs import split_spec, spec_number
 from fedort.common.errors import ConfigError
+from fedort.common.specs import spec_number, split_spec
 
 SPECS = "constant | poly:A | hinge:A,B"
 

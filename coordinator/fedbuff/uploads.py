@@ -26,40 +26,42 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TYPE_CHECKING, AsyncIterator, cast
+from typing import TYPE_CHECKING, cast
 
-from fedort.common.invariants import present
-from fedort.coordinator.uploads.admission import AdmittedUpdate, admit_async_update, check_model
-from fedort.coordinator.aggregation import Update
-from fedort.coordinator.engine.round_metrics import metrics_json
-from fedort.coordinator.state.store import now_ms
-from fedort.coordinator.state.schema import SubmissionRow
-from fedort.coordinator.uploads.slots import UploadSlots
-from fedort.coordinator.uploads.stream import spool_error
-from fedort.coordinator.colocated.local_vectors import TakenFile, with_taken_digest
-from fedort.coordinator.uploads.intake import received
+from fedort.common import digests
 from fedort.common.durable import fsync_dir, fsync_file
 from fedort.common.errors import ProtocolError, StaleRoundError
-from fedort.protos.messages import SubmitResult, UpdateHeader
+from fedort.common.invariants import present
 from fedort.common.round_state import RoundState
-from fedort.common import digests
+from fedort.coordinator.aggregation import Update
+from fedort.coordinator.colocated.local_vectors import TakenFile, with_taken_digest
+from fedort.coordinator.engine.round_metrics import metrics_json
+from fedort.coordinator.state.schema import SubmissionRow
+from fedort.coordinator.state.store import now_ms
+from fedort.coordinator.uploads.admission import AdmittedUpdate, admit_async_update, check_model
+from fedort.coordinator.uploads.intake import received
+from fedort.coordinator.uploads.slots import UploadSlots
+from fedort.coordinator.uploads.stream import spool_error
+from fedort.protos.messages import SubmitResult, UpdateHeader
 
 if TYPE_CHECKING:
     from fedort.coordinator.fedbuff.engine import AsyncEngine, BufferFold
 
 log = logging.getLogger(__name__)
 
+
 class AsyncUploads:
     """The async engine's `submit`: one call per upload stream."""
 
-    def __init__(self, engine: "AsyncEngine") -> None:
+    def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
         cfg = engine.config
         self.slots = UploadSlots(cfg.max_concurrent_uploads, cfg.uploads_per_client)
         self._temp_counter = 0
-        self.busy = False        # (read by the sync engine's helpers; folds here finish before the reply)
-        self.bytes_received: dict[int, int] = {}   # version -> payload bytes of accepted updates
+        self.busy = False  # (read by the sync engine's helpers; folds here finish before the reply)
+        self.bytes_received: dict[int, int] = {}  # version -> payload bytes of accepted updates
 
     def round_closed(self, round: int) -> None:
         """(The synchronous engine's hook) versions do not cut uploads short: they join the next buffer."""
@@ -69,16 +71,21 @@ class AsyncUploads:
         e = self.engine
         base, client = h.vector.round, h.client_id
         if e.state is not RoundState.TRAINING or e.training is None:
-            raise StaleRoundError(f"no global version is open for updates now (state {e.state.name}, version {e.round})")
+            raise StaleRoundError(
+                f"no global version is open for updates now (state {e.state.name}, version {e.round})"
+            )
         if not isinstance(base, int) or not 1 <= base <= e.round:
-            raise ProtocolError(f"update trained on version {base}, expected a version in 1..{e.round} "
-                                "(the current global version)")
+            raise ProtocolError(
+                f"update trained on version {base}, expected a version in 1..{e.round} (the current global version)"
+            )
         if e.ledger.counted_in(client, base) is not None:
             return None
-        staleness = e.buffer.staleness_of(base)        # TooStaleError (FAILED_PRECONDITION) past max_staleness
+        staleness = e.buffer.staleness_of(base)  # TooStaleError (FAILED_PRECONDITION) past max_staleness
         if client in e.training.reported or client in e.training.pending:
-            raise StaleRoundError(f"client {client} already contributed to the buffer of version {e.round}; "
-                                  f"poll for a task on version {e.round + 1}")
+            raise StaleRoundError(
+                f"client {client} already contributed to the buffer of version {e.round}; "
+                f"poll for a task on version {e.round + 1}"
+            )
         return e.round, staleness
 
     def admit(self, h: UpdateHeader) -> AdmittedUpdate | None:
@@ -88,9 +95,14 @@ class AsyncUploads:
         if self._check(h) is None:
             return None
         base = h.vector.round
-        return admit_async_update(h, length=e.length, config=e.config, base_sha256=e.version_sha256(base),
-                                  base_vector=lambda: e.version_vector(base),
-                                  announced=e.registry.capabilities(h.client_id).get("examples"))
+        return admit_async_update(
+            h,
+            length=e.length,
+            config=e.config,
+            base_sha256=e.version_sha256(base),
+            base_vector=lambda: e.version_vector(base),
+            announced=e.registry.capabilities(h.client_id).get("examples"),
+        )
 
     async def submit(self, h: UpdateHeader, chunks: AsyncIterator[bytes]) -> SubmitResult:
         """Admit, receive, store, fold (and commit a version on the K-th update); acknowledged when this returns."""
@@ -106,8 +118,9 @@ class AsyncUploads:
         # the version may commit (and its spool folder go) while this streams: temp files live in
         # spool folder 0, which no version owns, and move into the accepting version's folder
         tmp = e.store.layout.spool_temp(0, h.client_id, self._temp_counter)
-        async with received(admitted, tmp, chunks, slots=self.slots, slot_round=0, config=e.config,
-                            monitor=e.monitor, free=e.spool_free) as receiver:
+        async with received(
+            admitted, tmp, chunks, slots=self.slots, slot_round=0, config=e.config, monitor=e.monitor, free=e.spool_free
+        ) as receiver:
             h = with_taken_digest(h, receiver)
             async with e.version_lock:
                 result = await self._accept(h, tmp, admitted.payload_bytes, isinstance(receiver, TakenFile))
@@ -131,22 +144,42 @@ class AsyncUploads:
                 raise spool_error(err, "place the spooled update") from err
             metrics = metrics_json(h.metrics)
             e.ledger.record(version, client, base)
-            e.store.add_submission(SubmissionRow(version, client, h.num_examples, metrics, digests.stored(h.vector.digest, h.vector.sha256),
-                                                 e.store.layout.relative(path), now_ms(), codec))
+            e.store.add_submission(
+                SubmissionRow(
+                    version,
+                    client,
+                    h.num_examples,
+                    metrics,
+                    digests.stored(h.vector.digest, h.vector.sha256),
+                    e.store.layout.relative(path),
+                    now_ms(),
+                    codec,
+                )
+            )
             # durable from here on: it counts, and a restart replays it from the spool
             r.record(client, h.num_examples, metrics)
             self.bytes_received[version] = self.bytes_received.get(version, 0) + nbytes
             update = Update(client, h.num_examples, codec, path)
-            fold = cast("BufferFold", r.aggregator)   # the async engine's rounds fold into its buffer
+            fold = cast("BufferFold", r.aggregator)  # the async engine's rounds fold into its buffer
             await asyncio.to_thread(fold.fold, codec, update.encoded(), h.num_examples, base)
         finally:
             r.pending.discard(client)
             e.notify()
         weight = e.buffer.weight(staleness)
-        log.info("version %d: accepted update of %s trained on version %d (staleness %d, weight %.3g); %d of %d "
-                 "buffered", version, client, base, staleness, weight, e.buffer.count, e.buffer.buffer_size)
-        message = (f"accepted into the buffer of version {version} (staleness {staleness}, weight {weight:.3g}, "
-                   f"{e.buffer.count} of {e.buffer.buffer_size})")
+        log.info(
+            "version %d: accepted update of %s trained on version %d (staleness %d, weight %.3g); %d of %d buffered",
+            version,
+            client,
+            base,
+            staleness,
+            weight,
+            e.buffer.count,
+            e.buffer.buffer_size,
+        )
+        message = (
+            f"accepted into the buffer of version {version} (staleness {staleness}, weight {weight:.3g}, "
+            f"{e.buffer.count} of {e.buffer.buffer_size})"
+        )
         if e.buffer.ready:
             await e.commit_version()
         return SubmitResult(True, False, base, message)

@@ -24,9 +24,9 @@ if TYPE_CHECKING:
 MAX_ROUNDS = 10**7
 
 
-def round_event(q: float, z: float) -> "dp_accounting.DpEvent":
+def round_event(q: float, z: float) -> dp_accounting.DpEvent:
     """The DpEvent of one round: Poisson sampling at rate q of the Gaussian mechanism with multiplier z."""
-    import dp_accounting   # imported on first use: it pulls scipy, the coordinator should start without it
+    import dp_accounting  # imported on first use: it pulls scipy, the coordinator should start without it
 
     return dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z))
 
@@ -84,7 +84,6 @@ def rounds_within_budget(q: float, z: float, delta: float, target_eps: float) ->
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if epsilon(q, z, mid, delta) <= target_eps else (lo, mid)
     return lo
-
 
 
 def epsilon_for_rounds(rounds: list[tuple[float, float]], delta: float) -> float:

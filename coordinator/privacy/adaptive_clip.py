@@ -30,8 +30,9 @@ def delta_noise_multiplier(z: float, count_std: float) -> float:
         return 0.0
     rest = z**-2 - (2.0 * count_std) ** -2
     if rest <= 0:
-        raise ConfigError(f"the clip-count noise (std {count_std}) uses the whole budget of z={z}; "
-                          f"need count std > z/2 = {z / 2}")
+        raise ConfigError(
+            f"the clip-count noise (std {count_std}) uses the whole budget of z={z}; need count std > z/2 = {z / 2}"
+        )
     return rest**-0.5
 
 
@@ -40,7 +41,7 @@ class AdaptiveClip:
     clip: float = 0.1
     target_quantile: float = 0.5
     learning_rate: float = 0.2
-    count_std: float = 0.0      # sigma_b; `for_cohort` sets n_exp / 20
+    count_std: float = 0.0  # sigma_b; `for_cohort` sets n_exp / 20
 
     def __post_init__(self) -> None:
         if not (self.clip > 0 and math.isfinite(self.clip)):
@@ -48,23 +49,30 @@ class AdaptiveClip:
         if not 0 < self.target_quantile < 1:
             raise ConfigError(f"adaptive clip quantile must be in (0, 1), got {self.target_quantile}")
         if not (self.learning_rate > 0 and self.count_std >= 0):
-            raise ConfigError(f"adaptive clip needs learning_rate > 0 and count_std >= 0, got "
-                              f"{self.learning_rate}, {self.count_std}")
+            raise ConfigError(
+                f"adaptive clip needs learning_rate > 0 and count_std >= 0, got {self.learning_rate}, {self.count_std}"
+            )
 
     @classmethod
-    def for_cohort(cls, expected_clients: int, target_quantile: float = 0.5, clip: float = 0.1) -> "AdaptiveClip":
+    def for_cohort(cls, expected_clients: int, target_quantile: float = 0.5, clip: float = 0.1) -> AdaptiveClip:
         return cls(clip, target_quantile, 0.2, expected_clients / 20.0)
 
-    def update(self, unclipped_count: int, expected_clients: int, rng: np.random.Generator | None = None) -> "AdaptiveClip":
+    def update(
+        self, unclipped_count: int, expected_clients: int, rng: np.random.Generator | None = None
+    ) -> AdaptiveClip:
         """The next round's state from this round's count of clients with ||d_i|| <= C."""
         noised = unclipped_count + float(gaussian(1, self.count_std, rng)[0])
         fraction = noised / expected_clients
         return replace(self, clip=self.clip * math.exp(-self.learning_rate * (fraction - self.target_quantile)))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"clip": self.clip, "target_quantile": self.target_quantile,
-                "learning_rate": self.learning_rate, "count_std": self.count_std}
+        return {
+            "clip": self.clip,
+            "target_quantile": self.target_quantile,
+            "learning_rate": self.learning_rate,
+            "count_std": self.count_std,
+        }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "AdaptiveClip":
+    def from_dict(cls, d: dict[str, Any]) -> AdaptiveClip:
         return cls(float(d["clip"]), float(d["target_quantile"]), float(d["learning_rate"]), float(d["count_std"]))

@@ -59,7 +59,7 @@ def parse_dp_clip(spec: str | float) -> DpClip:
     """`C` (a float > 0) | `adaptive` | `adaptive:Q` with Q in (0, 1)."""
     text = str(spec).strip()
     if text.startswith("adaptive"):
-        rest = text[len("adaptive"):]
+        rest = text[len("adaptive") :]
         if rest == "":
             return DpClip(adaptive_quantile=0.5)
         if rest.startswith(":"):
@@ -89,16 +89,22 @@ def privacy_problems(values: dict[str, Any], strategy: str) -> list[str]:
     g = values.get
     if g("secagg"):
         if str(strategy).split(":")[0] in ROBUST_PREFIXES:
-            out.append(f"strategy {strategy!r} needs every update in the clear; secure aggregation only reveals "
-                       "the sum (use fedavg with --secagg; clip on the devices with --dp-clip C)")
+            out.append(
+                f"strategy {strategy!r} needs every update in the clear; secure aggregation only reveals "
+                "the sum (use fedavg with --secagg; clip on the devices with --dp-clip C)"
+            )
         elif str(strategy).split(":")[0] != "fedavg":
-            out.append(f"strategy {strategy!r} clips on the coordinator, which never sees an update under secure "
-                       "aggregation; clip on the devices instead with --dp-clip C (--dp-noise-multiplier 0 for "
-                       "clipping without noise) and strategy fedavg")
+            out.append(
+                f"strategy {strategy!r} clips on the coordinator, which never sees an update under secure "
+                "aggregation; clip on the devices instead with --dp-clip C (--dp-noise-multiplier 0 for "
+                "clipping without noise) and strategy fedavg"
+            )
         min_clients = g("min_clients")
         if isinstance(min_clients, int) and min_clients < 2:
-            out.append(f"secure aggregation needs a cohort of >= 2 clients: min_clients must be >= 2 with --secagg, "
-                       f"got {min_clients}")
+            out.append(
+                f"secure aggregation needs a cohort of >= 2 clients: min_clients must be >= 2 with --secagg, "
+                f"got {min_clients}"
+            )
     for name, low in (("secagg_threshold", 2), ("secagg_neighbours", 1)):
         v = g(name)
         if v is not None and not (isinstance(v, int) and not isinstance(v, bool) and v >= low):
@@ -108,11 +114,15 @@ def privacy_problems(values: dict[str, Any], strategy: str) -> list[str]:
         if v is not None and not (_num(v) and v > 0):
             out.append(f"{name} must be a finite number > 0, got {v!r}")
     if g("dp_clip") is not None and str(strategy).split(":")[0] != "fedavg":
-        out.append(f"dp_clip replaces the strategy by DP-FedAvg (clip each delta, noise on the sum); "
-                   f"strategy {strategy!r} cannot be combined with it (use fedavg)")
+        out.append(
+            f"dp_clip replaces the strategy by DP-FedAvg (clip each delta, noise on the sum); "
+            f"strategy {strategy!r} cannot be combined with it (use fedavg)"
+        )
     if g("secagg") and str(g("dp_clip") or "").startswith("adaptive"):
-        out.append("adaptive clipping needs each client's clipped/not-clipped bit in the clear; with secagg use a "
-                   "fixed --dp-clip C")
+        out.append(
+            "adaptive clipping needs each client's clipped/not-clipped bit in the clear; with secagg use a "
+            "fixed --dp-clip C"
+        )
     z = g("dp_noise_multiplier")
     if z is not None and not (_num(z) and z >= 0):
         out.append(f"dp_noise_multiplier must be a finite number >= 0, got {z!r}")
@@ -132,4 +142,3 @@ def privacy_problems(values: dict[str, Any], strategy: str) -> list[str]:
     if eps is not None and not z:
         out.append("dp_target_epsilon needs dp_noise_multiplier > 0 (without noise epsilon is infinite)")
     return out
-

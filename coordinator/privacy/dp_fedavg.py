@@ -15,20 +15,20 @@ server update's durable state, saved with each commit and restored on restart.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from fedort.common.dp_noise import clip_to_norm, gaussian
 from fedort.common.invariants import present
-from fedort.coordinator.privacy.adaptive_clip import AdaptiveClip, delta_noise_multiplier
 from fedort.coordinator.aggregation.combiner import Combiner
 from fedort.coordinator.aggregation.server_update import ServerUpdate
 from fedort.coordinator.aggregation.spool import SpooledUpdate
 from fedort.coordinator.aggregation.transform import Transform
 from fedort.coordinator.aggregation.update import Update
 from fedort.coordinator.aggregation.weighted_sum import WeightedSum
-from fedort.common.dp_noise import clip_to_norm, gaussian
+from fedort.coordinator.privacy.adaptive_clip import AdaptiveClip, delta_noise_multiplier
 
 
 @dataclass
@@ -37,11 +37,11 @@ class DPClipState:
 
     noise_multiplier: float
     clip: float
-    adaptive_quantile: float | None = None   # adaptive clipping toward this quantile (C then starts at 0.1)
-    adaptive: AdaptiveClip | None = None     # created at the first round open (σ_b = n_exp / 20)
-    expected_clients: int = 0            # set by the engine when a round opens
-    unclipped: int = 0                   # this round's Σ bᵢ
-    client_noise: bool = False           # True: clients add the noise (distributed DP), the server none
+    adaptive_quantile: float | None = None  # adaptive clipping toward this quantile (C then starts at 0.1)
+    adaptive: AdaptiveClip | None = None  # created at the first round open (σ_b = n_exp / 20)
+    expected_clients: int = 0  # set by the engine when a round opens
+    unclipped: int = 0  # this round's Σ bᵢ
+    client_noise: bool = False  # True: clients add the noise (distributed DP), the server none
     rng: np.random.Generator = field(default_factory=np.random.default_rng, repr=False)
 
     def open_round(self, expected_clients: int) -> None:
@@ -99,7 +99,7 @@ class NoisedSum(Combiner):
 
     def fold(self, blocks: Iterable[tuple[int, np.ndarray]], weight: float) -> None:
         total = present(self._sum, "the noised sum (reset opens it)")
-        total.add_blocks(blocks, 1.0)          # unweighted: each client counts once
+        total.add_blocks(blocks, 1.0)  # unweighted: each client counts once
 
     def combine(self, spooled: Sequence[SpooledUpdate], global_vector: np.ndarray) -> np.ndarray:
         s = self.dp

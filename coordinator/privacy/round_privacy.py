@@ -19,18 +19,17 @@ The round engine asks this object four things, each one call:
 from __future__ import annotations
 
 import logging
+import math
 from typing import TYPE_CHECKING
 
 from fedort.common.invariants import present
+from fedort.common.round_state import RoundRowState
 from fedort.coordinator.aggregation import Strategy
-from fedort.coordinator.privacy.dp_fedavg import DPClip, DPClipState, DPClipUpdate, NoisedSum
 from fedort.coordinator.config import CoordinatorConfig
-import math
-
+from fedort.coordinator.engine.selection import sample_size
 from fedort.coordinator.privacy.accounting import epsilon_for_rounds
 from fedort.coordinator.privacy.config import parse_dp_clip
-from fedort.coordinator.engine.selection import sample_size
-from fedort.common.round_state import RoundRowState
+from fedort.coordinator.privacy.dp_fedavg import DPClip, DPClipState, DPClipUpdate, NoisedSum
 
 if TYPE_CHECKING:
     from fedort.coordinator.engine.round_engine import RoundEngine
@@ -38,7 +37,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("fedort.coordinator.engine.round_engine")
 
 RATE = "dp_sampling_rate"
-NOISE = "dp_noise_multiplier"        # the round's effective z (under secagg: z·√(m/n) when m of n added noise)
+NOISE = "dp_noise_multiplier"  # the round's effective z (under secagg: z·√(m/n) when m of n added noise)
 
 
 class PrivacyPlan:
@@ -51,8 +50,12 @@ class PrivacyPlan:
         self.rate: float | None = None
         if config.dp_clip is not None:
             clip = parse_dp_clip(config.dp_clip)
-            self.dp = DPClipState(float(config.dp_noise_multiplier or 0.0), clip.norm or 0.1,
-                                  adaptive_quantile=clip.adaptive_quantile, client_noise=self.secagg)
+            self.dp = DPClipState(
+                float(config.dp_noise_multiplier or 0.0),
+                clip.norm or 0.1,
+                adaptive_quantile=clip.adaptive_quantile,
+                client_noise=self.secagg,
+            )
 
     @property
     def accounting(self) -> bool:
@@ -62,14 +65,16 @@ class PrivacyPlan:
         """The chain this run aggregates with (`base` unless a privacy setting replaces it)."""
         if self.secagg:
             from fedort.coordinator.privacy.secagg.secure_sum import SecureSum
+
             # the server optimizer (base's server update) needs only the unmasked sum: it composes
-            return Strategy(f"secagg({'dp' if self.dp else 'fedavg'})", SecureSum(self.dp),
-                            server_update=base.server_update)
+            return Strategy(
+                f"secagg({'dp' if self.dp else 'fedavg'})", SecureSum(self.dp), server_update=base.server_update
+            )
         if self.dp is not None:
             return Strategy("dp-fedavg", NoisedSum(self.dp), [DPClip(self.dp)], DPClipUpdate(self.dp))
         return base
 
-    def round_opened(self, engine: "RoundEngine") -> None:
+    def round_opened(self, engine: RoundEngine) -> None:
         """n_exp and q of the round now opening (kept across retries and restarts of the round)."""
         r = present(engine.training, "the open round")
         if r.expected_clients is None:
@@ -86,12 +91,15 @@ class PrivacyPlan:
         """The DP state accounting reads (privacy accounting is on only with DP)."""
         return present(self.dp, "the DP clip state")
 
-    def _history(self, engine: "RoundEngine") -> list[tuple[float, float]]:
+    def _history(self, engine: RoundEngine) -> list[tuple[float, float]]:
         z = self._accounted.noise_multiplier
-        return [(float(row.metrics[RATE]), float(row.metrics.get(NOISE, z))) for row in engine.store.rounds()
-                if RoundRowState(row.state).committed and RATE in row.metrics]
+        return [
+            (float(row.metrics[RATE]), float(row.metrics.get(NOISE, z)))
+            for row in engine.store.rounds()
+            if RoundRowState(row.state).committed and RATE in row.metrics
+        ]
 
-    def _round_z(self, engine: "RoundEngine") -> float:
+    def _round_z(self, engine: RoundEngine) -> float:
         """z of the round being committed: with distributed noise only the m contributing clients added theirs."""
         z = self._accounted.noise_multiplier
         if engine.secagg is not None and engine.secagg.result is not None:
@@ -99,7 +107,7 @@ class PrivacyPlan:
             return z * math.sqrt(min(m, n) / n)
         return z
 
-    def round_metrics(self, engine: "RoundEngine") -> dict[str, float]:
+    def round_metrics(self, engine: RoundEngine) -> dict[str, float]:
         """`epsilon` (and this round's q) to store with the round being committed."""
         if not self.accounting or self.rate is None:
             return {}
@@ -110,10 +118,10 @@ class PrivacyPlan:
             out["dp_clip"] = self._accounted.adaptive.clip
         return out
 
-    def epsilon_so_far(self, engine: "RoundEngine") -> float:
+    def epsilon_so_far(self, engine: RoundEngine) -> float:
         return epsilon_for_rounds(self._history(engine), self.config.dp_delta)
 
-    def budget_stop(self, engine: "RoundEngine") -> str | None:
+    def budget_stop(self, engine: RoundEngine) -> str | None:
         """Why round `engine.round` must not run under --dp-target-epsilon (None: it may)."""
         target = self.config.dp_target_epsilon
         if target is None or not self.accounting:
@@ -125,6 +133,8 @@ class PrivacyPlan:
         eps = epsilon_for_rounds(self._history(engine) + [(q, self._accounted.noise_multiplier)], cfg.dp_delta)
         if eps <= target:
             return None
-        return (f"privacy budget: stopped before round {engine.round}, whose epsilon would be {eps:.4g} > "
-                f"target {target:g} (delta {cfg.dp_delta:g}, q {q:.4g}, z {self._accounted.noise_multiplier:g}); "
-                f"epsilon after {engine.round - 1} round(s) is {self.epsilon_so_far(engine):.4g}")
+        return (
+            f"privacy budget: stopped before round {engine.round}, whose epsilon would be {eps:.4g} > "
+            f"target {target:g} (delta {cfg.dp_delta:g}, q {q:.4g}, z {self._accounted.noise_multiplier:g}); "
+            f"epsilon after {engine.round - 1} round(s) is {self.epsilon_so_far(engine):.4g}"
+        )

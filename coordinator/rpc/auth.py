@@ -10,11 +10,11 @@ id IS the caller's identity: a request naming another client id is PERMISSION_DE
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
+from fedort.common.errors import ConfigError, PermissionDeniedError, UnauthenticatedError
 from fedort.common.invariants import present
 from fedort.coordinator.rpc.devices import DeviceStore
-from fedort.common.errors import ConfigError, PermissionDeniedError, UnauthenticatedError
 
 log = logging.getLogger(__name__)
 
@@ -46,23 +46,29 @@ class Authenticator:
             if key.lower() == "authorization":
                 value = value.decode(errors="replace") if isinstance(value, bytes) else value
                 if not value.lower().startswith(_SCHEME):
-                    raise UnauthenticatedError("authorization metadata must be 'Bearer <device token>', got scheme "
-                                               f"{value.split(' ', 1)[0][:20]!r}")
-                token = value[len(_SCHEME):].strip()
+                    raise UnauthenticatedError(
+                        "authorization metadata must be 'Bearer <device token>', got scheme "
+                        f"{value.split(' ', 1)[0][:20]!r}"
+                    )
+                token = value[len(_SCHEME) :].strip()
                 break
         token = token or credential
         if not token:
-            raise UnauthenticatedError("this coordinator requires a device token: send metadata 'authorization: "
-                                       "Bearer <token>' (`fedort edge run --token`); tokens come from "
-                                       "`fedort coordinator enroll NAME`")
+            raise UnauthenticatedError(
+                "this coordinator requires a device token: send metadata 'authorization: "
+                "Bearer <token>' (`fedort edge run --token`); tokens come from "
+                "`fedort coordinator enroll NAME`"
+            )
         return present(self.devices, "the device store (token auth has one)").verify(token)
 
 
 def check_identity(identity: str | None, client_id: str) -> None:
     """PERMISSION_DENIED when an authenticated caller names a client id other than its own."""
     if identity is not None and client_id != identity:
-        raise PermissionDeniedError(f"authenticated as {identity}, but the request names client {client_id or '(none)'}; "
-                                    "a device may only act as itself")
+        raise PermissionDeniedError(
+            f"authenticated as {identity}, but the request names client {client_id or '(none)'}; "
+            "a device may only act as itself"
+        )
 
 
 __all__ = ["AUTH_MODES", "Authenticator", "check_identity"]

@@ -19,16 +19,18 @@ server's message limit plus one receive window per refused stream.
 
 from __future__ import annotations
 
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import grpc
 
-from fedort.coordinator.rpc.auth import Authenticator
 from fedort.common.errors import FedortError, ResourceExhaustedError, UnauthenticatedError
+from fedort.coordinator.rpc.auth import Authenticator
 
 SERVICE_PREFIX = "/fedort.v1.Coordinator/"
-SMALL_MESSAGE_BYTES = 256 << 10      # Join, Heartbeat, PollTask(s), Status, Leave, SubmitEvaluation, download requests
-LARGE_METHODS = frozenset({"SubmitUpdate", "PutUploadPart", "SecAgg", "SecAggBatch"})   # chunks, upload parts, key and share batches
+SMALL_MESSAGE_BYTES = 256 << 10  # Join, Heartbeat, PollTask(s), Status, Leave, SubmitEvaluation, download requests
+LARGE_METHODS = frozenset(
+    {"SubmitUpdate", "PutUploadPart", "SecAgg", "SecAggBatch"}
+)  # chunks, upload parts, key and share batches
 UNAUTHENTICATED_CALLS = 2
 
 
@@ -39,28 +41,35 @@ def message_limit(method: str, server_limit: int) -> int:
 
 def _refusal(code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
     """A handler that answers without reading the request (a request-streaming handler never reads on its own)."""
+
     async def refuse(requests, context) -> None:
         await context.abort(code, message)
+
     return grpc.stream_unary_rpc_method_handler(refuse)
 
 
 class CallGate(grpc.aio.ServerInterceptor):
     """Token checks and the unauthenticated-call slots, before a call's request is read (see the module docstring)."""
 
-    def __init__(self, auth: Authenticator, unauthenticated_calls: int = UNAUTHENTICATED_CALLS,
-                 on_refused: Callable[[str, FedortError], None] = lambda method, error: None) -> None:
+    def __init__(
+        self,
+        auth: Authenticator,
+        unauthenticated_calls: int = UNAUTHENTICATED_CALLS,
+        on_refused: Callable[[str, FedortError], None] = lambda method, error: None,
+    ) -> None:
         """`on_refused(method, error)` hears of every call refused here (the monitor counts them)."""
         self.auth = auth
         self.limit = unauthenticated_calls
         self.open_unauthenticated = 0
         self.on_refused = on_refused
 
-    async def intercept_service(self, continuation: Callable[..., Awaitable[grpc.RpcMethodHandler]],
-                                details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+    async def intercept_service(
+        self, continuation: Callable[..., Awaitable[grpc.RpcMethodHandler]], details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler:
         if self.auth.open or not details.method.startswith(SERVICE_PREFIX):
             return await continuation(details)
         metadata = details.invocation_metadata or ()
-        method = details.method[len(SERVICE_PREFIX):]
+        method = details.method[len(SERVICE_PREFIX) :]
         has_token = any(key.lower() == "authorization" for key, _ in metadata)
         if has_token or method != "Join":
             try:
@@ -72,27 +81,32 @@ class CallGate(grpc.aio.ServerInterceptor):
         handler = await continuation(details)
         if handler is None or handler.unary_unary is None:
             return handler
-        return grpc.stream_unary_rpc_method_handler(self._slotted(method, handler.unary_unary),
-                                                    request_deserializer=handler.request_deserializer,
-                                                    response_serializer=handler.response_serializer)
+        return grpc.stream_unary_rpc_method_handler(
+            self._slotted(method, handler.unary_unary),
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
 
     def _slotted(self, method: str, serve):
         async def join(requests, context):
             if self.open_unauthenticated >= self.limit:
-                busy = ResourceExhaustedError(f"{self.limit} Join calls without a token in metadata are already in "
-                                              "progress; retry later, or send 'authorization: Bearer <token>' metadata")
+                busy = ResourceExhaustedError(
+                    f"{self.limit} Join calls without a token in metadata are already in "
+                    "progress; retry later, or send 'authorization: Bearer <token>' metadata"
+                )
                 self.on_refused(method, busy)
                 await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(busy))
             self.open_unauthenticated += 1
             try:
                 request = None
-                async for request in requests:
+                async for request in requests:  # noqa: B007 - the first request, read after the loop
                     break
                 if request is None:
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "Join call ended without a request")
                 return await serve(request, context)
             finally:
                 self.open_unauthenticated -= 1
+
         return join
 
 

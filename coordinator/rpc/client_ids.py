@@ -14,21 +14,22 @@ import re
 from fedort.common.errors import ProtocolError
 
 NEW_CLIENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
-CLIENT_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")     # what older versions accepted (still accepted for known ids)
+CLIENT_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")  # what older versions accepted (still accepted for known ids)
 _FILE_TAIL = re.compile(r"[A-Za-z0-9_-]{1,128}\.f32")
 
 
 def check_new_client_id(client_id: str) -> None:
     """ProtocolError (INVALID_ARGUMENT) unless `client_id` uses the new-id alphabet."""
     if not NEW_CLIENT_ID.match(client_id):
-        raise ProtocolError(f"a new client_id must match {NEW_CLIENT_ID.pattern} (letters, digits, '_', '-'), got "
-                            f"{client_id[:80]!r}")
+        raise ProtocolError(
+            f"a new client_id must match {NEW_CLIENT_ID.pattern} (letters, digits, '_', '-'), got {client_id[:80]!r}"
+        )
 
 
 def owns_file(client_id: str, name: str) -> bool:
     """`name` is '<client_id>.<tail>.f32' with a tail free of '.': client 'a' does not own 'a.b.<tail>.f32'."""
     prefix = f"{client_id}."
-    return name.startswith(prefix) and bool(_FILE_TAIL.fullmatch(name[len(prefix):]))
+    return name.startswith(prefix) and bool(_FILE_TAIL.fullmatch(name[len(prefix) :]))
 
 
 __all__ = ["CLIENT_ID", "NEW_CLIENT_ID", "check_new_client_id", "owns_file"]

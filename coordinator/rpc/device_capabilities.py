@@ -12,12 +12,13 @@ client, older devices) is taken as before: it computes every scheme and codec of
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
+from fedort.common.errors import CapabilityError
+from fedort.common.secagg.scheme import CAPABILITY as SECAGG_SCHEMES
+from fedort.common.secagg.scheme import SUPPORTED
 from fedort.coordinator.aggregation.decode import family
 from fedort.coordinator.config import CoordinatorConfig
-from fedort.common.errors import CapabilityError
-from fedort.common.secagg.scheme import CAPABILITY as SECAGG_SCHEMES, SUPPORTED
 
 RUNTIME = "runtime"
 CODECS = "codecs"
@@ -34,15 +35,18 @@ def missing_capabilities(config: CoordinatorConfig, capabilities: Mapping[str, s
         return []
     missing = []
     if config.secagg and not set(_listed(capabilities, SECAGG_SCHEMES)) & set(SUPPORTED):
-        missing.append(f"secure aggregation (this run masks every update; it computes one of {list(SUPPORTED)}, "
-                       f"the device lists {SECAGG_SCHEMES}={capabilities.get(SECAGG_SCHEMES, '')!r})")
+        missing.append(
+            f"secure aggregation (this run masks every update; it computes one of {list(SUPPORTED)}, "
+            f"the device lists {SECAGG_SCHEMES}={capabilities.get(SECAGG_SCHEMES, '')!r})"
+        )
     wanted = {family(c) for c in config.codecs} - {"raw"}
     if wanted and not config.secagg:
         has = {family(c) for c in _listed(capabilities, CODECS)}
         if not wanted & has:
             what = "top-k updates with error feedback" if wanted == {"topk"} else "an update codec of this run"
-            missing.append(f"{what} (codecs {sorted(wanted)}; the device lists {CODECS}="
-                           f"{capabilities.get(CODECS, '')!r})")
+            missing.append(
+                f"{what} (codecs {sorted(wanted)}; the device lists {CODECS}={capabilities.get(CODECS, '')!r})"
+            )
     return missing
 
 
@@ -50,8 +54,9 @@ def check_capabilities(config: CoordinatorConfig, capabilities: Mapping[str, str
     """CapabilityError (FAILED_PRECONDITION) naming everything the device lacks for this run."""
     missing = missing_capabilities(config, capabilities)
     if missing:
-        raise CapabilityError(f"this {capabilities.get(RUNTIME)} device cannot take part in this run: it lacks "
-                              + "; ".join(missing))
+        raise CapabilityError(
+            f"this {capabilities.get(RUNTIME)} device cannot take part in this run: it lacks " + "; ".join(missing)
+        )
 
 
 __all__ = ["CODECS", "RUNTIME", "check_capabilities", "missing_capabilities"]

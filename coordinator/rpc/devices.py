@@ -24,10 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedort.common import clock
-from fedort.common.errors import ConfigError, UnauthenticatedError
-from fedort.coordinator.rpc.client_ids import CLIENT_ID, NEW_CLIENT_ID
 from fedort.common.durable import private_file
 from fedort.common.errors import ConfigError, UnauthenticatedError
+from fedort.coordinator.rpc.client_ids import CLIENT_ID, NEW_CLIENT_ID
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +64,10 @@ def parse_token(token: str) -> tuple[str, str]:
     """(client_id, secret) of a well-formed token; UnauthenticatedError saying the expected form otherwise."""
     client_id, sep, secret = token.removeprefix(TOKEN_PREFIX).rpartition("_")
     if not token.startswith(TOKEN_PREFIX) or not sep or not CLIENT_ID.match(client_id) or not _SECRET.match(secret):
-        raise UnauthenticatedError("malformed device token; expected 'fedort_<client_id>_<64 hex digits>' as issued by "
-                                   "`fedort coordinator enroll`")
+        raise UnauthenticatedError(
+            "malformed device token; expected 'fedort_<client_id>_<64 hex digits>' as issued by "
+            "`fedort coordinator enroll`"
+        )
     return client_id, secret
 
 
@@ -91,13 +92,13 @@ class DeviceStore:
                 con.execute("INSERT OR IGNORE INTO meta VALUES ('salt', ?)", (secrets.token_bytes(32),))
                 row = con.execute("SELECT value FROM meta WHERE key = 'salt'").fetchone()
         self._salt = bytes(row[0])
-        self._table: dict[str, tuple[bytes, int | None]] | None = None   # client id -> (token hash, revoked ms)
+        self._table: dict[str, tuple[bytes, int | None]] | None = None  # client id -> (token hash, revoked ms)
         self._signature: tuple | None = None
         self._warned: tuple | None = None
         self._table_lock = threading.Lock()
 
     def _connect(self) -> sqlite3.Connection:
-        private_file(self.path)   # token hashes: the owner's only
+        private_file(self.path)  # token hashes: the owner's only
         con = sqlite3.connect(self.path, timeout=10, isolation_level=None)
         con.execute("PRAGMA journal_mode=WAL")
         return con
@@ -120,8 +121,9 @@ class DeviceStore:
             row = con.execute("SELECT revoked_ms FROM devices WHERE client_id = ?", (client_id,)).fetchone()
             if row is not None and row[0] is None:
                 raise ConfigError(f"device {client_id} is already enrolled; revoke it first to issue a new token")
-            con.execute("INSERT OR REPLACE INTO devices VALUES (?, ?, ?, ?, NULL)",
-                        (client_id, name, self._hash(secret), now))
+            con.execute(
+                "INSERT OR REPLACE INTO devices VALUES (?, ?, ?, ?, NULL)", (client_id, name, self._hash(secret), now)
+            )
         finally:
             con.close()
         return Device(client_id, name, now, None), f"{TOKEN_PREFIX}{client_id}_{secret}"
@@ -131,14 +133,24 @@ class DeviceStore:
         now = clock.now_ms()
         con = self._connect()
         try:
-            ids = [r[0] for r in con.execute("SELECT client_id FROM devices WHERE client_id = ? AND revoked_ms IS NULL",
-                                             (name_or_id,))]
+            ids = [
+                r[0]
+                for r in con.execute(
+                    "SELECT client_id FROM devices WHERE client_id = ? AND revoked_ms IS NULL", (name_or_id,)
+                )
+            ]
             if not ids:
-                ids = [r[0] for r in con.execute("SELECT client_id FROM devices WHERE name = ? AND revoked_ms IS NULL",
-                                                 (name_or_id,))]
+                ids = [
+                    r[0]
+                    for r in con.execute(
+                        "SELECT client_id FROM devices WHERE name = ? AND revoked_ms IS NULL", (name_or_id,)
+                    )
+                ]
             if not ids:
-                raise ConfigError(f"no active device with client id or name {name_or_id!r} in {self.path}; "
-                                  "`fedort coordinator devices` lists them")
+                raise ConfigError(
+                    f"no active device with client id or name {name_or_id!r} in {self.path}; "
+                    "`fedort coordinator devices` lists them"
+                )
             con.executemany("UPDATE devices SET revoked_ms = ? WHERE client_id = ?", [(now, i) for i in ids])
         finally:
             con.close()
@@ -147,8 +159,9 @@ class DeviceStore:
     def devices(self) -> list[Device]:
         con = self._connect()
         try:
-            rows = con.execute("SELECT client_id, name, enrolled_ms, revoked_ms FROM devices ORDER BY enrolled_ms, "
-                               "client_id").fetchall()
+            rows = con.execute(
+                "SELECT client_id, name, enrolled_ms, revoked_ms FROM devices ORDER BY enrolled_ms, client_id"
+            ).fetchall()
         finally:
             con.close()
         return [Device(*r) for r in rows]
@@ -160,12 +173,13 @@ class DeviceStore:
         # compare even when the device is unknown, so timing does not tell enrolled ids apart
         ok = hmac.compare_digest(self._hash(secret), bytes(row[0]) if row else b"\0" * 32)
         if row is None or not ok:
-            raise UnauthenticatedError(f"device token for {client_id} is not valid here; expected a token issued by "
-                                       "`fedort coordinator enroll` on this coordinator")
+            raise UnauthenticatedError(
+                f"device token for {client_id} is not valid here; expected a token issued by "
+                "`fedort coordinator enroll` on this coordinator"
+            )
         if row[1] is not None:
             raise UnauthenticatedError(f"device {client_id} was revoked; enroll it again for a new token")
         return client_id
-
 
     def _files_signature(self) -> tuple:
         sig: list[tuple[int, int, int] | None] = []
@@ -192,10 +206,11 @@ class DeviceStore:
             except (sqlite3.Error, OSError) as e:
                 if self._table is None:
                     raise
-                if self._warned != signature:   # once per change on disk, not once per call
+                if self._warned != signature:  # once per change on disk, not once per call
                     self._warned = signature
-                    log.warning("cannot read %s (%s); checking device tokens against the table read before",
-                                self.path, e)
+                    log.warning(
+                        "cannot read %s (%s); checking device tokens against the table read before", self.path, e
+                    )
                 return self._table
             self._table = {r[0]: (bytes(r[1]), r[2]) for r in rows}
             self._signature = signature

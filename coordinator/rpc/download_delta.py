@@ -15,10 +15,10 @@ import asyncio
 import hashlib
 from typing import TYPE_CHECKING
 
-from fedort.coordinator.state.store import read_vector
-from fedort.coordinator.engine.training_round import GlobalVector
-from fedort.protos.update_codecs.xor_delta import encode_download
 from fedort.common.errors import FedortError
+from fedort.coordinator.engine.training_round import GlobalVector
+from fedort.coordinator.state.store import read_vector
+from fedort.protos.update_codecs.xor_delta import encode_download
 
 if TYPE_CHECKING:
     from fedort.coordinator.engine.round_engine import RoundEngine
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 class DownloadDeltas:
     """The engine's cache of download deltas (one round's worth)."""
 
-    def __init__(self, engine: "RoundEngine") -> None:
+    def __init__(self, engine: RoundEngine) -> None:
         self.engine = engine
         self._round = 0
         self._payload: asyncio.Future | None = None
@@ -56,7 +56,7 @@ class DownloadDeltas:
         try:
             base = read_vector(self.engine.store.vector_path(g.round - 1), len(g.vector))
         except (OSError, FedortError):
-            return None     # no longer readable: send raw
+            return None  # no longer readable: send raw
         if hashlib.sha256(base.data.cast("B")).digest() != base_sha:
-            return None     # the file does not hold what the commit recorded: send raw (recovery reports it)
+            return None  # the file does not hold what the commit recorded: send raw (recovery reports it)
         return encode_download(g.vector, base)

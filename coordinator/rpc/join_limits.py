@@ -14,10 +14,10 @@ engine sees it.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
-from fedort.coordinator.uploads.client_limits import RateLimiter
 from fedort.common.errors import ProtocolError
+from fedort.coordinator.uploads.client_limits import RateLimiter
 
 MAX_DEVICE_NAME_BYTES = 128
 MAX_CAPABILITIES = 64
@@ -43,11 +43,13 @@ def check_join_fields(device_name: str, capabilities: Mapping[str, str]) -> None
     for key, value in capabilities.items():
         k, v = len(key.encode()), len(value.encode())
         if k > MAX_CAPABILITY_KEY_BYTES:
-            raise ProtocolError(f"capability names must be at most {MAX_CAPABILITY_KEY_BYTES} bytes, got {k} "
-                                f"({clip(key, 24)!r})")
+            raise ProtocolError(
+                f"capability names must be at most {MAX_CAPABILITY_KEY_BYTES} bytes, got {k} ({clip(key, 24)!r})"
+            )
         if v > MAX_CAPABILITY_VALUE_BYTES:
-            raise ProtocolError(f"capability values must be at most {MAX_CAPABILITY_VALUE_BYTES} bytes, got {v} "
-                                f"for {clip(key, 24)!r}")
+            raise ProtocolError(
+                f"capability values must be at most {MAX_CAPABILITY_VALUE_BYTES} bytes, got {v} for {clip(key, 24)!r}"
+            )
         total += k + v
     if total > MAX_CAPABILITIES_BYTES:
         raise ProtocolError(f"capabilities must total at most {MAX_CAPABILITIES_BYTES} bytes, got {total}")
@@ -74,5 +76,14 @@ class JoinGate:
             self.per_client.take(clip(client_id, 64), "join")
 
 
-__all__ = ["JoinGate", "check_join_fields", "clip", "peer_host", "MAX_DEVICE_NAME_BYTES", "MAX_CAPABILITIES",
-           "MAX_CAPABILITY_KEY_BYTES", "MAX_CAPABILITY_VALUE_BYTES", "MAX_CAPABILITIES_BYTES"]
+__all__ = [
+    "JoinGate",
+    "check_join_fields",
+    "clip",
+    "peer_host",
+    "MAX_DEVICE_NAME_BYTES",
+    "MAX_CAPABILITIES",
+    "MAX_CAPABILITY_KEY_BYTES",
+    "MAX_CAPABILITY_VALUE_BYTES",
+    "MAX_CAPABILITIES_BYTES",
+]

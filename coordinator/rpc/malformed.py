@@ -13,21 +13,22 @@ over its method's limit (`call_gate.message_limit`) is marked without being pars
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError
 
+from fedort.common.errors import ProtocolError
+from fedort.coordinator.rpc.call_gate import LARGE_METHODS, message_limit
 from fedort.protos.stubs import fedort_v1_pb2 as pb
 from fedort.protos.stubs import fedort_v1_pb2_grpc as pb_grpc
-from fedort.coordinator.rpc.call_gate import LARGE_METHODS, message_limit
-from fedort.common.errors import ProtocolError
 from fedort.protos.update_part import parse_update_part, serialize_part
 
 SERVICE_NAME = "fedort.v1.Coordinator"
-DESERIALIZERS = {"SubmitUpdate": parse_update_part}   # an upload's chunks: the payload without protobuf's copy
-SERIALIZERS = {"DownloadVector": serialize_part}      # a download's chunks: wire bytes made without protobuf
+DESERIALIZERS = {"SubmitUpdate": parse_update_part}  # an upload's chunks: the payload without protobuf's copy
+SERIALIZERS = {"DownloadVector": serialize_part}  # a download's chunks: wire bytes made without protobuf
 
 
 @dataclass(frozen=True)
@@ -48,14 +49,17 @@ def reject_malformed(request: Any) -> None:
 
 def tolerant(deserialize: Callable[[bytes], Any], limit: int | None = None, method: str = "") -> Callable[[bytes], Any]:
     """`deserialize` that marks unparseable bytes, and requests over `limit` bytes unparsed, as `Malformed`."""
+
     def parse(data: bytes) -> Any:
         if limit is not None and len(data) > limit:
-            return Malformed(f"{method} requests must be at most {limit} bytes, got {len(data)} (unparsed)",
-                             oversized=True)
+            return Malformed(
+                f"{method} requests must be at most {limit} bytes, got {len(data)} (unparsed)", oversized=True
+            )
         try:
             return deserialize(data)
         except DecodeError as e:
             return Malformed(str(e))
+
     return parse
 
 
@@ -87,17 +91,24 @@ class _Details:
     invocation_metadata: tuple = ()
 
 
-def add_servicer(servicer: pb_grpc.CoordinatorServicer, server: grpc.aio.Server,
-                 server_limit: int | None = None) -> None:
+def add_servicer(
+    servicer: pb_grpc.CoordinatorServicer, server: grpc.aio.Server, server_limit: int | None = None
+) -> None:
     """`pb_grpc.add_CoordinatorServicer_to_server`, with garbage-tolerant request deserializers that refuse
     requests over the method's `call_gate.message_limit` (when `server_limit` is given)."""
     capture = _Capture()
     pb_grpc.add_CoordinatorServicer_to_server(servicer, capture)
-    handlers = {name: h._replace(request_deserializer=tolerant(
-                    DESERIALIZERS.get(name, h.request_deserializer),
-                    None if server_limit is None or name in LARGE_METHODS else message_limit(name, server_limit), name),
-                                 response_serializer=SERIALIZERS.get(name, h.response_serializer))
-                for name, h in capture.handlers.items()}
+    handlers = {
+        name: h._replace(
+            request_deserializer=tolerant(
+                DESERIALIZERS.get(name, h.request_deserializer),
+                None if server_limit is None or name in LARGE_METHODS else message_limit(name, server_limit),
+                name,
+            ),
+            response_serializer=SERIALIZERS.get(name, h.response_serializer),
+        )
+        for name, h in capture.handlers.items()
+    }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
-    if hasattr(server, "add_registered_method_handlers"):   # grpcio >= 1.63: faster dispatch
+    if hasattr(server, "add_registered_method_handlers"):  # grpcio >= 1.63: faster dispatch
         server.add_registered_method_handlers(SERVICE_NAME, handlers)

@@ -28,27 +28,28 @@ import contextlib
 import logging
 import socket
 import threading
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
+from fedort.common.invariants import present
+from fedort.common.round_state import RoundRowState
 from fedort.coordinator.state import storage
 from fedort.coordinator.state.layout import StateLayout
-from fedort.common.round_state import RoundRowState
 from fedort.protos.status_codes import status_for
-from fedort.common.invariants import present
 
 log = logging.getLogger(__name__)
 
 DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600)
 _AUTH_CODES = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
-MAX_SCRAPES = 4          # /metrics connections served at once
-READ_TIMEOUT_S = 5.0     # a scrape connection's socket timeout
+MAX_SCRAPES = 4  # /metrics connections served at once
+READ_TIMEOUT_S = 5.0  # a scrape connection's socket timeout
 
 
 class Monitoring:
@@ -56,19 +57,31 @@ class Monitoring:
 
     def __init__(self, *, listen: bool = True) -> None:
         self.registry = CollectorRegistry()
-        self._updates = Counter("fedort_updates", "Update submissions by result and refusal reason",
-                                ["result", "reason"], registry=self.registry)
-        self._rpc_errors = Counter("fedort_rpc_errors", "RPCs that ended with an error status", ["method", "code"],
-                                   registry=self.registry)
-        self._auth_failures = Counter("fedort_auth_failures", "Calls refused UNAUTHENTICATED or PERMISSION_DENIED",
-                                      registry=self.registry)
-        self._bytes = Counter("fedort_bytes", "Payload bytes received (updates) and sent (vectors, artifacts)",
-                              ["direction"], registry=self.registry)
+        self._updates = Counter(
+            "fedort_updates",
+            "Update submissions by result and refusal reason",
+            ["result", "reason"],
+            registry=self.registry,
+        )
+        self._rpc_errors = Counter(
+            "fedort_rpc_errors", "RPCs that ended with an error status", ["method", "code"], registry=self.registry
+        )
+        self._auth_failures = Counter(
+            "fedort_auth_failures", "Calls refused UNAUTHENTICATED or PERMISSION_DENIED", registry=self.registry
+        )
+        self._bytes = Counter(
+            "fedort_bytes",
+            "Payload bytes received (updates) and sent (vectors, artifacts)",
+            ["direction"],
+            registry=self.registry,
+        )
         self._slots = Gauge("fedort_upload_slots_in_use", "Updates being received at once", registry=self.registry)
-        self._group_commits = Counter("fedort_group_commits", "Durable group commits of arriving updates",
-                                      registry=self.registry)
-        self._storage_errors = Counter("fedort_storage_errors", "Disk-full events: refused calls and engine waits",
-                                       registry=self.registry)
+        self._group_commits = Counter(
+            "fedort_group_commits", "Durable group commits of arriving updates", registry=self.registry
+        )
+        self._storage_errors = Counter(
+            "fedort_storage_errors", "Disk-full events: refused calls and engine waits", registry=self.registry
+        )
         for d in ("in", "out"):
             self._bytes.labels(d)
         self._updates.labels("accepted", "")
@@ -80,7 +93,7 @@ class Monitoring:
             storage.add_listener(self._storage_full)
 
     @classmethod
-    def disabled(cls) -> "Monitoring":
+    def disabled(cls) -> Monitoring:
         """Metrics nobody serves nor hears engine events for (a servicer built without a Coordinator)."""
         return cls(listen=False)
 
@@ -184,9 +197,9 @@ class _Server6(_Server):
 
 
 class _QuietHandler(WSGIRequestHandler):
-    timeout = READ_TIMEOUT_S   # a connection that sends nothing is closed after this (StreamRequestHandler)
+    timeout = READ_TIMEOUT_S  # a connection that sends nothing is closed after this (StreamRequestHandler)
 
-    def log_message(self, format: str, *args: Any) -> None:   # scrapes are not news
+    def log_message(self, format: str, *args: Any) -> None:  # scrapes are not news
         pass
 
 
@@ -203,9 +216,9 @@ class _EngineCollector:
         yield from self._rounds()
         engine = self._m._engine
         clients = GaugeMetricFamily("fedort_clients", "Clients by state", labels=["state"])
-        if engine is not None:   # a round_engine.RoundEngine: registry, selected, round, state
+        if engine is not None:  # a round_engine.RoundEngine: registry, selected, round, state
             registry = engine.registry
-            for attempt in range(3):   # the event loop may change the client table while this thread counts
+            for _attempt in range(3):  # the event loop may change the client table while this thread counts
                 try:
                     active = registry.active_count()
                     break
@@ -246,7 +259,7 @@ class _EngineCollector:
         db = StateLayout(state_dir).db if state_dir is not None else None
         if db is None or not db.is_file():
             return []
-        try:   # a private read-only connection: the scrape runs in the HTTP server's thread
+        try:  # a private read-only connection: the scrape runs in the HTTP server's thread
             con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
             try:
                 return con.execute("SELECT state, opened_ms, closed_ms FROM rounds").fetchall()

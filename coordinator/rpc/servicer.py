@@ -24,62 +24,45 @@ import contextvars
 import functools
 import hashlib
 import logging
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import AsyncIterator, Callable, Iterator
 
 import grpc
 
-from fedort.coordinator.uploads.admission import accepted_digests, allowed_codecs
-from fedort.coordinator.rpc.malformed import reject_malformed
-from fedort.coordinator.rpc.auth import Authenticator, check_identity
-from fedort.coordinator.rpc.join_limits import JoinGate, clip
-from fedort.coordinator.uploads.client_limits import RateLimiter, StreamLimiter
-from fedort.coordinator.rpc.monitoring import Monitoring
-from fedort.coordinator.engine.resubmission import counted_before
-from fedort.coordinator.engine.round_engine import RoundEngine
-from fedort.coordinator.state.storage import storage_error
-from fedort.ort.artifacts import ARTIFACT_FILES
 from fedort.common import digests
-from fedort.protos.stubs import fedort_v1_pb2 as pb
-from fedort.protos.stubs import fedort_v1_pb2_grpc as pb_grpc
-from fedort.protos.vector_stream import CHUNK_BYTES, VectorMeta, iter_chunk_views
-from fedort.protos.update_codecs.stream import iter_payload_chunks
-from fedort.protos.update_codecs.xor_delta import DOWNLOAD_DELTA
-from fedort.common.errors import FedortError, NotFoundError, ProtocolError, ResourceExhaustedError, StaleRoundError
-from fedort.protos.messages import OUTCOME_CLIENT_METADATA, UpdateHeader, meta_to_pb, metrics_from_pb
-from fedort.coordinator.uploads.admission import accepted_digests, allowed_codecs
-from fedort.coordinator.rpc.malformed import reject_malformed
-from fedort.coordinator.rpc.device_capabilities import check_capabilities
-from fedort.coordinator.uploads.resumable import ResumableUploads
-from fedort.coordinator.rpc.auth import Authenticator, check_identity
-from fedort.coordinator.rpc.join_limits import JoinGate, clip
-from fedort.coordinator.uploads.client_limits import RateLimiter, StreamLimiter
-from fedort.coordinator.uploads.metric_limits import check_metrics
-from fedort.coordinator.rpc.monitoring import Monitoring
+from fedort.common.errors import FedortError, NotFoundError, ProtocolError, ResourceExhaustedError
 from fedort.coordinator.engine.resubmission import submit_counted_once
 from fedort.coordinator.engine.round_engine import RoundEngine
+from fedort.coordinator.rpc.auth import Authenticator, check_identity
+from fedort.coordinator.rpc.device_capabilities import check_capabilities
+from fedort.coordinator.rpc.join_limits import JoinGate, clip
+from fedort.coordinator.rpc.malformed import reject_malformed
+from fedort.coordinator.rpc.monitoring import Monitoring
 from fedort.coordinator.state.storage import storage_error
+from fedort.coordinator.uploads.admission import accepted_digests, allowed_codecs
+from fedort.coordinator.uploads.client_limits import RateLimiter, StreamLimiter
+from fedort.coordinator.uploads.metric_limits import check_metrics
+from fedort.coordinator.uploads.resumable import ResumableUploads
 from fedort.ort.artifacts import ARTIFACT_FILES
-from fedort.common import digests
+from fedort.protos.messages import OUTCOME_CLIENT_METADATA, UpdateHeader, meta_to_pb, metrics_from_pb
+from fedort.protos.status_codes import status_for
 from fedort.protos.stubs import fedort_v1_pb2 as pb
 from fedort.protos.stubs import fedort_v1_pb2_grpc as pb_grpc
-from fedort.protos.vector_stream import CHUNK_BYTES, VectorMeta, iter_chunk_views
 from fedort.protos.update_codecs.stream import iter_payload_chunks
 from fedort.protos.update_codecs.xor_delta import DOWNLOAD_DELTA
-from fedort.common.errors import FedortError, NotFoundError, ProtocolError, ResourceExhaustedError
-from fedort.protos.messages import UpdateHeader, meta_to_pb, metrics_from_pb
-from fedort.protos.status_codes import status_for
 from fedort.protos.update_part import chunk_message, part_kind
+from fedort.protos.vector_stream import CHUNK_BYTES, VectorMeta, iter_chunk_views
 
-_timeout = getattr(asyncio, "timeout", None)   # Python >= 3.11
-UPLOAD_WINDOW_BYTES = 256 << 10   # the per-stream receive window (server.server_options); see _chunks
-TOKEN_RECHECK_S = 1.0             # an upload's token is verified again this often: a revoked device's upload stops
+_timeout = getattr(asyncio, "timeout", None)  # Python >= 3.11
+UPLOAD_WINDOW_BYTES = 256 << 10  # the per-stream receive window (server.server_options); see _chunks
+TOKEN_RECHECK_S = 1.0  # an upload's token is verified again this often: a revoked device's upload stops
 
 
 def _retrieved(read: asyncio.Future) -> None:
     """A read-ahead whose upload ended first: its outcome is nobody's (no 'exception never retrieved')."""
     if not read.cancelled():
         read.exception()
+
 
 log = logging.getLogger(__name__)
 
@@ -88,10 +71,10 @@ _caller: contextvars.ContextVar[str | None] = contextvars.ContextVar("fedort_cal
 
 
 async def _abort(context: grpc.aio.ServicerContext, method: str, exc: BaseException, monitor: Monitoring) -> None:
-    exc = storage_error(exc) or exc      # disk full -> UNAVAILABLE "coordinator storage full" (clients retry)
+    exc = storage_error(exc) or exc  # disk full -> UNAVAILABLE "coordinator storage full" (clients retry)
     monitor.call_failed(method, exc)
     code, message = status_for(exc)
-    message = clip(message, 1024)   # client-chosen strings end up in messages: never echo them unbounded
+    message = clip(message, 1024)  # client-chosen strings end up in messages: never echo them unbounded
     if (retry_after := getattr(exc, "retry_after_s", None)) is not None:
         context.set_trailing_metadata((("retry-after", f"{retry_after:.3f}"),))
     if isinstance(exc, FedortError):
@@ -103,6 +86,7 @@ async def _abort(context: grpc.aio.ServicerContext, method: str, exc: BaseExcept
 
 def unary(fn: Callable) -> Callable:
     """Error boundary for unary-response handlers."""
+
     @functools.wraps(fn)
     async def wrapper(self, request, context):
         try:
@@ -113,11 +97,13 @@ def unary(fn: Callable) -> Callable:
             if isinstance(e, grpc.aio.AbortError):
                 raise
             await _abort(context, fn.__name__, e, self.monitor)
+
     return wrapper
 
 
 def streaming(fn: Callable) -> Callable:
     """Error boundary for server-streaming handlers (async generators)."""
+
     @functools.wraps(fn)
     async def wrapper(self, request, context):
         try:
@@ -129,10 +115,11 @@ def streaming(fn: Callable) -> Callable:
             if isinstance(e, grpc.aio.AbortError):
                 raise
             await _abort(context, fn.__name__, e, self.monitor)
+
     return wrapper
 
 
-MAX_ROUND = (1 << 63) - 1   # rounds are SQLite integers
+MAX_ROUND = (1 << 63) - 1  # rounds are SQLite integers
 
 
 def is_local_peer(peer: str) -> bool:
@@ -149,10 +136,15 @@ def check_round(round: int) -> None:
 class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     """Implements fedort.v1.Coordinator over a RoundEngine and the coordinator's artifacts copy."""
 
-    def __init__(self, engine: RoundEngine, artifacts_dir: Path, chunk_bytes: int = CHUNK_BYTES,
-                 auth: Authenticator | None = None) -> None:
+    def __init__(
+        self,
+        engine: RoundEngine,
+        artifacts_dir: Path,
+        chunk_bytes: int = CHUNK_BYTES,
+        auth: Authenticator | None = None,
+    ) -> None:
         self.engine = engine
-        self.monitor: Monitoring = engine.monitor    # RPC errors, bytes out; the engine's uploads feed the rest
+        self.monitor: Monitoring = engine.monitor  # RPC errors, bytes out; the engine's uploads feed the rest
         self.auth = auth or Authenticator("open", None)
         self.streams = StreamLimiter(engine.config.max_streams_per_client)
         self.submissions = RateLimiter(engine.config.submissions_per_minute)
@@ -163,8 +155,9 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         manifest = engine.manifest
         self._manifest_json = (artifacts_dir / "manifest.json").read_text()
         self._artifacts = {
-            name: pb.ArtifactInfo(name=name, sha256=bytes.fromhex(manifest.files[name].sha256),
-                                  size=manifest.files[name].size)
+            name: pb.ArtifactInfo(
+                name=name, sha256=bytes.fromhex(manifest.files[name].sha256), size=manifest.files[name].size
+            )
             for name in ARTIFACT_FILES
         }
 
@@ -180,17 +173,29 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     @unary
     async def Join(self, request: pb.JoinRequest, context) -> pb.JoinReply:
-        self.joins.admit(request.device_name, request.capabilities, request.client_id or _caller.get() or "",
-                         context.peer())
+        self.joins.admit(
+            request.device_name, request.capabilities, request.client_id or _caller.get() or "", context.peer()
+        )
         check_capabilities(self.engine.config, request.capabilities)
-        cid = self.engine.join(request.client_id or _caller.get() or "", request.device_name,
-                               dict(request.capabilities), enrolled=_caller.get() is not None)
+        cid = self.engine.join(
+            request.client_id or _caller.get() or "",
+            request.device_name,
+            dict(request.capabilities),
+            enrolled=_caller.get() is not None,
+        )
         cfg = self.engine.config
-        return pb.JoinReply(client_id=cid, model_id=self.engine.model_id, manifest_json=self._manifest_json,
-                            artifacts=list(self._artifacts.values()), heartbeat_interval_ms=cfg.heartbeat_interval_ms,
-                            max_chunk_bytes=cfg.max_chunk_bytes, upload_codecs=allowed_codecs(cfg),
-                            local_vector_dir=str(local.path) if (local := self._local_dir(context)) else "",
-                            update_digests=accepted_digests(cfg), hashes_local_files=local is not None)
+        return pb.JoinReply(
+            client_id=cid,
+            model_id=self.engine.model_id,
+            manifest_json=self._manifest_json,
+            artifacts=list(self._artifacts.values()),
+            heartbeat_interval_ms=cfg.heartbeat_interval_ms,
+            max_chunk_bytes=cfg.max_chunk_bytes,
+            upload_codecs=allowed_codecs(cfg),
+            local_vector_dir=str(local.path) if (local := self._local_dir(context)) else "",
+            update_digests=accepted_digests(cfg),
+            hashes_local_files=local is not None,
+        )
 
     def _local_dir(self, context):
         """The co-located devices' directory, told only to a caller on this host (loopback or a Unix socket):
@@ -221,10 +226,12 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     async def PollTasks(self, request: pb.PollTasksRequest, context) -> pb.PollTasksReply:
         for cid in request.client_ids:
             check_identity(_caller.get(), cid)
-        round, state, tasks = await self.engine.poll_many(list(request.client_ids), request.model_id,
-                                                          request.wait_ms)
-        return pb.PollTasksReply(round=round, state=state.name, tasks=[
-            pb.ClientTask(client_id=cid, task=t.to_pb()) for cid, t in tasks.items()])
+        round, state, tasks = await self.engine.poll_many(list(request.client_ids), request.model_id, request.wait_ms)
+        return pb.PollTasksReply(
+            round=round,
+            state=state.name,
+            tasks=[pb.ClientTask(client_id=cid, task=t.to_pb()) for cid, t in tasks.items()],
+        )
 
     @streaming
     async def DownloadVector(self, request: pb.VectorRequest, context) -> AsyncIterator[pb.VectorPart | bytes]:
@@ -232,19 +239,32 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         n = int(g.vector.shape[0])
         delta = await self.engine.download_deltas.payload(g, bytes(request.cached_sha256))
         chunks: Iterator[bytes | memoryview]
-        if delta is None:   # checked with BLAKE3 if the device asks and the Task carried it (protocol 1.6)
+        if delta is None:  # checked with BLAKE3 if the device asks and the Task carried it (protocol 1.6)
             blake3 = bool(g.blake3) and digests.BLAKE3 in request.digests
-            meta = VectorMeta(self.engine.model_id, g.round, n, g.blake3 if blake3 else g.sha256,
-                              chunk_size=self.chunk_bytes, digest=digests.BLAKE3 if blake3 else "")
-            chunks = iter_chunk_views(g.vector, self.chunk_bytes)   # views: chunk_message copies each once
-        else:   # lossless delta against the vector the device has (coordinator/rpc/download_delta.py)
-            meta = VectorMeta(self.engine.model_id, g.round, n, hashlib.sha256(delta).digest(), codec=DOWNLOAD_DELTA,
-                              chunk_size=self.chunk_bytes, base_sha256=bytes(request.cached_sha256),
-                              payload_bytes=len(delta))
+            meta = VectorMeta(
+                self.engine.model_id,
+                g.round,
+                n,
+                g.blake3 if blake3 else g.sha256,
+                chunk_size=self.chunk_bytes,
+                digest=digests.BLAKE3 if blake3 else "",
+            )
+            chunks = iter_chunk_views(g.vector, self.chunk_bytes)  # views: chunk_message copies each once
+        else:  # lossless delta against the vector the device has (coordinator/rpc/download_delta.py)
+            meta = VectorMeta(
+                self.engine.model_id,
+                g.round,
+                n,
+                hashlib.sha256(delta).digest(),
+                codec=DOWNLOAD_DELTA,
+                chunk_size=self.chunk_bytes,
+                base_sha256=bytes(request.cached_sha256),
+                payload_bytes=len(delta),
+            )
             chunks = iter_payload_chunks(delta, self.chunk_bytes)
         with self.streams.stream(request.client_id, "download"):
             yield pb.VectorPart(header=meta_to_pb(meta))
-            for chunk in chunks:   # already wire bytes (malformed.SERIALIZERS): one copy of the vector's bytes
+            for chunk in chunks:  # already wire bytes (malformed.SERIALIZERS): one copy of the vector's bytes
                 self.monitor.bytes_out(len(chunk))
                 yield chunk_message(chunk)
 
@@ -256,21 +276,25 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         """
         limit = self.engine.config.stream_idle_timeout_s
         try:
-            if _timeout is not None:   # 3.11+: a deadline on this task, not a new task per message (wait_for)
+            if _timeout is not None:  # 3.11+: a deadline on this task, not a new task per message (wait_for)
                 async with _timeout(limit):
                     return await context.read()
             return await asyncio.wait_for(context.read(), limit)
         except asyncio.TimeoutError:
-            raise ResourceExhaustedError(f"upload stalled: nothing received for {limit:g} s "
-                                         "(stream_idle_timeout_s); the upload was dropped, send it again") from None
+            raise ResourceExhaustedError(
+                f"upload stalled: nothing received for {limit:g} s "
+                "(stream_idle_timeout_s); the upload was dropped, send it again"
+            ) from None
 
     @unary
     async def SubmitUpdate(self, request_iterator, context) -> pb.SubmitReply:
         first = await self._read(context)
         reject_malformed(first)
         if first is grpc.aio.EOF or part_kind(first) != "header":
-            raise ProtocolError("an update stream must start with an UpdateHeader, got "
-                                + ("an empty stream" if first is grpc.aio.EOF else f"a {part_kind(first)}"))
+            raise ProtocolError(
+                "an update stream must start with an UpdateHeader, got "
+                + ("an empty stream" if first is grpc.aio.EOF else f"a {part_kind(first)}")
+            )
         header = UpdateHeader.from_pb(first.header)
         check_round(header.vector.round)
         check_identity(_caller.get(), header.client_id)
@@ -279,7 +303,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             # resent after its round closed: duplicate if counted then (resubmission.py)
             result = await submit_counted_once(self.engine, header, self._chunks(context))
             if result.duplicate and header.local_file and self.engine.local_vectors is not None:
-                self.engine.local_vectors.discard(header)   # a handed-over file not taken: ours to delete
+                self.engine.local_vectors.discard(header)  # a handed-over file not taken: ours to delete
             return result.to_pb()
 
     async def _chunks(self, context) -> AsyncIterator[bytes]:
@@ -300,18 +324,20 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                 ahead = None
                 if part is grpc.aio.EOF:
                     return
-                if not self.auth.open and loop.time() - checked >= TOKEN_RECHECK_S:   # revoked meanwhile?
+                if not self.auth.open and loop.time() - checked >= TOKEN_RECHECK_S:  # revoked meanwhile?
                     self.auth.identify(context.invocation_metadata())
                     checked = loop.time()
                 if type(part) is not memoryview:
                     reject_malformed(part)
                     if part.WhichOneof("part") != "chunk":
-                        raise ProtocolError("an update stream carries one header, then only chunks; got a second header")
+                        raise ProtocolError(
+                            "an update stream carries one header, then only chunks; got a second header"
+                        )
                     part = part.chunk
                 if len(part) > UPLOAD_WINDOW_BYTES:
                     ahead = asyncio.ensure_future(self._read(context))
                     ahead.add_done_callback(_retrieved)
-                    await asyncio.sleep(0)   # the read-ahead task's first step posts the read
+                    await asyncio.sleep(0)  # the read-ahead task's first step posts the read
                 yield part
         finally:
             if ahead is not None:
@@ -326,8 +352,11 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     @unary
     async def PutUploadPart(self, request: pb.UploadPartRequest, context) -> pb.UploadState:
-        return (await self.resumable.put(request.client_id, request.upload_id, request.offset, request.data,
-                                         bytes(request.sha256))).to_pb()
+        return (
+            await self.resumable.put(
+                request.client_id, request.upload_id, request.offset, request.data, bytes(request.sha256)
+            )
+        ).to_pb()
 
     @unary
     async def GetUpload(self, request: pb.UploadRef, context) -> pb.UploadState:
@@ -342,8 +371,9 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     async def SubmitEvaluation(self, request: pb.EvaluationResult, context) -> pb.SubmitReply:
         self.submissions.take(request.client_id)
         check_metrics(request.metrics, "an evaluation")
-        return self.engine.submit_evaluation(request.client_id, request.model_id, request.round, request.num_examples,
-                                             metrics_from_pb(request.metrics)).to_pb()
+        return self.engine.submit_evaluation(
+            request.client_id, request.model_id, request.round, request.num_examples, metrics_from_pb(request.metrics)
+        ).to_pb()
 
     @unary
     async def Heartbeat(self, request: pb.HeartbeatRequest, context) -> pb.HeartbeatReply:
@@ -357,8 +387,14 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     @unary
     async def SecAgg(self, request: pb.SecAggRequest, context) -> pb.SecAggReply:
-        ready, payload = await self.engine.secagg_step(request.client_id, request.model_id, request.round,
-                                                       int(request.step), bytes(request.payload), request.wait_ms)
+        ready, payload = await self.engine.secagg_step(
+            request.client_id,
+            request.model_id,
+            request.round,
+            int(request.step),
+            bytes(request.payload),
+            request.wait_ms,
+        )
         return pb.SecAggReply(ready=ready, payload=payload)
 
     @unary
@@ -367,13 +403,22 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
         for step in request.steps:
             check_identity(_caller.get(), step.client_id)
-        answers = await self.engine.secagg_batch([StepCall(s.client_id, s.model_id, s.round, int(s.step), bytes(s.payload))
-                                                  for s in request.steps], request.wait_ms)
+        answers = await self.engine.secagg_batch(
+            [StepCall(s.client_id, s.model_id, s.round, int(s.step), bytes(s.payload)) for s in request.steps],
+            request.wait_ms,
+        )
         entries = []
         for a in answers:
             code, message = status_for(a.error) if a.error is not None else (None, "")
-            entries.append(pb.SecAggBatchEntry(client_id=a.client_id, ready=a.ready, payload=a.payload,
-                                               error_code=code.name if code else "", error_message=message))
+            entries.append(
+                pb.SecAggBatchEntry(
+                    client_id=a.client_id,
+                    ready=a.ready,
+                    payload=a.payload,
+                    error_code=code.name if code else "",
+                    error_message=message,
+                )
+            )
         return pb.SecAggBatchReply(entries=entries)
 
     @unary

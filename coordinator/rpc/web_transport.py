@@ -25,16 +25,17 @@ import logging
 import re
 import socket
 import ssl
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, AsyncIterator, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import grpc
 
+from fedort.common.errors import ConfigError
 from fedort.common.invariants import present
 from fedort.coordinator.config import CoordinatorConfig
 from fedort.coordinator.rpc.servicer import CoordinatorServicer
 from fedort.protos.stubs import fedort_v1_pb2 as pb
-from fedort.common.errors import ConfigError
 
 try:
     import uvicorn
@@ -44,7 +45,7 @@ try:
     from starlette.staticfiles import StaticFiles
 
     from fedort.protos.stubs.fedort_v1_connect import CoordinatorASGIApplication
-except ImportError as e:   # pragma: no cover - depends on the environment
+except ImportError as e:  # pragma: no cover - depends on the environment
     _missing = (e.name or "a package").partition(".")[0]
     raise ConfigError(f"--web-address needs the web extra ({_missing} is missing): pip install 'fedort[web]'") from None
 
@@ -55,6 +56,7 @@ log = logging.getLogger(__name__)
 
 SERVICE_PATH = "/fedort.v1.Coordinator/"
 
+
 def _packaged_page_dir() -> Path | None:
     """`edge_client/web/dist` of this checkout or install, located without importing the device package."""
     spec = importlib.util.find_spec("fedort.edge_client")
@@ -64,8 +66,15 @@ def _packaged_page_dir() -> Path | None:
 
 
 #: Request headers a browser may send cross-origin (Connect, gRPC-Web, our auth) and response headers it may read.
-ALLOW_HEADERS = ["authorization", "content-type", "connect-protocol-version", "connect-timeout-ms", "x-grpc-web",
-                 "x-user-agent", "grpc-timeout"]
+ALLOW_HEADERS = [
+    "authorization",
+    "content-type",
+    "connect-protocol-version",
+    "connect-timeout-ms",
+    "x-grpc-web",
+    "x-user-agent",
+    "grpc-timeout",
+]
 EXPOSE_HEADERS = ["grpc-status", "grpc-message", "grpc-status-details-bin", "retry-after"]
 
 
@@ -126,6 +135,7 @@ class WebCoordinator:
     def _unary(handler):
         async def call(request, ctx):
             return await handler(request, WebContext(ctx))
+
         return call
 
     @staticmethod
@@ -134,12 +144,14 @@ class WebCoordinator:
             async for item in handler(request, WebContext(ctx)):
                 # a download's chunks leave the servicer as wire bytes (malformed.SERIALIZERS): messages here
                 yield parse(bytes(item)) if isinstance(item, (bytes, memoryview)) else item
+
         return call
 
     @staticmethod
     def _client_stream(handler):
         async def call(requests, ctx):
             return await handler(None, WebContext(ctx, requests.__aiter__()))
+
         return call
 
 
@@ -160,8 +172,13 @@ class _Routes:
 
 
 async def _plain(send, status: int, body: bytes) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -177,12 +194,18 @@ def web_page(config: CoordinatorConfig) -> Path | None:
 
 def web_app(servicer: CoordinatorServicer, config: CoordinatorConfig):
     """The ASGI application of the web port."""
-    limit = 2 * max(config.max_chunk_bytes, config.download_chunk_bytes) + (1 << 20)   # as the gRPC port's
+    limit = 2 * max(config.max_chunk_bytes, config.download_chunk_bytes) + (1 << 20)  # as the gRPC port's
     # WebCoordinator sets the service's methods in __init__, from the .proto
     connect_app = CoordinatorASGIApplication(cast("Coordinator", WebCoordinator(servicer)), read_max_bytes=limit)
     origins = list(config.web_cors_origins)
-    return CORSMiddleware(_Routes(connect_app, web_page(config)), allow_origins=origins, allow_methods=["GET", "POST"],
-                          allow_headers=ALLOW_HEADERS, expose_headers=EXPOSE_HEADERS, max_age=600)
+    return CORSMiddleware(
+        _Routes(connect_app, web_page(config)),
+        allow_origins=origins,
+        allow_methods=["GET", "POST"],
+        allow_headers=ALLOW_HEADERS,
+        expose_headers=EXPOSE_HEADERS,
+        max_age=600,
+    )
 
 
 class _Server(uvicorn.Server):
@@ -217,12 +240,21 @@ class WebServer:
         except OSError as e:
             sock.close()
             raise ConfigError(f"cannot serve the web port on {cfg.web_address}: {e.strerror or e}") from None
-        tls: dict[str, Any] = {} if cfg.tls_cert is None else dict(
-            ssl_certfile=str(cfg.tls_cert), ssl_keyfile=str(cfg.tls_key),
-            ssl_ca_certs=str(cfg.tls_client_ca) if cfg.tls_client_ca else None,
-            ssl_cert_reqs=ssl.CERT_REQUIRED if cfg.tls_client_ca else ssl.CERT_NONE)
-        server = _Server(uvicorn.Config(self.app, lifespan="off", log_level="warning", access_log=False,
-                                        timeout_graceful_shutdown=5, **tls))
+        tls: dict[str, Any] = (
+            {}
+            if cfg.tls_cert is None
+            else dict(
+                ssl_certfile=str(cfg.tls_cert),
+                ssl_keyfile=str(cfg.tls_key),
+                ssl_ca_certs=str(cfg.tls_client_ca) if cfg.tls_client_ca else None,
+                ssl_cert_reqs=ssl.CERT_REQUIRED if cfg.tls_client_ca else ssl.CERT_NONE,
+            )
+        )
+        server = _Server(
+            uvicorn.Config(
+                self.app, lifespan="off", log_level="warning", access_log=False, timeout_graceful_shutdown=5, **tls
+            )
+        )
         self._server = server
         self.port = sock.getsockname()[1]
         self._task = asyncio.create_task(server.serve(sockets=[sock]), name="fedort-web-port")
@@ -231,15 +263,19 @@ class WebServer:
                 self._task.result()
                 raise ConfigError(f"the web port on {cfg.web_address} did not start")
             await asyncio.sleep(0.01)
-        log.info("web port serving Connect and gRPC-Web on %s:%d (%s)", host, self.port,
-                 "plaintext" if cfg.tls_cert is None else "TLS")
+        log.info(
+            "web port serving Connect and gRPC-Web on %s:%d (%s)",
+            host,
+            self.port,
+            "plaintext" if cfg.tls_cert is None else "TLS",
+        )
         return self.port
 
     async def stop(self) -> None:
         if self._server is None:
             return
         self._server.should_exit = True
-        self._server.force_exit = True   # held long-polls were released by the engine; do not wait for them
+        self._server.force_exit = True  # held long-polls were released by the engine; do not wait for them
         await asyncio.wait({present(self._task, "the web port's task")})
         self._server = None
 

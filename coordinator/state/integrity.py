@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from fedort.coordinator.state.store import read_vector
-from fedort.common.errors import CorruptStateError, VectorError
 from fedort.common import digests
+from fedort.common.errors import CorruptStateError, VectorError
+from fedort.coordinator.state.store import read_vector
 
 
 def sha256_hex(vector: np.ndarray) -> str:
@@ -42,8 +42,9 @@ def read_verified_vector(path: Path, length: int, expected_sha256: str | None) -
         raise CorruptStateError(f"state dir is corrupt: {e}") from None
     actual = sha256_hex(vector)
     if actual != expected_sha256:
-        raise CorruptStateError(f"state dir is corrupt: {path} hashes to {actual[:16]}…, the database recorded "
-                                f"{expected_sha256[:16]}…")
+        raise CorruptStateError(
+            f"state dir is corrupt: {path} hashes to {actual[:16]}…, the database recorded {expected_sha256[:16]}…"
+        )
     return vector
 
 
@@ -57,8 +58,9 @@ def read_verified_bytes(path: Path, expected_sha256: str) -> np.ndarray:
     algorithm, expected_sha256 = digests.parse_stored(expected_sha256)
     actual = digests.digest(algorithm, payload.data).hex()
     if actual != expected_sha256:
-        raise CorruptStateError(f"state dir is corrupt: {path} hashes to {actual[:16]}…, the database recorded "
-                                f"{expected_sha256[:16]}…")
+        raise CorruptStateError(
+            f"state dir is corrupt: {path} hashes to {actual[:16]}…, the database recorded {expected_sha256[:16]}…"
+        )
     return payload
 
 
@@ -85,10 +87,12 @@ def export_problem(model_dir: Path, vector_sha256: str | None = None) -> str | N
     except (OSError, ValueError, KeyError, TypeError) as e:
         return f"{record_path} is unreadable ({type(e).__name__})"
     if vector_sha256 is not None and record.get("vector_sha256") != vector_sha256:
-        return f"{record_path} names global vector {str(record.get('vector_sha256'))[:16]}…, the database " \
-               f"recorded {vector_sha256[:16]}…"
+        return (
+            f"{record_path} names global vector {str(record.get('vector_sha256'))[:16]}…, the database "
+            f"recorded {vector_sha256[:16]}…"
+        )
     files = [(model_path, expected)]
-    if record.get("model_data"):   # external data (coordinator.export_external): the file model.onnx names
+    if record.get("model_data"):  # external data (coordinator.export_external): the file model.onnx names
         files.append((model_dir / str(record["model_data"]), record.get("model_data_sha256")))
     for path, want in files:
         if not path.is_file():

@@ -1,20 +1,20 @@
 """Every path inside a coordinator state directory, in one place.
 
-    state.db                          SQLite (WAL, synchronous=FULL): meta, clients, rounds, submissions,
-                                      evaluations, transitions
-    artifacts/                        the coordinator's own verified copy of the training artifacts
-    vectors/round-000N.f32            the global vector round N trains from (raw little-endian float32);
-                                      round-0001 is the checkpoint's, round-000{R+1} is the run's result.
-                                      Written once (atomic_write: a new file renamed into place), NEVER
-                                      changed in place nor recycled: exports (model.onnx.data) and
-                                      local_vectors (global/<sha256>.f32) hard-link it
-    server-state/round-000N.npz       the server optimizer's state round N starts from (stateful ones only)
-    spool/round-000N/<client>.f32     accepted updates of round N, until the round commits
-    models/round-000N/                model.onnx + model.json exported after round N commits, + model.onnx.data
-                                      (a hard link to vectors/round-000{N+1}.f32) for a large model (export_external)
-    models/latest.json, latest        pointer (and symlink) to the newest export
-    local-vectors/                    where `fedort simulate` puts the co-located vector path's directory
-                                      (`local_vector_dir`): devices' update files, global/<sha256>.f32 links
+state.db                          SQLite (WAL, synchronous=FULL): meta, clients, rounds, submissions,
+                                  evaluations, transitions
+artifacts/                        the coordinator's own verified copy of the training artifacts
+vectors/round-000N.f32            the global vector round N trains from (raw little-endian float32);
+                                  round-0001 is the checkpoint's, round-000{R+1} is the run's result.
+                                  Written once (atomic_write: a new file renamed into place), NEVER
+                                  changed in place nor recycled: exports (model.onnx.data) and
+                                  local_vectors (global/<sha256>.f32) hard-link it
+server-state/round-000N.npz       the server optimizer's state round N starts from (stateful ones only)
+spool/round-000N/<client>.f32     accepted updates of round N, until the round commits
+models/round-000N/                model.onnx + model.json exported after round N commits, + model.onnx.data
+                                  (a hard link to vectors/round-000{N+1}.f32) for a large model (export_external)
+models/latest.json, latest        pointer (and symlink) to the newest export
+local-vectors/                    where `fedort simulate` puts the co-located vector path's directory
+                                  (`local_vector_dir`): devices' update files, global/<sha256>.f32 links
 """
 
 from __future__ import annotations
@@ -74,8 +74,15 @@ class StateLayout:
 
     def reserved(self) -> set[Path]:
         """The state dir and the folders the coordinator owns in it (no other use may claim them)."""
-        return {self.root, self.artifacts, self.artifacts_tmp, self.vectors, self.spool, self.models,
-                self.server_states}
+        return {
+            self.root,
+            self.artifacts,
+            self.artifacts_tmp,
+            self.vectors,
+            self.spool,
+            self.models,
+            self.server_states,
+        }
 
     def vector(self, round: int) -> Path:
         return self.vectors / f"{round_name(round)}.f32"

@@ -46,9 +46,11 @@ class StateDirLock:
             os.close(fd)
             if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise
-            raise ConfigError(f"state dir {self.path.parent} is in use by another coordinator "
-                              f"(pid {holder_pid(self.path) or 'unknown'}, lock {self.path}); stop it first, "
-                              "or use another --state-dir") from None
+            raise ConfigError(
+                f"state dir {self.path.parent} is in use by another coordinator "
+                f"(pid {holder_pid(self.path) or 'unknown'}, lock {self.path}); stop it first, "
+                "or use another --state-dir"
+            ) from None
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self._fd = fd
@@ -62,9 +64,9 @@ class StateDirLock:
             os.ftruncate(fd, 0)
         except OSError:
             pass
-        os.close(fd)   # closing the only descriptor releases the flock
+        os.close(fd)  # closing the only descriptor releases the flock
 
-    def __enter__(self) -> "StateDirLock":
+    def __enter__(self) -> StateDirLock:
         self.acquire()
         return self
 

@@ -40,19 +40,20 @@ CREATE TABLE IF NOT EXISTS transitions (
 """
 
 # Round row states as stored (the in-memory engine has more; these are the durable milestones).
-OPEN, COMMITTED, EXPORTED, FAILED = (s.value for s in (RoundRowState.OPEN, RoundRowState.COMMITTED,
-                                                        RoundRowState.EXPORTED, RoundRowState.FAILED))
+OPEN, COMMITTED, EXPORTED, FAILED = (
+    s.value for s in (RoundRowState.OPEN, RoundRowState.COMMITTED, RoundRowState.EXPORTED, RoundRowState.FAILED)
+)
 
 
 def create_tables(db: sqlite3.Connection) -> None:
     """Create the tables a state dir lacks, and the columns added since its release."""
     db.executescript(_SCHEMA)
     columns = {r[1] for r in db.execute("PRAGMA table_info(submissions)")}
-    if "codec" not in columns:   # a state dir from before codecs were recorded: all its updates are raw
+    if "codec" not in columns:  # a state dir from before codecs were recorded: all its updates are raw
         db.execute("ALTER TABLE submissions ADD COLUMN codec TEXT NOT NULL DEFAULT 'raw'")
     if "payload" not in columns:  # ... or before small updates were kept inline
         db.execute("ALTER TABLE submissions ADD COLUMN payload BLOB")
-    if "vector" not in {r[1] for r in db.execute("PRAGMA table_info(rounds)")}:   # ... or small vectors
+    if "vector" not in {r[1] for r in db.execute("PRAGMA table_info(rounds)")}:  # ... or small vectors
         db.execute("ALTER TABLE rounds ADD COLUMN vector BLOB")
 
 
@@ -82,7 +83,7 @@ class RoundRow:
     metrics: dict[str, float]
     model_path: str | None
     message: str
-    vector: bytes | None = None   # a small committed vector's bytes, durable here until its export fsyncs its file
+    vector: bytes | None = None  # a small committed vector's bytes, durable here until its export fsyncs its file
 
 
 @dataclass(frozen=True)
@@ -101,13 +102,23 @@ class SubmissionRow:
     round: int
     client_id: str
     num_examples: int
-    metrics: dict[str, Any]    # name -> {"value": float, "sync_dist": bool}
+    metrics: dict[str, Any]  # name -> {"value": float, "sync_dist": bool}
     sha256: str
     spool_path: str
     received_ms: int
-    codec: str = "raw"         # the spool file's wire codec: replay decodes it with the same decoder
-    payload: bytes | None = None   # a small update's bytes, durable here (the spool file is a copy) until commit
+    codec: str = "raw"  # the spool file's wire codec: replay decodes it with the same decoder
+    payload: bytes | None = None  # a small update's bytes, durable here (the spool file is a copy) until commit
 
 
-__all__ = ["COMMITTED", "EXPORTED", "FAILED", "OPEN", "SCHEMA_VERSION", "ClientRow", "RoundRow", "SubmissionRow",
-           "TransitionRow", "create_tables"]
+__all__ = [
+    "COMMITTED",
+    "EXPORTED",
+    "FAILED",
+    "OPEN",
+    "SCHEMA_VERSION",
+    "ClientRow",
+    "RoundRow",
+    "SubmissionRow",
+    "TransitionRow",
+    "create_tables",
+]

@@ -9,33 +9,45 @@ SQLite's busy handler (which sleeps in whole milliseconds). Same durability: WAL
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from fedort.coordinator.state.storage import raise_if_full
 
 if TYPE_CHECKING:
-    from fedort.coordinator.state.store import StateStore
     from fedort.coordinator.state.schema import SubmissionRow
+    from fedort.coordinator.state.store import StateStore
 
-INSERT_SUBMISSION = ("INSERT INTO submissions (round, client_id, num_examples, metrics, sha256, spool_path, "
-                     "received_ms, codec, payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+INSERT_SUBMISSION = (
+    "INSERT INTO submissions (round, client_id, num_examples, metrics, sha256, spool_path, "
+    "received_ms, codec, payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
 
 
-def submission_args(row: "SubmissionRow") -> tuple:
-    return (row.round, row.client_id, row.num_examples, json.dumps(row.metrics, sort_keys=True), row.sha256,
-            row.spool_path, row.received_ms, row.codec, row.payload)
+def submission_args(row: SubmissionRow) -> tuple:
+    return (
+        row.round,
+        row.client_id,
+        row.num_examples,
+        json.dumps(row.metrics, sort_keys=True),
+        row.sha256,
+        row.spool_path,
+        row.received_ms,
+        row.codec,
+        row.payload,
+    )
 
 
 class SideWriter:
     """Commits statements in one durable transaction per call, from one (any) thread at a time."""
 
-    def __init__(self, store: "StateStore") -> None:
+    def __init__(self, store: StateStore) -> None:
         from fedort.coordinator.state.store import _writable
 
         self._lock = store.write_lock
         self._db = _writable(store.layout.db, any_thread=True)
 
-    def add(self, rows: Iterable["SubmissionRow"]) -> None:
+    def add(self, rows: Iterable[SubmissionRow]) -> None:
         """Insert every submission row or none (durable on return); a full disk raises StorageError."""
         self._run(lambda db: db.executemany(INSERT_SUBMISSION, [submission_args(r) for r in rows]))
 

@@ -14,7 +14,8 @@ import errno
 import inspect
 import logging
 import sqlite3
-from typing import Any, Awaitable, Callable, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from fedort.common.errors import ProtocolError, StorageError
 
@@ -51,7 +52,7 @@ def storage_error(exc: BaseException | None) -> StorageError | None:
         text = str(exc).lower()
         # by text only for errors that do not carry client input (a ProtocolError may quote a client string)
         if not isinstance(exc, ProtocolError) and ("no space left on device" in text or "disk quota exceeded" in text):
-            err = StorageError("coordinator storage full: no space left on device; retry later")   # e.g. ORT's export
+            err = StorageError("coordinator storage full: no space left on device; retry later")  # e.g. ORT's export
             err.detail = str(exc)
             return err
         if isinstance(exc, sqlite3.OperationalError) and "full" in text:
@@ -70,9 +71,12 @@ def raise_if_full(exc: BaseException) -> None:
         raise err from exc
 
 
-async def retry_when_full(step: Callable[[], Any | Awaitable[Any]], what: str,
-                          on_full: Callable[[StorageError], None] = lambda e: None,
-                          interval_s: float = RETRY_INTERVAL_S) -> Any:
+async def retry_when_full(
+    step: Callable[[], Any | Awaitable[Any]],
+    what: str,
+    on_full: Callable[[StorageError], None] = lambda e: None,
+    interval_s: float = RETRY_INTERVAL_S,
+) -> Any:
     """Run `step()` (sync or async) until it does not fail for a full disk; other errors propagate.
 
     Between attempts it logs one error line per attempt and calls `on_full` (metrics, status).
@@ -85,12 +89,24 @@ async def retry_when_full(step: Callable[[], Any | Awaitable[Any]], what: str,
             err = storage_error(e)
             if err is None:
                 raise
-            log.error("%s: coordinator storage full (%s); waiting for space, next attempt in %g s", what,
-                      getattr(err, "detail", err), interval_s)
+            log.error(
+                "%s: coordinator storage full (%s); waiting for space, next attempt in %g s",
+                what,
+                getattr(err, "detail", err),
+                interval_s,
+            )
             on_full(err)
             for listener in list(_listeners):
                 listener(err)
             await asyncio.sleep(interval_s)
 
 
-__all__ = ["FULL_ERRNOS", "StorageError", "add_listener", "raise_if_full", "remove_listener", "retry_when_full", "storage_error"]
+__all__ = [
+    "FULL_ERRNOS",
+    "StorageError",
+    "add_listener",
+    "raise_if_full",
+    "remove_listener",
+    "retry_when_full",
+    "storage_error",
+]

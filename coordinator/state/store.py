@@ -14,23 +14,30 @@ import logging
 import os
 import sqlite3
 import threading
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fedort.common import clock
-from fedort.coordinator.state.layout import DB_NAME, StateLayout
-from fedort.coordinator.state.schema import COMMITTED, EXPORTED, FAILED, OPEN, SCHEMA_VERSION, ClientRow, RoundRow, SubmissionRow, TransitionRow, create_tables
-from fedort.coordinator.state.storage import raise_if_full, storage_error
-from fedort.common.errors import ConfigError, CorruptStateError, StorageError, VectorError
-from fedort.common.round_state import RunState
 from fedort.common.durable import private_file
-from fedort.coordinator.state.layout import DB_NAME, StateLayout
-from fedort.coordinator.state.schema import COMMITTED, EXPORTED, FAILED, OPEN, SCHEMA_VERSION, ClientRow, RoundRow, SubmissionRow, TransitionRow, create_tables
-from fedort.coordinator.state.storage import raise_if_full, storage_error
 from fedort.common.errors import ConfigError, CorruptStateError, StorageError, VectorError
 from fedort.common.round_state import RunState
+from fedort.coordinator.state.layout import DB_NAME, StateLayout
+from fedort.coordinator.state.schema import (
+    COMMITTED,
+    EXPORTED,
+    FAILED,
+    OPEN,
+    SCHEMA_VERSION,
+    ClientRow,
+    RoundRow,
+    SubmissionRow,
+    TransitionRow,
+    create_tables,
+)
+from fedort.coordinator.state.storage import raise_if_full, storage_error
 
 if TYPE_CHECKING:
     from fedort.coordinator.state.side_writer import SideWriter
@@ -64,7 +71,7 @@ class StateStore:
         self.layout = StateLayout(self.dir)
         self.readonly = readonly
         self._transitions: list[TransitionRow] = []
-        self._deferred: list[tuple[str, tuple]] = []   # statements for the next transaction (commit_round(defer=True))
+        self._deferred: list[tuple[str, tuple]] = []  # statements for the next transaction (commit_round(defer=True))
         self.write_lock = threading.Lock()
         db = self.layout.db
         try:
@@ -72,8 +79,10 @@ class StateStore:
         except sqlite3.DatabaseError as e:
             if storage_error(e) is not None:
                 raise_if_full(e)
-            raise CorruptStateError(f"{db} is not a usable SQLite database ({e}); it is the coordinator's state: "
-                                    "restore it from a backup or start over with a new --state-dir") from None
+            raise CorruptStateError(
+                f"{db} is not a usable SQLite database ({e}); it is the coordinator's state: "
+                "restore it from a backup or start over with a new --state-dir"
+            ) from None
         self._db.row_factory = sqlite3.Row
 
     def _open(self, db: Path, readonly: bool) -> None:
@@ -86,15 +95,16 @@ class StateStore:
                 sub.mkdir(parents=True, exist_ok=True)
             self._db = _writable(db)
             create_tables(self._db)
-        self._db.execute("SELECT COUNT(*) FROM meta").fetchone()   # reads a page: garbage fails here, not later
+        self._db.execute("SELECT COUNT(*) FROM meta").fetchone()  # reads a page: garbage fails here, not later
 
     def close(self) -> None:
         try:
             if (self._transitions or self._deferred) and not self.readonly:
                 self._tx(())
-        except StorageError as e:   # the last transitions only: closing must not fail on a full disk
-            log.warning("%s: the last %d round transitions were not recorded: %s", self.layout.db,
-                        len(self._transitions), e)
+        except StorageError as e:  # the last transitions only: closing must not fail on a full disk
+            log.warning(
+                "%s: the last %d round transitions were not recorded: %s", self.layout.db, len(self._transitions), e
+            )
         finally:
             self._db.close()
 
@@ -110,10 +120,12 @@ class StateStore:
             for sql, args in [*self._deferred, *statements]:
                 db.execute(sql, args)
             for t in self._transitions:
-                db.execute("INSERT INTO transitions (round, from_state, to_state, at_unix_s, why) VALUES (?, ?, ?, ?, ?)",
-                           (t.round, t.from_state, t.to_state, t.at_unix_s, t.why))
+                db.execute(
+                    "INSERT INTO transitions (round, from_state, to_state, at_unix_s, why) VALUES (?, ?, ?, ?, ?)",
+                    (t.round, t.from_state, t.to_state, t.at_unix_s, t.why),
+                )
             db.execute("COMMIT")
-            self._transitions, self._deferred = [], []   # kept for the next transaction if this one failed
+            self._transitions, self._deferred = [], []  # kept for the next transaction if this one failed
         except BaseException as e:
             # a failed COMMIT (e.g. disk full) may already have rolled back: a second ROLLBACK would
             # raise "cannot rollback - no transaction is active" and hide the real cause
@@ -167,8 +179,13 @@ class StateStore:
         """Bind this state dir to `model_id` (first start) or check that it already is."""
         existing = self.get_meta("model_id")
         if existing is None:
-            self.set_meta(model_id=model_id, schema_version=str(SCHEMA_VERSION), created_ms=str(now_ms()),
-                          config=config_json, run_state=RunState.RUNNING.value)
+            self.set_meta(
+                model_id=model_id,
+                schema_version=str(SCHEMA_VERSION),
+                created_ms=str(now_ms()),
+                config=config_json,
+                run_state=RunState.RUNNING.value,
+            )
         elif existing != model_id:
             raise ConfigError(
                 f"state dir {self.dir} belongs to model {existing[:16]}…, but the artifacts are model "
@@ -180,47 +197,98 @@ class StateStore:
     # ---- clients --------------------------------------------------------------------------------
 
     def upsert_client(self, row: ClientRow) -> None:
-        self._tx([(
-            "INSERT INTO clients (client_id, device_name, capabilities, joined_ms, last_seen_ms, active, left_reason) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(client_id) DO UPDATE SET device_name=excluded.device_name, "
-            "capabilities=excluded.capabilities, last_seen_ms=excluded.last_seen_ms, active=excluded.active, "
-            "left_reason=excluded.left_reason",
-            (row.client_id, row.device_name, json.dumps(row.capabilities, sort_keys=True), row.joined_ms,
-             row.last_seen_ms, int(row.active), row.left_reason),
-        )])
+        self._tx(
+            [
+                (
+                    "INSERT INTO clients (client_id, device_name, capabilities, joined_ms, last_seen_ms, active, left_reason) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(client_id) DO UPDATE SET device_name=excluded.device_name, "
+                    "capabilities=excluded.capabilities, last_seen_ms=excluded.last_seen_ms, active=excluded.active, "
+                    "left_reason=excluded.left_reason",
+                    (
+                        row.client_id,
+                        row.device_name,
+                        json.dumps(row.capabilities, sort_keys=True),
+                        row.joined_ms,
+                        row.last_seen_ms,
+                        int(row.active),
+                        row.left_reason,
+                    ),
+                )
+            ]
+        )
 
     def set_client_left(self, client_id: str, reason: str, at_ms: int) -> None:
-        self._tx([("UPDATE clients SET active = 0, left_reason = ?, last_seen_ms = ? WHERE client_id = ?",
-                   (reason, at_ms, client_id))])
+        self._tx(
+            [
+                (
+                    "UPDATE clients SET active = 0, left_reason = ?, last_seen_ms = ? WHERE client_id = ?",
+                    (reason, at_ms, client_id),
+                )
+            ]
+        )
 
     def clients(self) -> list[ClientRow]:
         rows = self._db.execute("SELECT * FROM clients ORDER BY client_id").fetchall()
-        return [ClientRow(r["client_id"], r["device_name"], json.loads(r["capabilities"]), r["joined_ms"],
-                          r["last_seen_ms"], bool(r["active"]), r["left_reason"]) for r in rows]
+        return [
+            ClientRow(
+                r["client_id"],
+                r["device_name"],
+                json.loads(r["capabilities"]),
+                r["joined_ms"],
+                r["last_seen_ms"],
+                bool(r["active"]),
+                r["left_reason"],
+            )
+            for r in rows
+        ]
 
     # ---- rounds ---------------------------------------------------------------------------------
 
     def open_round(self, round: int, attempt: int, selected: Iterable[str], deadline_ms: int) -> None:
         """Record round `round` as open (TRAINING) for this attempt and selection."""
-        self._tx([(
-            "INSERT INTO rounds (round, state, attempt, selected, deadline_ms, opened_ms) VALUES (?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT(round) DO UPDATE SET state=excluded.state, attempt=excluded.attempt, "
-            "selected=excluded.selected, deadline_ms=excluded.deadline_ms",
-            (round, OPEN, attempt, json.dumps(sorted(selected)), deadline_ms, now_ms()),
-        )])
+        self._tx(
+            [
+                (
+                    "INSERT INTO rounds (round, state, attempt, selected, deadline_ms, opened_ms) VALUES (?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT(round) DO UPDATE SET state=excluded.state, attempt=excluded.attempt, "
+                    "selected=excluded.selected, deadline_ms=excluded.deadline_ms",
+                    (round, OPEN, attempt, json.dumps(sorted(selected)), deadline_ms, now_ms()),
+                )
+            ]
+        )
 
-    def commit_round(self, round: int, vector_sha256: str, clients: int, examples: int,
-                     metrics: dict[str, float], defer: bool = False, vector: bytes | None = None) -> None:
+    def commit_round(
+        self,
+        round: int,
+        vector_sha256: str,
+        clients: int,
+        examples: int,
+        metrics: dict[str, float],
+        defer: bool = False,
+        vector: bytes | None = None,
+    ) -> None:
         """Mark round `round` committed: its result vector file (round+1) is durable and final (its inline
         update payloads are not needed any more). `defer`: in the next transaction instead (the next
         round's `open_round`, one fsync for both; `flush()` if nothing may follow soon): until then
         the round is not committed on disk, and nothing may act on it (no task of the next round).
         `vector`: a small result vector's bytes, durable in the row (its file need not be fsynced yet)."""
-        statements = [(
-            "UPDATE rounds SET state=?, closed_ms=?, vector_sha256=?, clients=?, examples=?, metrics=?, vector=? "
-            "WHERE round=?",
-            (COMMITTED, now_ms(), vector_sha256, clients, examples, json.dumps(metrics, sort_keys=True), vector, round),
-        ), ("UPDATE submissions SET payload = NULL WHERE round = ? AND payload IS NOT NULL", (round,))]
+        statements = [
+            (
+                "UPDATE rounds SET state=?, closed_ms=?, vector_sha256=?, clients=?, examples=?, metrics=?, vector=? "
+                "WHERE round=?",
+                (
+                    COMMITTED,
+                    now_ms(),
+                    vector_sha256,
+                    clients,
+                    examples,
+                    json.dumps(metrics, sort_keys=True),
+                    vector,
+                    round,
+                ),
+            ),
+            ("UPDATE submissions SET payload = NULL WHERE round = ? AND payload IS NOT NULL", (round,)),
+        ]
         if defer:
             self._deferred += statements
         else:
@@ -236,19 +304,23 @@ class StateStore:
         if self._deferred or self._transitions:
             self._tx(())
 
-    def mark_exported(self, round: int, model_path: str, writer: "SideWriter | None" = None) -> None:
+    def mark_exported(self, round: int, model_path: str, writer: SideWriter | None = None) -> None:
         """Round `round`'s export is complete (through `writer`, a side connection, from the export's thread);
         its vector file is durable by then, so the row drops the vector's bytes."""
-        statement = ("UPDATE rounds SET state=?, model_path=?, vector=NULL WHERE round=?",
-                     (EXPORTED, model_path, round))
+        statement = (
+            "UPDATE rounds SET state=?, model_path=?, vector=NULL WHERE round=?",
+            (EXPORTED, model_path, round),
+        )
         writer.execute([statement]) if writer is not None else self._tx([statement])
 
     def fail_round(self, round: int, message: str) -> None:
-        self._tx([
-            ("UPDATE rounds SET state=?, closed_ms=?, message=? WHERE round=?", (FAILED, now_ms(), message, round)),
-            ("INSERT OR REPLACE INTO meta (key, value) VALUES ('run_state', ?)", (RunState.FAILED.value,)),
-            ("INSERT OR REPLACE INTO meta (key, value) VALUES ('run_message', ?)", (message,)),
-        ])
+        self._tx(
+            [
+                ("UPDATE rounds SET state=?, closed_ms=?, message=? WHERE round=?", (FAILED, now_ms(), message, round)),
+                ("INSERT OR REPLACE INTO meta (key, value) VALUES ('run_state', ?)", (RunState.FAILED.value,)),
+                ("INSERT OR REPLACE INTO meta (key, value) VALUES ('run_message', ?)", (message,)),
+            ]
+        )
 
     def forget_submissions(self, round: int) -> None:
         """Delete round `round`'s submission rows (a secure-aggregation round that aborted: its masked
@@ -257,10 +329,25 @@ class StateStore:
 
     def rounds(self) -> list[RoundRow]:
         rows = self._db.execute("SELECT * FROM rounds ORDER BY round").fetchall()
-        return [RoundRow(r["round"], r["state"], r["attempt"], tuple(json.loads(r["selected"])), r["deadline_ms"],
-                         r["opened_ms"], r["closed_ms"], r["vector_sha256"], r["clients"], r["examples"],
-                         json.loads(r["metrics"]), r["model_path"], r["message"],
-                         r["vector"] if "vector" in r.keys() else None) for r in rows]
+        return [
+            RoundRow(
+                r["round"],
+                r["state"],
+                r["attempt"],
+                tuple(json.loads(r["selected"])),
+                r["deadline_ms"],
+                r["opened_ms"],
+                r["closed_ms"],
+                r["vector_sha256"],
+                r["clients"],
+                r["examples"],
+                json.loads(r["metrics"]),
+                r["model_path"],
+                r["message"],
+                r["vector"] if "vector" in r.keys() else None,
+            )
+            for r in rows
+        ]
 
     # ---- submissions ----------------------------------------------------------------------------
 
@@ -269,7 +356,7 @@ class StateStore:
 
         self._tx([(INSERT_SUBMISSION, submission_args(row))])
 
-    def submission_writer(self) -> "SideWriter":
+    def submission_writer(self) -> SideWriter:
         """A second connection that commits from another thread (see the class docstring)."""
         from fedort.coordinator.state.side_writer import SideWriter
 
@@ -277,23 +364,38 @@ class StateStore:
 
     def submissions(self, round: int) -> list[SubmissionRow]:
         rows = self._db.execute("SELECT * FROM submissions WHERE round = ? ORDER BY client_id", (round,)).fetchall()
-        return [SubmissionRow(r["round"], r["client_id"], r["num_examples"], json.loads(r["metrics"]), r["sha256"],
-                              r["spool_path"], r["received_ms"], *[r[k] for k in ("codec", "payload") if k in r.keys()])
-                for r in rows]
+        return [
+            SubmissionRow(
+                r["round"],
+                r["client_id"],
+                r["num_examples"],
+                json.loads(r["metrics"]),
+                r["sha256"],
+                r["spool_path"],
+                r["received_ms"],
+                *[r[k] for k in ("codec", "payload") if k in r.keys()],
+            )
+            for r in rows
+        ]
 
     def submission_digest(self, round: int, client_id: str) -> str | None:
         """The stored payload digest of `client_id`'s counted update of round `round` (None: none counted)."""
-        row = self._db.execute("SELECT sha256 FROM submissions WHERE round = ? AND client_id = ?",
-                               (round, client_id)).fetchone()
+        row = self._db.execute(
+            "SELECT sha256 FROM submissions WHERE round = ? AND client_id = ?", (round, client_id)
+        ).fetchone()
         return None if row is None else row["sha256"]
 
     # ---- evaluations ----------------------------------------------------------------------------
 
     def add_evaluation(self, round: int, client_id: str, num_examples: int, metrics: dict[str, Any]) -> None:
-        self._tx([(
-            "INSERT INTO evaluations (round, client_id, num_examples, metrics, received_ms) VALUES (?, ?, ?, ?, ?)",
-            (round, client_id, num_examples, json.dumps(metrics, sort_keys=True), now_ms()),
-        )])
+        self._tx(
+            [
+                (
+                    "INSERT INTO evaluations (round, client_id, num_examples, metrics, received_ms) VALUES (?, ?, ?, ?, ?)",
+                    (round, client_id, num_examples, json.dumps(metrics, sort_keys=True), now_ms()),
+                )
+            ]
+        )
 
     def evaluations(self, round: int) -> list[tuple[str, int, dict[str, Any]]]:
         rows = self._db.execute("SELECT * FROM evaluations WHERE round = ? ORDER BY client_id", (round,)).fetchall()

@@ -26,25 +26,31 @@ stops replays of recorded streams, not a device that lies about what it trained 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 import numpy as np
 
+from fedort.common import digests
+from fedort.common.errors import (
+    ProtocolError,
+    ResourceExhaustedError,
+    StaleRoundError,
+    UnavailableError,
+    VectorError,
+    WrongModelError,
+)
 from fedort.common.invariants import present
+from fedort.common.round_state import RoundState
+from fedort.common.secagg.pack import is_masked
 from fedort.coordinator.aggregation import Decoder, codecs, decoder_for
-from fedort.coordinator.uploads.metric_limits import check_metrics
 from fedort.coordinator.aggregation.decode import family
 from fedort.coordinator.config import CoordinatorConfig
 from fedort.coordinator.engine.training_round import GlobalVector, TrainingRound
-from fedort.common import digests
-from fedort.protos.vector_stream import DTYPES
-from fedort.protos.update_codecs import parse_codec
-from fedort.common.errors import (ProtocolError, ResourceExhaustedError, StaleRoundError, UnavailableError,
-                                  VectorError, WrongModelError)
+from fedort.coordinator.uploads.metric_limits import check_metrics
 from fedort.protos.messages import UpdateHeader
-from fedort.common.secagg.pack import is_masked
-from fedort.common.round_state import RoundState
+from fedort.protos.update_codecs import parse_codec
+from fedort.protos.vector_stream import DTYPES
 
 
 @dataclass(frozen=True)
@@ -54,26 +60,30 @@ class AdmittedUpdate:
     header: UpdateHeader
     decoder: Decoder
     payload_bytes: int
-    base: np.ndarray | None     # the round's global vector when the payload is a delta from it
+    base: np.ndarray | None  # the round's global vector when the payload is a delta from it
 
 
 def check_model(model_id: str, expected: str) -> None:
     if model_id != expected:
-        raise WrongModelError(f"request names model {model_id[:16] or '(none)'}…, this run trains model "
-                              f"{expected[:16]}…")
+        raise WrongModelError(
+            f"request names model {model_id[:16] or '(none)'}…, this run trains model {expected[:16]}…"
+        )
 
 
-def check_open(state: RoundState, current: int, open_round: TrainingRound | None, client_id: str,
-               round: int) -> TrainingRound:
+def check_open(
+    state: RoundState, current: int, open_round: TrainingRound | None, client_id: str, round: int
+) -> TrainingRound:
     """The open round, if round `round` accepts updates from `client_id` now (StaleRoundError says why not)."""
     if state is not RoundState.TRAINING or open_round is None or open_round.closing:
-        raise StaleRoundError(f"round {round} is not open for updates; no round is open now "
-                              f"(state {state.name}, round {current})")
+        raise StaleRoundError(
+            f"round {round} is not open for updates; no round is open now (state {state.name}, round {current})"
+        )
     if round != open_round.round:
         raise StaleRoundError(f"round {round} is not open for updates; the open round is {open_round.round}")
     if client_id not in open_round.selected:
-        raise StaleRoundError(f"client {client_id} was not selected for round {round}; "
-                              f"poll for a task before submitting")
+        raise StaleRoundError(
+            f"client {client_id} was not selected for round {round}; poll for a task before submitting"
+        )
     return open_round
 
 
@@ -102,7 +112,7 @@ def _canonical(spec: str) -> str:
     try:
         return parse_codec(spec).canonical
     except VectorError:
-        return spec      # another codec's grammar (a plug-in decoder): compared as written
+        return spec  # another codec's grammar (a plug-in decoder): compared as written
 
 
 def codec_allowed(allowed: Iterable[str], codec: str) -> bool:
@@ -118,20 +128,26 @@ def check_trained_from(h: UpdateHeader, decoder: Decoder, want: bytes, trains_fr
         if value and len(value) != 32:
             raise VectorError(f"header {name} must be empty or 32 bytes, got {len(value)}")
     if decoder.delta and not meta.base_sha256:
-        raise VectorError(f"codec {meta.codec} encodes the difference from the round's global vector; "
-                          f"the header's base_sha256 must name it ({want.hex()[:16]}…), it is empty")
+        raise VectorError(
+            f"codec {meta.codec} encodes the difference from the round's global vector; "
+            f"the header's base_sha256 must name it ({want.hex()[:16]}…), it is empty"
+        )
     if not decoder.delta and meta.base_sha256:
         raise VectorError(f"codec {meta.codec or 'raw'} carries the update itself; base_sha256 must be empty")
     if meta.base_sha256 and h.trained_from_sha256 and meta.base_sha256 != h.trained_from_sha256:
         raise VectorError("header base_sha256 and trained_from_sha256 name different vectors")
     trained_from = h.trained_from_sha256 or meta.base_sha256
     if not trained_from:
-        raise ProtocolError("update header does not name the global vector it was trained from "
-                            "(trained_from_sha256); this coordinator refuses such updates so that an older update "
-                            "cannot be replayed: upgrade the device's fedort to one that sends it")
+        raise ProtocolError(
+            "update header does not name the global vector it was trained from "
+            "(trained_from_sha256); this coordinator refuses such updates so that an older update "
+            "cannot be replayed: upgrade the device's fedort to one that sends it"
+        )
     if trained_from != want:
-        raise StaleRoundError(f"update was trained from global vector {trained_from.hex()[:16]}…, but "
-                              f"{trains_from} {want.hex()[:16]}…: stale work, poll for the current task")
+        raise StaleRoundError(
+            f"update was trained from global vector {trained_from.hex()[:16]}…, but "
+            f"{trains_from} {want.hex()[:16]}…: stale work, poll for the current task"
+        )
 
 
 def examples_cap(config: CoordinatorConfig, announced: str | None) -> tuple[int, str]:
@@ -141,9 +157,18 @@ def examples_cap(config: CoordinatorConfig, announced: str | None) -> tuple[int,
     return config.max_examples, "max_examples"
 
 
-def admit_update(h: UpdateHeader, *, model_id: str, length: int, config: CoordinatorConfig, state: RoundState,
-                 current: int, open_round: TrainingRound | None, global_vector: GlobalVector | None,
-                 announced: str | None = None) -> AdmittedUpdate | None:
+def admit_update(
+    h: UpdateHeader,
+    *,
+    model_id: str,
+    length: int,
+    config: CoordinatorConfig,
+    state: RoundState,
+    current: int,
+    open_round: TrainingRound | None,
+    global_vector: GlobalVector | None,
+    announced: str | None = None,
+) -> AdmittedUpdate | None:
     """What to receive the update with, or None for a duplicate (drain the stream and acknowledge)."""
     check_model(h.vector.model_id, model_id)
     open_round = check_open(state, current, open_round, h.client_id, h.vector.round)
@@ -151,14 +176,26 @@ def admit_update(h: UpdateHeader, *, model_id: str, length: int, config: Coordin
         return None
     check_not_pending(open_round, h.client_id)
     global_vector = present(global_vector, "the global vector")
-    decoder, payload_bytes = check_update(h, length=length, config=config, trained_from=global_vector.sha256,
-                                          announced=announced,
-                                          trains_from=f"round {global_vector.round} trains from")
+    decoder, payload_bytes = check_update(
+        h,
+        length=length,
+        config=config,
+        trained_from=global_vector.sha256,
+        announced=announced,
+        trains_from=f"round {global_vector.round} trains from",
+    )
     return AdmittedUpdate(h, decoder, payload_bytes, global_vector.vector if decoder.delta else None)
 
 
-def check_update(h: UpdateHeader, *, length: int, config: CoordinatorConfig, trained_from: bytes,
-                 trains_from: str, announced: str | None = None) -> tuple[Decoder, int]:
+def check_update(
+    h: UpdateHeader,
+    *,
+    length: int,
+    config: CoordinatorConfig,
+    trained_from: bytes,
+    trains_from: str,
+    announced: str | None = None,
+) -> tuple[Decoder, int]:
     """The vector header, codec, payload size, global vector and num_examples checks; (decoder, payload bytes)."""
     meta = h.vector
     if meta.dtype not in DTYPES:
@@ -166,15 +203,19 @@ def check_update(h: UpdateHeader, *, length: int, config: CoordinatorConfig, tra
     if meta.length != length:
         raise VectorError(f"vector must have {length} elements for this model, header says {meta.length}")
     if meta.length > config.max_vector_length:
-        raise ResourceExhaustedError(f"vector of {meta.length} elements exceeds the limit of {config.max_vector_length}")
+        raise ResourceExhaustedError(
+            f"vector of {meta.length} elements exceeds the limit of {config.max_vector_length}"
+        )
     digests.check_accepted(meta.digest, accepted_digests(config))
-    if len(meta.sha256) != 32 and not (h.local_file and not meta.sha256):   # a file's: hashed when taken (1.6)
-        raise VectorError(f"header {meta.digest or 'sha256'} must be 32 bytes, got {len(meta.sha256)} (only an update "
-                          "handed over as a local_file may leave it empty)")
+    if len(meta.sha256) != 32 and not (h.local_file and not meta.sha256):  # a file's: hashed when taken (1.6)
+        raise VectorError(
+            f"header {meta.digest or 'sha256'} must be 32 bytes, got {len(meta.sha256)} (only an update "
+            "handed over as a local_file may leave it empty)"
+        )
     codec = meta.codec or "raw"
     decoder = decoder_for(codec)
     allowed = allowed_codecs(config)
-    if not is_masked(codec) and not codec_allowed(allowed, codec):   # masked: exactly under --secagg (uploads)
+    if not is_masked(codec) and not codec_allowed(allowed, codec):  # masked: exactly under --secagg (uploads)
         raise VectorError(f"update codec {codec!r} is not allowed in this run; allowed: {allowed}")
     payload_bytes = decoder.payload_bytes(length, meta.payload_bytes)
     check_trained_from(h, decoder, trained_from, trains_from)
@@ -186,14 +227,26 @@ def check_update(h: UpdateHeader, *, length: int, config: CoordinatorConfig, tra
     return decoder, payload_bytes
 
 
-def admit_async_update(h: UpdateHeader, *, length: int, config: CoordinatorConfig, base_sha256: bytes,
-                       base_vector: Callable[[], np.ndarray], announced: str | None = None) -> AdmittedUpdate:
+def admit_async_update(
+    h: UpdateHeader,
+    *,
+    length: int,
+    config: CoordinatorConfig,
+    base_sha256: bytes,
+    base_vector: Callable[[], np.ndarray],
+    announced: str | None = None,
+) -> AdmittedUpdate:
     """Asynchronous mode: an update trained from version b = `h.vector.round` (its staleness and
     duplicates are checked by the async intake first) must name version b's global vector, whose
     sha256 is `base_sha256` (FAILED_PRECONDITION otherwise); a delta codec's payload is relative to
     that vector (`base_vector()`, read only then), not to the current version's."""
     base = h.vector.round
-    decoder, payload_bytes = check_update(h, length=length, config=config, trained_from=base_sha256,
-                                          announced=announced,
-                                          trains_from=f"version {base} (the round field) is global vector")
+    decoder, payload_bytes = check_update(
+        h,
+        length=length,
+        config=config,
+        trained_from=base_sha256,
+        announced=announced,
+        trains_from=f"version {base} (the round field) is global vector",
+    )
     return AdmittedUpdate(h, decoder, payload_bytes, base_vector() if decoder.delta else None)

@@ -29,16 +29,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
+from fedort.common.durable import fsync_dir, fsync_file
+from fedort.coordinator.state.schema import SubmissionRow
 from fedort.coordinator.state.side_writer import SideWriter
 from fedort.coordinator.state.store import StateStore
-from fedort.coordinator.state.schema import SubmissionRow
 from fedort.coordinator.uploads.stream import spool_error
-from fedort.common.durable import fsync_dir, fsync_file
 
 log = logging.getLogger(__name__)
 
@@ -58,15 +58,20 @@ class Arrival:
 class ArrivalCommit:
     """Makes arrivals durable in groups; `add(arrival)` returns a future resolved with its whole group."""
 
-    def __init__(self, store: StateStore, delay_s: float = 0.0,
-                 complete: Callable[[Sequence[Arrival]], bool] = lambda group: False,
-                 on_commit: Callable[[int], None] = lambda size: None, copy_inline: bool = True) -> None:
+    def __init__(
+        self,
+        store: StateStore,
+        delay_s: float = 0.0,
+        complete: Callable[[Sequence[Arrival]], bool] = lambda group: False,
+        on_commit: Callable[[int], None] = lambda size: None,
+        copy_inline: bool = True,
+    ) -> None:
         self._store = store
         self._writer: SideWriter | None = None
         self._delay_s = delay_s
         self._complete = complete
         self._on_commit = on_commit
-        self._copy_inline = copy_inline   # False: nothing reads an inline update's spool file (replay rewrites it)
+        self._copy_inline = copy_inline  # False: nothing reads an inline update's spool file (replay rewrites it)
         self._queue: list[tuple[Arrival, asyncio.Future]] = []
         self._task: asyncio.Future | None = None
         self._more: asyncio.Event | None = None
@@ -77,7 +82,7 @@ class ArrivalCommit:
         future = asyncio.get_running_loop().create_future()
         self._queue.append((arrival, future))
         if self._task is None:
-            self._task = asyncio.ensure_future(self._run())   # starts on the next loop pass: same-tick arrivals join
+            self._task = asyncio.ensure_future(self._run())  # starts on the next loop pass: same-tick arrivals join
         elif self._more is not None:
             self._more.set()
         return future
@@ -122,15 +127,15 @@ class ArrivalCommit:
         copies = [a.path for a in arrivals if a.row.payload is not None] if self._copy_inline else []
         try:
             try:
-                for a in arrivals:   # all data durable before any name: a failed sync places nothing
+                for a in arrivals:  # all data durable before any name: a failed sync places nothing
                     if a.sync:
                         fsync_file(a.spooled, data_only=True)
                 for a in arrivals:
                     if a.row.payload is None:
                         os.replace(a.spooled, a.path)
-                    elif self._copy_inline:   # inline, durable in its row: the (unsynced) file is for a spool combiner
+                    elif self._copy_inline:  # inline, durable in its row: the (unsynced) file is for a spool combiner
                         _write_copy(a.path, a.row.payload)
-                for folder in {a.path.parent for a in arrivals if a.row.payload is None}:   # inline: the row holds it
+                for folder in {a.path.parent for a in arrivals if a.row.payload is None}:  # inline: the row holds it
                     fsync_dir(folder)
             except OSError as e:
                 raise spool_error(e, "place the spooled update") from e
@@ -138,7 +143,7 @@ class ArrivalCommit:
                 self._writer = self._store.submission_writer()
             self._writer.add([a.row for a in arrivals])
         except BaseException:
-            for path in copies:   # a failed group leaves no inline copy behind (nothing names them)
+            for path in copies:  # a failed group leaves no inline copy behind (nothing names them)
                 path.unlink(missing_ok=True)
             raise
 
@@ -160,6 +165,6 @@ def _write_copy(path: Path, payload: bytes) -> None:
     try:
         view = memoryview(payload)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
     finally:
         os.close(fd)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 from fedort.common.errors import ResourceExhaustedError
 
@@ -27,8 +27,10 @@ class StreamLimiter:
     def stream(self, client_id: str, what: str) -> Iterator[None]:
         n = self._open.get(client_id, 0)
         if self.limit and n >= self.limit:
-            raise ResourceExhaustedError(f"client {client_id} already has {n} streams open (limit "
-                                         f"{self.limit} per client); finish one before starting a {what}")
+            raise ResourceExhaustedError(
+                f"client {client_id} already has {n} streams open (limit "
+                f"{self.limit} per client); finish one before starting a {what}"
+            )
         self._open[client_id] = n + 1
         try:
             yield
@@ -46,7 +48,7 @@ class RateLimiter:
     def __init__(self, per_minute: float, clock=time.monotonic) -> None:
         self.per_minute = per_minute
         self._clock = clock
-        self._buckets: dict[str, tuple[float, float]] = {}   # client -> (tokens, at)
+        self._buckets: dict[str, tuple[float, float]] = {}  # client -> (tokens, at)
 
     def take(self, client_id: str, what: str = "submission") -> None:
         if not self.per_minute:
@@ -59,9 +61,10 @@ class RateLimiter:
         if tokens < 1.0:
             wait = (1.0 - tokens) * 60.0 / self.per_minute
             self._buckets[client_id] = (tokens, now)
-            err = ResourceExhaustedError(f"client {client_id} exceeded {self.per_minute:g} {what}s per minute; "
-                                         f"retry in {wait:.1f} s")
-            err.retry_after_s = wait   # sent as `retry-after` trailing metadata by the servicer
+            err = ResourceExhaustedError(
+                f"client {client_id} exceeded {self.per_minute:g} {what}s per minute; retry in {wait:.1f} s"
+            )
+            err.retry_after_s = wait  # sent as `retry-after` trailing metadata by the servicer
             raise err
         self._buckets[client_id] = (tokens - 1.0, now)
 

@@ -28,46 +28,56 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, AsyncIterator, Callable, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
-from fedort.coordinator.uploads.arrival_commit import Arrival, ArrivalCommit
-from fedort.coordinator.uploads.admission import AdmittedUpdate, admit_update, check_not_pending, check_open
-from fedort.coordinator.aggregation import Update
-from fedort.coordinator.config import CoordinatorConfig
-from fedort.coordinator.colocated.local_vectors import EarlyFold, TakenFile, local_file_received, with_taken_digest
-from fedort.coordinator.engine.round_metrics import metrics_json
-from fedort.coordinator.state.store import now_ms
-from fedort.coordinator.state.schema import SubmissionRow
-from fedort.coordinator.uploads.spool_free import FreeSpoolFiles
-from fedort.coordinator.uploads.progress import ProgressRule, watch
-from fedort.coordinator.uploads.slots import UploadSlots
-from fedort.coordinator.uploads.stream import UpdateReceiver
 from fedort.common import digests
 from fedort.common.errors import ProtocolError, StaleRoundError
-from fedort.protos.messages import SubmitResult, UpdateHeader
 from fedort.common.secagg.pack import is_masked
+from fedort.coordinator.aggregation import Update
+from fedort.coordinator.colocated.local_vectors import EarlyFold, TakenFile, local_file_received, with_taken_digest
+from fedort.coordinator.config import CoordinatorConfig
+from fedort.coordinator.engine.round_metrics import metrics_json
+from fedort.coordinator.state.schema import SubmissionRow
+from fedort.coordinator.state.store import now_ms
+from fedort.coordinator.uploads.admission import AdmittedUpdate, admit_update, check_not_pending, check_open
+from fedort.coordinator.uploads.arrival_commit import Arrival, ArrivalCommit
+from fedort.coordinator.uploads.progress import ProgressRule, watch
+from fedort.coordinator.uploads.slots import UploadSlots
+from fedort.coordinator.uploads.spool_free import FreeSpoolFiles
+from fedort.coordinator.uploads.stream import UpdateReceiver
+from fedort.protos.messages import SubmitResult, UpdateHeader
 
 if TYPE_CHECKING:
-    from fedort.coordinator.rpc.monitoring import Monitoring
     from fedort.coordinator.engine.round_engine import RoundEngine
+    from fedort.coordinator.rpc.monitoring import Monitoring
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-LOOP_FOLD_BYTES = 256 << 10   # an inline update this small is folded on the event loop (no thread hop)
+LOOP_FOLD_BYTES = 256 << 10  # an inline update this small is folded on the event loop (no thread hop)
 
 
 @asynccontextmanager
-async def received(admitted: AdmittedUpdate, tmp: Path, chunks: AsyncIterator[bytes], *, slots: UploadSlots,
-                   slot_round: int, config: CoordinatorConfig, monitor: "Monitoring",
-                   inline_max: int = 0, free: FreeSpoolFiles | None = None,
-                   early: Callable[[], EarlyFold | None] = lambda: None,
-                   until_ms: int | None = None) -> AsyncIterator[UpdateReceiver | TakenFile]:
+async def received(
+    admitted: AdmittedUpdate,
+    tmp: Path,
+    chunks: AsyncIterator[bytes],
+    *,
+    slots: UploadSlots,
+    slot_round: int,
+    config: CoordinatorConfig,
+    monitor: Monitoring,
+    inline_max: int = 0,
+    free: FreeSpoolFiles | None = None,
+    early: Callable[[], EarlyFold | None] = lambda: None,
+    until_ms: int | None = None,
+) -> AsyncIterator[UpdateReceiver | TakenFile]:
     """Receive an admitted update into the temp spool file `tmp` under an upload slot and the
     whole-upload deadline; the body runs once all bytes arrived, checked and fsynced (slot already
     released; a payload of at most `inline_max` bytes is in `receiver.payload` and not fsynced), and
@@ -89,7 +99,7 @@ async def received(admitted: AdmittedUpdate, tmp: Path, chunks: AsyncIterator[by
     receiver: UpdateReceiver | None = None
     try:
         receiver = UpdateReceiver(admitted, tmp, cfg.max_chunk_bytes, inline_max, free)
-        bind = getattr(chunks, "bind_receiver", None)   # a resumable upload's parts (resumable_uploads.PartFeed)
+        bind = getattr(chunks, "bind_receiver", None)  # a resumable upload's parts (resumable_uploads.PartFeed)
         if bind is not None:
             bind(receiver)
 
@@ -122,19 +132,23 @@ async def received(admitted: AdmittedUpdate, tmp: Path, chunks: AsyncIterator[by
 class Uploads:
     """The engine's update intake: one `submit` per upload stream."""
 
-    def __init__(self, engine: "RoundEngine") -> None:
+    def __init__(self, engine: RoundEngine) -> None:
         self.engine = engine
         cfg = engine.config
         self.slots = UploadSlots(cfg.max_concurrent_uploads, cfg.uploads_per_client)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedort-fold")
-        self.commits = ArrivalCommit(engine.store, cfg.commit_delay_ms / 1000, self._completes_round,
-                                     on_commit=engine.monitor.group_committed,
-                                     copy_inline=not engine.strategy.combiner.streaming)
+        self.commits = ArrivalCommit(
+            engine.store,
+            cfg.commit_delay_ms / 1000,
+            self._completes_round,
+            on_commit=engine.monitor.group_committed,
+            copy_inline=not engine.strategy.combiner.streaming,
+        )
         self._folds: set[asyncio.Future] = set()
-        self._early: set[object] = set()   # co-located updates being checked and folded in the fold thread
+        self._early: set[object] = set()  # co-located updates being checked and folded in the fold thread
         self.fold_error: BaseException | None = None
         self._temp_counter = 0
-        self.bytes_received: dict[int, int] = {}   # round -> payload bytes of accepted updates
+        self.bytes_received: dict[int, int] = {}  # round -> payload bytes of accepted updates
 
     @property
     def busy(self) -> bool:
@@ -144,8 +158,9 @@ class Uploads:
 
     def round_closed(self, round: int) -> None:
         """The round stopped taking updates: cut short every upload still receiving (or queued) for it."""
-        n = self.slots.abort_round(round, StaleRoundError(
-            f"round {round} closed while this update was being received; it was not counted"))
+        n = self.slots.abort_round(
+            round, StaleRoundError(f"round {round} closed while this update was being received; it was not counted")
+        )
         if n:
             log.info("round %d: closed with %d upload(s) still receiving; they were dropped", round, n)
 
@@ -154,9 +169,17 @@ class Uploads:
         e, cfg = self.engine, self.engine.config
         e.touch(h.client_id)
         check_codec(e, h)
-        admitted = admit_update(h, model_id=e.model_id, length=e.length, config=cfg, state=e.state,
-                                current=e.round, open_round=e.training, global_vector=e.global_vector,
-                                announced=e.registry.capabilities(h.client_id).get("examples"))
+        admitted = admit_update(
+            h,
+            model_id=e.model_id,
+            length=e.length,
+            config=cfg,
+            state=e.state,
+            current=e.round,
+            open_round=e.training,
+            global_vector=e.global_vector,
+            announced=e.registry.capabilities(h.client_id).get("examples"),
+        )
         if admitted is None:
             async for _ in chunks:
                 pass
@@ -165,19 +188,34 @@ class Uploads:
         t0 = time.perf_counter()
         self._temp_counter += 1
         tmp = e.store.layout.spool_temp(h.vector.round, h.client_id, self._temp_counter)
-        inline = 0 if cfg.keep_spool else cfg.inline_update_bytes   # kept spools must stay durable by themselves
-        async with received(admitted, tmp, chunks, slots=self.slots, slot_round=h.vector.round, config=cfg,
-                            monitor=e.monitor, inline_max=inline, free=e.spool_free,
-                            early=lambda: self.early_fold(h, tmp),
-                            until_ms=(e.training.deadline_ms or None) if e.training is not None else None) as receiver:
+        inline = 0 if cfg.keep_spool else cfg.inline_update_bytes  # kept spools must stay durable by themselves
+        async with received(
+            admitted,
+            tmp,
+            chunks,
+            slots=self.slots,
+            slot_round=h.vector.round,
+            config=cfg,
+            monitor=e.monitor,
+            inline_max=inline,
+            free=e.spool_free,
+            early=lambda: self.early_fold(h, tmp),
+            until_ms=(e.training.deadline_ms or None) if e.training is not None else None,
+        ) as receiver:
             t1 = time.perf_counter()
             folded = tmp if getattr(receiver, "folded", False) else None
             h = with_taken_digest(h, receiver)
-            result = await self._accept(h, tmp, admitted.payload_bytes, receiver.payload, folded,
-                                        unsynced=isinstance(receiver, TakenFile))
+            result = await self._accept(
+                h, tmp, admitted.payload_bytes, receiver.payload, folded, unsynced=isinstance(receiver, TakenFile)
+            )
         e.monitor.update_accepted(duplicate=result.duplicate)
-        log.debug("update of %s: %.1f MB received in %.0f ms, stored in %.0f ms", h.client_id,
-                  admitted.payload_bytes / 1e6, 1000 * (t1 - t0), 1000 * (time.perf_counter() - t1))
+        log.debug(
+            "update of %s: %.1f MB received in %.0f ms, stored in %.0f ms",
+            h.client_id,
+            admitted.payload_bytes / 1e6,
+            1000 * (t1 - t0),
+            1000 * (time.perf_counter() - t1),
+        )
         return result
 
     def early_fold(self, h: UpdateHeader, token: object) -> EarlyFold | None:
@@ -190,17 +228,17 @@ class Uploads:
         aggregator, loop = r.aggregator, asyncio.get_running_loop()
 
         async def run(fn: Callable[[], T]) -> T:
-            future = self._pool.submit(fn)   # the fold thread: after the folds queued before it
+            future = self._pool.submit(fn)  # the fold thread: after the folds queued before it
             self._early.add(future)
 
-            def done(_) -> None:   # only once the thread is done with the sum, even if the call was cancelled
+            def done(_) -> None:  # only once the thread is done with the sum, even if the call was cancelled
                 self._early.discard(future)
                 e.notify()
 
             def from_thread(f) -> None:
                 try:
                     loop.call_soon_threadsafe(done, f)
-                except RuntimeError:   # the loop is closed: nothing waits any more
+                except RuntimeError:  # the loop is closed: nothing waits any more
                     pass
 
             future.add_done_callback(from_thread)
@@ -208,8 +246,15 @@ class Uploads:
 
         return EarlyFold(lambda blocks: aggregator.fold_early(token, blocks, h.num_examples), run)
 
-    async def _accept(self, h: UpdateHeader, tmp: Path, nbytes: int, payload: bytes | None,
-                      folded: object = None, unsynced: bool = False) -> SubmitResult:
+    async def _accept(
+        self,
+        h: UpdateHeader,
+        tmp: Path,
+        nbytes: int,
+        payload: bytes | None,
+        folded: object = None,
+        unsynced: bool = False,
+    ) -> SubmitResult:
         """Make a received update durable (group commit; `unsynced`: its file's data too) and count it (the round
         may have closed meanwhile)."""
         e = self.engine
@@ -221,23 +266,41 @@ class Uploads:
         path = e.store.spool_path(round, client)
         metrics = metrics_json(h.metrics)
         codec = h.vector.codec or "raw"
-        row = SubmissionRow(round, client, h.num_examples, metrics, digests.stored(h.vector.digest, h.vector.sha256),
-                            e.store.layout.relative(path), now_ms(), codec, payload)
-        r.pending.add(client)                 # until the group commit resolves (see counted)
+        row = SubmissionRow(
+            round,
+            client,
+            h.num_examples,
+            metrics,
+            digests.stored(h.vector.digest, h.vector.sha256),
+            e.store.layout.relative(path),
+            now_ms(),
+            codec,
+            payload,
+        )
+        r.pending.add(client)  # until the group commit resolves (see counted)
         durable = self.commits.add(Arrival(tmp, path, row, sync=unsynced))
 
-        def counted(f: asyncio.Future) -> None:   # also when this call was cancelled meanwhile: durable means counted
+        def counted(f: asyncio.Future) -> None:  # also when this call was cancelled meanwhile: durable means counted
             r.pending.discard(client)
             if not f.cancelled() and f.exception() is None:
                 r.record(client, h.num_examples, metrics)
                 self.bytes_received[round] = self.bytes_received.get(round, 0) + nbytes
-                update = Update(client, h.num_examples, codec, path,   # inline: folded from memory
-                                None if payload is None else np.frombuffer(payload, np.uint8))
+                update = Update(
+                    client,
+                    h.num_examples,
+                    codec,
+                    path,  # inline: folded from memory
+                    None if payload is None else np.frombuffer(payload, np.uint8),
+                )
                 if folded is not None:
-                    r.aggregator.add(update, early=folded)   # folded while it was checked: only counted here
-                elif payload is not None and len(payload) <= LOOP_FOLD_BYTES and not (self._folds or self._early) \
-                        and e.secagg is None:
-                    self._fold_here(r, update)   # small, and no fold in the thread: microseconds, no hop
+                    r.aggregator.add(update, early=folded)  # folded while it was checked: only counted here
+                elif (
+                    payload is not None
+                    and len(payload) <= LOOP_FOLD_BYTES
+                    and not (self._folds or self._early)
+                    and e.secagg is None
+                ):
+                    self._fold_here(r, update)  # small, and no fold in the thread: microseconds, no hop
                 else:
                     fold = asyncio.wrap_future(self._pool.submit(r.aggregator.add, update))
                     self._folds.add(fold)
@@ -246,8 +309,16 @@ class Uploads:
 
         durable.add_done_callback(counted)
         await _through_cancellation(durable)
-        log.info("round %d: accepted %s update of %s (%d examples, %d bytes; %d of %d selected reported)", round,
-                 codec, client, h.num_examples, nbytes, len(r.reported), len(r.selected))
+        log.info(
+            "round %d: accepted %s update of %s (%d examples, %d bytes; %d of %d selected reported)",
+            round,
+            codec,
+            client,
+            h.num_examples,
+            nbytes,
+            len(r.reported),
+            len(r.selected),
+        )
         return SubmitResult(True, False, round, "accepted")
 
     def _fold_here(self, r, update: Update) -> None:
@@ -272,7 +343,7 @@ class Uploads:
         self._pool.shutdown(wait=True)
 
 
-def check_codec(e: "RoundEngine", h: UpdateHeader) -> None:
+def check_codec(e: RoundEngine, h: UpdateHeader) -> None:
     """Masked uploads exactly when the run uses secure aggregation (never a clear update under --secagg)."""
     if e.secagg is not None:
         e.secagg.check_upload(h)

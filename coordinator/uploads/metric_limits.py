@@ -16,7 +16,7 @@ outweighs a name only a few devices send.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from fedort.common.errors import ProtocolError
 
@@ -32,8 +32,10 @@ def check_metrics(metrics: Mapping[str, object], what: str = "an update") -> Non
     for name in metrics:
         size = len(name.encode())
         if not 0 < size <= MAX_METRIC_NAME_BYTES:
-            raise ProtocolError(f"metric names must be 1..{MAX_METRIC_NAME_BYTES} bytes, got one of {size} "
-                                f"({name[:24]!r}{'…' if len(name) > 24 else ''})")
+            raise ProtocolError(
+                f"metric names must be 1..{MAX_METRIC_NAME_BYTES} bytes, got one of {size} "
+                f"({name[:24]!r}{'…' if len(name) > 24 else ''})"
+            )
 
 
 def kept_names(weights: Mapping[str, float], limit: int = MAX_ROUND_METRICS) -> set[str]:

@@ -14,8 +14,8 @@ no upload outlives the round it targets.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from fedort.common.errors import ResourceExhaustedError
 
@@ -33,8 +33,14 @@ class ProgressRule:
         return self.grace_s + payload_bytes / self.min_rate
 
 
-async def watch(recv: asyncio.Future, received: Callable[[], int], payload_bytes: int, rule: ProgressRule,
-                deadline_s: float, round_left_s: float | None = None) -> None:
+async def watch(
+    recv: asyncio.Future,
+    received: Callable[[], int],
+    payload_bytes: int,
+    rule: ProgressRule,
+    deadline_s: float,
+    round_left_s: float | None = None,
+) -> None:
     """Return once `recv` is done; cancel it and raise ResourceExhaustedError when the upload falls behind
     (`round_left_s`: seconds to the round's deadline, which the upload must be on course to beat)."""
     loop = asyncio.get_running_loop()
@@ -53,7 +59,8 @@ async def watch(recv: asyncio.Future, received: Callable[[], int], payload_bytes
             recv.cancel()
             raise ResourceExhaustedError(
                 f"upload too slow: {got} of {payload_bytes} bytes in {now - start:.0f} s, past its deadline "
-                f"(upload_grace_s + payload / upload_min_rate_bytes_s); it was dropped, send it again")
+                f"(upload_grace_s + payload / upload_min_rate_bytes_s); it was dropped, send it again"
+            )
         if now < check:
             continue
         window = now - check + rule.window_s
@@ -64,12 +71,14 @@ async def watch(recv: asyncio.Future, received: Callable[[], int], payload_bytes
             raise ResourceExhaustedError(
                 f"upload too slow: {step} bytes in the last {window:.1f} s, an upload must keep at least "
                 f"{rule.min_rate:g} bytes/s over every {rule.window_s:g} s (upload_min_rate_bytes_s, "
-                f"upload_rate_window_s); it was dropped, send it again")
+                f"upload_rate_window_s); it was dropped, send it again"
+            )
         if left > 0 and left * window / step > finish_by - now:
             recv.cancel()
             raise ResourceExhaustedError(
                 f"upload too slow: at {step / window:.0f} bytes/s its last {left} bytes would arrive after its "
-                f"deadline (or its round's) in {max(0.0, finish_by - now):.1f} s; it was dropped, send it again")
+                f"deadline (or its round's) in {max(0.0, finish_by - now):.1f} s; it was dropped, send it again"
+            )
         mark, check = got, now + rule.window_s
 
 

@@ -21,15 +21,15 @@ import hashlib
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
+from fedort.common import digests
+from fedort.common.errors import NotFoundError, PermissionDeniedError, ProtocolError, UploadOffsetError, VectorError
 from fedort.coordinator.aggregation import decoder_for
 from fedort.coordinator.engine.resubmission import submit_counted_once
 from fedort.coordinator.state.store import now_ms
-from fedort.common import digests
-from fedort.common.errors import NotFoundError, PermissionDeniedError, ProtocolError, VectorError
-from fedort.common.errors import UploadOffsetError
 from fedort.protos.messages import SubmitResult, UpdateHeader, UploadState
 
 if TYPE_CHECKING:
@@ -49,15 +49,15 @@ class PartFeed:
 
     def __init__(self) -> None:
         loop = asyncio.get_running_loop()
-        self.started = loop.create_future()   # set at the first read: admission passed, a slot is held
-        self.acked = 0                        # payload bytes checked and durable
-        self._receiver: "UpdateReceiver | None" = None
+        self.started = loop.create_future()  # set at the first read: admission passed, a slot is held
+        self.acked = 0  # payload bytes checked and durable
+        self._receiver: UpdateReceiver | None = None
         self._next: tuple[bytes, asyncio.Future] | None = None
         self._taken: tuple[int, asyncio.Future] | None = None
         self._wake = asyncio.Event()
         self._closed = False
 
-    def bind_receiver(self, receiver: "UpdateReceiver") -> None:
+    def bind_receiver(self, receiver: UpdateReceiver) -> None:
         self._receiver = receiver
 
     @property
@@ -79,13 +79,13 @@ class PartFeed:
         self._closed = True
         self._wake.set()
 
-    def __aiter__(self) -> "PartFeed":
+    def __aiter__(self) -> PartFeed:
         return self
 
     async def __anext__(self) -> bytes:
         if not self.started.done():
             self.started.set_result(None)
-        if self._taken is not None:   # the intake is done with the previous part: make it durable, then ack it
+        if self._taken is not None:  # the intake is done with the previous part: make it durable, then ack it
             n, done = self._taken
             if self._receiver is not None:
                 await self._receiver.sync()
@@ -124,8 +124,9 @@ def _key(h: UpdateHeader) -> tuple:
 class ResumableUploads:
     """The coordinator's open resumable uploads, at most one per client. Event-loop only."""
 
-    def __init__(self, engine: "RoundEngine", idle_s: float, max_part_bytes: int,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, engine: RoundEngine, idle_s: float, max_part_bytes: int, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.engine = engine
         self.idle_s = idle_s
         self.max_part_bytes = max_part_bytes
@@ -155,13 +156,13 @@ class ResumableUploads:
         task.add_done_callback(_retrieved)
         try:
             await asyncio.wait({feed.started, task}, return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:    # the caller went away before it was admitted: nobody would own it
+        except asyncio.CancelledError:  # the caller went away before it was admitted: nobody would own it
             task.cancel()
             raise
         if task.done() and (refused := task.exception()) is not None:
-            raise refused         # refused at admission (or the slot): nothing was opened
+            raise refused  # refused at admission (or the slot): nothing was opened
         payload = self._payload_bytes(header)
-        if task.done():                    # counted before, after its round closed: nothing left to send
+        if task.done():  # counted before, after its round closed: nothing left to send
             feed.acked = payload
         up = _Upload(secrets.token_urlsafe(18), header.client_id, key, payload, feed, task, self.clock())
         self._uploads[up.id] = up
@@ -175,25 +176,32 @@ class ResumableUploads:
         if not data:
             raise ProtocolError("an upload part must carry 1 or more bytes, got none")
         if len(data) > self.max_part_bytes:
-            raise VectorError(f"upload part of {len(data)} bytes exceeds max_part_bytes {self.max_part_bytes}; "
-                              "split it")
+            raise VectorError(
+                f"upload part of {len(data)} bytes exceeds max_part_bytes {self.max_part_bytes}; split it"
+            )
         if len(sha256) != 32 or hashlib.sha256(data).digest() != sha256:
-            raise VectorError(f"upload part at offset {offset}: its sha256 does not match its {len(data)} bytes "
-                              "(expected the 32-byte sha256 of `data`); the part was not taken")
+            raise VectorError(
+                f"upload part at offset {offset}: its sha256 does not match its {len(data)} bytes "
+                "(expected the 32-byte sha256 of `data`); the part was not taken"
+            )
         async with up.lock:
             await self._settle(up)
             if offset != up.feed.acked:
-                raise UploadOffsetError(f"upload {upload_id} expects its next part at offset {up.feed.acked}, "
-                                        f"got offset {offset}; call GetUpload and continue from there")
+                raise UploadOffsetError(
+                    f"upload {upload_id} expects its next part at offset {up.feed.acked}, "
+                    f"got offset {offset}; call GetUpload and continue from there"
+                )
             if offset + len(data) > up.payload_bytes:
-                raise VectorError(f"upload part at offset {offset} of {len(data)} bytes goes beyond the "
-                                  f"{up.payload_bytes} payload bytes the header declares")
+                raise VectorError(
+                    f"upload part at offset {offset} of {len(data)} bytes goes beyond the "
+                    f"{up.payload_bytes} payload bytes the header declares"
+                )
             self._touch(up)
             done = up.feed.put(bytes(data))
             await asyncio.wait({done, up.task}, return_when=asyncio.FIRST_COMPLETED)
             if not done.done():
                 self._forget(up)
-                _raise_outcome(up)   # the intake failed on this part (or the round closed): its error
+                _raise_outcome(up)  # the intake failed on this part (or the round closed): its error
             self._touch(up)
             return await self._state(up)
 
@@ -210,8 +218,10 @@ class ResumableUploads:
         async with up.lock:
             await self._settle(up)
             if up.feed.acked != up.payload_bytes:
-                raise UploadOffsetError(f"upload {upload_id} has {up.feed.acked} of its {up.payload_bytes} bytes; "
-                                        f"put the rest from offset {up.feed.acked} before committing")
+                raise UploadOffsetError(
+                    f"upload {upload_id} has {up.feed.acked} of its {up.payload_bytes} bytes; "
+                    f"put the rest from offset {up.feed.acked} before committing"
+                )
             self._touch(up)
             up.feed.close()
             await asyncio.wait({up.task})
@@ -232,8 +242,10 @@ class ResumableUploads:
         await self._expire()
         up = self._uploads.get(upload_id)
         if up is None:
-            raise NotFoundError(f"no open upload {upload_id!r}: it expired (idle {self.idle_s:g} s), was refused, "
-                                "or the coordinator restarted; begin it again")
+            raise NotFoundError(
+                f"no open upload {upload_id!r}: it expired (idle {self.idle_s:g} s), was refused, "
+                "or the coordinator restarted; begin it again"
+            )
         if up.client_id != client_id:
             raise PermissionDeniedError(f"upload {upload_id!r} belongs to another client, not {client_id}")
         return up
@@ -262,8 +274,14 @@ class ResumableUploads:
         now = self.clock()
         expired = [u for u in self._uploads.values() if now - u.touched > self.idle_s and not u.lock.locked()]
         for up in expired:
-            log.info("resumable upload %s of %s expired after %g s idle at %d of %d bytes", up.id, up.client_id,
-                     self.idle_s, up.feed.acked, up.payload_bytes)
+            log.info(
+                "resumable upload %s of %s expired after %g s idle at %d of %d bytes",
+                up.id,
+                up.client_id,
+                self.idle_s,
+                up.feed.acked,
+                up.payload_bytes,
+            )
             up.task.cancel()
             self._forget(up)
         if expired:
@@ -273,7 +291,7 @@ class ResumableUploads:
         log.info("resumable upload %s of %s dropped: %s", up.id, up.client_id, why)
         up.task.cancel()
         self._forget(up)
-        await asyncio.wait({up.task})   # its upload slot is free once the intake unwound
+        await asyncio.wait({up.task})  # its upload slot is free once the intake unwound
 
     def _forget(self, up: _Upload) -> None:
         self._uploads.pop(up.id, None)

@@ -16,8 +16,8 @@ import asyncio
 from collections import deque
 from dataclasses import dataclass, field
 
-from fedort.common.invariants import present
 from fedort.common.errors import FedortError, UnavailableError
+from fedort.common.invariants import present
 
 
 @dataclass(eq=False)
@@ -52,8 +52,10 @@ class UploadSlots:
         """A slot for one upload of `client_id` to `round` (UnavailableError if over share or none within wait_s)."""
         mine = sum(s.client_id == client_id for s in self.holders) + sum(s.client_id == client_id for s in self._queue)
         if mine >= self.per_client:
-            raise UnavailableError(f"client {client_id} already has {mine} upload(s) in progress, at most "
-                                   f"{self.per_client} per client; retry once it ended")
+            raise UnavailableError(
+                f"client {client_id} already has {mine} upload(s) in progress, at most "
+                f"{self.per_client} per client; retry once it ended"
+            )
         slot = Slot(client_id, round, asyncio.current_task())
         if len(self.holders) < self.total and not self._queue:
             self.holders.append(slot)
@@ -62,7 +64,7 @@ class UploadSlots:
         self._queue.append(slot)
         try:
             await asyncio.wait({slot.granted}, timeout=wait_s)
-        except BaseException:       # the caller went away while queued
+        except BaseException:  # the caller went away while queued
             if not slot.granted.done():
                 self._queue.remove(slot)
                 slot.granted.cancel()
@@ -73,9 +75,10 @@ class UploadSlots:
             self._queue.remove(slot)
             slot.granted.cancel()
         if slot.granted.cancelled():
-            raise UnavailableError(f"all {self.total} upload slots stayed busy for {wait_s:g} s "
-                                   f"(upload_slot_wait_s); retry later")
-        slot.granted.result()       # raises the abort error of a round that closed while queued
+            raise UnavailableError(
+                f"all {self.total} upload slots stayed busy for {wait_s:g} s (upload_slot_wait_s); retry later"
+            )
+        slot.granted.result()  # raises the abort error of a round that closed while queued
         return slot
 
     def release(self, slot: Slot) -> None:

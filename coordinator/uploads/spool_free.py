@@ -21,10 +21,10 @@ import itertools
 import os
 from pathlib import Path
 
-FREE = ".free"             # under the state dir's spool folder (round folders are "round-NNNN")
-KEEP = 32                  # at most this many recycled files ...
-KEEP_BYTES = 1 << 30       # ... holding at most this many bytes
-MIN_BYTES = 1 << 20        # smaller files are deleted (a small update is cheap to write anew)
+FREE = ".free"  # under the state dir's spool folder (round folders are "round-NNNN")
+KEEP = 32  # at most this many recycled files ...
+KEEP_BYTES = 1 << 30  # ... holding at most this many bytes
+MIN_BYTES = 1 << 20  # smaller files are deleted (a small update is cheap to write anew)
 _NAMES = itertools.count()
 
 
@@ -33,7 +33,7 @@ class FreeSpoolFiles:
 
     def __init__(self, spool: Path) -> None:
         self.path = spool / FREE
-        self.asked = 0    # claims of MIN_BYTES or more since the last `recycle`: how many files are worth keeping
+        self.asked = 0  # claims of MIN_BYTES or more since the last `recycle`: how many files are worth keeping
 
     def recycle(self, files: list[Path]) -> list[Path]:
         """Move `files` (committed spool files) into the pool while it has room and streamed uploads asked for

@@ -31,17 +31,17 @@ from pathlib import Path
 
 import numpy as np
 
-from fedort.coordinator.uploads.admission import AdmittedUpdate
-from fedort.coordinator.uploads.spool_free import FreeSpoolFiles
-from fedort.coordinator.state.storage import storage_error
-from fedort.coordinator.aggregation.decode import DensePiece, check_reconstructed
 from fedort.common import digests
 from fedort.common.errors import ProtocolError, ResourceExhaustedError, VectorError
+from fedort.coordinator.aggregation.decode import DensePiece, check_reconstructed
+from fedort.coordinator.state.storage import storage_error
+from fedort.coordinator.uploads.admission import AdmittedUpdate
+from fedort.coordinator.uploads.spool_free import FreeSpoolFiles
 
 log = logging.getLogger(__name__)
 
-SYNC_EVERY = 8 << 20      # start an fdatasync of the spool file every this many bytes (the tail left to the
-                          # final fsync, after the last byte, stays ≤ 8 MB)
+SYNC_EVERY = 8 << 20  # start an fdatasync of the spool file every this many bytes (the tail left to the
+# final fsync, after the last byte, stays ≤ 8 MB)
 
 
 def spool_error(e: OSError, what: str) -> BaseException:
@@ -59,19 +59,27 @@ class UpdateReceiver:
     Always `close()` it: that stops the helper thread and removes the temp file unless it was renamed.
     """
 
-    def __init__(self, admitted: AdmittedUpdate, tmp_path: Path, max_chunk_bytes: int, inline_max: int = 0,
-                 free: FreeSpoolFiles | None = None) -> None:
+    def __init__(
+        self,
+        admitted: AdmittedUpdate,
+        tmp_path: Path,
+        max_chunk_bytes: int,
+        inline_max: int = 0,
+        free: FreeSpoolFiles | None = None,
+    ) -> None:
         self.admitted = admitted
         self.tmp_path = tmp_path
         meta = admitted.header.vector
         self._what = f"{meta.codec or 'raw'} update of {admitted.header.client_id}"
         self._length = meta.length
-        self._stream = admitted.decoder.stream(meta.length, admitted.payload_bytes) if admitted.decoder.streams else None
+        self._stream = (
+            admitted.decoder.stream(meta.length, admitted.payload_bytes) if admitted.decoder.streams else None
+        )
         # raw's stream decoder refuses non-finite values itself; checking its pieces again only matters for
         # other codecs and deltas (as coordinator.local_vectors does)
         self._again = admitted.base is not None or (meta.codec or "raw") != "raw"
         self._max_chunk = max_chunk_bytes
-        self._hash = digests.new(meta.digest)   # sha256, or BLAKE3 where announced (admission checked it)
+        self._hash = digests.new(meta.digest)  # sha256, or BLAKE3 where announced (admission checked it)
         self.received = 0
         self._fd = -1
         self._syncer: ThreadPoolExecutor | None = None
@@ -79,7 +87,7 @@ class UpdateReceiver:
         self._unsynced = 0
         self._kept = bytearray() if admitted.payload_bytes <= inline_max else None
         self._recycled = False
-        if self._kept is not None:   # inline: no temp file; the group commit writes the spool file from the row
+        if self._kept is not None:  # inline: no temp file; the group commit writes the spool file from the row
             return
         try:
             tmp_path.parent.mkdir(parents=True, exist_ok=True)
@@ -97,8 +105,9 @@ class UpdateReceiver:
         if n > self._max_chunk:
             raise ResourceExhaustedError(f"chunk of {n} bytes exceeds the limit of {self._max_chunk}")
         if self.received + n > self.admitted.payload_bytes:
-            raise VectorError(f"{self._what} carries more than the {self.admitted.payload_bytes} bytes its header "
-                              f"declares")
+            raise VectorError(
+                f"{self._what} carries more than the {self.admitted.payload_bytes} bytes its header declares"
+            )
         self._hash.update(chunk)
         if self._stream is not None:
             pieces = self._stream.feed(chunk)
@@ -111,7 +120,7 @@ class UpdateReceiver:
         view = memoryview(chunk)
         try:
             while view:
-                view = view[os.write(self._fd, view):]
+                view = view[os.write(self._fd, view) :]
         except OSError as e:
             raise spool_error(e, "spool the update") from e
         self._unsynced += n
@@ -127,7 +136,7 @@ class UpdateReceiver:
         if self._fd < 0:
             return
         try:
-            if self._sync is not None:    # the background fdatasync covers bytes no longer in _unsynced
+            if self._sync is not None:  # the background fdatasync covers bytes no longer in _unsynced
                 await asyncio.wrap_future(self._sync)
             if self._unsynced:
                 await asyncio.to_thread(os.fdatasync, self._fd)
@@ -148,15 +157,18 @@ class UpdateReceiver:
         try:
             if self._sync is not None:
                 self._sync.result()
-            if self._recycled:        # whatever the recycled file held beyond this payload
+            if self._recycled:  # whatever the recycled file held beyond this payload
                 os.ftruncate(self._fd, self.received)
-            if self._kept is None:    # an inline payload becomes durable in its row
+            if self._kept is None:  # an inline payload becomes durable in its row
                 os.fsync(self._fd)
         except OSError as e:
             raise spool_error(e, "make the spooled update durable") from e
-        if self._stream is None:    # a decoder that cannot stream: validate the complete payload once
-            payload = np.frombuffer(self._kept, np.uint8) if self._kept is not None else \
-                np.fromfile(self.tmp_path, dtype=np.uint8)
+        if self._stream is None:  # a decoder that cannot stream: validate the complete payload once
+            payload = (
+                np.frombuffer(self._kept, np.uint8)
+                if self._kept is not None
+                else np.fromfile(self.tmp_path, dtype=np.uint8)
+            )
             values = self.admitted.decoder.decode(payload, self._length)
             self._check([DensePiece(0, np.asarray(values, dtype=np.float32))])
 
@@ -164,7 +176,9 @@ class UpdateReceiver:
         """Return once all bytes arrived, the digest matches, the payload decodes to finite values and is on disk."""
         want = self.admitted.payload_bytes
         if self.received != want:
-            raise VectorError(f"{self._what} ended after {self.received} of {want} bytes (the size its header declares)")
+            raise VectorError(
+                f"{self._what} ended after {self.received} of {want} bytes (the size its header declares)"
+            )
         if self._stream is not None:
             pieces = self._stream.finish()
             if self._again:
@@ -172,9 +186,11 @@ class UpdateReceiver:
         digest = self._hash.digest()
         expected = self.admitted.header.vector.sha256
         if digest != expected:
-            raise VectorError(f"vector {self.admitted.header.vector.digest or 'sha256'} mismatch: header says {expected.hex()[:16]}…, "
-                              f"received bytes hash to {digest.hex()[:16]}…")
-        if self._kept is None or self._stream is None:   # (an inline payload checked as it streamed: nothing left)
+            raise VectorError(
+                f"vector {self.admitted.header.vector.digest or 'sha256'} mismatch: header says {expected.hex()[:16]}…, "
+                f"received bytes hash to {digest.hex()[:16]}…"
+            )
+        if self._kept is None or self._stream is None:  # (an inline payload checked as it streamed: nothing left)
             await asyncio.to_thread(self._seal)
 
     def close(self) -> None:

@@ -22,20 +22,16 @@ import json
 import os
 import re
 import threading
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
 from fedort.common.cache_root import cache_root
 from fedort.common.durable import atomic_write
 from fedort.common.errors import ArtifactError, ConfigError
-from fedort.ort.artifacts import MANIFEST, sha256_file
 from fedort.edge_client.transport.grpc_transport import ArtifactRef
-from fedort.common.durable import atomic_write
-from fedort.common.errors import ArtifactError, ConfigError
 from fedort.ort.artifacts import MANIFEST, sha256_file
-from fedort.edge_client.transport.grpc_transport import ArtifactRef
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -96,23 +92,28 @@ class ArtifactCache:
             nonlocal received
             for c in chunks:
                 received += len(c)
-                if size is not None and received > size:   # stop at the announced size, not at the disk's end
-                    raise ArtifactError(f"artifact {sha256_hex[:12]}… was announced as {size} bytes, but the "
-                                        f"stream sent more ({received} bytes so far); download stopped")
+                if size is not None and received > size:  # stop at the announced size, not at the disk's end
+                    raise ArtifactError(
+                        f"artifact {sha256_hex[:12]}… was announced as {size} bytes, but the "
+                        f"stream sent more ({received} bytes so far); download stopped"
+                    )
                 h.update(c)
                 yield c
             if size is not None and received != size:
                 raise ArtifactError(f"artifact {sha256_hex[:12]}… should be {size} bytes, received {received}")
             if h.hexdigest() != sha256_hex:
-                raise ArtifactError(
-                    f"downloaded artifact hashes to {h.hexdigest()[:12]}…, expected {sha256_hex[:12]}…"
-                )
+                raise ArtifactError(f"downloaded artifact hashes to {h.hexdigest()[:12]}…, expected {sha256_hex[:12]}…")
 
         atomic_write(path, hashed())
         return path
 
-    def model_folder(self, model_id: str, manifest_json: str, artifacts: Sequence[ArtifactRef],
-                     fetch: Callable[[ArtifactRef], Iterable[bytes]]) -> Path:
+    def model_folder(
+        self,
+        model_id: str,
+        manifest_json: str,
+        artifacts: Sequence[ArtifactRef],
+        fetch: Callable[[ArtifactRef], Iterable[bytes]],
+    ) -> Path:
         """The verified artifacts folder of `model_id`, fetching any missing or corrupt file.
 
         `fetch(ref)` yields the bytes of one artifact (the client downloads it from the
@@ -199,7 +200,7 @@ class ArtifactCache:
 
     def _prune_vectors(self) -> None:
         files = sorted((self.root / "vectors").glob("*.f32"), key=lambda p: p.stat().st_mtime, reverse=True)
-        for old in files[self.keep_vectors:]:
+        for old in files[self.keep_vectors :]:
             old.unlink(missing_ok=True)
 
     # ---- identity ---------------------------------------------------------------------------
@@ -216,7 +217,7 @@ class ArtifactCache:
             return {}
         return data if isinstance(data, dict) else {}
 
-    def lock_identity(self, key: str) -> "IdentityLock":
+    def lock_identity(self, key: str) -> IdentityLock:
         """Hold this identity for the life of one client process (ConfigError if another holds it)."""
         return IdentityLock(self.root / "identity" / f"{key}.lock")
 
@@ -260,7 +261,7 @@ def _lock_file(f) -> None:
         import msvcrt
 
         # Windows only; mypy checks as the host platform
-        msvcrt.locking(f.fileno(), msvcrt.LK_NBLCK, 1)   # type: ignore[attr-defined]
+        msvcrt.locking(f.fileno(), msvcrt.LK_NBLCK, 1)  # type: ignore[attr-defined]
 
 
 __all__ = ["ArtifactCache", "IdentityLock", "default_cache_dir", "identity_key"]

@@ -9,24 +9,19 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
+from fedort.common.errors import ConfigError, VectorError
 from fedort.common.tomlfile import read_table, unknown_settings
-from fedort.edge_client.uploads.topk_warmup import DEFAULT as DEFAULT_WARMUP, TopkWarmup
-from fedort.protos.update_codecs import parse_codec
-from fedort.common.errors import ConfigError, VectorError
 from fedort.edge_client.training.local_round import ModuleFactory, UpdateHook
-from fedort.edge_client.transport.retry import Backoff
 from fedort.edge_client.transport.grpc_transport import ChannelConfig
-from fedort.common.tomlfile import read_table
-from fedort.edge_client.uploads.topk_warmup import DEFAULT as DEFAULT_WARMUP, TopkWarmup
+from fedort.edge_client.transport.retry import Backoff
+from fedort.edge_client.uploads.topk_warmup import DEFAULT as DEFAULT_WARMUP
+from fedort.edge_client.uploads.topk_warmup import TopkWarmup
 from fedort.protos.update_codecs import parse_codec
-from fedort.common.errors import ConfigError, VectorError
-from fedort.edge_client.training.local_round import ModuleFactory, UpdateHook
-from fedort.edge_client.transport.retry import Backoff
-from fedort.edge_client.transport.grpc_transport import ChannelConfig
 
 
 @dataclass(frozen=True)
@@ -99,14 +94,15 @@ class EdgeConfig:
             if self.local_dp_clip is None:
                 raise ConfigError(f"local_dp_noise {self.local_dp_noise} needs local_dp_clip (the norm it scales)")
             from fedort.edge_client.uploads.local_dp import LocalDP
-            LocalDP(float(self.local_dp_clip), float(self.local_dp_noise))   # ConfigError for bad values
+
+            LocalDP(float(self.local_dp_clip), float(self.local_dp_noise))  # ConfigError for bad values
         if self.max_local_steps is not None and (not isinstance(self.max_local_steps, int) or self.max_local_steps < 1):
             raise ConfigError(f"max_local_steps must be a positive integer or None, got {self.max_local_steps!r}")
         try:
             parse_codec(self.codec)
         except VectorError as e:
             raise ConfigError(f"bad codec setting: {e}") from None
-        TopkWarmup.parse(self.topk_warmup)   # ConfigError for a malformed schedule
+        TopkWarmup.parse(self.topk_warmup)  # ConfigError for a malformed schedule
         if self.upload not in UPLOADS:
             raise ConfigError(f"upload must be one of {list(UPLOADS)}, got {self.upload!r}")
         # a device token names its client id: join as that id unless told otherwise
@@ -114,15 +110,22 @@ class EdgeConfig:
             token_id = _token_client_id(self.credential)
             if token_id:
                 object.__setattr__(self, "client_id", token_id)
-        self.channel_config()   # a malformed --coordinator (e.g. an http:// prefix) fails here, at start
+        self.channel_config()  # a malformed --coordinator (e.g. an http:// prefix) fails here, at start
 
     def channel_config(self) -> ChannelConfig:
-        return ChannelConfig(self.coordinator, insecure=self.insecure, ca_file=self.ca_file, cert_file=self.cert_file,
-                             key_file=self.key_file, token=self.credential, rpc_timeout_s=self.rpc_timeout_s,
-                             stream_timeout_s=self.stream_timeout_s)
+        return ChannelConfig(
+            self.coordinator,
+            insecure=self.insecure,
+            ca_file=self.ca_file,
+            cert_file=self.cert_file,
+            key_file=self.key_file,
+            token=self.credential,
+            rpc_timeout_s=self.rpc_timeout_s,
+            stream_timeout_s=self.stream_timeout_s,
+        )
 
     @classmethod
-    def load(cls, toml_path: str | os.PathLike | None = None, **overrides: Any) -> "EdgeConfig":
+    def load(cls, toml_path: str | os.PathLike | None = None, **overrides: Any) -> EdgeConfig:
         """Defaults < TOML file (`[edge]` table or top level) < overrides that are not None."""
         values: dict[str, Any] = {}
         if toml_path is not None:
@@ -153,7 +156,7 @@ def _token_client_id(token: str) -> str:
     head, sep, secret = token.strip().rpartition("_")
     if not sep or not head.startswith("fedort_") or len(secret) != 64:
         return ""
-    return head[len("fedort_"):]
+    return head[len("fedort_") :]
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

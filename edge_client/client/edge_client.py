@@ -36,34 +36,33 @@ import functools
 import logging
 import threading
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
-from fedort.common.invariants import present
-from fedort.common.faults import fault_point
-from fedort.protos.vector_stream import CHUNK_BYTES, vector_digest
-from fedort.common.errors import ConfigError, FedortError, NotFoundError, ProtocolError
-from fedort.protos.vector_stream import CHUNK_BYTES, vector_digest
-from fedort.common.errors import ConfigError, FedortError, NotFoundError, ProtocolError
-from fedort.protos.messages import Metric, Task, TaskKind
-from fedort.edge_client.training import local_round
-from fedort.ort.artifacts import Manifest
-from fedort.edge_client.client.cache import ArtifactCache, IdentityLock
 from fedort.common.client_data import ClientData
-from fedort.edge_client.uploads.local_dp import LocalDP
+from fedort.common.errors import ConfigError, FedortError, NotFoundError, ProtocolError
+from fedort.common.faults import fault_point
+from fedort.common.invariants import present
+from fedort.edge_client.client.cache import ArtifactCache, IdentityLock
 from fedort.edge_client.client.config import EdgeConfig
-from fedort.edge_client.training.guards import check_finite
 from fedort.edge_client.client.heartbeat import Heartbeat
 from fedort.edge_client.client.joining import Joining
-from fedort.edge_client.client.reports import RoundReport, RunSummary
-from fedort.edge_client.uploads.resumable import ResumableSender
-from fedort.edge_client.transport.retry import StoppedError, call_with_retry
-from fedort.edge_client.client.run_end import final_outcome
-from fedort.ort.session import TrainingSession
-from fedort.edge_client.transport.grpc_transport import JoinInfo, SubmitResult, Transport
 from fedort.edge_client.client.pending import Pending
+from fedort.edge_client.client.reports import RoundReport, RunSummary
+from fedort.edge_client.client.run_end import final_outcome
+from fedort.edge_client.training import local_round
+from fedort.edge_client.training.guards import check_finite
+from fedort.edge_client.transport.grpc_transport import JoinInfo, SubmitResult, Transport
+from fedort.edge_client.transport.retry import StoppedError, call_with_retry
+from fedort.edge_client.uploads.local_dp import LocalDP
+from fedort.edge_client.uploads.resumable import ResumableSender
 from fedort.edge_client.uploads.update_codec import UpdateEncoder
+from fedort.ort.artifacts import Manifest
+from fedort.ort.session import TrainingSession
+from fedort.protos.messages import Metric, Task, TaskKind
+from fedort.protos.vector_stream import CHUNK_BYTES, vector_digest
 
 log = logging.getLogger("fedort.edge")
 
@@ -75,11 +74,16 @@ class EdgeClient(Joining):
     that creates its own transport closes it when `run()` ends (or on `close()`).
     """
 
-    def __init__(self, config: EdgeConfig, *, transport: Transport | None = None,
-                 session: TrainingSession | None = None,
-                 data: ClientData | Mapping[str, np.ndarray] | None = None,
-                 cache: ArtifactCache | None = None,
-                 on_report: Callable[[RoundReport], None] | None = None) -> None:
+    def __init__(
+        self,
+        config: EdgeConfig,
+        *,
+        transport: Transport | None = None,
+        session: TrainingSession | None = None,
+        data: ClientData | Mapping[str, np.ndarray] | None = None,
+        cache: ArtifactCache | None = None,
+        on_report: Callable[[RoundReport], None] | None = None,
+    ) -> None:
         self.config = config
         self._transport = transport
         self._owns_transport = transport is None
@@ -98,7 +102,7 @@ class EdgeClient(Joining):
         self._bytes_down = 0
         self._identity_lock: IdentityLock | None = None
         self.reports: list[RoundReport] = []
-        self.phase = "idle"        # idle | joining | polling | downloading | training | evaluating | uploading
+        self.phase = "idle"  # idle | joining | polling | downloading | training | evaluating | uploading
 
     # ---- shared resources (created lazily, so a client object stays cheap) -----------------
 
@@ -106,7 +110,7 @@ class EdgeClient(Joining):
     def transport(self) -> Transport:
         if self._transport is None:
             channel = self.config.channel_config()
-            channel.check_resolves()     # a host that does not resolve at start is a typo: say so, do not retry
+            channel.check_resolves()  # a host that does not resolve at start is a typo: say so, do not retry
             self._transport = Transport(channel)
         return self._transport
 
@@ -191,17 +195,26 @@ class EdgeClient(Joining):
             if cached is not None:
                 return cached, True
         self.phase = "downloading"
-        local = self._local.read_global(task.vector_sha256, length, task.vector_blake3) \
-            if self._local is not None else None
-        if local is not None:   # co-located with the coordinator: read, not downloaded (edge_client.local_vectors)
+        local = (
+            self._local.read_global(task.vector_sha256, length, task.vector_blake3) if self._local is not None else None
+        )
+        if local is not None:  # co-located with the coordinator: read, not downloaded (edge_client.local_vectors)
             vector, self._bytes_down = local, 0
         else:
-            base = self.cache.latest_vector()    # the coordinator may send the delta against it
-            vector, self._bytes_down = self._call(f"DownloadVector round {task.round}", lambda: self.transport.download_global(
-                self.client_id, self.model_id, task.round, expected_length=length,
-                expected_sha256=task.vector_sha256 or None,
-                expected_blake3=task.vector_blake3 or None, base=base if base and len(base[1]) == length else None))
-        check_finite(vector, task.round)   # before caching: a poisoned vector must not be trained on or kept
+            base = self.cache.latest_vector()  # the coordinator may send the delta against it
+            vector, self._bytes_down = self._call(
+                f"DownloadVector round {task.round}",
+                lambda: self.transport.download_global(
+                    self.client_id,
+                    self.model_id,
+                    task.round,
+                    expected_length=length,
+                    expected_sha256=task.vector_sha256 or None,
+                    expected_blake3=task.vector_blake3 or None,
+                    base=base if base and len(base[1]) == length else None,
+                ),
+            )
+        check_finite(vector, task.round)  # before caching: a poisoned vector must not be trained on or kept
         self.cache.put_vector(task.vector_sha256 or vector_digest(vector), vector, persist=local is None)
         return vector, False
 
@@ -229,25 +242,40 @@ class EdgeClient(Joining):
             self.phase = "training"
             if self._stop.is_set():  # a stop that came while downloading: do not start training
                 raise StoppedError(f"stopped before training round {task.round}")
-            result = local_round.fit(self.session, vector, self.data,
-                                     present(self.manifest, "the manifest (join sets it)").inputs, task.config,
-                                     self.config.module_factory, stop=self._stop,
-                                     max_steps=self.config.max_local_steps)
+            result = local_round.fit(
+                self.session,
+                vector,
+                self.data,
+                present(self.manifest, "the manifest (join sets it)").inputs,
+                task.config,
+                self.config.module_factory,
+                stop=self._stop,
+                max_steps=self.config.max_local_steps,
+            )
         trained = present(result.vector, "a FIT task's trained vector")
         if self.config.update_hook is not None:  # research/testing hook (e.g. a simulated Byzantine client)
             trained = np.ascontiguousarray(self.config.update_hook(task, vector, trained), dtype=np.float32)
         if self.config.local_dp_clip is not None:  # local DP: nothing leaves the device unclipped or noiseless
             local_dp = LocalDP(float(self.config.local_dp_clip), float(self.config.local_dp_noise))
             trained = local_dp(task, vector, trained)
-        if task.secagg:   # secure aggregation: only a masked vector leaves the device, in upload()
-            self._pending = Pending(task.round, None, result.num_examples, dict(result.metrics),
-                                     time.monotonic() - started, cached, secagg=(task, vector, trained))
+        if task.secagg:  # secure aggregation: only a masked vector leaves the device, in upload()
+            self._pending = Pending(
+                task.round,
+                None,
+                result.num_examples,
+                dict(result.metrics),
+                time.monotonic() - started,
+                cached,
+                secagg=(task, vector, trained),
+            )
             return
         encoder = present(self._encoder, "the update encoder (join sets it)")
-        update = encoder.encode(vector, task.vector_sha256, trained, task.config.seed, task.round,
-                                      result.num_examples, result.metrics)   # top-k on disk: journaled here
-        self._pending = Pending(task.round, update, result.num_examples, dict(result.metrics),
-                                 time.monotonic() - started, cached)
+        update = encoder.encode(
+            vector, task.vector_sha256, trained, task.config.seed, task.round, result.num_examples, result.metrics
+        )  # top-k on disk: journaled here
+        self._pending = Pending(
+            task.round, update, result.num_examples, dict(result.metrics), time.monotonic() - started, cached
+        )
 
     def upload(self) -> RoundReport:
         """Send the update `train()` produced and report the coordinator's answer."""
@@ -264,14 +292,22 @@ class EdgeClient(Joining):
         u = present(p.update, "the pending update's encoding")
         local_vectors = self._local
         local = local_vectors is not None and u.nbytes >= self.config.local_file_min_bytes
-        header, body = u.stream(self.client_id, self.model_id, p.round, p.num_examples, p.metrics, chunk,
-                                join.update_digests, digested=not local)   # co-located: hashed as it is written
+        header, body = u.stream(
+            self.client_id,
+            self.model_id,
+            p.round,
+            p.num_examples,
+            p.metrics,
+            chunk,
+            join.update_digests,
+            digested=not local,
+        )  # co-located: hashed as it is written
         # the coordinator may hash a handed-over file (protocol 1.6), unless a restarted device could send this update
         # again as its first attempt (error feedback, journaled): a resend's answer must find it by its digest
         unhashed = join.hashes_local_files and u.residual is None
         if local and local_vectors is not None:
             send = local_vectors.sender(self.transport, header, body, unhashed)
-        elif self.config.upload == "resumable":   # a cut link resends one part (edge_client.resumable_upload)
+        elif self.config.upload == "resumable":  # a cut link resends one part (edge_client.resumable_upload)
             send = ResumableSender(self.transport, header, body, chunk).send
         else:
             send = functools.partial(self.transport.submit_update, header, body)
@@ -285,16 +321,34 @@ class EdgeClient(Joining):
         self._pending = None  # acknowledged (accepted or duplicate), or the round is gone (stale)
         encoder = present(self._encoder, "the update encoder (join sets it)")
         encoder.settle(u, counted=reply[0] in ("accepted", "duplicate"))
-        return self._report(p.round, "fit", p.num_examples, p.metrics, p.seconds, reply, p.vector_cached,
-                            codec=u.codec, bytes_up=u.nbytes)
+        return self._report(
+            p.round,
+            "fit",
+            p.num_examples,
+            p.metrics,
+            p.seconds,
+            reply,
+            p.vector_cached,
+            codec=u.codec,
+            bytes_up=u.nbytes,
+        )
 
     def _submit_masked(self, p: Pending, chunk: int) -> RoundReport:
         """Run the secure-aggregation phases for the pending update (edge_client.secagg_flow)."""
-        from fedort.edge_client.secagg.flow import SecAggFlow   # its crypto stack loads only for a masked round
+        from fedort.edge_client.secagg.flow import SecAggFlow  # its crypto stack loads only for a masked round
+
         task, vector, trained = present(p.secagg, "the masked round's vectors")
-        flow = SecAggFlow(self.transport, self.client_id, self.model_id, task, self._call, self.config.poll_wait_ms,
-                          announced=present(self._join, "the join (join() first)").update_digests, local=self._local,
-                          local_min_bytes=self.config.local_file_min_bytes)
+        flow = SecAggFlow(
+            self.transport,
+            self.client_id,
+            self.model_id,
+            task,
+            self._call,
+            self.config.poll_wait_ms,
+            announced=present(self._join, "the join (join() first)").update_digests,
+            local=self._local,
+            local_min_bytes=self.config.local_file_min_bytes,
+        )
         self.phase = "secure aggregation"
         try:
             reply = flow.run(vector, trained, p.num_examples, p.metrics, chunk)
@@ -322,28 +376,65 @@ class EdgeClient(Joining):
             self.phase = "evaluating"
             if self._stop.is_set():
                 raise StoppedError(f"stopped before evaluating round {task.round}")
-            result = local_round.evaluate(self.session, vector, self.data,
-                                          present(self.manifest, "the manifest (join sets it)").inputs, task.config,
-                                          self.config.module_factory)
+            result = local_round.evaluate(
+                self.session,
+                vector,
+                self.data,
+                present(self.manifest, "the manifest (join sets it)").inputs,
+                task.config,
+                self.config.module_factory,
+            )
         self.phase = "uploading"
         try:
-            reply = self._submit(f"SubmitEvaluation round {task.round}", lambda: self.transport.submit_evaluation(
-                self.client_id, self.model_id, task.round, result.num_examples, result.metrics))
+            reply = self._submit(
+                f"SubmitEvaluation round {task.round}",
+                lambda: self.transport.submit_evaluation(
+                    self.client_id, self.model_id, task.round, result.num_examples, result.metrics
+                ),
+            )
         finally:
             self.phase = "idle"
-        return self._report(task.round, "evaluate", result.num_examples, result.metrics,
-                            time.monotonic() - started, reply, cached)
+        return self._report(
+            task.round, "evaluate", result.num_examples, result.metrics, time.monotonic() - started, reply, cached
+        )
 
-    def _report(self, round: int, kind: str, n: int, metrics: Mapping[str, Metric], seconds: float,
-                reply: tuple[str, str], cached: bool, codec: str = "", bytes_up: int = 0) -> RoundReport:
+    def _report(
+        self,
+        round: int,
+        kind: str,
+        n: int,
+        metrics: Mapping[str, Metric],
+        seconds: float,
+        reply: tuple[str, str],
+        cached: bool,
+        codec: str = "",
+        bytes_up: int = 0,
+    ) -> RoundReport:
         outcome, message = reply
-        report = RoundReport(round, kind, n, {k: m.value for k, m in metrics.items()}, seconds, outcome,
-                             cached, message, codec, bytes_up, 0 if cached else self._bytes_down)
+        report = RoundReport(
+            round,
+            kind,
+            n,
+            {k: m.value for k, m in metrics.items()},
+            seconds,
+            outcome,
+            cached,
+            message,
+            codec,
+            bytes_up,
+            0 if cached else self._bytes_down,
+        )
         self.reports.append(report)
         # with an on_report callback (the CLI prints each round) the log line would say it a second time
         (log.debug if self._on_report is not None else log.info)(
-            "round %d %s: %d examples, %.2f s, %s%s", round, kind, n, seconds, outcome,
-            f" ({message})" if message and message != outcome else "")
+            "round %d %s: %d examples, %.2f s, %s%s",
+            round,
+            kind,
+            n,
+            seconds,
+            outcome,
+            f" ({message})" if message and message != outcome else "",
+        )
         if self._on_report is not None:
             self._on_report(report)
         return report
@@ -362,12 +453,11 @@ class EdgeClient(Joining):
                     continue
                 task = self.poll()
                 if task.kind == TaskKind.DONE:
-                    outcome = final_outcome(self.transport, self.client_id)   # DONE also ends a FAILED run: ask which
+                    outcome = final_outcome(self.transport, self.client_id)  # DONE also ends a FAILED run: ask which
                     break
                 self.handle(task)
         except FedortError as e:
-            if not (self._stop.is_set() and (isinstance(e, StoppedError)
-                                             or getattr(e, "code", None) == "CANCELLED")):
+            if not (self._stop.is_set() and (isinstance(e, StoppedError) or getattr(e, "code", None) == "CANCELLED")):
                 raise
             log.info("stopping: %s", e)
         finally:

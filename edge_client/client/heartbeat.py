@@ -30,7 +30,7 @@ class Heartbeat:
         self.sent = 0
         self.failed = 0
 
-    def __enter__(self) -> "Heartbeat":
+    def __enter__(self) -> Heartbeat:
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, name=f"heartbeat-{self._client_id}", daemon=True)
         self._thread.start()

@@ -20,7 +20,7 @@ class Pending:
     metrics: dict[str, Metric]
     seconds: float
     vector_cached: bool
-    secagg: tuple[Task, np.ndarray, np.ndarray] | None = None   # (task, global, trained): masked in upload()
+    secagg: tuple[Task, np.ndarray, np.ndarray] | None = None  # (task, global, trained): masked in upload()
 
 
 __all__ = ["Pending"]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 
 @dataclass(frozen=True)
@@ -11,16 +11,16 @@ class RoundReport:
     """What one handled task did (the CLI prints one line per report)."""
 
     round: int
-    kind: str                      # "fit" | "evaluate"
+    kind: str  # "fit" | "evaluate"
     num_examples: int
     metrics: Mapping[str, float]
     seconds: float
-    outcome: str                   # "accepted" | "duplicate" | "stale" | "rejected"
+    outcome: str  # "accepted" | "duplicate" | "stale" | "rejected"
     vector_cached: bool = False
     message: str = ""
-    codec: str = ""                # fit: the update codec used
-    bytes_up: int = 0              # fit: vector bytes uploaded (the encoded payload)
-    bytes_down: int = 0            # global vector bytes downloaded for this task (0: it was cached)
+    codec: str = ""  # fit: the update codec used
+    bytes_up: int = 0  # fit: vector bytes uploaded (the encoded payload)
+    bytes_down: int = 0  # global vector bytes downloaded for this task (0: it was cached)
 
 
 @dataclass
@@ -29,7 +29,7 @@ class RunSummary:
 
     client_id: str
     model_id: str
-    outcome: str                   # "done" | "failed" (the coordinator ended the run FAILED) | "stopped"
+    outcome: str  # "done" | "failed" (the coordinator ended the run FAILED) | "stopped"
     reports: list[RoundReport] = field(default_factory=list)
     stop_reason: str = ""
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import logging
 
-from fedort.edge_client.transport.grpc_transport import Transport
 from fedort.common.errors import FedortError
 from fedort.common.round_state import RoundState
+from fedort.edge_client.transport.grpc_transport import Transport
 
 log = logging.getLogger("fedort.edge")
 

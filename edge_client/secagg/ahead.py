@@ -40,21 +40,21 @@ class MaskAhead:
         self._client = client
         self._cancel = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"secagg-masks-{client.client_id}", daemon=True)
-        self.finished = False          # the masks are ready for masked_input
+        self.finished = False  # the masks are ready for masked_input
 
     def _run(self) -> None:
         try:
             self.finished = self._client.precompute_masks(self._cancel.is_set)
-        except Exception as exc:       # noqa: BLE001 - masked_input computes them again and reports what is wrong
-            log.warning("secagg client %s: masks not precomputed (%s); computing them on delivery",
-                        self._client.client_id, exc)
+        except Exception as exc:  # noqa: BLE001 - masked_input computes them again and reports what is wrong
+            log.warning(
+                "secagg client %s: masks not precomputed (%s); computing them on delivery", self._client.client_id, exc
+            )
 
-    def __enter__(self) -> "MaskAhead":
+    def __enter__(self) -> MaskAhead:
         self.thread.start()
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if kind is not None:
             self._cancel.set()
         self.thread.join()

@@ -16,18 +16,27 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
 from fedort.common.secagg.errors import PeerShareError, SecAggError
 from fedort.common.secagg.keys import SEED_BYTES, Agreement, KeyPair, open_sealed, seal
 from fedort.common.secagg.masks import pairwise_seed, pairwise_sign, self_key
+from fedort.common.secagg.messages import (
+    AdvertiseKeys,
+    Roster,
+    SecAggParams,
+    ShareDelivery,
+    ShareKeys,
+    UnmaskRequest,
+    UnmaskResponse,
+    b64,
+    unb64,
+)
 from fedort.common.secagg.phases import Phase
-from fedort.common.secagg.messages import AdvertiseKeys, Roster, SecAggParams, ShareDelivery, ShareKeys, UnmaskRequest, UnmaskResponse, b64, unb64
 from fedort.common.secagg.prg import MaskAdder, accumulator_dtype
 from fedort.common.secagg.scheme import split_secret
-
 
 
 def _aad(params: SecAggParams, sender: str, recipient: str) -> bytes:
@@ -45,10 +54,10 @@ class SecAggClient:
         self.neighbours = params.neighbours[client_id]
         self.phase = Phase.ADVERTISE
         self._cipher = KeyPair.generate()
-        self._share_keys = Agreement(self._cipher.private)   # AEAD keys with each neighbour, both directions
-        self._mask_seed = os.urandom(SEED_BYTES)        # shared: recovers the mask key if we drop
+        self._share_keys = Agreement(self._cipher.private)  # AEAD keys with each neighbour, both directions
+        self._mask_seed = os.urandom(SEED_BYTES)  # shared: recovers the mask key if we drop
         self._mask = KeyPair.from_seed(self._mask_seed)
-        self._seed = os.urandom(SEED_BYTES)             # shared: recovers our self mask if we survive
+        self._seed = os.urandom(SEED_BYTES)  # shared: recovers our self mask if we survive
         self._roster: dict[str, AdvertiseKeys] = {}
         self._held: dict[str, tuple[int, bytes, bytes]] = {}  # sender -> (index, key share, seed share)
         self._revealed_keys: set[str] = set()
@@ -104,22 +113,26 @@ class SecAggClient:
         if np.asarray(vector).shape != (self.params.length,):
             raise SecAggError(f"update must have {self.params.length} values, got shape {np.asarray(vector).shape}")
         for sender in senders:
-            key = self._share_keys.key(self._roster[sender].cipher_public, self.params.info("share", sender, self.client_id))
+            key = self._share_keys.key(
+                self._roster[sender].cipher_public, self.params.info("share", sender, self.client_id)
+            )
             try:
                 body = json.loads(open_sealed(key, delivery.sealed[sender], _aad(self.params, sender, self.client_id)))
                 self._held[sender] = (int(body["i"]), unb64(body["k"]), unb64(body["b"]))
-            except (SecAggError, ValueError, KeyError, TypeError) as e:   # the sender's doing, not ours
-                raise PeerShareError(f"the share bundle {sender} sealed for {self.client_id} is unusable ({e}); "
-                                     f"{self.client_id} leaves this round") from None
+            except (SecAggError, ValueError, KeyError, TypeError) as e:  # the sender's doing, not ours
+                raise PeerShareError(
+                    f"the share bundle {sender} sealed for {self.client_id} is unusable ({e}); "
+                    f"{self.client_id} leaves this round"
+                ) from None
         masked, bits = self.params.fixed_point.encode(vector, weight), self.params.fixed_point.bits
-        ahead, self._ahead = self._ahead, None       # precompute_masks: PRG(b_u) and the roster's masks
+        ahead, self._ahead = self._ahead, None  # precompute_masks: PRG(b_u) and the roster's masks
         (acc, adder), included = ahead if ahead is not None else (self._self_masked(), {})
         masks = Agreement(self._mask.private)
         for v in senders:
             if v not in included:
                 seed = pairwise_seed(self.params, masks, self._roster[v].mask_public, self.client_id, v)
                 adder.add(acc, seed, pairwise_sign(self.client_id, v), bits)
-        for v in sorted(set(included) - set(senders)):     # not in U2: its mask must not be in y
+        for v in sorted(set(included) - set(senders)):  # not in U2: its mask must not be in y
             adder.add(acc, included[v], -pairwise_sign(self.client_id, v), bits)
         np.add(masked, acc, out=masked)
         masked &= self.params.fixed_point.modulus_mask
@@ -163,7 +176,9 @@ class SecAggClient:
             raise SecAggError(f"secagg client {self.client_id}: unmask asked in phase {self.phase.value}")
         dropped, survivors = set(request.dropped), set(request.survivors)
         if dropped & survivors:
-            raise SecAggError(f"unmask request lists clients as both dropped and surviving: {sorted(dropped & survivors)}")
+            raise SecAggError(
+                f"unmask request lists clients as both dropped and surviving: {sorted(dropped & survivors)}"
+            )
         if self.client_id not in survivors:
             raise SecAggError(f"unmask request does not list {self.client_id}, which sent its masked input")
         if len(survivors) < self.params.threshold:

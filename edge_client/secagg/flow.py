@@ -22,49 +22,68 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from fedort.edge_client.secagg.ahead import MaskAhead, worth_it
-from fedort.edge_client.secagg.client import SecAggClient
-from fedort.edge_client.secagg.lane import lane
 from fedort.common import digests
-from fedort.protos.vector_stream import VectorMeta, vector_digest
 from fedort.common.dp_noise import clip_to_norm, gaussian
 from fedort.common.errors import FedortError
-from fedort.protos.messages import Metric, SubmitResult, Task, UpdateHeader
 from fedort.common.secagg.errors import PeerShareError
 from fedort.common.secagg.messages import Roster, ShareDelivery, UnmaskRequest
 from fedort.common.secagg.pack import pack
 from fedort.common.secagg.task import SecAggTask
+from fedort.edge_client.secagg.ahead import MaskAhead, worth_it
+from fedort.edge_client.secagg.client import SecAggClient
+from fedort.edge_client.secagg.lane import lane
+from fedort.protos.messages import Metric, SubmitResult, Task, UpdateHeader
+from fedort.protos.vector_stream import VectorMeta, vector_digest
 
 log = logging.getLogger(__name__)
 
-ADVERTISE, SHARE, UNMASK_REQUEST, UNMASK = 0, 1, 2, 3   # SecAggRequest.Step
+ADVERTISE, SHARE, UNMASK_REQUEST, UNMASK = 0, 1, 2, 3  # SecAggRequest.Step
 ENDS_ROUND = ("FAILED_PRECONDITION", "ABORTED")
 MIN_STEP_WAIT_MS = 10_000
 
 
-def private_delta(task: SecAggTask, global_vector: np.ndarray, trained: np.ndarray,
-                  rng: np.random.Generator | None = None) -> np.ndarray:
+def private_delta(
+    task: SecAggTask, global_vector: np.ndarray, trained: np.ndarray, rng: np.random.Generator | None = None
+) -> np.ndarray:
     """The float64 delta this device masks: clipped and noised first when the round uses DP."""
-    delta = np.subtract(trained, global_vector, dtype=np.float64)    # one pass, no float64 copies of either
+    delta = np.subtract(trained, global_vector, dtype=np.float64)  # one pass, no float64 copies of either
     if task.dp_clip is not None:
         delta, _ = clip_to_norm(delta, task.dp_clip)
         delta = delta + gaussian(delta.size, task.dp_noise_std, rng)
     return delta
 
 
-def masked_header(client_id: str, model_id: str, round: int, payload: bytes, codec: str, length: int,
-                  num_examples: int, metrics: Mapping[str, Metric], chunk_size: int,
-                  trained_from_sha256: bytes, digest: str = digests.SHA256) -> UpdateHeader:
+def masked_header(
+    client_id: str,
+    model_id: str,
+    round: int,
+    payload: bytes,
+    codec: str,
+    length: int,
+    num_examples: int,
+    metrics: Mapping[str, Metric],
+    chunk_size: int,
+    trained_from_sha256: bytes,
+    digest: str = digests.SHA256,
+) -> UpdateHeader:
     """Header of a masked upload: the model's length P, the masked codec, the payload bytes' digest (sha256,
     or BLAKE3 where the coordinator announced it), and the global vector it was trained from (admission
     refuses an update that names none)."""
-    meta = VectorMeta(model_id, int(round), int(length), digests.digest(digest, payload), codec=codec,
-                      chunk_size=int(chunk_size), payload_bytes=len(payload),
-                      digest="" if digest == digests.SHA256 else digest)
+    meta = VectorMeta(
+        model_id,
+        int(round),
+        int(length),
+        digests.digest(digest, payload),
+        codec=codec,
+        chunk_size=int(chunk_size),
+        payload_bytes=len(payload),
+        digest="" if digest == digests.SHA256 else digest,
+    )
     return UpdateHeader(client_id, meta, int(num_examples), dict(metrics), bytes(trained_from_sha256))
 
 
@@ -77,51 +96,89 @@ class SecAggFlow:
     masked words are ever written there. (Measured at 100 devices x 100 k values, A/B against streaming:
     coordinator CPU -28 to -31 %, its peak RSS growth 75-84 -> 50-54 MB, device CPU +7 %, round -6 %.)"""
 
-    def __init__(self, transport: Any, client_id: str, model_id: str, task: Task,
-                 call: Callable[[str, Callable[[], Any]], Any], poll_wait_ms: int = 20_000, *,
-                 announced: Sequence[str] = (), local: Any = None, local_min_bytes: int = 0) -> None:
+    def __init__(
+        self,
+        transport: Any,
+        client_id: str,
+        model_id: str,
+        task: Task,
+        call: Callable[[str, Callable[[], Any]], Any],
+        poll_wait_ms: int = 20_000,
+        *,
+        announced: Sequence[str] = (),
+        local: Any = None,
+        local_min_bytes: int = 0,
+    ) -> None:
         self.transport, self.client_id, self.model_id, self.task = transport, client_id, model_id, task
         self.call = call
         self.digest = digests.choose(announced)
         self.local, self.local_min_bytes = local, local_min_bytes
-        self.wait_ms = max(poll_wait_ms, MIN_STEP_WAIT_MS)   # steps are long-polls, even for a client that never waits
+        self.wait_ms = max(poll_wait_ms, MIN_STEP_WAIT_MS)  # steps are long-polls, even for a client that never waits
 
     def _step(self, step: int, payload: bytes) -> bytes:
         while True:
-            ready, reply = self.call(f"SecAgg step {step} round {self.task.round}", lambda: self.transport.secagg_step(
-                self.client_id, self.model_id, self.task.round, step, payload, self.wait_ms))
+            ready, reply = self.call(
+                f"SecAgg step {step} round {self.task.round}",
+                lambda: self.transport.secagg_step(
+                    self.client_id, self.model_id, self.task.round, step, payload, self.wait_ms
+                ),
+            )
             if ready:
                 return reply
 
-    def run(self, global_vector: np.ndarray, trained: np.ndarray, num_examples: int,
-            metrics: Mapping[str, Metric], chunk_size: int) -> tuple[str, str]:
+    def run(
+        self,
+        global_vector: np.ndarray,
+        trained: np.ndarray,
+        num_examples: int,
+        metrics: Mapping[str, Metric],
+        chunk_size: int,
+    ) -> tuple[str, str]:
         """Every phase for this round; (outcome, message) as the client reports an upload."""
-        steps = getattr(self.transport, "secagg_steps", None)     # the worker's batcher (a test's wrapper has none)
+        steps = getattr(self.transport, "secagg_steps", None)  # the worker's batcher (a test's wrapper has none)
         with steps.flow() if steps is not None else contextlib.nullcontext():
             return self._run(global_vector, trained, num_examples, metrics, chunk_size)
 
-    def _run(self, global_vector: np.ndarray, trained: np.ndarray, num_examples: int,
-             metrics: Mapping[str, Metric], chunk_size: int) -> tuple[str, str]:
+    def _run(
+        self,
+        global_vector: np.ndarray,
+        trained: np.ndarray,
+        num_examples: int,
+        metrics: Mapping[str, Metric],
+        chunk_size: int,
+    ) -> tuple[str, str]:
         length = len(global_vector)
         try:
-            spec = SecAggTask.from_bytes(self.task.secagg)   # a scheme this device does not compute: SchemeError
+            spec = SecAggTask.from_bytes(self.task.secagg)  # a scheme this device does not compute: SchemeError
             client = SecAggClient(self.client_id, spec.params)
             roster = Roster.from_bytes(self._step(ADVERTISE, client.advertise().to_bytes()))
             shares = client.share_keys(roster).to_bytes()
             with MaskAhead(client) if worth_it(self.transport) else contextlib.nullcontext():
-                delivery = ShareDelivery.from_bytes(self._step(SHARE, shares))    # masks expanded meanwhile
-            with lane(self.transport):     # devices sharing the transport mask one at a time (secagg_lane)
-                masked = client.masked_input(delivery, private_delta(spec, global_vector, trained),
-                                             spec.weight(num_examples))
+                delivery = ShareDelivery.from_bytes(self._step(SHARE, shares))  # masks expanded meanwhile
+            with lane(self.transport):  # devices sharing the transport mask one at a time (secagg_lane)
+                masked = client.masked_input(
+                    delivery, private_delta(spec, global_vector, trained), spec.weight(num_examples)
+                )
                 wire = pack(masked, spec.codec)
-            header = masked_header(self.client_id, self.model_id, self.task.round, wire, spec.codec, length,
-                                   num_examples, metrics, chunk_size,
-                                   self.task.vector_sha256 or vector_digest(global_vector), self.digest)
+            header = masked_header(
+                self.client_id,
+                self.model_id,
+                self.task.round,
+                wire,
+                spec.codec,
+                length,
+                num_examples,
+                metrics,
+                chunk_size,
+                self.task.vector_sha256 or vector_digest(global_vector),
+                self.digest,
+            )
             as_file = self.local is not None and len(wire) >= self.local_min_bytes
             send = functools.partial(self.local.submit, self.transport) if as_file else self.transport.submit_update
             try:
-                result: SubmitResult | None = self.call(f"SubmitUpdate (masked) round {self.task.round}",
-                                                        functools.partial(send, header, wire))
+                result: SubmitResult | None = self.call(
+                    f"SubmitUpdate (masked) round {self.task.round}", functools.partial(send, header, wire)
+                )
             except FedortError as e:
                 if getattr(e, "code", None) != "FAILED_PRECONDITION":
                     raise
@@ -130,7 +187,7 @@ class SecAggFlow:
                 result = None
             request = UnmaskRequest.from_bytes(self._step(UNMASK_REQUEST, b""))
             self._step(UNMASK, client.unmask(request).to_bytes())
-        except PeerShareError as e:          # a neighbour cheated: this round goes on without us, as after a dropout
+        except PeerShareError as e:  # a neighbour cheated: this round goes on without us, as after a dropout
             log.warning("round %d: %s", self.task.round, e)
             return "stale", str(e)
         except FedortError as e:

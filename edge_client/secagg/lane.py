@@ -16,15 +16,16 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
-from typing import Any, ContextManager
+from contextlib import AbstractContextManager
+from typing import Any
 
-_LANES: "weakref.WeakKeyDictionary[Any, threading.Lock]" = weakref.WeakKeyDictionary()
+_LANES: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
 _LANES_LOCK = threading.Lock()
 
 
-def lane(transport: Any) -> ContextManager[object]:
+def lane(transport: Any) -> AbstractContextManager[object]:
     """The masking lane of `transport` (a lock shared by its devices), or no lock for a device alone on it."""
-    steps = getattr(transport, "secagg_steps", None)   # the transport's StepBatcher (a test's wrapper has none)
+    steps = getattr(transport, "secagg_steps", None)  # the transport's StepBatcher (a test's wrapper has none)
     if steps is None or steps.flows <= 1:
         return contextlib.nullcontext()
     with _LANES_LOCK:

@@ -19,16 +19,17 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
-from fedort.protos.stubs import fedort_v1_pb2 as pb
 from fedort.common.errors import FedortError
 from fedort.protos.status_codes import from_status
+from fedort.protos.stubs import fedort_v1_pb2 as pb
 
 LINGER_S = 0.02
 UNMASK_LINGER_S = 0.25
-UNMASK_REQUEST = 2       # SecAggRequest.Step (edge_client.secagg_flow)
+UNMASK_REQUEST = 2  # SecAggRequest.Step (edge_client.secagg_flow)
 _FALLBACK = object()
 
 
@@ -47,10 +48,10 @@ class StepBatcher:
         self._transport = transport
         self._cond = threading.Condition()
         self._open: _Batch | None = None
-        self._flows = 0          # protocol flows using this transport now
-        self._waiting = 0        # steps inside submit (in an open batch or one in flight)
-        self.batching = True     # False once the coordinator said it has no SecAggBatch
-        self.batch_calls = 0     # SecAggBatch calls made (observability: how well steps coalesce)
+        self._flows = 0  # protocol flows using this transport now
+        self._waiting = 0  # steps inside submit (in an open batch or one in flight)
+        self.batching = True  # False once the coordinator said it has no SecAggBatch
+        self.batch_calls = 0  # SecAggBatch calls made (observability: how well steps coalesce)
 
     @property
     def flows(self) -> int:
@@ -69,12 +70,18 @@ class StepBatcher:
                 self._flows -= 1
                 self._cond.notify_all()
 
-    def submit(self, client_id: str, model_id: str, round: int, step: int, payload: bytes,
-               wait_ms: int) -> tuple[bool, bytes]:
+    def submit(
+        self, client_id: str, model_id: str, round: int, step: int, payload: bytes, wait_ms: int
+    ) -> tuple[bool, bytes]:
         """One step (held up to wait_ms until its phase closes): (ready, reply payload), or its error."""
         # protoc's .pyi types an enum field as its class; the runtime takes the int
-        request = pb.SecAggRequest(client_id=client_id, model_id=model_id, round=round, step=step,  # type: ignore[arg-type]
-                                   payload=payload)
+        request = pb.SecAggRequest(
+            client_id=client_id,
+            model_id=model_id,
+            round=round,
+            step=step,  # type: ignore[arg-type]
+            payload=payload,
+        )
         if not self.batching or self._flows <= 1:
             return self._single(request, wait_ms)
         with self._cond:
@@ -105,30 +112,31 @@ class StepBatcher:
                 until = time.monotonic() + batch.linger_s
                 while self._waiting < self._flows and (left := until - time.monotonic()) > 0:
                     self._cond.wait(left)
-                self._open = None                     # closed: later steps open the next batch
+                self._open = None  # closed: later steps open the next batch
             batch.results = self._send(batch.requests, wait_ms)
-        except BaseException as exc:                  # noqa: BLE001 - every waiter must hear how it ended
+        except BaseException as exc:  # noqa: BLE001 - every waiter must hear how it ended
             batch.results = [exc] * len(batch.requests)
         finally:
             batch.done.set()
 
     def _send(self, requests: list[pb.SecAggRequest], wait_ms: int) -> list[Any]:
         if len(requests) == 1:
-            return [_FALLBACK]                        # alone: a plain SecAgg call, in its own thread
+            return [_FALLBACK]  # alone: a plain SecAgg call, in its own thread
         t = self._transport
         self.batch_calls += 1
         try:
-            reply = t._long_poll("SecAggBatch", lambda w: pb.SecAggBatchRequest(steps=requests, wait_ms=w),
-                                 wait_ms)
+            reply = t._long_poll("SecAggBatch", lambda w: pb.SecAggBatchRequest(steps=requests, wait_ms=w), wait_ms)
         except FedortError as exc:
             if getattr(exc, "code", None) != "UNIMPLEMENTED":
                 raise
-            self.batching = False                     # a coordinator before protocol 1.3
+            self.batching = False  # a coordinator before protocol 1.3
             return [_FALLBACK] * len(requests)
         if len(reply.entries) != len(requests):
             raise FedortError(f"SecAggBatch answered {len(reply.entries)} entries for {len(requests)} steps")
-        return [from_status(e.error_code, e.error_message) if e.error_code else (e.ready, bytes(e.payload))
-                for e in reply.entries]
+        return [
+            from_status(e.error_code, e.error_message) if e.error_code else (e.ready, bytes(e.payload))
+            for e in reply.entries
+        ]
 
     def _single(self, request: pb.SecAggRequest, wait_ms: int) -> tuple[bool, bytes]:
         t = self._transport
@@ -138,5 +146,6 @@ class StepBatcher:
             r.CopyFrom(request)
             r.wait_ms = w
             return r
+
         r = t._long_poll("SecAgg", build, wait_ms)
         return r.ready, bytes(r.payload)

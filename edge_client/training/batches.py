@@ -15,17 +15,22 @@ instead of deep inside ONNX Runtime on step 731.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Mapping, Sequence, TypeGuard, Union
+from typing import TypeGuard, Union
 
 import numpy as np
 
-from fedort.common.invariants import present
-from fedort.common.errors import ConfigError, DataError
-from fedort.ort.artifacts import TensorSpec
 from fedort.common.client_data import (
-    VAL_PREFIX, ClassLabels, check_model_arrays, read_npz, split_validation,
+    VAL_PREFIX,
+    ClassLabels,
+    check_model_arrays,
+    read_npz,
+    split_validation,
 )
+from fedort.common.errors import ConfigError, DataError
+from fedort.common.invariants import present
+from fedort.ort.artifacts import TensorSpec
 
 Batch = tuple[np.ndarray, ...]
 DataLike = Union[Mapping[str, np.ndarray], str, os.PathLike, Iterable]
@@ -74,7 +79,7 @@ class ArrayData:
                 yield a[start:end], b[start:end]
             return
         for start in range(0, n, batch_size):
-            yield tuple([a[start:start + batch_size] for a in arrays])
+            yield tuple([a[start : start + batch_size] for a in arrays])
 
 
 @dataclass
@@ -85,7 +90,7 @@ class IterableData:
     names: tuple[str, ...]
     specs: Mapping[str, TensorSpec]
     what: str
-    extra_ok: bool = False     # batches may carry more arrays than `names` (labels, for predict)
+    extra_ok: bool = False  # batches may carry more arrays than `names` (labels, for predict)
     labels: ClassLabels | None = None
     _passes: int = 0
 
@@ -97,8 +102,10 @@ class IterableData:
 
     def batches(self, batch_size: int, rng: np.random.Generator | None = None) -> Iterator[Batch]:
         if self._passes and iter(self.source) is self.source:
-            raise DataError(f"{self.what} is a one-shot iterator and was used up by the first epoch; "
-                            "pass a list (or another re-iterable) of batches to run several epochs")
+            raise DataError(
+                f"{self.what} is a one-shot iterator and was used up by the first epoch; "
+                "pass a list (or another re-iterable) of batches to run several epochs"
+            )
         self._passes += 1
         first = True
         for item in self.source:
@@ -119,19 +126,27 @@ def _batch_tuple(item: object, names: tuple[str, ...], what: str) -> Batch:
         return tuple(np.asarray(item[n]) for n in names)
     if isinstance(item, (tuple, list)):
         return tuple(np.asarray(a) for a in item)
-    raise DataError(f"{what}: each batch must be a tuple of arrays {list(names)} or a dict by name, "
-                    f"got {type(item).__name__}")
+    raise DataError(
+        f"{what}: each batch must be a tuple of arrays {list(names)} or a dict by name, got {type(item).__name__}"
+    )
 
 
-def _check_batch(batch: Batch, names: tuple[str, ...], specs: Mapping[str, TensorSpec], what: str,
-                 labels: ClassLabels | None) -> None:
+def _check_batch(
+    batch: Batch, names: tuple[str, ...], specs: Mapping[str, TensorSpec], what: str, labels: ClassLabels | None
+) -> None:
     if len(batch) != len(names):
         raise DataError(f"{what}: the model takes {len(names)} inputs {list(names)}, a batch has {len(batch)} arrays")
     check_model_arrays(dict(zip(names, batch)), names, specs, what, labels)
 
 
-def from_arrays(arrays: Mapping[str, np.ndarray], names: Sequence[str], specs: Mapping[str, TensorSpec],
-                what: str, labels: ClassLabels | None = None, prefix: str = "") -> ArrayData:
+def from_arrays(
+    arrays: Mapping[str, np.ndarray],
+    names: Sequence[str],
+    specs: Mapping[str, TensorSpec],
+    what: str,
+    labels: ClassLabels | None = None,
+    prefix: str = "",
+) -> ArrayData:
     """Check a dict of arrays against the inputs `names` (and label range) and put them in input order.
 
     `prefix` only words the messages (`val_x` for the validation copy of input `x`).
@@ -144,8 +159,14 @@ def from_arrays(arrays: Mapping[str, np.ndarray], names: Sequence[str], specs: M
     return ArrayData(tuple(np.ascontiguousarray(a) for a in ordered))
 
 
-def as_data(data: DataLike, names: Sequence[str], specs: Mapping[str, TensorSpec], what: str,
-            prefix: str = "", labels: ClassLabels | None = None) -> ArrayData | IterableData:
+def as_data(
+    data: DataLike,
+    names: Sequence[str],
+    specs: Mapping[str, TensorSpec],
+    what: str,
+    prefix: str = "",
+    labels: ClassLabels | None = None,
+) -> ArrayData | IterableData:
     """Any accepted data form as `ArrayData` (dict, .npz) or `IterableData` (iterable of batches).
 
     A .npz path is read with `client_data.read_npz`; with `prefix` (`val_`) its validation split is
@@ -160,16 +181,20 @@ def as_data(data: DataLike, names: Sequence[str], specs: Mapping[str, TensorSpec
     if isinstance(data, Mapping):
         return from_arrays(data, names, specs, what, labels)
     if isinstance(data, np.ndarray):
-        raise DataError(f"{what}: got a single array; pass a dict {{{', '.join(repr(n) for n in names)}}} "
-                        "of arrays, a .npz path or an iterable of batch tuples")
+        raise DataError(
+            f"{what}: got a single array; pass a dict {{{', '.join(repr(n) for n in names)}}} "
+            "of arrays, a .npz path or an iterable of batch tuples"
+        )
     if isinstance(data, Iterable):
         return IterableData(data, names, specs, what, labels=labels)
-    raise DataError(f"{what}: expected a dict of arrays, a .npz path or an iterable of batches, "
-                    f"got {type(data).__name__}")
+    raise DataError(
+        f"{what}: expected a dict of arrays, a .npz path or an iterable of batches, got {type(data).__name__}"
+    )
 
 
-def npz_validation_split(path: str | os.PathLike, names: Sequence[str], specs: Mapping[str, TensorSpec],
-                         labels: ClassLabels | None = None) -> ArrayData | None:
+def npz_validation_split(
+    path: str | os.PathLike, names: Sequence[str], specs: Mapping[str, TensorSpec], labels: ClassLabels | None = None
+) -> ArrayData | None:
     """The `val_` split of a .npz training file, or None if it has none."""
     arrays = npz_split(path, VAL_PREFIX)
     if arrays is None:
@@ -183,5 +208,16 @@ def check_batch_size(batch_size: int) -> int:
     return int(batch_size)
 
 
-__all__ = ["ArrayData", "IterableData", "Batch", "DataLike", "as_data", "from_arrays", "npz_split",
-           "npz_validation_split", "check_batch_size", "is_path", "VAL_PREFIX"]
+__all__ = [
+    "ArrayData",
+    "IterableData",
+    "Batch",
+    "DataLike",
+    "as_data",
+    "from_arrays",
+    "npz_split",
+    "npz_validation_split",
+    "check_batch_size",
+    "is_path",
+    "VAL_PREFIX",
+]

@@ -39,9 +39,11 @@ class ProximalSGDStep:
             raise ConfigError(f"prox_mu must be a finite number > 0 to take a proximal step, got {mu!r}")
         optimizer = session.manifest.optimizer if session.manifest is not None else None
         if optimizer != "sgd":
-            raise ConfigError(f"FedProx (prox_mu={mu:g}) is exact only for SGD artifacts; these use "
-                              f"{optimizer or 'an unknown optimizer (no manifest)'}: rebuild them with "
-                              f"`fedort artifacts build --optimizer sgd`")
+            raise ConfigError(
+                f"FedProx (prox_mu={mu:g}) is exact only for SGD artifacts; these use "
+                f"{optimizer or 'an unknown optimizer (no manifest)'}: rebuild them with "
+                f"`fedort artifacts build --optimizer sgd`"
+            )
         self.session = session
         self.center = np.array(center, dtype=np.float32, copy=True)
         self.mu = float(mu)
@@ -49,11 +51,11 @@ class ProximalSGDStep:
     def __call__(self) -> None:
         session = self.session
         before = np.array(session.to_buffer(), dtype=np.float32, copy=True)
-        lr = np.float32(session.learning_rate)      # the rate this step uses (schedulers step after it)
+        lr = np.float32(session.learning_rate)  # the rate this step uses (schedulers step after it)
         session.optimizer_step()
         after = session.to_buffer()
-        before -= self.center                       # w − w_g, in place
-        before *= lr * np.float32(self.mu)          # lr·μ·(w − w_g)
+        before -= self.center  # w − w_g, in place
+        before *= lr * np.float32(self.mu)  # lr·μ·(w − w_g)
         session.from_buffer(np.subtract(after, before, dtype=np.float32))
 
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedort.protos.update_codecs.base import FINITE_STEP, first_non_finite
 from fedort.common.errors import ProtocolError
+from fedort.protos.update_codecs.base import FINITE_STEP, first_non_finite
 
-BLOCK = FINITE_STEP   # values checked per step (protos.codecs.base.first_non_finite)
+BLOCK = FINITE_STEP  # values checked per step (protos.codecs.base.first_non_finite)
 
 
 def all_finite(vector: np.ndarray) -> bool:
@@ -28,8 +28,10 @@ def check_finite(vector: np.ndarray, round: int) -> None:
     if first is None:
         return
     bad = int(vector.size - np.count_nonzero(np.isfinite(vector)))
-    raise ProtocolError(f"the coordinator's global vector of round {round} holds {bad} non-finite value(s) "
-                        f"(first at index {first}: {vector.reshape(-1)[first]!r}); refusing to cache or train on it")
+    raise ProtocolError(
+        f"the coordinator's global vector of round {round} holds {bad} non-finite value(s) "
+        f"(first at index {first}: {vector.reshape(-1)[first]!r}); refusing to cache or train on it"
+    )
 
 
 __all__ = ["all_finite", "check_finite"]

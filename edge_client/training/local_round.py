@@ -12,19 +12,20 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
-from fedort.common.errors import TrainingError
-from fedort.edge_client.transport.retry import StoppedError
-from fedort.protos.messages import Metric, TrainConfig
-from fedort.ort.artifacts import TensorSpec
 from fedort.common.client_data import ClientData
+from fedort.common.errors import TrainingError
 from fedort.edge_client.training.fedprox import proximal_step
 from fedort.edge_client.training.guards import all_finite
+from fedort.edge_client.transport.retry import StoppedError
+from fedort.ort.artifacts import TensorSpec
 from fedort.ort.session import TrainingSession
+from fedort.protos.messages import Metric, TrainConfig
 
 ModuleFactory = Callable[[TrainingSession], Any]
 # Research/testing hook: (task, global vector, trained vector) -> the vector to upload instead.
@@ -63,9 +64,16 @@ def _metrics(values: Mapping[str, Any], sync: frozenset[str]) -> dict[str, Metri
     return out
 
 
-def fit(session: TrainingSession, global_vector: np.ndarray, data: ClientData, inputs: tuple[TensorSpec, ...],
-        config: TrainConfig, module_factory: ModuleFactory | None = None,
-        stop: threading.Event | None = None, max_steps: int | None = None) -> LocalResult:
+def fit(
+    session: TrainingSession,
+    global_vector: np.ndarray,
+    data: ClientData,
+    inputs: tuple[TensorSpec, ...],
+    config: TrainConfig,
+    module_factory: ModuleFactory | None = None,
+    stop: threading.Event | None = None,
+    max_steps: int | None = None,
+) -> LocalResult:
     """Train `config.local_epochs` epochs from `global_vector`; returns a copy of the new parameters.
 
     `max_steps` caps the optimizer steps (a device doing partial work, FedProx's stragglers); the
@@ -81,18 +89,26 @@ def fit(session: TrainingSession, global_vector: np.ndarray, data: ClientData, i
     module = _module(module_factory, session, config.learning_rate)
     # batch_size 0 means the whole local data set in one batch (FedSGD)
     batch = config.batch_size or max(1, data.num_examples)
-    trainer = Trainer(max_epochs=max(1, config.local_epochs), max_steps=max_steps, batch_size=batch,
-                      shuffle=True, seed=config.seed, progress=False,
-                      callbacks=(_stop_callback(stop),) if stop is not None else (),
-                      optimizer_step=proximal_step(session, global_vector, config.prox_mu))
+    trainer = Trainer(
+        max_epochs=max(1, config.local_epochs),
+        max_steps=max_steps,
+        batch_size=batch,
+        shuffle=True,
+        seed=config.seed,
+        progress=False,
+        callbacks=(_stop_callback(stop),) if stop is not None else (),
+        optimizer_step=proximal_step(session, global_vector, config.prox_mu),
+    )
     val = data.arrays_for(inputs, "val") if data.val else None
     result = trainer.fit(module, data.arrays_for(inputs), val)
     if stop is not None and stop.is_set():
         raise StoppedError("stopped during local training")
-    vector = np.ascontiguousarray(session.to_buffer(), dtype=np.float32)   # to_buffer's array is already our own copy
+    vector = np.ascontiguousarray(session.to_buffer(), dtype=np.float32)  # to_buffer's array is already our own copy
     if not all_finite(vector):
-        raise TrainingError(f"local training produced NaN or infinite parameters (learning rate "
-                            f"{config.learning_rate} too high?); the update is not uploaded")
+        raise TrainingError(
+            f"local training produced NaN or infinite parameters (learning rate "
+            f"{config.learning_rate} too high?); the update is not uploaded"
+        )
     return LocalResult(vector, int(result.num_examples), _metrics(result.metrics, result.sync_dist))
 
 
@@ -109,9 +125,14 @@ def _stop_callback(stop: threading.Event):
     return StopWhenSet()
 
 
-def evaluate(session: TrainingSession, global_vector: np.ndarray, data: ClientData,
-             inputs: tuple[TensorSpec, ...], config: TrainConfig,
-             module_factory: ModuleFactory | None = None) -> LocalResult:
+def evaluate(
+    session: TrainingSession,
+    global_vector: np.ndarray,
+    data: ClientData,
+    inputs: tuple[TensorSpec, ...],
+    config: TrainConfig,
+    module_factory: ModuleFactory | None = None,
+) -> LocalResult:
     """Validate `global_vector` on the validation split (or the training data if there is none)."""
     from fedort.edge_client.training.trainer import Trainer
 

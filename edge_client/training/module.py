@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Union
+from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
@@ -29,6 +30,7 @@ ReduceFx = Union[str, Callable[[np.ndarray], float]]
 
 
 # ---- learning-rate plans ----------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class ConstantLR:
@@ -59,10 +61,15 @@ class LinearWarmupDecay:
     def __post_init__(self) -> None:
         ConstantLR(self.lr)
         total = self.total_steps
-        if self.warmup_steps < 0 or (total is not None and not 0 < total) or (
-                total is not None and self.warmup_steps > total):
-            raise ConfigError(f"need 0 <= warmup_steps <= total_steps and total_steps > 0, "
-                              f"got warmup_steps={self.warmup_steps}, total_steps={total}")
+        if (
+            self.warmup_steps < 0
+            or (total is not None and not 0 < total)
+            or (total is not None and self.warmup_steps > total)
+        ):
+            raise ConfigError(
+                f"need 0 <= warmup_steps <= total_steps and total_steps > 0, "
+                f"got warmup_steps={self.warmup_steps}, total_steps={total}"
+            )
 
     def lr_at(self, step: int, total_steps: int | None = None) -> float:
         """The rate ORT applies at optimizer step `step` (0-based); for checking schedules."""
@@ -139,18 +146,33 @@ class MetricCollector:
         self.metrics: dict[str, _Metric] = {}
         self.batch_size = 1
 
-    def log(self, name: str, value: Any, prog_bar: bool, on_step: bool | None, on_epoch: bool | None,
-            reduce_fx: ReduceFx, sync_dist: bool, batch_size: int | None) -> None:
+    def log(
+        self,
+        name: str,
+        value: Any,
+        prog_bar: bool,
+        on_step: bool | None,
+        on_epoch: bool | None,
+        reduce_fx: ReduceFx,
+        sync_dist: bool,
+        batch_size: int | None,
+    ) -> None:
         m = self.metrics.get(name)
         if m is None:
             m = self.metrics[name] = _Metric(
-                reduce_fx, self.default_on_step if on_step is None else on_step,
-                self.default_on_epoch if on_epoch is None else on_epoch, prog_bar, sync_dist)
+                reduce_fx,
+                self.default_on_step if on_step is None else on_step,
+                self.default_on_epoch if on_epoch is None else on_epoch,
+                prog_bar,
+                sync_dist,
+            )
         try:
             v = float(value)
         except (TypeError, ValueError):
-            raise ConfigError(f"log({name!r}) takes a number or a one-element array, got "
-                              f"{type(value).__name__} {getattr(value, 'shape', '')}") from None
+            raise ConfigError(
+                f"log({name!r}) takes a number or a one-element array, got "
+                f"{type(value).__name__} {getattr(value, 'shape', '')}"
+            ) from None
         m.last = v
         if m.on_epoch:
             w = self.batch_size if batch_size is None else batch_size
@@ -176,6 +198,7 @@ class MetricCollector:
 
 # ---- the module -------------------------------------------------------------------------------
 
+
 class TrainingModule:
     """Subclass and override the hooks you need; the defaults train and evaluate the session as built.
 
@@ -194,11 +217,11 @@ class TrainingModule:
         self._collector: MetricCollector | None = None
         self._batches_checked = False  # set by the Trainer while it feeds batches it validated up front
         manifest = session.manifest
-        self.loss_name: str = (manifest.train_outputs[0] if manifest is not None else session.train_output_names[0])
+        self.loss_name: str = manifest.train_outputs[0] if manifest is not None else session.train_output_names[0]
         labels = manifest.label_count if manifest is not None else 1
         eval_names = session.eval_input_names or session.train_input_names
         self.feature_names: tuple[str, ...] = eval_names[: len(eval_names) - labels]
-        self.label_names: tuple[str, ...] = eval_names[len(eval_names) - labels:]
+        self.label_names: tuple[str, ...] = eval_names[len(eval_names) - labels :]
 
     # ---- hyperparameters ---------------------------------------------------------------------
 
@@ -225,9 +248,18 @@ class TrainingModule:
         """Optimizer steps taken in the current fit."""
         return self.trainer.global_step if self.trainer is not None else 0
 
-    def log(self, name: str, value: Any, *, prog_bar: bool = False, on_step: bool | None = None,
-            on_epoch: bool | None = None, reduce_fx: ReduceFx = "mean", sync_dist: bool = False,
-            batch_size: int | None = None) -> None:
+    def log(
+        self,
+        name: str,
+        value: Any,
+        *,
+        prog_bar: bool = False,
+        on_step: bool | None = None,
+        on_epoch: bool | None = None,
+        reduce_fx: ReduceFx = "mean",
+        sync_dist: bool = False,
+        batch_size: int | None = None,
+    ) -> None:
         """Record a scalar metric for the running loop.
 
         `on_epoch` reduces the epoch's values with `reduce_fx` ("mean" is weighted by batch
@@ -240,13 +272,29 @@ class TrainingModule:
         if collector is not None:
             collector.log(name, value, prog_bar, on_step, on_epoch, reduce_fx, sync_dist, batch_size)
 
-    def log_dict(self, metrics: Mapping[str, Any], *, prog_bar: bool = False, on_step: bool | None = None,
-                 on_epoch: bool | None = None, reduce_fx: ReduceFx = "mean", sync_dist: bool = False,
-                 batch_size: int | None = None) -> None:
+    def log_dict(
+        self,
+        metrics: Mapping[str, Any],
+        *,
+        prog_bar: bool = False,
+        on_step: bool | None = None,
+        on_epoch: bool | None = None,
+        reduce_fx: ReduceFx = "mean",
+        sync_dist: bool = False,
+        batch_size: int | None = None,
+    ) -> None:
         """`log` for each item of `metrics`, with the same options."""
         for name, value in metrics.items():
-            self.log(name, value, prog_bar=prog_bar, on_step=on_step, on_epoch=on_epoch,
-                     reduce_fx=reduce_fx, sync_dist=sync_dist, batch_size=batch_size)
+            self.log(
+                name,
+                value,
+                prog_bar=prog_bar,
+                on_step=on_step,
+                on_epoch=on_epoch,
+                reduce_fx=reduce_fx,
+                sync_dist=sync_dist,
+                batch_size=batch_size,
+            )
 
     # ---- optimisation -----------------------------------------------------------------------
 
@@ -301,8 +349,9 @@ class TrainingModule:
         for name in self.label_names:
             spec = specs.get(name)
             if spec is None or any(d is None for d in spec.shape[1:]):
-                raise DataError(f"predict needs the label input {name!r} (its shape is not known); "
-                                "include it in the data")
+                raise DataError(
+                    f"predict needs the label input {name!r} (its shape is not known); include it in the data"
+                )
             filled.append(np.zeros((rows, *spec.shape[1:]), dtype=spec.dtype))
         return tuple(filled)
 

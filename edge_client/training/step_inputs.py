@@ -9,12 +9,12 @@ left to ORT.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from fedort.ort.artifacts import TensorSpec
 from fedort.common.errors import DataError
+from fedort.ort.artifacts import TensorSpec
 
 
 class StepInputs:

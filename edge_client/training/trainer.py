@@ -12,14 +12,22 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from fedort.common.errors import ConfigError, DataError
 from fedort.edge_client.training.batches import (
-    VAL_PREFIX, ArrayData, DataLike, IterableData, is_path, as_data, check_batch_size, npz_validation_split,
+    VAL_PREFIX,
+    ArrayData,
+    DataLike,
+    IterableData,
+    as_data,
+    check_batch_size,
+    is_path,
+    npz_validation_split,
 )
 from fedort.edge_client.training.module import ConstantLR, LinearWarmupDecay, MetricCollector, TrainingModule
 
@@ -49,16 +57,17 @@ class Callback:
     Set `trainer.should_stop = True` in any hook to end the fit after the current batch.
     """
 
-    def on_fit_start(self, trainer: "Trainer", module: TrainingModule) -> None: ...
-    def on_fit_end(self, trainer: "Trainer", module: TrainingModule) -> None: ...
-    def on_train_epoch_start(self, trainer: "Trainer", module: TrainingModule) -> None: ...
-    def on_train_epoch_end(self, trainer: "Trainer", module: TrainingModule) -> None: ...
+    def on_fit_start(self, trainer: Trainer, module: TrainingModule) -> None: ...
+    def on_fit_end(self, trainer: Trainer, module: TrainingModule) -> None: ...
+    def on_train_epoch_start(self, trainer: Trainer, module: TrainingModule) -> None: ...
+    def on_train_epoch_end(self, trainer: Trainer, module: TrainingModule) -> None: ...
 
-    def on_train_batch_end(self, trainer: "Trainer", module: TrainingModule, outputs: Any,
-                           batch: tuple[np.ndarray, ...], batch_idx: int) -> None: ...
+    def on_train_batch_end(
+        self, trainer: Trainer, module: TrainingModule, outputs: Any, batch: tuple[np.ndarray, ...], batch_idx: int
+    ) -> None: ...
 
-    def on_validation_epoch_end(self, trainer: "Trainer", module: TrainingModule) -> None: ...
-    def on_test_epoch_end(self, trainer: "Trainer", module: TrainingModule) -> None: ...
+    def on_validation_epoch_end(self, trainer: Trainer, module: TrainingModule) -> None: ...
+    def on_test_epoch_end(self, trainer: Trainer, module: TrainingModule) -> None: ...
 
 
 def _overrides(cb: Callback, name: str) -> bool:
@@ -79,10 +88,18 @@ class Trainer:
     proximal step, `edge_client.fedprox`).
     """
 
-    def __init__(self, max_epochs: int | None = 1, max_steps: int | None = None, batch_size: int = 32,
-                 shuffle: bool = True, seed: int = 0, accumulate_grad_batches: int = 1,
-                 progress: bool = False, callbacks: Sequence[Callback] = (),
-                 optimizer_step: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        max_epochs: int | None = 1,
+        max_steps: int | None = None,
+        batch_size: int = 32,
+        shuffle: bool = True,
+        seed: int = 0,
+        accumulate_grad_batches: int = 1,
+        progress: bool = False,
+        callbacks: Sequence[Callback] = (),
+        optimizer_step: Callable[[], None] | None = None,
+    ) -> None:
         for name, value in (("max_epochs", max_epochs), ("max_steps", max_steps)):
             if value is not None and (not isinstance(value, (int, np.integer)) or value < 1):
                 raise ConfigError(f"{name} must be a positive integer or None, got {value!r}")
@@ -124,8 +141,9 @@ class Trainer:
         train = as_data(train_data, session.train_input_names, specs, "training data", labels=labels)
         val: ArrayData | IterableData | None
         if val_data is not None:
-            val = as_data(val_data, self._eval_names(module), specs, "validation data", prefix=VAL_PREFIX,
-                          labels=labels)
+            val = as_data(
+                val_data, self._eval_names(module), specs, "validation data", prefix=VAL_PREFIX, labels=labels
+            )
         elif is_path(train_data):
             val = npz_validation_split(train_data, self._eval_names(module), specs, labels)
         else:
@@ -225,9 +243,15 @@ class Trainer:
         for cb in self.callbacks:
             cb.on_fit_end(self, module)
         sync |= collector.sync_dist()
-        return RunResult(metrics=dict(history[-1]) if history else {}, sync_dist=frozenset(sync),
-                         num_examples=num_examples, steps=self.global_step, epochs=epoch + 1,
-                         batches=batches, history=tuple(history))
+        return RunResult(
+            metrics=dict(history[-1]) if history else {},
+            sync_dist=frozenset(sync),
+            num_examples=num_examples,
+            steps=self.global_step,
+            epochs=epoch + 1,
+            batches=batches,
+            history=tuple(history),
+        )
 
     def _apply_lr_plan(self, module: TrainingModule, train: ArrayData | IterableData) -> Callable[[], None] | None:
         plan = module.configure_optimizers()
@@ -238,8 +262,10 @@ class Trainer:
         if isinstance(plan, LinearWarmupDecay):
             total = plan.total_steps or self._planned_steps(train)
             if total is None:
-                raise ConfigError("LinearWarmupDecay without total_steps needs data of known length "
-                                  "(arrays, .npz, or a list of batches) or Trainer(max_steps=...)")
+                raise ConfigError(
+                    "LinearWarmupDecay without total_steps needs data of known length "
+                    "(arrays, .npz, or a list of batches) or Trainer(max_steps=...)"
+                )
             if plan.warmup_steps > total:
                 raise ConfigError(f"warmup_steps={plan.warmup_steps} exceeds the {total} optimizer steps of this fit")
             session.register_linear_lr_scheduler(plan.warmup_steps, total, plan.lr)
@@ -249,9 +275,14 @@ class Trainer:
     def _planned_steps(self, train: ArrayData | IterableData) -> int | None:
         nb = train.num_batches(self.batch_size)
         per_epoch = None if nb is None else -(-nb // self.accumulate_grad_batches)
-        candidates = [s for s in (self.max_steps,
-                                  None if per_epoch is None or self.max_epochs is None else per_epoch * self.max_epochs)
-                      if s is not None]
+        candidates = [
+            s
+            for s in (
+                self.max_steps,
+                None if per_epoch is None or self.max_epochs is None else per_epoch * self.max_epochs,
+            )
+            if s is not None
+        ]
         return min(candidates) if candidates else None
 
     # ---- evaluation ---------------------------------------------------------------------------
@@ -259,8 +290,9 @@ class Trainer:
     def validate(self, module: TrainingModule, data: DataLike) -> RunResult:
         """Run `validation_step` over `data` (a .npz's `val_` split if it has one); metrics `val_*`."""
         specs = module.session.input_specs
-        val = as_data(data, self._eval_names(module), specs, "validation data", prefix=VAL_PREFIX,
-                      labels=_class_labels(module))
+        val = as_data(
+            data, self._eval_names(module), specs, "validation data", prefix=VAL_PREFIX, labels=_class_labels(module)
+        )
         metrics, sync, n, batches = self._eval_loop(module, val, "validation")
         return RunResult(metrics=metrics, sync_dist=sync, num_examples=n, batches=batches)
 
@@ -282,8 +314,9 @@ class Trainer:
             pred.extra_ok = True
         return [module.predict_step(batch, i) for i, batch in enumerate(pred.batches(self.batch_size, None))]
 
-    def _eval_loop(self, module: TrainingModule, data: ArrayData | IterableData, stage: str
-                   ) -> tuple[dict[str, float], frozenset[str], int, int]:
+    def _eval_loop(
+        self, module: TrainingModule, data: ArrayData | IterableData, stage: str
+    ) -> tuple[dict[str, float], frozenset[str], int, int]:
         validation = stage == "validation"
         step = module.validation_step if validation else module.test_step
         collector = MetricCollector(default_on_step=False, default_on_epoch=True)
@@ -318,8 +351,14 @@ class Trainer:
         from tqdm.auto import tqdm  # only when asked for: the hot loop never touches tqdm otherwise
 
         of = f"/{self.max_epochs}" if self.max_epochs is not None else ""
-        return tqdm(total=train.num_batches(self.batch_size), desc=f"epoch {epoch + 1}{of}", unit="batch",
-                    file=sys.stderr, leave=True, dynamic_ncols=True)
+        return tqdm(
+            total=train.num_batches(self.batch_size),
+            desc=f"epoch {epoch + 1}{of}",
+            unit="batch",
+            file=sys.stderr,
+            leave=True,
+            dynamic_ncols=True,
+        )
 
     def _bar_update(self, bar, batch_idx: int, collector: MetricCollector) -> None:
         bar.update(1)

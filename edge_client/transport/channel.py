@@ -23,21 +23,23 @@ class ChannelConfig:
     """
 
     address: str
-    insecure: bool = False               # plaintext; must be asked for explicitly
-    ca_file: str | os.PathLike | None = None     # PEM CA that signed the coordinator's certificate (None: system roots)
-    cert_file: str | os.PathLike | None = None   # PEM client certificate chain (mutual TLS)
-    key_file: str | os.PathLike | None = None    # PEM client private key (mutual TLS)
-    token: str = ""                      # device token sent on every call
-    rpc_timeout_s: float = 30.0          # unary calls (Join, Heartbeat, SubmitEvaluation, ...)
-    stream_timeout_s: float = 600.0      # artifact/vector downloads and update uploads
+    insecure: bool = False  # plaintext; must be asked for explicitly
+    ca_file: str | os.PathLike | None = None  # PEM CA that signed the coordinator's certificate (None: system roots)
+    cert_file: str | os.PathLike | None = None  # PEM client certificate chain (mutual TLS)
+    key_file: str | os.PathLike | None = None  # PEM client private key (mutual TLS)
+    token: str = ""  # device token sent on every call
+    rpc_timeout_s: float = 30.0  # unary calls (Join, Heartbeat, SubmitEvaluation, ...)
+    stream_timeout_s: float = 600.0  # artifact/vector downloads and update uploads
     keepalive_time_ms: int = 60_000
     keepalive_timeout_ms: int = 20_000
-    max_message_bytes: int = 8 << 20     # > the largest chunk the codec allows (4 MiB - 64 KiB)
+    max_message_bytes: int = 8 << 20  # > the largest chunk the codec allows (4 MiB - 64 KiB)
 
     def __post_init__(self) -> None:
         if "://" in self.address or self.address.lower().startswith(("http:", "https:", "grpc:", "dns:")):
-            raise ConfigError(f"coordinator address must be HOST:PORT without a scheme, got {self.address!r} "
-                              "(drop the 'http://' or 'grpc://' prefix; TLS is chosen by --insecure/--ca-file)")
+            raise ConfigError(
+                f"coordinator address must be HOST:PORT without a scheme, got {self.address!r} "
+                "(drop the 'http://' or 'grpc://' prefix; TLS is chosen by --insecure/--ca-file)"
+            )
         host, sep, port = self.address.rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
             raise ConfigError(f"coordinator address must be HOST:PORT with a port in 1..65535, got {self.address!r}")
@@ -58,11 +60,13 @@ class ChannelConfig:
         try:
             socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)
         except socket.gaierror as e:
-            raise ConfigError(f"cannot resolve the coordinator host {host!r} of --coordinator {self.address!r}: "
-                              f"{e.strerror or e}") from None
+            raise ConfigError(
+                f"cannot resolve the coordinator host {host!r} of --coordinator {self.address!r}: {e.strerror or e}"
+            ) from None
 
     def credentials(self) -> grpc.ChannelCredentials:
         """TLS credentials from the PEM files (read now, so a bad path fails at connect, not mid-run)."""
+
         def read(path) -> bytes | None:
             with open(path, "rb") as f:
                 return f.read()

@@ -11,24 +11,31 @@ import hashlib
 
 import numpy as np
 
-from fedort.protos.vector_stream import VectorMeta
+from fedort.common.errors import ProtocolError, VectorError
 from fedort.protos.update_codecs.xor_delta import decode_download
 from fedort.protos.update_codecs.zstd import max_compressed_size
-from fedort.common.errors import ProtocolError, VectorError
+from fedort.protos.vector_stream import VectorMeta
 
 
 class DeltaDownload:
     """One `xor+zstd` vector stream against `base` = (digest, vector) the request named."""
 
-    def __init__(self, meta: VectorMeta, base: tuple[bytes, np.ndarray] | None, expected_length: int | None,
-                 expected_sha256: bytes | None) -> None:
+    def __init__(
+        self,
+        meta: VectorMeta,
+        base: tuple[bytes, np.ndarray] | None,
+        expected_length: int | None,
+        expected_sha256: bytes | None,
+    ) -> None:
         if base is None or meta.base_sha256 != base[0]:
             raise ProtocolError("coordinator sent a download delta against a vector this device did not name")
         if expected_length is not None and meta.length != expected_length:
             raise VectorError(f"vector must have {expected_length} elements, header says {meta.length}")
         if meta.length != len(base[1]) or not 0 < meta.payload_bytes <= max_compressed_size(4 * meta.length):
-            raise VectorError(f"download delta header: {meta.length} values, {meta.payload_bytes} payload bytes, "
-                              f"against a cached vector of {len(base[1])}")
+            raise VectorError(
+                f"download delta header: {meta.length} values, {meta.payload_bytes} payload bytes, "
+                f"against a cached vector of {len(base[1])}"
+            )
         self.meta, self.base, self.expected = meta, base[1], expected_sha256
         self._parts: list[bytes | memoryview] = []
         self.received = 0
@@ -47,6 +54,8 @@ class DeltaDownload:
         vector = decode_download(b"".join(self._parts), self.base)
         got = hashlib.sha256(vector.data.cast("B")).digest()
         if self.expected and got != self.expected:
-            raise VectorError(f"download delta rebuilt a vector hashing to {got.hex()[:16]}…, the task announced "
-                              f"{self.expected.hex()[:16]}…")
+            raise VectorError(
+                f"download delta rebuilt a vector hashing to {got.hex()[:16]}…, the task announced "
+                f"{self.expected.hex()[:16]}…"
+            )
         return vector

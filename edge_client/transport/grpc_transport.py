@@ -16,29 +16,40 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 import grpc
 import numpy as np
 
-from fedort.common.buffer_pool import BufferPool
 from fedort.common import digests
-from fedort.protos.stubs import fedort_v1_pb2 as pb
-from fedort.protos.stubs import fedort_v1_pb2_grpc as pb_grpc
-from fedort.protos.vector_stream import CHUNK_BYTES, VectorAssembler, iter_chunks
+from fedort.common.buffer_pool import BufferPool
+from fedort.common.errors import FedortError, ProtocolError, UnavailableError
+from fedort.common.round_state import RoundState
+from fedort.edge_client.secagg.wire import StepBatcher
 from fedort.edge_client.transport.channel import ChannelConfig
 from fedort.edge_client.transport.download_delta import DeltaDownload
-from fedort.edge_client.secagg.wire import StepBatcher
 from fedort.edge_client.transport.tls_hints import with_plaintext_hint, with_tls_hint
+from fedort.protos.messages import (
+    OUTCOME_CLIENT_METADATA,
+    Metric,
+    Status,
+    SubmitResult,
+    Task,
+    UpdateHeader,
+    UploadState,
+    meta_from_pb,
+    metrics_to_pb,
+)
+from fedort.protos.status_codes import from_rpc_error
+from fedort.protos.stubs import fedort_v1_pb2 as pb
+from fedort.protos.stubs import fedort_v1_pb2_grpc as pb_grpc
 from fedort.protos.update_codecs import iter_payload_chunks
 from fedort.protos.update_codecs.xor_delta import DOWNLOAD_DELTA
-from fedort.common.errors import FedortError, ProtocolError, UnavailableError
-from fedort.protos.messages import OUTCOME_CLIENT_METADATA, Metric, Status, SubmitResult, Task, UpdateHeader, UploadState, meta_from_pb, metrics_to_pb
-from fedort.common.round_state import RoundState
-from fedort.protos.status_codes import from_rpc_error
 from fedort.protos.update_part import parse_vector_part, part_kind
+from fedort.protos.vector_stream import CHUNK_BYTES, VectorAssembler, iter_chunks
 
 log = logging.getLogger("fedort.edge.transport")
 
@@ -54,7 +65,7 @@ class ArtifactRef:
     """An artifact file as the coordinator announces it."""
 
     name: str
-    sha256: str   # hex
+    sha256: str  # hex
     size: int
 
 
@@ -68,17 +79,16 @@ class JoinInfo:
     artifacts: tuple[ArtifactRef, ...]
     heartbeat_interval_ms: int
     max_chunk_bytes: int
-    upload_codecs: tuple[str, ...] = ()   # codec specs the run accepts for updates (empty: raw only)
-    local_vector_dir: str = ""            # co-located devices may pass vectors as files here (edge_client.local_vectors)
+    upload_codecs: tuple[str, ...] = ()  # codec specs the run accepts for updates (empty: raw only)
+    local_vector_dir: str = ""  # co-located devices may pass vectors as files here (edge_client.local_vectors)
     update_digests: tuple[str, ...] = ()  # update digests accepted besides sha256 (protocol 1.3, protos.digests)
-    hashes_local_files: bool = False      # a handed-over file's first attempt may leave its digest empty (protocol 1.6)
+    hashes_local_files: bool = False  # a handed-over file's first attempt may leave its digest empty (protocol 1.6)
 
 
 class Transport:
     """Typed calls to the coordinator over one grpc channel (see the module docstring)."""
 
-    def __init__(self, config: ChannelConfig, channel: grpc.Channel | None = None, *,
-                 cancellable: bool = True) -> None:
+    def __init__(self, config: ChannelConfig, channel: grpc.Channel | None = None, *, cancellable: bool = True) -> None:
         self.config = config
         self.cancellable = cancellable
         self._channel = channel or config.open_channel()
@@ -89,12 +99,12 @@ class Transport:
         self._vectors = BufferPool(2)
         self._lock = threading.RLock()  # RLock: cancel_inflight may run in a signal handler
         self._inflight: set = set()
-        self._uses: dict[grpc.Channel, int] = {}   # calls in progress per channel (a retired one closes at 0)
+        self._uses: dict[grpc.Channel, int] = {}  # calls in progress per channel (a retired one closes at 0)
         self._closed = False
         self.secagg_steps = StepBatcher(self)
 
     @classmethod
-    def connect(cls, address: str, **options) -> "Transport":
+    def connect(cls, address: str, **options) -> Transport:
         return cls(ChannelConfig(address, **options))
 
     def close(self) -> None:
@@ -105,7 +115,7 @@ class Transport:
         for channel in channels:
             channel.close()
 
-    def __enter__(self) -> "Transport":
+    def __enter__(self) -> Transport:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -129,7 +139,7 @@ class Transport:
             self._inflight.discard(call)
 
     @contextmanager
-    def _using(self, name: str) -> Iterator[Any]:   # a grpc multi-callable (untyped)
+    def _using(self, name: str) -> Iterator[Any]:  # a grpc multi-callable (untyped)
         """The stub method `name` on the current channel, counted as a call in progress on that channel while
         the block runs; a channel `_redial` retired is closed when its last call ends."""
         with self._lock:
@@ -177,8 +187,9 @@ class Transport:
         details = (e.details() if hasattr(e, "details") else "") or ""
         if exc.code == "CANCELLED" and details != _LOCAL_CANCEL:
             # the coordinator cancelled the call (it is stopping or restarting), not us: retryable
-            return UnavailableError(f"UNAVAILABLE: the coordinator cancelled the call ({details}); "
-                                    "it is probably restarting")
+            return UnavailableError(
+                f"UNAVAILABLE: the coordinator cancelled the call ({details}); it is probably restarting"
+            )
         if exc.code == "DEADLINE_EXCEEDED":
             self._redial()
         if exc.code == "UNAVAILABLE":
@@ -215,17 +226,24 @@ class Transport:
 
     # ---- RPCs -------------------------------------------------------------------------------
 
-    def join(self, device_name: str, client_id: str = "", credential: str = "",
-             capabilities: Mapping[str, str] | None = None) -> JoinInfo:
-        req = pb.JoinRequest(device_name=device_name, credential=credential, client_id=client_id,
-                             capabilities=dict(capabilities or {}))
+    def join(
+        self, device_name: str, client_id: str = "", credential: str = "", capabilities: Mapping[str, str] | None = None
+    ) -> JoinInfo:
+        req = pb.JoinRequest(
+            device_name=device_name, credential=credential, client_id=client_id, capabilities=dict(capabilities or {})
+        )
         r = self._unary("Join", req, self.config.rpc_timeout_s)
         return JoinInfo(
-            client_id=r.client_id, model_id=r.model_id, manifest_json=r.manifest_json,
+            client_id=r.client_id,
+            model_id=r.model_id,
+            manifest_json=r.manifest_json,
             artifacts=tuple(ArtifactRef(a.name, bytes(a.sha256).hex(), a.size) for a in r.artifacts),
-            heartbeat_interval_ms=r.heartbeat_interval_ms, max_chunk_bytes=r.max_chunk_bytes,
-            upload_codecs=tuple(r.upload_codecs), local_vector_dir=r.local_vector_dir,
-            update_digests=tuple(r.update_digests), hashes_local_files=r.hashes_local_files,
+            heartbeat_interval_ms=r.heartbeat_interval_ms,
+            max_chunk_bytes=r.max_chunk_bytes,
+            upload_codecs=tuple(r.upload_codecs),
+            local_vector_dir=r.local_vector_dir,
+            update_digests=tuple(r.update_digests),
+            hashes_local_files=r.hashes_local_files,
         )
 
     def iter_artifact(self, client_id: str, model_id: str, name: str) -> Iterator[ArtifactRef | bytes]:
@@ -253,40 +271,67 @@ class Transport:
         return self._unary(name, request(wait_ms), wait_ms / 1000 + self.config.rpc_timeout_s)
 
     def poll(self, client_id: str, model_id: str, wait_ms: int) -> Task:
-        return Task.from_pb(self._long_poll("PollTask", lambda w: pb.PollRequest(
-            client_id=client_id, model_id=model_id, wait_ms=w), wait_ms))
+        return Task.from_pb(
+            self._long_poll(
+                "PollTask", lambda w: pb.PollRequest(client_id=client_id, model_id=model_id, wait_ms=w), wait_ms
+            )
+        )
 
     def poll_tasks(self, client_ids: list[str], model_id: str, wait_ms: int) -> tuple[int, RoundState, dict[str, Task]]:
         """One PollTasks call: (round, state, {client id: task} for the clients that have work; the rest WAIT).
         A coordinator older than PollTasks answers UNIMPLEMENTED (a FedortError with that code)."""
-        r = self._long_poll("PollTasks", lambda w: pb.PollTasksRequest(
-            client_ids=list(client_ids), model_id=model_id, wait_ms=w), wait_ms)
+        r = self._long_poll(
+            "PollTasks",
+            lambda w: pb.PollTasksRequest(client_ids=list(client_ids), model_id=model_id, wait_ms=w),
+            wait_ms,
+        )
         return r.round, RoundState.from_wire(r.state), {t.client_id: Task.from_pb(t.task) for t in r.tasks}
 
-    def secagg_step(self, client_id: str, model_id: str, round: int, step: int, payload: bytes,
-                    wait_ms: int) -> tuple[bool, bytes]:
+    def secagg_step(
+        self, client_id: str, model_id: str, round: int, step: int, payload: bytes, wait_ms: int
+    ) -> tuple[bool, bytes]:
         """One secure-aggregation step (held up to wait_ms until its phase closes): (ready, reply payload).
         Steps that clients sharing this transport send together travel in one SecAggBatch (edge_client.secagg_wire)."""
         return self.secagg_steps.submit(client_id, model_id, round, step, payload, wait_ms)
 
-    def download_vector(self, client_id: str, model_id: str, round: int, *,
-                        expected_length: int | None = None, expected_sha256: bytes | None = None) -> np.ndarray:
+    def download_vector(
+        self,
+        client_id: str,
+        model_id: str,
+        round: int,
+        *,
+        expected_length: int | None = None,
+        expected_sha256: bytes | None = None,
+    ) -> np.ndarray:
         """The global vector of `round`, checked against its header (and what the Task announced)."""
-        return self.download_global(client_id, model_id, round, expected_length=expected_length,
-                                    expected_sha256=expected_sha256)[0]
+        return self.download_global(
+            client_id, model_id, round, expected_length=expected_length, expected_sha256=expected_sha256
+        )[0]
 
-    def download_global(self, client_id: str, model_id: str, round: int, *, expected_length: int | None = None,
-                        expected_sha256: bytes | None = None, expected_blake3: bytes | None = None,
-                        base: tuple[bytes, np.ndarray] | None = None) -> tuple[np.ndarray, int]:
+    def download_global(
+        self,
+        client_id: str,
+        model_id: str,
+        round: int,
+        *,
+        expected_length: int | None = None,
+        expected_sha256: bytes | None = None,
+        expected_blake3: bytes | None = None,
+        base: tuple[bytes, np.ndarray] | None = None,
+    ) -> tuple[np.ndarray, int]:
         """(vector, bytes received): like `download_vector`; with `base` (a cached (digest, vector)) the
         coordinator may send the lossless `xor+zstd` delta against it, rebuilt and checked here. With
         `expected_blake3` (Task.vector_blake3) and the `blake3` package here, the device asks for the vector
         checked with BLAKE3 (VectorRequest.digests, protocol 1.6; faster than sha256), whose header value
         must then equal it; a coordinator that sends sha256 instead is checked against `expected_sha256`."""
         blake3 = bool(expected_blake3) and digests.BLAKE3 in digests.available()
-        req = pb.VectorRequest(client_id=client_id, model_id=model_id, round=round,
-                               cached_sha256=base[0] if base is not None else b"",
-                               digests=[digests.BLAKE3] if blake3 else [])
+        req = pb.VectorRequest(
+            client_id=client_id,
+            model_id=model_id,
+            round=round,
+            cached_sha256=base[0] if base is not None else b"",
+            digests=[digests.BLAKE3] if blake3 else [],
+        )
         asm: VectorAssembler | None = None
         delta: DeltaDownload | None = None
         for part in self._stream("DownloadVector", req, self.config.stream_timeout_s):
@@ -321,8 +366,11 @@ class Transport:
 
         def parts() -> Iterator[pb.UpdatePart]:
             yield pb.UpdatePart(header=header.to_pb())
-            pieces = iter_payload_chunks(vector, chunk) if isinstance(vector, (bytes, bytearray)) \
+            pieces = (
+                iter_payload_chunks(vector, chunk)
+                if isinstance(vector, (bytes, bytearray))
                 else iter_chunks(vector, chunk)
+            )
             for c in pieces:
                 yield pb.UpdatePart(chunk=c)
 
@@ -345,21 +393,27 @@ class Transport:
         ref = pb.UploadRef(client_id=client_id, upload_id=upload_id)
         return SubmitResult.from_pb(self._unary("CommitUpload", ref, self.config.stream_timeout_s))
 
-    def submit_evaluation(self, client_id: str, model_id: str, round: int, num_examples: int,
-                          metrics: Mapping[str, Metric]) -> SubmitResult:
-        req = pb.EvaluationResult(client_id=client_id, model_id=model_id, round=round,
-                                  num_examples=num_examples, metrics=metrics_to_pb(metrics))
+    def submit_evaluation(
+        self, client_id: str, model_id: str, round: int, num_examples: int, metrics: Mapping[str, Metric]
+    ) -> SubmitResult:
+        req = pb.EvaluationResult(
+            client_id=client_id,
+            model_id=model_id,
+            round=round,
+            num_examples=num_examples,
+            metrics=metrics_to_pb(metrics),
+        )
         return SubmitResult.from_pb(self._unary("SubmitEvaluation", req, self.config.rpc_timeout_s))
 
     def heartbeat(self, client_id: str, timeout_s: float | None = None) -> tuple[int, RoundState]:
         """The coordinator's current round and state."""
-        r = self._unary("Heartbeat", pb.HeartbeatRequest(client_id=client_id),
-                        timeout_s or self.config.rpc_timeout_s)
+        r = self._unary("Heartbeat", pb.HeartbeatRequest(client_id=client_id), timeout_s or self.config.rpc_timeout_s)
         return r.round, RoundState.from_wire(r.state)
 
     def leave(self, client_id: str, reason: str, timeout_s: float | None = None) -> None:
-        self._unary("Leave", pb.LeaveRequest(client_id=client_id, reason=reason),
-                    timeout_s or self.config.rpc_timeout_s)
+        self._unary(
+            "Leave", pb.LeaveRequest(client_id=client_id, reason=reason), timeout_s or self.config.rpc_timeout_s
+        )
 
     def status(self, client_id: str = "") -> Status:
         """The run's status; `client_id` (metadata `fedort-client-id`) tells a coordinator whose run has
@@ -372,9 +426,11 @@ def _stub(channel: grpc.Channel) -> pb_grpc.CoordinatorStub:
     """The generated stub, but DownloadVector's chunks arrive as memoryviews of the received message
     (protos.update_part.parse_vector_part): no protobuf parse and no `.chunk` copy per ~1 MiB."""
     stub = pb_grpc.CoordinatorStub(channel)
-    stub.DownloadVector = channel.unary_stream("/fedort.v1.Coordinator/DownloadVector",
-                                               request_serializer=pb.VectorRequest.SerializeToString,
-                                               response_deserializer=parse_vector_part)
+    stub.DownloadVector = channel.unary_stream(
+        "/fedort.v1.Coordinator/DownloadVector",
+        request_serializer=pb.VectorRequest.SerializeToString,
+        response_deserializer=parse_vector_part,
+    )
     return stub
 
 
@@ -388,8 +444,10 @@ def _check_named(meta, round: int, expected_sha256: bytes | None, expected_blake
     else:
         name, expected = "sha256", expected_sha256
     if expected and meta.sha256 != expected:
-        raise ProtocolError(f"round {round} vector header {name} {meta.sha256.hex()[:16]}… differs from the "
-                            f"task's {expected.hex()[:16]}…")
+        raise ProtocolError(
+            f"round {round} vector header {name} {meta.sha256.hex()[:16]}… differs from the "
+            f"task's {expected.hex()[:16]}…"
+        )
 
 
 def _cancelled() -> FedortError:

@@ -18,13 +18,13 @@ from __future__ import annotations
 import logging
 import random
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator, TypeVar
+from typing import TypeVar
 
 import grpc
 
 from fedort.common import clock as fedort_clock
-from fedort.common.errors import CertificateError, FedortError, UnavailableError
 from fedort.common.errors import CertificateError, FedortError, UnavailableError
 
 log = logging.getLogger("fedort.edge.retry")
@@ -32,11 +32,13 @@ log = logging.getLogger("fedort.edge.retry")
 T = TypeVar("T")
 
 #: Status codes a later attempt can succeed on.
-RETRYABLE_CODES = frozenset({
-    grpc.StatusCode.UNAVAILABLE,
-    grpc.StatusCode.DEADLINE_EXCEEDED,
-    grpc.StatusCode.ABORTED,
-})
+RETRYABLE_CODES = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.ABORTED,
+    }
+)
 RETRYABLE_CODE_NAMES = frozenset(c.name for c in RETRYABLE_CODES)
 
 
@@ -125,7 +127,7 @@ def call_with_retry(
             attempt += 1
             delay = next(delays)
             asked = retry_after(exc)
-            if asked is not None:   # the server said when: wait that long, plus a little jitter
+            if asked is not None:  # the server said when: wait that long, plus a little jitter
                 delay = max(delay, asked * (1.0 + 0.1 * (rng or random).random()))
             elapsed = clock() - started
             out_of_attempts = backoff.max_attempts is not None and attempt >= backoff.max_attempts

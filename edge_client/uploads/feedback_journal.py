@@ -21,15 +21,15 @@ from __future__ import annotations
 import json
 import os
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
 
 from fedort.common.durable import atomic_write
-from fedort.protos.update_codecs import get_codec
 from fedort.protos.messages import Metric
+from fedort.protos.update_codecs import get_codec
 
 _MAGIC = b"FEJ1"
 
@@ -38,15 +38,15 @@ _MAGIC = b"FEJ1"
 class JournalEntry:
     """One journaled top-k upload and, once known, whether the coordinator counted it."""
 
-    id: str                       # random: names this journal in its outcome file
+    id: str  # random: names this journal in its outcome file
     round: int
-    codec: str                    # canonical spec of the payload
-    base_sha256: bytes            # the global vector the delta is taken from
+    codec: str  # canonical spec of the payload
+    base_sha256: bytes  # the global vector the delta is taken from
     num_examples: int
     metrics: dict[str, Metric]
-    corrected: np.ndarray         # c = delta + previous residual
+    corrected: np.ndarray  # c = delta + previous residual
     payload: bytes
-    counted: bool | None = None   # None: unsettled (no answer recorded)
+    counted: bool | None = None  # None: unsettled (no answer recorded)
 
     @property
     def length(self) -> int:
@@ -67,10 +67,17 @@ def new_id() -> str:
 
 def write_journal(path: Path, entry: JournalEntry) -> None:
     """Durably record `entry` (before its upload is sent); replaces the previous journal of the key."""
-    head = json.dumps({"id": entry.id, "round": int(entry.round), "codec": entry.codec,
-                       "base_sha256": entry.base_sha256.hex(), "length": entry.length,
-                       "num_examples": int(entry.num_examples),
-                       "metrics": {k: [float(m.value), bool(m.sync_dist)] for k, m in entry.metrics.items()}}).encode()
+    head = json.dumps(
+        {
+            "id": entry.id,
+            "round": int(entry.round),
+            "codec": entry.codec,
+            "base_sha256": entry.base_sha256.hex(),
+            "length": entry.length,
+            "num_examples": int(entry.num_examples),
+            "metrics": {k: [float(m.value), bool(m.sync_dist)] for k, m in entry.metrics.items()},
+        }
+    ).encode()
     c = np.ascontiguousarray(entry.corrected, dtype="<f4")
     atomic_write(path, [_MAGIC, struct.pack("<I", len(head)), head, c.data.cast("B"), entry.payload])
 
@@ -90,15 +97,22 @@ def read_journal(path: Path, outcome: Path, length: int) -> JournalEntry | None:
         if data[:4] != _MAGIC:
             return None
         (n,) = struct.unpack_from("<I", data, 4)
-        head = json.loads(data[8:8 + n])
+        head = json.loads(data[8 : 8 + n])
         start = 8 + n
         if int(head["length"]) != length or len(data) < start + 4 * length:
             return None
         corrected = np.frombuffer(data, dtype="<f4", count=length, offset=start).copy()
         metrics = {k: Metric(float(v), bool(s)) for k, (v, s) in head["metrics"].items()}
-        entry = JournalEntry(str(head["id"]), int(head["round"]), str(head["codec"]),
-                             bytes.fromhex(head["base_sha256"]), int(head["num_examples"]), metrics,
-                             corrected, data[start + 4 * length:])
+        entry = JournalEntry(
+            str(head["id"]),
+            int(head["round"]),
+            str(head["codec"]),
+            bytes.fromhex(head["base_sha256"]),
+            int(head["num_examples"]),
+            metrics,
+            corrected,
+            data[start + 4 * length :],
+        )
     except (OSError, ValueError, KeyError, TypeError, struct.error):
         return None
     return _with_outcome(entry, outcome)
@@ -110,9 +124,18 @@ def _with_outcome(entry: JournalEntry, outcome: Path) -> JournalEntry:
     except (OSError, ValueError):
         return entry
     if not isinstance(done, Mapping) or done.get("id") != entry.id:
-        return entry    # the answer to an earlier journal: this one is unsettled
-    return JournalEntry(entry.id, entry.round, entry.codec, entry.base_sha256, entry.num_examples, entry.metrics,
-                        entry.corrected, entry.payload, bool(done.get("counted")))
+        return entry  # the answer to an earlier journal: this one is unsettled
+    return JournalEntry(
+        entry.id,
+        entry.round,
+        entry.codec,
+        entry.base_sha256,
+        entry.num_examples,
+        entry.metrics,
+        entry.corrected,
+        entry.payload,
+        bool(done.get("counted")),
+    )
 
 
 __all__ = ["JournalEntry", "new_id", "read_journal", "write_journal", "write_outcome"]

@@ -36,24 +36,24 @@ import os
 import secrets
 import stat
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
+from fedort.common import digests
 from fedort.common.buffer_pool import BufferPool
 from fedort.common.durable import start_writeback
-from fedort.edge_client.transport.grpc_transport import Transport
-from fedort.common import digests
-from fedort.protos.vector_stream import byte_view, vector_digest
 from fedort.common.errors import FedortError
+from fedort.edge_client.transport.grpc_transport import Transport
 from fedort.protos.messages import SubmitResult, UpdateHeader
+from fedort.protos.vector_stream import byte_view, vector_digest
 
 log = logging.getLogger("fedort.edge.local")
-FREE = ".free"                     # the coordinator's recycled files (coordinator.local_vectors.FREE)
+FREE = ".free"  # the coordinator's recycled files (coordinator.local_vectors.FREE)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-WRITE_BLOCK = 256 << 10            # bytes hashed and written per step (stays in the CPU's cache in between)
+WRITE_BLOCK = 256 << 10  # bytes hashed and written per step (stays in the CPU's cache in between)
 # global vectors are read into recycled arrays, shared by the clients of a process (a simulation worker's): the
 # one the cache holds for the round being trained and the next round's (fedort.common.buffer_pool; a fresh array
 # per round may page-fault anew)
@@ -107,15 +107,17 @@ class LocalVectors:
         except (OSError, ValueError):
             return False
 
-    def sender(self, transport: Transport, header: UpdateHeader, body: np.ndarray | bytes,
-               coordinator_hashes: bool) -> Callable[[], SubmitResult]:
+    def sender(
+        self, transport: Transport, header: UpdateHeader, body: np.ndarray | bytes, coordinator_hashes: bool
+    ) -> Callable[[], SubmitResult]:
         """`submit` as a call to retry: with `coordinator_hashes` (JoinReply.hashes_local_files) its first attempt
         hands a file over with the header's empty digest value left empty; every later one (a resend) carries it."""
         attempts = itertools.count()
         return lambda: self.submit(transport, header, body, unhashed=coordinator_hashes and next(attempts) == 0)
 
-    def submit(self, transport: Transport, header: UpdateHeader, body: np.ndarray | bytes,
-               unhashed: bool = False) -> SubmitResult:
+    def submit(
+        self, transport: Transport, header: UpdateHeader, body: np.ndarray | bytes, unhashed: bool = False
+    ) -> SubmitResult:
         """Hand the update over as a file if this device can, else stream it. A header whose digest value is
         empty (`EncodedUpdate.stream(digested=False)`) gets it here: from the file's write, or a pass of its own;
         `unhashed`: a file goes without it (the coordinator hashes it, protocol 1.6; a stream always carries it)."""
@@ -139,7 +141,7 @@ class LocalVectors:
                         self._give_up(f"the coordinator refused the file: {e}")
             finally:
                 path.unlink(missing_ok=True)
-        return transport.submit_update(with_digest(header, body), body)   # the one streaming path (fallbacks too)
+        return transport.submit_update(with_digest(header, body), body)  # the one streaming path (fallbacks too)
 
     def _give_up(self, why: str) -> None:
         self.enabled = False
@@ -165,8 +167,9 @@ def with_digest(header: UpdateHeader, body: np.ndarray | bytes) -> UpdateHeader:
     return replace(header, vector=replace(header.vector, sha256=digests.digest(header.vector.digest, byte_view(body))))
 
 
-def _write_file(path: Path, body: np.ndarray | bytes, free: Path | None = None,
-                hasher: digests.Hasher | None = None) -> None:
+def _write_file(
+    path: Path, body: np.ndarray | bytes, free: Path | None = None, hasher: digests.Hasher | None = None
+) -> None:
     """Write `body` to `path` (it must not exist) and start its writeback: into a recycled file claimed from `free`
     if there is one (overwritten in place, cut to size), else into a new file; `hasher` sees every block as it
     is written. Durable once the coordinator has fdatasynced it (module docstring)."""
@@ -182,7 +185,7 @@ def _write_locked(path: Path, data: memoryview, free: Path | None, hasher: diges
     try:
         size = len(data)
         for start in range(0, size, WRITE_BLOCK):
-            block = data[start:start + WRITE_BLOCK]
+            block = data[start : start + WRITE_BLOCK]
             if hasher is not None:
                 hasher.update(block)
             done = 0
@@ -190,7 +193,7 @@ def _write_locked(path: Path, data: memoryview, free: Path | None, hasher: diges
                 done += os.pwrite(fd, block[done:], start + done)
         os.ftruncate(fd, size)
         # its writeback started, not waited for (the coordinator fdatasyncs it before it answers; module docstring):
-        if not start_writeback(fd):   # where sync_file_range is missing
+        if not start_writeback(fd):  # where sync_file_range is missing
             os.fdatasync(fd)
     finally:
         os.close(fd)

@@ -14,8 +14,8 @@ import logging
 
 import numpy as np
 
-from fedort.edge_client.transport.grpc_transport import Transport
 from fedort.common.errors import FedortError
+from fedort.edge_client.transport.grpc_transport import Transport
 from fedort.protos.messages import SubmitResult, UpdateHeader, UploadState
 
 log = logging.getLogger(__name__)
@@ -50,21 +50,22 @@ class ResumableSender:
 
     def _put(self, state: UploadState) -> UploadState:
         end = min(state.offset + min(self.part_bytes, state.max_part_bytes), len(self.payload))
-        data = self.payload[state.offset:end]
+        data = self.payload[state.offset : end]
         self.bytes_sent += len(data)
         try:
-            return self.transport.put_upload_part(self.header.client_id, state.upload_id, state.offset, bytes(data),
-                                                  hashlib.sha256(data).digest())
+            return self.transport.put_upload_part(
+                self.header.client_id, state.upload_id, state.offset, bytes(data), hashlib.sha256(data).digest()
+            )
         except FedortError as e:
             code = getattr(e, "code", None)
-            if code == "FAILED_PRECONDITION":    # not where the upload stands: ask (NOT_FOUND if it is gone)
+            if code == "FAILED_PRECONDITION":  # not where the upload stands: ask (NOT_FOUND if it is gone)
                 try:
                     return self.transport.get_upload(self.header.client_id, state.upload_id)
                 except FedortError as gone:
                     if getattr(gone, "code", None) != "NOT_FOUND":
                         raise
-                    return self.transport.begin_upload(self.header)   # its round closed meanwhile: Begin says so
-            if code == "NOT_FOUND":               # expired: begin again from 0
+                    return self.transport.begin_upload(self.header)  # its round closed meanwhile: Begin says so
+            if code == "NOT_FOUND":  # expired: begin again from 0
                 return self.transport.begin_upload(self.header)
             raise
 

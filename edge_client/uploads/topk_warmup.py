@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fedort.common.errors import ConfigError
 from fedort.common.invariants import present
 from fedort.protos.update_codecs import CodecSpec
-from fedort.common.errors import ConfigError
 
 DEFAULT = "3x45"
 
@@ -38,9 +38,9 @@ class TopkWarmup:
     rounds: int = 30
 
     @classmethod
-    def parse(cls, text: str | int | None) -> "TopkWarmup":
+    def parse(cls, text: str | int | None) -> TopkWarmup:
         """`FACTORxROUNDS` (e.g. `3x45`); `off`, `0` or '' disable it; ConfigError otherwise."""
-        text = str(text if text is not None else DEFAULT).strip().lower()   # TOML may give a number
+        text = str(text if text is not None else DEFAULT).strip().lower()  # TOML may give a number
         if text in ("", "0", "off", "none"):
             return cls(1.0, 0)
         head, sep, tail = text.partition("x")
@@ -51,8 +51,10 @@ class TopkWarmup:
         except ValueError:
             factor = rounds = None
         if not sep or factor is None or rounds is None or not (1.0 <= factor <= 1000.0) or rounds < 0:
-            raise ConfigError(f"topk_warmup must be FACTORxROUNDS with a factor in [1, 1000] and rounds >= 0 "
-                              f"(e.g. {DEFAULT!r}) or 'off', got {text!r}")
+            raise ConfigError(
+                f"topk_warmup must be FACTORxROUNDS with a factor in [1, 1000] and rounds >= 0 "
+                f"(e.g. {DEFAULT!r}) or 'off', got {text!r}"
+            )
         return cls(factor, rounds)
 
     @property

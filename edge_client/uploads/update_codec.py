@@ -38,59 +38,88 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import numpy as np
 
+from fedort.common import digests
+from fedort.common.errors import VectorError
 from fedort.common.invariants import present
 from fedort.edge_client.uploads.feedback_journal import JournalEntry, new_id, read_journal, write_journal, write_outcome
 from fedort.edge_client.uploads.topk_warmup import TopkWarmup
 from fedort.edge_client.uploads.update_headers import encoded_update_header, update_header
 from fedort.protos.messages import Metric, UpdateHeader
-from fedort.protos.vector_stream import vector_digest
 from fedort.protos.update_codecs import CodecSpec, allows, get_codec, parse_codec
-from fedort.common.errors import VectorError
-from fedort.common import digests
+from fedort.protos.vector_stream import vector_digest
 
 log = logging.getLogger("fedort.edge.codec")
-_ROUNDING_STREAM = 0x1C0DEC   # keeps the rounding stream apart from the shuffling stream of the same seed
+_ROUNDING_STREAM = 0x1C0DEC  # keeps the rounding stream apart from the shuffling stream of the same seed
 
 
 @dataclass(frozen=True)
 class EncodedUpdate:
     """An update ready to stream: the raw vector, or a codec payload of the delta from `base_sha256`."""
 
-    codec: str                       # canonical spec
+    codec: str  # canonical spec
     vector: np.ndarray | None = None  # raw: the trained vector
-    payload: bytes = b""             # other codecs: the encoded delta
+    payload: bytes = b""  # other codecs: the encoded delta
     base_sha256: bytes = b""
     length: int = 0
-    corrected: np.ndarray | None = None   # error feedback: delta + previous residual (None without feedback)
-    residual: np.ndarray | None = None    # error feedback: what stays unsent if this upload counts
-    trained_from: bytes = b""             # sha256 of the global vector the update was trained from
-    journal: str = ""                     # error feedback on disk: the id of this upload's journal
+    corrected: np.ndarray | None = None  # error feedback: delta + previous residual (None without feedback)
+    residual: np.ndarray | None = None  # error feedback: what stays unsent if this upload counts
+    trained_from: bytes = b""  # sha256 of the global vector the update was trained from
+    journal: str = ""  # error feedback on disk: the id of this upload's journal
 
     @property
     def nbytes(self) -> int:
         """Bytes of vector data this update puts on the wire."""
         return self.vector.nbytes if self.vector is not None else len(self.payload)
 
-    def stream(self, client_id: str, model_id: str, round: int, num_examples: int, metrics: Mapping[str, Metric],
-               chunk_size: int, announced: Sequence[str] = (), digested: bool = True
-               ) -> tuple[UpdateHeader, np.ndarray | bytes]:
+    def stream(
+        self,
+        client_id: str,
+        model_id: str,
+        round: int,
+        num_examples: int,
+        metrics: Mapping[str, Metric],
+        chunk_size: int,
+        announced: Sequence[str] = (),
+        digested: bool = True,
+    ) -> tuple[UpdateHeader, np.ndarray | bytes]:
         """The update stream's header and body (what `Transport.submit_update` sends); its digest is BLAKE3 if the
         coordinator `announced` it (JoinReply.update_digests) and this device has it, else sha256. `digested=False`:
         the header's digest value is left empty for `LocalVectors.submit`, which computes it while writing the file."""
         digest, value = digests.choose(announced), (None if digested else b"")
         if self.vector is not None:
-            header = update_header(client_id, model_id, round, self.vector, num_examples, metrics, chunk_size,
-                                   self.trained_from, digest=digest, value=value)
+            header = update_header(
+                client_id,
+                model_id,
+                round,
+                self.vector,
+                num_examples,
+                metrics,
+                chunk_size,
+                self.trained_from,
+                digest=digest,
+                value=value,
+            )
             return header, self.vector
-        return encoded_update_header(client_id, model_id, round, self.payload, codec=self.codec, length=self.length,
-                                     base_sha256=self.base_sha256, num_examples=num_examples, metrics=metrics,
-                                     chunk_size=chunk_size, digest=digest, value=value), self.payload
+        return encoded_update_header(
+            client_id,
+            model_id,
+            round,
+            self.payload,
+            codec=self.codec,
+            length=self.length,
+            base_sha256=self.base_sha256,
+            num_examples=num_examples,
+            metrics=metrics,
+            chunk_size=chunk_size,
+            digest=digest,
+            value=value,
+        ), self.payload
 
 
 class ResidualStore:
@@ -113,12 +142,15 @@ class ResidualStore:
         entry = self.journal(key, length)
         if entry is not None:
             if entry.counted is None:
-                log.warning("top-k upload of round %d: the coordinator's answer is unknown; keeping the whole "
-                            "corrected delta as the residual", entry.round)
+                log.warning(
+                    "top-k upload of round %d: the coordinator's answer is unknown; keeping the whole "
+                    "corrected delta as the residual",
+                    entry.round,
+                )
             r = entry.residual()
         else:
             try:
-                data = self._path(key, ".f32").read_bytes()   # a bare residual (fedort before the journal)
+                data = self._path(key, ".f32").read_bytes()  # a bare residual (fedort before the journal)
             except OSError:
                 return None
             if len(data) != 4 * length:
@@ -139,7 +171,7 @@ class ResidualStore:
             write_journal(self._path(key, ".ef"), entry)
             self._path(key, ".f32").unlink(missing_ok=True)
 
-    def settle(self, key: str, update: "EncodedUpdate", counted: bool) -> None:
+    def settle(self, key: str, update: EncodedUpdate, counted: bool) -> None:
         """Keep r' (counted) or c (not counted); on disk, record the answer to the upload's journal."""
         self._memory[key] = np.ascontiguousarray(update.residual if counted else update.corrected, dtype="<f4")
         if self.folder is not None and update.journal:
@@ -151,31 +183,47 @@ def choose_codec(configured: str, allowed: Sequence[str]) -> CodecSpec:
     spec = parse_codec(configured or "raw")
     if allows(allowed, spec):
         return spec
-    log.warning("codec %s is not among the coordinator's upload codecs %s; uploading raw float32",
-                spec.canonical, list(allowed) or ["raw"])
+    log.warning(
+        "codec %s is not among the coordinator's upload codecs %s; uploading raw float32",
+        spec.canonical,
+        list(allowed) or ["raw"],
+    )
     return parse_codec("raw")
 
 
-def encoder_for(configured: str, allowed: Sequence[str], *, key: str, folder: str | Path | None = None,
-                previous: "UpdateEncoder | None" = None, warmup: TopkWarmup | None = None) -> "UpdateEncoder":
+def encoder_for(
+    configured: str,
+    allowed: Sequence[str],
+    *,
+    key: str,
+    folder: str | Path | None = None,
+    previous: UpdateEncoder | None = None,
+    warmup: TopkWarmup | None = None,
+) -> UpdateEncoder:
     """The encoder after a Join: codec by `choose_codec`; residuals durable under `folder` if given
     (else in memory), carried over from `previous` (an earlier Join of the same client object);
     top-k warm-up fractions (edge_client/uploads/topk_warmup.py) only where `allowed` admits them."""
     store = previous.store if previous is not None else ResidualStore(folder)
-    return UpdateEncoder(choose_codec(configured, allowed), store=store, key=key, warmup=warmup,
-                         allowed=tuple(allowed))
+    return UpdateEncoder(choose_codec(configured, allowed), store=store, key=key, warmup=warmup, allowed=tuple(allowed))
 
 
 class UpdateEncoder:
     """Encodes one client's updates with one codec; owns that client's error-feedback residual."""
 
-    def __init__(self, spec: CodecSpec, *, store: ResidualStore | None = None, key: str = "",
-                 rng: np.random.Generator | None = None, warmup: TopkWarmup | None = None,
-                 allowed: Sequence[str] | None = None) -> None:
+    def __init__(
+        self,
+        spec: CodecSpec,
+        *,
+        store: ResidualStore | None = None,
+        key: str = "",
+        rng: np.random.Generator | None = None,
+        warmup: TopkWarmup | None = None,
+        allowed: Sequence[str] | None = None,
+    ) -> None:
         self.spec = spec
         self.codec = get_codec(spec)
         self.warmup = warmup if warmup is not None else TopkWarmup(1.0, 0)
-        self.allowed = allowed   # None: every warm-up spec may be sent (no coordinator to ask)
+        self.allowed = allowed  # None: every warm-up spec may be sent (no coordinator to ask)
         self.store = store if store is not None else ResidualStore()
         self.key = key
         self.rng = rng if rng is not None else np.random.default_rng()
@@ -189,9 +237,16 @@ class UpdateEncoder:
         spec = self.warmup.spec(self.spec, round)
         return spec if spec == self.spec or self.allowed is None or allows(self.allowed, spec) else self.spec
 
-    def encode(self, global_vector: np.ndarray, global_sha256: bytes, trained: np.ndarray,
-               seed: int | None = None, round: int | None = None, num_examples: int = 0,
-               metrics: Mapping[str, Metric] | None = None) -> EncodedUpdate:
+    def encode(
+        self,
+        global_vector: np.ndarray,
+        global_sha256: bytes,
+        trained: np.ndarray,
+        seed: int | None = None,
+        round: int | None = None,
+        num_examples: int = 0,
+        metrics: Mapping[str, Metric] | None = None,
+    ) -> EncodedUpdate:
         """The update to upload for `trained`, which was trained from `global_vector` (digest `global_sha256`).
 
         `seed` (the task's per-client, per-round seed) makes stochastic rounding reproducible;
@@ -215,18 +270,31 @@ class UpdateEncoder:
         except VectorError as e:  # e.g. an fp16 overflow: this round goes raw, the next tries again
             log.warning("cannot encode this update with %s (%s); uploading raw float32", self.spec.canonical, e)
             return EncodedUpdate("raw", vector=trained, length=len(trained), trained_from=global_sha256)
-        enc = EncodedUpdate(spec.canonical, payload=payload, base_sha256=global_sha256, length=len(delta),
-                            trained_from=global_sha256)
+        enc = EncodedUpdate(
+            spec.canonical, payload=payload, base_sha256=global_sha256, length=len(delta), trained_from=global_sha256
+        )
         if not self.error_feedback:
             return enc
         residual = delta - codec.decode(payload, len(delta))
         journal = ""
         if self.store.folder is not None:
             journal = new_id()
-            self.store.begin(self.key, JournalEntry(journal, round or 0, enc.codec, global_sha256, num_examples,
-                                                    dict(metrics or {}), delta, payload))
-        return EncodedUpdate(enc.codec, payload=payload, base_sha256=global_sha256, length=len(delta),
-                             corrected=delta, residual=residual, trained_from=global_sha256, journal=journal)
+            self.store.begin(
+                self.key,
+                JournalEntry(
+                    journal, round or 0, enc.codec, global_sha256, num_examples, dict(metrics or {}), delta, payload
+                ),
+            )
+        return EncodedUpdate(
+            enc.codec,
+            payload=payload,
+            base_sha256=global_sha256,
+            length=len(delta),
+            corrected=delta,
+            residual=residual,
+            trained_from=global_sha256,
+            journal=journal,
+        )
 
     def settle(self, update: EncodedUpdate, counted: bool) -> None:
         """Keep the residual once the coordinator answered: r' if the upload counted, else all of c."""
@@ -242,9 +310,16 @@ class UpdateEncoder:
         entry = self.store.journal(self.key, length)
         if entry is None or entry.counted is not None:
             return None
-        return entry, EncodedUpdate(entry.codec, payload=entry.payload, base_sha256=entry.base_sha256,
-                                    length=entry.length, corrected=entry.corrected, residual=entry.sent_residual(),
-                                    trained_from=entry.base_sha256, journal=entry.id)
+        return entry, EncodedUpdate(
+            entry.codec,
+            payload=entry.payload,
+            base_sha256=entry.base_sha256,
+            length=entry.length,
+            corrected=entry.corrected,
+            residual=entry.sent_residual(),
+            trained_from=entry.base_sha256,
+            journal=entry.id,
+        )
 
     def residual(self, length: int) -> np.ndarray | None:
         """The residual the next update adds (None before the first counted top-k upload)."""

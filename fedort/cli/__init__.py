@@ -12,7 +12,7 @@ import contextlib
 import logging
 import os
 import sys
-from typing import Iterator
+from collections.abc import Iterator
 
 from fedort.common.errors import FedortError
 
@@ -20,7 +20,7 @@ GROUP = "fedort.commands"
 
 
 def _commands() -> dict:
-    from importlib.metadata import entry_points   # here: a spawned worker re-imports this module, needs none
+    from importlib.metadata import entry_points  # here: a spawned worker re-imports this module, needs none
 
     return {ep.name: ep for ep in entry_points(group=GROUP)}
 
@@ -34,7 +34,7 @@ class _Version(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         from fedort import __version__
 
-        print(f"fedort {__version__}")   # stdout, as argparse's own version action
+        print(f"fedort {__version__}")  # stdout, as argparse's own version action
         parser.exit()
 
 
@@ -48,7 +48,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands = _commands()
     chosen = next((a for a in argv if not a.startswith("-") and a in commands), None)
-    for name in ([chosen] if chosen else sorted(commands)):
+    for name in [chosen] if chosen else sorted(commands):
         try:
             commands[name].load()(sub)
         except ImportError as e:  # e.g. the coordinator package is not installed on a device
@@ -67,8 +67,12 @@ def _accept_log_level_anywhere(parser: argparse.ArgumentParser) -> None:
         if isinstance(action, argparse._SubParsersAction):
             for child in set(action.choices.values()):
                 if "--log-level" not in child._option_string_actions:
-                    child.add_argument("--log-level", choices=LOG_LEVELS, default=argparse.SUPPRESS,
-                                       help="logging verbosity (default: INFO)")
+                    child.add_argument(
+                        "--log-level",
+                        choices=LOG_LEVELS,
+                        default=argparse.SUPPRESS,
+                        help="logging verbosity (default: INFO)",
+                    )
                 _accept_log_level_anywhere(child)
 
 

@@ -11,10 +11,22 @@ import argparse
 
 def add_async_flags(parser: argparse.ArgumentParser) -> None:
     """--mode and FedBuff's settings (shared by `coordinator serve` and `simulate`)."""
-    parser.add_argument("--mode", choices=("sync", "async"),
-                        help="sync: rounds; async: FedBuff global versions, --rounds of them (default sync)")
-    parser.add_argument("--buffer-size", type=int, metavar="K", help="async: updates per new global version (default 10)")
-    parser.add_argument("--max-staleness", type=int, metavar="S",
-                        help="async: refuse updates trained more than S versions ago (default 10)")
-    parser.add_argument("--staleness-weight", metavar="SPEC",
-                        help="async: weight of a stale update: constant | poly:A | hinge:A,B (default poly:0.5)")
+    parser.add_argument(
+        "--mode",
+        choices=("sync", "async"),
+        help="sync: rounds; async: FedBuff global versions, --rounds of them (default sync)",
+    )
+    parser.add_argument(
+        "--buffer-size", type=int, metavar="K", help="async: updates per new global version (default 10)"
+    )
+    parser.add_argument(
+        "--max-staleness",
+        type=int,
+        metavar="S",
+        help="async: refuse updates trained more than S versions ago (default 10)",
+    )
+    parser.add_argument(
+        "--staleness-weight",
+        metavar="SPEC",
+        help="async: weight of a stale update: constant | poly:A | hinge:A,B (default poly:0.5)",
+    )

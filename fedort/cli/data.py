@@ -26,42 +26,71 @@ TABLE_ROWS = 20  # more clients than this: the table shows the first rows and a 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `fedort data` and its `digits` subcommand."""
-    data = subparsers.add_parser("data", help="prepare partitioned client data for simulations",
-                                 description="Prepare partitioned client data for simulations.")
+    data = subparsers.add_parser(
+        "data",
+        help="prepare partitioned client data for simulations",
+        description="Prepare partitioned client data for simulations.",
+    )
     sets = data.add_subparsers(dest="dataset", metavar="DATASET", required=True)
     digits = sets.add_parser(
-        "digits", help="scikit-learn's bundled 8x8 digits (1,797 images, 10 labels)",
-        description="Split scikit-learn's digits into a test set and per-client training files.")
+        "digits",
+        help="scikit-learn's bundled 8x8 digits (1,797 images, 10 labels)",
+        description="Split scikit-learn's digits into a test set and per-client training files.",
+    )
     digits.add_argument("--clients", type=int, default=10, help="number of clients (default: 10)")
-    digits.add_argument("--partition", default="iid", metavar="SPEC",
-                        help="iid | dirichlet:ALPHA (label skew, e.g. dirichlet:0.5) | shards:K "
-                             "(K single-label shards per client) (default: iid)")
+    digits.add_argument(
+        "--partition",
+        default="iid",
+        metavar="SPEC",
+        help="iid | dirichlet:ALPHA (label skew, e.g. dirichlet:0.5) | shards:K "
+        "(K single-label shards per client) (default: iid)",
+    )
     digits.add_argument("--seed", type=int, default=0, help="seed of the split and partition (default: 0)")
-    digits.add_argument("--test-fraction", type=float, default=0.2,
-                        help="share of examples held out in test.npz, stratified (default: 0.2)")
-    digits.add_argument("--val-fraction", type=float, default=0.0,
-                        help="share of each client's examples stored as val_x/val_labels (default: 0)")
-    digits.add_argument("--min-size", type=int, default=1,
-                        help="dirichlet: every client gets at least this many examples (draws that leave a client "
-                             "short are redrawn, then topped up from other clients' surplus) (default: 1)")
+    digits.add_argument(
+        "--test-fraction",
+        type=float,
+        default=0.2,
+        help="share of examples held out in test.npz, stratified (default: 0.2)",
+    )
+    digits.add_argument(
+        "--val-fraction",
+        type=float,
+        default=0.0,
+        help="share of each client's examples stored as val_x/val_labels (default: 0)",
+    )
+    digits.add_argument(
+        "--min-size",
+        type=int,
+        default=1,
+        help="dirichlet: every client gets at least this many examples (draws that leave a client "
+        "short are redrawn, then topped up from other clients' surplus) (default: 1)",
+    )
     digits.add_argument("--out", required=True, type=Path, help="folder to write the files into")
-    digits.add_argument("--overwrite", action="store_true",
-                        help="replace client files already in --out (otherwise that is an error)")
+    digits.add_argument(
+        "--overwrite", action="store_true", help="replace client files already in --out (otherwise that is an error)"
+    )
     digits.set_defaults(func=_run_digits)
 
     syn = sets.add_parser(
-        "synthetic", help="Synthetic(alpha, beta) of the FedProx paper: 60 features, 10 classes, non-IID",
+        "synthetic",
+        help="Synthetic(alpha, beta) of the FedProx paper: 60 features, 10 classes, non-IID",
         description="Per-client logistic models (heterogeneity alpha) and input distributions (beta), "
-                    "power-law client sizes; train with the built-in logreg model.")
+        "power-law client sizes; train with the built-in logreg model.",
+    )
     syn.add_argument("--alpha", type=float, required=True, help="spread of the clients' models (0, 0.5, 1, ...)")
     syn.add_argument("--beta", type=float, required=True, help="spread of the clients' input means (0, 0.5, 1, ...)")
     syn.add_argument("--clients", type=int, default=30, help="number of clients (default: 30, as in the paper)")
     syn.add_argument("--seed", type=int, default=0, help="seed of every draw (default: 0)")
-    syn.add_argument("--test-fraction", type=float, default=0.1,
-                     help="share of each client's rows pooled into test.npz (default: 0.1)")
+    syn.add_argument(
+        "--test-fraction",
+        type=float,
+        default=0.1,
+        help="share of each client's rows pooled into test.npz (default: 0.1)",
+    )
     syn.add_argument("--out", required=True, type=Path, help="folder to write the files into")
-    syn.add_argument("--overwrite", action="store_true",
-                     help="replace client files already in --out (otherwise that is an error)")
+    syn.add_argument(
+        "--overwrite", action="store_true", help="replace client files already in --out (otherwise that is an error)"
+    )
     syn.set_defaults(func=_run_synthetic)
 
 
@@ -99,10 +128,16 @@ def _run_synthetic(args: argparse.Namespace) -> int:
     bounds = np.cumsum([0] + [len(c["labels"]) for c in clients])
     parts = [np.arange(bounds[i], bounds[i + 1]) for i in range(len(clients))]
     summary = {
-        "dataset": str(spec), "partition": "natural (one logistic model per client)", "clients": len(clients),
-        "seed": args.seed, "test_fraction": args.test_fraction, "train_examples": int(len(labels)),
-        "test_examples": int(len(test["labels"])), "num_classes": CLASSES,
-        "sizes": [len(p) for p in parts], "label_histogram": label_histogram(labels, parts, CLASSES).tolist(),
+        "dataset": str(spec),
+        "partition": "natural (one logistic model per client)",
+        "clients": len(clients),
+        "seed": args.seed,
+        "test_fraction": args.test_fraction,
+        "train_examples": int(len(labels)),
+        "test_examples": int(len(test["labels"])),
+        "num_classes": CLASSES,
+        "sizes": [len(p) for p in parts],
+        "label_histogram": label_histogram(labels, parts, CLASSES).tolist(),
     }
     (out / PARTITION_FILE).write_text(_json_rows(summary))
     print(format_table(summary))
@@ -116,8 +151,10 @@ def _prepare_out(out: Path, overwrite: bool) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     old = [p for p in out.iterdir() if CLIENT_FILE.match(p.name) or p.name in (TEST_FILE, PARTITION_FILE)]
     if old and not overwrite:
-        raise ConfigError(f"--out {out} already holds data files ({len(old)}, e.g. {sorted(old)[0].name}); "
-                          f"pass --overwrite to replace them or choose an empty folder")
+        raise ConfigError(
+            f"--out {out} already holds data files ({len(old)}, e.g. {sorted(old)[0].name}); "
+            f"pass --overwrite to replace them or choose an empty folder"
+        )
     for p in old:
         p.unlink()
     return out
@@ -169,8 +206,10 @@ def _json_rows(summary: dict) -> str:
 def format_table(summary: dict) -> str:
     """The short terminal table: one row per client (the first TABLE_ROWS), labels as counts."""
     sizes, hist = summary["sizes"], summary["label_histogram"]
-    head = (f"{summary['dataset']}: {summary['train_examples']} train / {summary['test_examples']} test examples, "
-            f"{summary['clients']} clients, partition {summary['partition']}, seed {summary['seed']}")
+    head = (
+        f"{summary['dataset']}: {summary['train_examples']} train / {summary['test_examples']} test examples, "
+        f"{summary['clients']} clients, partition {summary['partition']}, seed {summary['seed']}"
+    )
     classes = range(summary["num_classes"])
     lines = [head, "client    size  labels  " + " ".join(f"{c:>4}" for c in classes)]
     for i in range(min(len(sizes), TABLE_ROWS)):
@@ -180,9 +219,11 @@ def format_table(summary: dict) -> str:
         lines.append(f"   ... {len(sizes) - TABLE_ROWS} more clients")
     s = np.asarray(sizes)
     labels_per_client = (np.asarray(hist) > 0).sum(axis=1)
-    lines.append(f"size min/median/max {s.min()}/{int(np.median(s))}/{s.max()}; "
-                 f"labels per client min/median/max {labels_per_client.min()}/"
-                 f"{int(np.median(labels_per_client))}/{labels_per_client.max()}")
+    lines.append(
+        f"size min/median/max {s.min()}/{int(np.median(s))}/{s.max()}; "
+        f"labels per client min/median/max {labels_per_client.min()}/"
+        f"{int(np.median(labels_per_client))}/{labels_per_client.max()}"
+    )
     return "\n".join(lines)
 
 

@@ -17,19 +17,21 @@ import signal
 import sys
 from pathlib import Path
 
-from fedort.common.invariants import present
 from fedort.common.errors import FedortError
+from fedort.common.invariants import present
 from fedort.edge_client.transport.retry import Backoff
 
 _SIGNAL_EXIT: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 
 def register(subparsers) -> None:
-    edge = subparsers.add_parser("edge", help="run this device as an edge client",
-                                 description="Device-side commands of fedort.")
+    edge = subparsers.add_parser(
+        "edge", help="run this device as an edge client", description="Device-side commands of fedort."
+    )
     sub = edge.add_subparsers(dest="edge_command", metavar="SUBCOMMAND")
     run = sub.add_parser(
-        "run", help="join a coordinator and train rounds on local data until the run is done",
+        "run",
+        help="join a coordinator and train rounds on local data until the run is done",
         description=(
             "Join the coordinator, download the training artifacts (cached by sha256 in the cache "
             "folder), then long-poll for tasks: train each round on the local data and upload the "
@@ -40,42 +42,81 @@ def register(subparsers) -> None:
         epilog="exit codes: 0 done, 1 error or run FAILED, 130 SIGINT, 143 SIGTERM",
     )
     run.add_argument("--coordinator", metavar="HOST:PORT", help="coordinator address (required unless in --config)")
-    run.add_argument("--data", metavar="CLIENT.npz",
-                     help="local data: arrays named after the model inputs (e.g. x, labels), "
-                          "optionally val_x, val_labels (required unless in --config)")
-    run.add_argument("--cache-dir", metavar="DIR",
-                     help="artifacts, global vectors and the saved client id "
-                          "(default: $FEDORT_CACHE_DIR or the platform cache folder/fedort)")
+    run.add_argument(
+        "--data",
+        metavar="CLIENT.npz",
+        help="local data: arrays named after the model inputs (e.g. x, labels), "
+        "optionally val_x, val_labels (required unless in --config)",
+    )
+    run.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="artifacts, global vectors and the saved client id "
+        "(default: $FEDORT_CACHE_DIR or the platform cache folder/fedort)",
+    )
     run.add_argument("--name", help="device name sent at join (default: the host name)")
-    run.add_argument("--client-id", metavar="ID",
-                     help="join as this client id (default: the one saved for this coordinator and name, "
-                          "else one the coordinator assigns)")
+    run.add_argument(
+        "--client-id",
+        metavar="ID",
+        help="join as this client id (default: the one saved for this coordinator and name, "
+        "else one the coordinator assigns)",
+    )
     run.add_argument("--config", metavar="FILE.toml", help="settings in an [edge] table; flags override them")
-    run.add_argument("--insecure", action="store_true", default=None,
-                     help="plaintext channel, no TLS (only for a coordinator started with --insecure)")
-    run.add_argument("--ca-file", metavar="CA.pem",
-                     help="verify the coordinator's TLS certificate against this CA (default: the system roots)")
+    run.add_argument(
+        "--insecure",
+        action="store_true",
+        default=None,
+        help="plaintext channel, no TLS (only for a coordinator started with --insecure)",
+    )
+    run.add_argument(
+        "--ca-file",
+        metavar="CA.pem",
+        help="verify the coordinator's TLS certificate against this CA (default: the system roots)",
+    )
     run.add_argument("--cert", metavar="CLIENT.pem", help="client certificate for mutual TLS (with --key)")
     run.add_argument("--key", metavar="CLIENT.key", help="client private key for mutual TLS (with --cert)")
     token = run.add_mutually_exclusive_group()
-    token.add_argument("--token", metavar="TOKEN",
-                       help="device token from `fedort coordinator enroll` (default: $FEDORT_TOKEN)")
+    token.add_argument(
+        "--token", metavar="TOKEN", help="device token from `fedort coordinator enroll` (default: $FEDORT_TOKEN)"
+    )
     token.add_argument("--token-file", metavar="FILE", help="read the device token from this file")
     run.add_argument("--poll-wait-ms", type=int, metavar="MS", help="long-poll hold time (default 20000)")
-    run.add_argument("--give-up-after", type=float, metavar="SECONDS",
-                     help="stop retrying an unreachable coordinator after this long (default 300)")
-    run.add_argument("--codec", metavar="SPEC",
-                     help="update codec: raw (default), fp16, bf16, int8[:B], topk:F, or zstd+ any of them; used "
-                          "when the coordinator allows it, else raw (see protos/codecs)")
-    run.add_argument("--topk-warmup", metavar="FxR", help="top-k sparsity warm-up: FACTOR x F in round 1 decaying to "
-                     "F by round R, or 'off' (default 3x45; used where the coordinator allows those fractions)")
-    run.add_argument("--upload", choices=("stream", "resumable"),
-                     help="how updates travel: stream (default) or resumable parts (a cut link resends one part; "
-                          "needs a protocol 1.7 coordinator, else it streams)")
-    run.add_argument("--local-dp-clip", metavar="C", type=float,
-                     help="local DP: clip this device's update delta to L2 norm C before upload")
-    run.add_argument("--local-dp-noise", metavar="Z", type=float,
-                     help="local DP: add Gaussian noise of std Z*C per value before upload (needs --local-dp-clip)")
+    run.add_argument(
+        "--give-up-after",
+        type=float,
+        metavar="SECONDS",
+        help="stop retrying an unreachable coordinator after this long (default 300)",
+    )
+    run.add_argument(
+        "--codec",
+        metavar="SPEC",
+        help="update codec: raw (default), fp16, bf16, int8[:B], topk:F, or zstd+ any of them; used "
+        "when the coordinator allows it, else raw (see protos/codecs)",
+    )
+    run.add_argument(
+        "--topk-warmup",
+        metavar="FxR",
+        help="top-k sparsity warm-up: FACTOR x F in round 1 decaying to "
+        "F by round R, or 'off' (default 3x45; used where the coordinator allows those fractions)",
+    )
+    run.add_argument(
+        "--upload",
+        choices=("stream", "resumable"),
+        help="how updates travel: stream (default) or resumable parts (a cut link resends one part; "
+        "needs a protocol 1.7 coordinator, else it streams)",
+    )
+    run.add_argument(
+        "--local-dp-clip",
+        metavar="C",
+        type=float,
+        help="local DP: clip this device's update delta to L2 norm C before upload",
+    )
+    run.add_argument(
+        "--local-dp-noise",
+        metavar="Z",
+        type=float,
+        help="local DP: add Gaussian noise of std Z*C per value before upload (needs --local-dp-clip)",
+    )
     run.add_argument("--debug-modules", metavar="FILE", help=argparse.SUPPRESS)
     run.set_defaults(func=_run)
     edge.set_defaults(func=lambda args: (edge.print_help(), 2)[1])
@@ -98,12 +139,24 @@ def _token(args: argparse.Namespace) -> str | None:
 def _run(args: argparse.Namespace) -> int:
     from fedort.edge_client.client.edge_client import EdgeClient, EdgeConfig, RoundReport
 
-    overrides = {"coordinator": args.coordinator, "data": args.data, "cache_dir": args.cache_dir,
-                 "name": args.name, "client_id": args.client_id, "insecure": args.insecure,
-                 "ca_file": args.ca_file, "cert_file": args.cert, "key_file": args.key,
-                 "credential": _token(args), "poll_wait_ms": args.poll_wait_ms, "codec": args.codec,
-                 "topk_warmup": args.topk_warmup, "upload": args.upload,
-                 "local_dp_clip": args.local_dp_clip, "local_dp_noise": args.local_dp_noise}
+    overrides = {
+        "coordinator": args.coordinator,
+        "data": args.data,
+        "cache_dir": args.cache_dir,
+        "name": args.name,
+        "client_id": args.client_id,
+        "insecure": args.insecure,
+        "ca_file": args.ca_file,
+        "cert_file": args.cert,
+        "key_file": args.key,
+        "credential": _token(args),
+        "poll_wait_ms": args.poll_wait_ms,
+        "codec": args.codec,
+        "topk_warmup": args.topk_warmup,
+        "upload": args.upload,
+        "local_dp_clip": args.local_dp_clip,
+        "local_dp_noise": args.local_dp_noise,
+    }
     if args.give_up_after is not None:
         overrides["backoff"] = Backoff(give_up_after_s=args.give_up_after)
     config = EdgeConfig.load(args.config, **overrides)
@@ -115,8 +168,11 @@ def _run(args: argparse.Namespace) -> int:
     def on_report(r: RoundReport) -> None:
         metrics = " ".join(f"{k}={v:.4g}" for k, v in sorted(r.metrics.items()))
         cached = ", global vector cached" if r.vector_cached else ""
-        print(f"round {r.round} {r.kind}: {r.num_examples} examples, {r.seconds:.2f} s, {r.outcome}{cached}"
-              + (f"  {metrics}" if metrics else ""), flush=True)
+        print(
+            f"round {r.round} {r.kind}: {r.num_examples} examples, {r.seconds:.2f} s, {r.outcome}{cached}"
+            + (f"  {metrics}" if metrics else ""),
+            flush=True,
+        )
 
     client = EdgeClient(config, on_report=on_report)
     received: list[int] = []
@@ -130,8 +186,11 @@ def _run(args: argparse.Namespace) -> int:
     previous = {s: signal.signal(s, on_signal) for s in _SIGNAL_EXIT}
     try:
         info = client.join()
-        print(f"joined {config.coordinator} as {info.client_id} (model {info.model_id[:12]}, "
-              f"{client.data.num_examples} local examples)", flush=True)
+        print(
+            f"joined {config.coordinator} as {info.client_id} (model {info.model_id[:12]}, "
+            f"{client.data.num_examples} local examples)",
+            flush=True,
+        )
         summary = client.run()
     except FedortError:
         if not received:  # a real error: the dispatcher prints it and exits 1
@@ -145,11 +204,14 @@ def _run(args: argparse.Namespace) -> int:
     if received:
         print(f"stopped by {signal.Signals(received[0]).name}", file=sys.stderr, flush=True)
         return _SIGNAL_EXIT.get(received[0], 1)
-    summary = present(summary, "the run's summary")   # None only when a signal stopped the run
+    summary = present(summary, "the run's summary")  # None only when a signal stopped the run
     if summary.outcome == "failed":
-        print(f"fedort: error: the coordinator ended the run FAILED ({len(summary.rounds_trained)} round(s) trained "
-              f"here as {summary.client_id}); its log and `fedort coordinator status` say why", file=sys.stderr,
-              flush=True)
+        print(
+            f"fedort: error: the coordinator ended the run FAILED ({len(summary.rounds_trained)} round(s) trained "
+            f"here as {summary.client_id}); its log and `fedort coordinator status` say why",
+            file=sys.stderr,
+            flush=True,
+        )
         return 1
     print(f"done: {len(summary.rounds_trained)} round(s) trained as {summary.client_id}", flush=True)
     return 0

@@ -25,7 +25,7 @@ import threading
 
 import numpy as np
 
-_FREE_REFS = 2   # sys.getrefcount(self._buffers[i]) when the list slot is the only holder (+ the call's argument)
+_FREE_REFS = 2  # sys.getrefcount(self._buffers[i]) when the list slot is the only holder (+ the call's argument)
 
 
 class BufferPool:
@@ -46,13 +46,13 @@ class BufferPool:
                 if sys.getrefcount(self._buffers[i]) == _FREE_REFS:
                     if len(self._buffers[i]) == length:
                         buf = self._buffers[i]
-                        buf.flags.writeable = True    # a previous holder may have frozen it
+                        buf.flags.writeable = True  # a previous holder may have frozen it
                         return buf
                     spare = i if spare is None else spare
             buf = _plain_pages(length)
             if len(self._buffers) < self.keep:
                 self._buffers.append(buf)
-            elif spare is not None:          # full: an unused buffer of another length makes room
+            elif spare is not None:  # full: an unused buffer of another length makes room
                 self._buffers[spare] = buf
             return buf
 

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import os
 import zipfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -41,6 +41,7 @@ ClassLabels = tuple[str, int]
 
 
 # ---- reading ------------------------------------------------------------------------------------
+
 
 def read_npz(path: str | os.PathLike, names: Sequence[str] | None = None) -> Arrays:
     """Every array of a `.npz` file in memory, after the model-free checks (rows per split).
@@ -69,19 +70,26 @@ def read_npz(path: str | os.PathLike, names: Sequence[str] | None = None) -> Arr
 def split_validation(arrays: Mapping[str, np.ndarray]) -> tuple[Arrays, Arrays]:
     """(training arrays, validation arrays without their `val_` prefix)."""
     train = {k: v for k, v in arrays.items() if not k.startswith(VAL_PREFIX)}
-    val = {k[len(VAL_PREFIX):]: v for k, v in arrays.items() if k.startswith(VAL_PREFIX)}
+    val = {k[len(VAL_PREFIX) :]: v for k, v in arrays.items() if k.startswith(VAL_PREFIX)}
     return train, val
 
 
 # ---- model-free checks --------------------------------------------------------------------------
 
-def require_arrays(arrays: Mapping[str, np.ndarray], names: Sequence[str], where: str,
-                   wanted: str = "the model's inputs are", prefix: str = "") -> None:
+
+def require_arrays(
+    arrays: Mapping[str, np.ndarray],
+    names: Sequence[str],
+    where: str,
+    wanted: str = "the model's inputs are",
+    prefix: str = "",
+) -> None:
     """DataError naming what is missing unless every one of `names` is in `arrays`."""
     missing = [prefix + n for n in names if n not in arrays]
     if missing:
-        raise DataError(f"{where} lacks array(s) {missing}; {wanted} {list(names)}, "
-                        f"found {sorted(prefix + n for n in arrays)}")
+        raise DataError(
+            f"{where} lacks array(s) {missing}; {wanted} {list(names)}, found {sorted(prefix + n for n in arrays)}"
+        )
 
 
 def check_rows(arrays: Mapping[str, np.ndarray], where: str) -> None:
@@ -91,8 +99,9 @@ def check_rows(arrays: Mapping[str, np.ndarray], where: str) -> None:
             raise DataError(f"{where}: array {name!r} is a scalar; expected one row per example")
     rows = {n: int(np.shape(a)[0]) for n, a in arrays.items()}
     if len(set(rows.values())) > 1:
-        raise DataError(f"{where}: arrays must have the same number of rows, got "
-                        + ", ".join(f"{n}={r}" for n, r in rows.items()))
+        raise DataError(
+            f"{where}: arrays must have the same number of rows, got " + ", ".join(f"{n}={r}" for n, r in rows.items())
+        )
 
 
 def check_values(arrays: Mapping[str, np.ndarray], where: str, prefix: str = "") -> None:
@@ -105,6 +114,7 @@ def check_values(arrays: Mapping[str, np.ndarray], where: str, prefix: str = "")
 
 
 # ---- checks against the model -------------------------------------------------------------------
+
 
 def describe_spec(spec: TensorSpec) -> str:
     """`float32[?, 64]` for a spec."""
@@ -135,13 +145,21 @@ def check_labels(name: str, a: np.ndarray, num_classes: int, what: str) -> None:
         return
     bad = a[(a < 0) | (a >= num_classes)]
     shown = high if high >= num_classes else low
-    raise DataError(f"{what}: array {name!r} holds label {shown} ({bad.size} of {a.size} labels out of range, "
-                    f"from {int(bad.min())} to {int(bad.max())}); the model has {num_classes} classes, so labels "
-                    f"must be in 0..{num_classes - 1}")
+    raise DataError(
+        f"{what}: array {name!r} holds label {shown} ({bad.size} of {a.size} labels out of range, "
+        f"from {int(bad.min())} to {int(bad.max())}); the model has {num_classes} classes, so labels "
+        f"must be in 0..{num_classes - 1}"
+    )
 
 
-def check_model_arrays(arrays: Mapping[str, np.ndarray], names: Sequence[str], specs: Mapping[str, TensorSpec],
-                       what: str, labels: ClassLabels | None = None, prefix: str = "") -> None:
+def check_model_arrays(
+    arrays: Mapping[str, np.ndarray],
+    names: Sequence[str],
+    specs: Mapping[str, TensorSpec],
+    what: str,
+    labels: ClassLabels | None = None,
+    prefix: str = "",
+) -> None:
     """The arrays `names` of `arrays` are what the model takes: present, rows, dtype, shape, label range.
 
     `prefix` is only for messages (`val_x` for the validation copy of input `x`).
@@ -159,6 +177,7 @@ def check_model_arrays(arrays: Mapping[str, np.ndarray], names: Sequence[str], s
 
 # ---- a device's data ----------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class ClientData:
     """Training arrays by input name, plus optional validation arrays (same names)."""
@@ -168,8 +187,9 @@ class ClientData:
     source: str = "<arrays>"
 
     @classmethod
-    def from_arrays(cls, train: Mapping[str, np.ndarray], val: Mapping[str, np.ndarray] | None = None,
-                    source: str = "<arrays>") -> "ClientData":
+    def from_arrays(
+        cls, train: Mapping[str, np.ndarray], val: Mapping[str, np.ndarray] | None = None, source: str = "<arrays>"
+    ) -> ClientData:
         """Wrap in-memory arrays (a simulation's partition); runs the model-free checks."""
         train = {k: np.asarray(v) for k, v in train.items()}
         val = {k: np.asarray(v) for k, v in val.items()} if val else None
@@ -178,7 +198,7 @@ class ClientData:
         return data
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "ClientData":
+    def load(cls, path: str | os.PathLike) -> ClientData:
         """Read a client `.npz` (val_* arrays become the validation split)."""
         train, val = split_validation(read_npz(path))
         return cls.from_arrays(train, val or None, source=str(path))
@@ -193,8 +213,10 @@ class ClientData:
 
     def _check_structure(self) -> None:
         if not self.train:
-            raise DataError(f"{self.source} holds no training arrays (expected arrays named after the "
-                            f"model inputs, e.g. x and labels)")
+            raise DataError(
+                f"{self.source} holds no training arrays (expected arrays named after the "
+                f"model inputs, e.g. x and labels)"
+            )
         check_rows(self.train, self.source)
         check_values(self.train, self.source)
         if self.val:
@@ -204,9 +226,11 @@ class ClientData:
             raise DataError(f"{self.source}: the training arrays have no rows")
         if self.val is not None and set(self.val) != set(self.train):
             missing = sorted(VAL_PREFIX + k for k in set(self.train) - set(self.val))
-            raise DataError(f"{self.source}: validation arrays {sorted(VAL_PREFIX + k for k in self.val)} must "
-                            f"match the training arrays {sorted(self.train)} with a {VAL_PREFIX!r} prefix"
-                            + (f"; lacks array(s) {missing}" if missing else ""))
+            raise DataError(
+                f"{self.source}: validation arrays {sorted(VAL_PREFIX + k for k in self.val)} must "
+                f"match the training arrays {sorted(self.train)} with a {VAL_PREFIX!r} prefix"
+                + (f"; lacks array(s) {missing}" if missing else "")
+            )
 
     def validate(self, inputs: Sequence[TensorSpec], num_classes: int | None = None) -> None:
         """Check names, dtypes, trailing shapes and (for class labels, the last input) the label range.
@@ -230,6 +254,19 @@ def _rows(arrays: Mapping[str, np.ndarray]) -> int:
     return int(next(iter(arrays.values())).shape[0]) if arrays else 0
 
 
-__all__ = ["Arrays", "ClassLabels", "ClientData", "VAL_PREFIX", "check_array", "check_labels", "check_model_arrays",
-           "check_rows", "check_values", "describe_array", "describe_spec", "read_npz", "require_arrays",
-           "split_validation"]
+__all__ = [
+    "Arrays",
+    "ClassLabels",
+    "ClientData",
+    "VAL_PREFIX",
+    "check_array",
+    "check_labels",
+    "check_model_arrays",
+    "check_rows",
+    "check_values",
+    "describe_array",
+    "describe_spec",
+    "read_npz",
+    "require_arrays",
+    "split_validation",
+]

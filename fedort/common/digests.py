@@ -21,7 +21,8 @@ for BLAKE3, so recovery checks a spooled update with the algorithm it arrived wi
 from __future__ import annotations
 
 import hashlib
-from typing import Iterable, Protocol
+from collections.abc import Iterable
+from typing import Protocol
 
 from fedort.common.errors import VectorError
 
@@ -80,8 +81,10 @@ def check_accepted(name: str, accepted: Iterable[str]) -> str:
     name = canonical(name)
     allowed = [SHA256, *(a for a in accepted if a != SHA256)]
     if name not in allowed:
-        raise VectorError(f"vector digest {name!r} is not accepted by this coordinator; it accepts {allowed} "
-                          "(JoinReply.update_digests)")
+        raise VectorError(
+            f"vector digest {name!r} is not accepted by this coordinator; it accepts {allowed} "
+            "(JoinReply.update_digests)"
+        )
     return name
 
 
@@ -102,5 +105,16 @@ def parse_stored(text: str) -> tuple[str, str]:
     return (canonical(name), hexdigest) if sep else (SHA256, text)
 
 
-__all__ = ["BLAKE3", "KNOWN", "SHA256", "available", "canonical", "check_accepted", "choose", "digest", "new",
-           "parse_stored", "stored"]
+__all__ = [
+    "BLAKE3",
+    "KNOWN",
+    "SHA256",
+    "available",
+    "canonical",
+    "check_accepted",
+    "choose",
+    "digest",
+    "new",
+    "parse_stored",
+    "stored",
+]

@@ -18,13 +18,14 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Collection, Iterable
 from pathlib import Path
-from typing import Any, Collection, Iterable, Union
+from typing import Any, Union
 
 import numpy as np
 
-Data = Union[bytes, bytearray, memoryview, np.ndarray, Iterable[Union[bytes, bytearray, memoryview]]]
-WRITEBACK_STEP = 4 << 20   # a durable write starts each step's writeback as it goes, so its fsync waits for less
+Data = Union[bytes, bytearray, memoryview, np.ndarray, Iterable[bytes | bytearray | memoryview]]
+WRITEBACK_STEP = 4 << 20  # a durable write starts each step's writeback as it goes, so its fsync waits for less
 
 
 def _libc_sync_file_range():
@@ -40,7 +41,7 @@ def _libc_sync_file_range():
 
 
 _SYNC_FILE_RANGE = _libc_sync_file_range()
-_SYNC_FILE_RANGE_WRITE = 2   # <fcntl.h>: start writeback of the range's dirty pages not already under writeback
+_SYNC_FILE_RANGE_WRITE = 2  # <fcntl.h>: start writeback of the range's dirty pages not already under writeback
 
 
 def start_writeback(fd: int, offset: int = 0, nbytes: int = 0) -> bool:
@@ -100,7 +101,7 @@ def atomic_write(path: str | os.PathLike, data: Data, *, durable: bool = True, s
             written = 0
             for chunk in _chunks(data):
                 view = memoryview(chunk).cast("B")
-                while view:   # a large durable write: each WRITEBACK_STEP goes to disk while the next is written
+                while view:  # a large durable write: each WRITEBACK_STEP goes to disk while the next is written
                     n = f.write(view[:WRITEBACK_STEP] if durable and len(view) > WRITEBACK_STEP else view)
                     if durable and n >= WRITEBACK_STEP:
                         start_writeback(f.fileno(), written, n)

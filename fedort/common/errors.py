@@ -37,7 +37,7 @@ class FedortError(Exception):
     """Root of every error fedort raises on purpose; `code` is its gRPC status code's name."""
 
     code: str = "INTERNAL"
-    retry_after_s: float | None = None   # the wait a server asked for (RESOURCE_EXHAUSTED, UNAVAILABLE), if any
+    retry_after_s: float | None = None  # the wait a server asked for (RESOURCE_EXHAUSTED, UNAVAILABLE), if any
 
 
 class ConfigError(FedortError):
@@ -62,7 +62,7 @@ class StorageError(FedortError):
     """The coordinator could not write its state (disk or quota full): retryable once space returns."""
 
     code = "UNAVAILABLE"
-    detail: str   # what the disk or the library said, when the error was recognised from another one
+    detail: str  # what the disk or the library said, when the error was recognised from another one
 
 
 class DataError(FedortError):
@@ -136,9 +136,24 @@ class CertificateError(UnavailableError):
 
 
 __all__ = [
-    "FedortError", "ConfigError", "CorruptStateError", "StorageError", "DataError", "VectorError", "ArtifactError",
+    "FedortError",
+    "ConfigError",
+    "CorruptStateError",
+    "StorageError",
+    "DataError",
+    "VectorError",
+    "ArtifactError",
     "TrainingError",
-    "ProtocolError", "StaleRoundError", "TooStaleError", "WrongModelError", "UploadOffsetError", "CapabilityError",
-    "NotFoundError", "UnauthenticatedError",
-    "PermissionDeniedError", "ResourceExhaustedError", "UnavailableError", "CertificateError",
+    "ProtocolError",
+    "StaleRoundError",
+    "TooStaleError",
+    "WrongModelError",
+    "UploadOffsetError",
+    "CapabilityError",
+    "NotFoundError",
+    "UnauthenticatedError",
+    "PermissionDeniedError",
+    "ResourceExhaustedError",
+    "UnavailableError",
+    "CertificateError",
 ]

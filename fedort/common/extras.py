@@ -42,5 +42,7 @@ def require(extra: str, what: str, needs: tuple[str, ...] | None = None) -> None
     absent = missing(extra, needs)
     if absent:
         verb = "is" if len(absent) == 1 else "are"
-        raise MissingExtraError(f"{what} needs {' and '.join(absent)}, which {verb} not installed: "
-                                f"pip install 'fedort[{extra}]'", extra=extra)
+        raise MissingExtraError(
+            f"{what} needs {' and '.join(absent)}, which {verb} not installed: pip install 'fedort[{extra}]'",
+            extra=extra,
+        )

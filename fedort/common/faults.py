@@ -22,7 +22,7 @@ import os
 import signal
 import sys
 import threading
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 ENV, LOG_ENV = "FEDORT_FAULT", "FEDORT_FAULT_LOG"
 ACTIONS = ("kill", "raise")

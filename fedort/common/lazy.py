@@ -9,11 +9,13 @@ heavy (ONNX Runtime, gRPC, the coordinator) loads until a name that needs it is 
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable, MutableMapping
+from collections.abc import Callable, MutableMapping
+from typing import Any
 
 
-def lazy_exports(package: str, exports: dict[str, str],
-                 namespace: MutableMapping[str, Any]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+def lazy_exports(
+    package: str, exports: dict[str, str], namespace: MutableMapping[str, Any]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """The module-level `__getattr__` and `__dir__` of `package` for `exports` (public name -> module)."""
     short = package.rsplit(".", 1)[-1] if package != "fedort" else package
 

@@ -32,15 +32,15 @@ class RoundState(enum.Enum):
         return self in (RoundState.TRAINING, RoundState.EVALUATING)
 
     @classmethod
-    def from_wire(cls, name: str) -> "RoundState":
+    def from_wire(cls, name: str) -> RoundState:
         """The state a wire string names (ProtocolError for a name this version does not know)."""
         return _from_wire(cls, name)
 
 
 class RoundRowState(enum.Enum):
-    OPEN = "TRAINING"          # selected clients train; updates are being accepted
-    COMMITTED = "COMMITTED"    # the round's result vector is durable and final
-    EXPORTED = "EXPORTED"      # ... and its inference model is written
+    OPEN = "TRAINING"  # selected clients train; updates are being accepted
+    COMMITTED = "COMMITTED"  # the round's result vector is durable and final
+    EXPORTED = "EXPORTED"  # ... and its inference model is written
     FAILED = "FAILED"
 
     @property
@@ -48,7 +48,7 @@ class RoundRowState(enum.Enum):
         return self in (RoundRowState.COMMITTED, RoundRowState.EXPORTED)
 
     @classmethod
-    def from_wire(cls, name: str) -> "RoundRowState":
+    def from_wire(cls, name: str) -> RoundRowState:
         return _from_wire(cls, name)
 
 
@@ -62,5 +62,6 @@ def _from_wire(cls: type[enum.Enum], value: str):
     try:
         return cls(value)
     except ValueError:
-        raise ProtocolError(f"the coordinator reports a {cls.__name__} {value!r}; this version knows "
-                            f"{[m.value for m in cls]}") from None
+        raise ProtocolError(
+            f"the coordinator reports a {cls.__name__} {value!r}; this version knows {[m.value for m in cls]}"
+        ) from None

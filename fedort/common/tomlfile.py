@@ -7,8 +7,9 @@ the one reader they share (stdlib `tomllib` from Python 3.11, its `tomli` backpo
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from fedort.common.errors import ConfigError
 

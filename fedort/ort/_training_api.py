@@ -16,7 +16,7 @@ import importlib.util
 import os
 import sys
 import types
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 _PKG = "onnxruntime.training"
 
@@ -57,7 +57,7 @@ def _completing(bare: types.ModuleType, path: str) -> Callable[[str], object]:
         if name.startswith("__") or submodule or "__getattr__" not in vars(bare):
             # a submodule is the import system's to load (it asks here first); dunders are no names of ORT's
             raise AttributeError(f"module {_PKG!r} has no attribute {name!r}")
-        del bare.__getattr__   # once: the real __init__'s own lookups must not come back here
+        del bare.__getattr__  # once: the real __init__'s own lookups must not come back here
         init = os.path.join(path, "__init__.py")
         spec = importlib.util.spec_from_file_location(_PKG, init, submodule_search_locations=[path])
         if spec is None or spec.loader is None:  # pragma: no cover - broken install

@@ -14,14 +14,15 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from fedort.common.errors import ArtifactError, ConfigError
 from fedort.ort import _training_api as _ort
 
-if TYPE_CHECKING:   # onnx loads only where artifacts are built: a client that reads them needs none
+if TYPE_CHECKING:  # onnx loads only where artifacts are built: a client that reads them needs none
     import onnx
 
 MANIFEST = "manifest.json"
@@ -56,7 +57,7 @@ class TensorSpec:
     shape: tuple[int | None, ...]
 
     @classmethod
-    def from_value_info(cls, vi: onnx.ValueInfoProto) -> "TensorSpec":
+    def from_value_info(cls, vi: onnx.ValueInfoProto) -> TensorSpec:
         t = vi.type.tensor_type
         dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim)
         return cls(vi.name, _ONNX_DTYPES.get(t.elem_type, str(t.elem_type)), dims)
@@ -75,10 +76,10 @@ class Manifest:
     files: dict[str, FileEntry]
     parameter_count: int
     dtype: str
-    inputs: tuple[TensorSpec, ...]           # eval model inputs (features first, labels last)
+    inputs: tuple[TensorSpec, ...]  # eval model inputs (features first, labels last)
     train_outputs: tuple[str, ...]
     eval_outputs: tuple[str, ...]
-    inference_outputs: tuple[str, ...]       # graph outputs the exported inference model keeps
+    inference_outputs: tuple[str, ...]  # graph outputs the exported inference model keeps
     trainable: tuple[str, ...]
     frozen: tuple[str, ...]
     loss: str
@@ -96,7 +97,7 @@ class Manifest:
             d.pop("num_classes")
         return d
 
-    def with_id(self) -> "Manifest":
+    def with_id(self) -> Manifest:
         blob = json.dumps(self.content(), sort_keys=True, separators=(",", ":")).encode()
         return dataclasses.replace(self, model_id=hashlib.sha256(blob).hexdigest())
 
@@ -104,7 +105,7 @@ class Manifest:
         return json.dumps({**self.content(), "model_id": self.model_id}, indent=2, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "Manifest":
+    def from_json(cls, text: str) -> Manifest:
         try:
             d = json.loads(text)
             m = cls(
@@ -162,7 +163,9 @@ def verify_artifacts(folder: str | os.PathLike, manifest: Manifest | None = None
             raise ArtifactError(f"artifact {name} missing from {folder}")
         digest = sha256_file(path)
         if digest != entry.sha256:
-            raise ArtifactError(f"artifact {path} is corrupt: sha256 {digest[:12]}…, manifest says {entry.sha256[:12]}…")
+            raise ArtifactError(
+                f"artifact {path} is corrupt: sha256 {digest[:12]}…, manifest says {entry.sha256[:12]}…"
+            )
     return manifest
 
 
@@ -204,7 +207,9 @@ def build_artifacts(
             raise ConfigError(f"{model} is not an ONNX model: {e}") from e
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     if opset > 21:
-        raise ConfigError(f"model uses opset {opset}; ONNX Runtime 1.19 supports opset <= 21 (re-export with opset 21 or lower)")
+        raise ConfigError(
+            f"model uses opset {opset}; ONNX Runtime 1.19 supports opset <= 21 (re-export with opset 21 or lower)"
+        )
     if model.ir_version > 10:
         raise ConfigError(f"model has IR version {model.ir_version}; ONNX Runtime 1.19 loads IR <= 10")
 
@@ -223,7 +228,9 @@ def build_artifacts(
         raise ConfigError("no trainable parameters: the model has no float initializers left to train")
     graph_outputs = [o.name for o in model.graph.output]
     inference_outputs = list(inference_outputs or graph_outputs)
-    missing = [n for n in inference_outputs if n not in graph_outputs and n not in {v.name for v in model.graph.value_info}]
+    missing = [
+        n for n in inference_outputs if n not in graph_outputs and n not in {v.name for v in model.graph.value_info}
+    ]
     if missing:
         raise ConfigError(f"inference outputs {missing} are not outputs of the model; expected among {graph_outputs}")
 
@@ -284,8 +291,11 @@ def _name_loss_output(folder: Path) -> None:
         model = onnx.load(os.fspath(folder / file), load_external_data=False)
         graph = model.graph
         old = graph.output[0].name
-        taken = {n for node in graph.node for n in (*node.input, *node.output)} | {
-            v.name for v in (*graph.input, *graph.output, *graph.value_info)} | {t.name for t in graph.initializer}
+        taken = (
+            {n for node in graph.node for n in (*node.input, *node.output)}
+            | {v.name for v in (*graph.input, *graph.output, *graph.value_info)}
+            | {t.name for t in graph.initializer}
+        )
         if old == LOSS_OUTPUT or LOSS_OUTPUT in taken:
             continue
         for node in graph.node:

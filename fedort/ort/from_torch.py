@@ -17,11 +17,12 @@ import io
 import os
 import sys
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
-from fedort.common.extras import require
 from fedort.common.errors import ConfigError
+from fedort.common.extras import require
 from fedort.common.invariants import present
 
 if TYPE_CHECKING:
@@ -40,8 +41,14 @@ def _as_tuple(example_inputs: Any) -> tuple:
     return tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
 
 
-def export_torch(module: "torch.nn.Module", example_inputs: Any, *, input_names: Sequence[str] | None = None,
-                 output_names: Sequence[str] | None = None, dynamic_batch: bool = True) -> "onnx.ModelProto":
+def export_torch(
+    module: torch.nn.Module,
+    example_inputs: Any,
+    *,
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
+    dynamic_batch: bool = True,
+) -> onnx.ModelProto:
     """`module` as an ONNX model ORT 1.19 can train: opset 17, IR <= 10, every parameter and
     buffer an initializer under its PyTorch name, dim 0 of every input and output symbolic (`batch`)
     unless `dynamic_batch` is False. Input names default to `x` (`x0, x1, ...` for several),
@@ -61,7 +68,7 @@ def export_torch(module: "torch.nn.Module", example_inputs: Any, *, input_names:
     if not inputs or not all(isinstance(t, torch.Tensor) for t in inputs):
         raise ConfigError("example_inputs must be a tensor or a tuple of tensors (one batch the module accepts)")
     was_training = module.training
-    module.eval()   # the exported graph is the eval-mode one; a train-mode forward would move BatchNorm's statistics
+    module.eval()  # the exported graph is the eval-mode one; a train-mode forward would move BatchNorm's statistics
     try:
         with torch.no_grad():
             outputs = _as_tuple(module(*inputs))
@@ -77,15 +84,24 @@ def export_torch(module: "torch.nn.Module", example_inputs: Any, *, input_names:
     dynamic = {n: {0: "batch"} for n in (*input_names, *output_names)} if dynamic_batch else None
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")   # the exporter's deprecation and tracer notes are no news to the user
+            warnings.simplefilter("ignore")  # the exporter's deprecation and tracer notes are no news to the user
             torch.onnx.export(
-                module, inputs, buf, opset_version=OPSET, input_names=input_names, output_names=output_names,
-                dynamic_axes=dynamic, export_params=True, do_constant_folding=False,
+                module,
+                inputs,
+                buf,
+                opset_version=OPSET,
+                input_names=input_names,
+                output_names=output_names,
+                dynamic_axes=dynamic,
+                export_params=True,
+                do_constant_folding=False,
                 training=torch.onnx.TrainingMode.EVAL,
                 # initializers as graph inputs: the exporter then skips its pass that merges initializers of
                 # equal values (two zero-initialised biases, BatchNorm's running mean and bias), which would
                 # then train as one; they are taken out of the inputs again below
-                keep_initializers_as_inputs=True, **_torchscript_exporter(torch))
+                keep_initializers_as_inputs=True,
+                **_torchscript_exporter(torch),
+            )
     except Exception as e:  # the exporter raises many kinds; the message is what the user needs
         raise ConfigError(f"torch.onnx.export failed for {type(module).__name__}: {e}") from e
     finally:
@@ -96,7 +112,7 @@ def export_torch(module: "torch.nn.Module", example_inputs: Any, *, input_names:
     del model.graph.input[:]
     model.graph.input.extend(features)
     if model.ir_version > MAX_IR_VERSION:
-        model.ir_version = MAX_IR_VERSION   # opset 17 needs nothing of a later IR
+        model.ir_version = MAX_IR_VERSION  # opset 17 needs nothing of a later IR
     _expose_layer_norm_statistics(model)
     return model
 
@@ -109,7 +125,7 @@ def _torchscript_exporter(torch) -> dict:
     return {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
 
 
-def _expose_layer_norm_statistics(model: "onnx.ModelProto") -> None:
+def _expose_layer_norm_statistics(model: onnx.ModelProto) -> None:
     """Give every LayerNormalization node its optional Mean and InvStdDev outputs.
 
     The exporter emits the node with its one required output; ORT's gradient builder for it reads
@@ -120,11 +136,19 @@ def _expose_layer_norm_statistics(model: "onnx.ModelProto") -> None:
             node.output.extend([f"{node.output[0]}.mean", f"{node.output[0]}.inv_std_dev"])
 
 
-def artifacts_from_torch(module: "torch.nn.Module", example_inputs: Any, out_dir: str | os.PathLike, *,
-                         loss: str = "cross-entropy", optimizer: str = "adamw",
-                         trainable: Sequence[str] | None = None, frozen: Sequence[str] | None = None,
-                         input_names: Sequence[str] | None = None, output_names: Sequence[str] | None = None,
-                         dynamic_batch: bool = True) -> "Manifest":
+def artifacts_from_torch(
+    module: torch.nn.Module,
+    example_inputs: Any,
+    out_dir: str | os.PathLike,
+    *,
+    loss: str = "cross-entropy",
+    optimizer: str = "adamw",
+    trainable: Sequence[str] | None = None,
+    frozen: Sequence[str] | None = None,
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
+    dynamic_batch: bool = True,
+) -> Manifest:
     """Export `module` (see `export_torch`) and build its training artifacts in `out_dir`.
 
     Trained by default: the module's parameters with `requires_grad`; buffers (BatchNorm's running
@@ -134,8 +158,9 @@ def artifacts_from_torch(module: "torch.nn.Module", example_inputs: Any, out_dir
     """
     from fedort.ort.artifacts import build_artifacts
 
-    model = export_torch(module, example_inputs, input_names=input_names, output_names=output_names,
-                         dynamic_batch=dynamic_batch)
+    model = export_torch(
+        module, example_inputs, input_names=input_names, output_names=output_names, dynamic_batch=dynamic_batch
+    )
     initializers = {t.name for t in model.graph.initializer}
     floats = _float_initializers(model)
     unknown = sorted((set(frozen or ()) | set(trainable or ())) - set(floats))
@@ -145,21 +170,23 @@ def artifacts_from_torch(module: "torch.nn.Module", example_inputs: Any, out_dir
         trainable = [n for n, p in module.named_parameters() if p.requires_grad and n not in set(frozen or ())]
         lost = [n for n in trainable if n not in initializers]
         if lost:
-            raise ConfigError(f"parameters {lost} are not initializers of the exported graph (unused by forward, or "
-                              "folded by the exporter); freeze them or remove them from the module")
+            raise ConfigError(
+                f"parameters {lost} are not initializers of the exported graph (unused by forward, or "
+                "folded by the exporter); freeze them or remove them from the module"
+            )
     # everything else stays fixed: buffers such as BatchNorm's running statistics, frozen parameters
     frozen = [n for n in floats if n not in set(trainable)]
     return build_artifacts(model, out_dir, loss=loss, optimizer=optimizer, trainable=trainable, frozen=frozen)
 
 
-def _float_initializers(model: "onnx.ModelProto") -> list[str]:
+def _float_initializers(model: onnx.ModelProto) -> list[str]:
     import onnx
 
     floats = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16}
     return [t.name for t in model.graph.initializer if t.data_type in floats]
 
 
-def load_factory(spec: str) -> tuple["torch.nn.Module", Any]:
+def load_factory(spec: str) -> tuple[torch.nn.Module, Any]:
     """`FILE.py:FACTORY` -> what `FACTORY()` returns: `(module, example_inputs)`.
 
     The factory is a function of no arguments defined in FILE.py (imported as a fresh module) that
@@ -168,7 +195,9 @@ def load_factory(spec: str) -> tuple["torch.nn.Module", Any]:
     require("torch", "fedort artifacts build --torch")
     path_text, sep, name = spec.rpartition(":")
     if not sep or not path_text or not name:
-        raise ConfigError(f"--torch takes FILE.py:FACTORY (a function returning (module, example_inputs)), got {spec!r}")
+        raise ConfigError(
+            f"--torch takes FILE.py:FACTORY (a function returning (module, example_inputs)), got {spec!r}"
+        )
     path = Path(path_text)
     if not path.is_file():
         raise ConfigError(f"--torch: file not found: {path}")
@@ -176,7 +205,7 @@ def load_factory(spec: str) -> tuple["torch.nn.Module", Any]:
     loader = importlib.machinery.SourceFileLoader(module_name, str(path))
     spec_obj = importlib.util.spec_from_loader(module_name, loader)
     mod = importlib.util.module_from_spec(present(spec_obj, f"a module spec for {path}"))
-    sys.modules[module_name] = mod   # dataclasses and pickling look the module up by name
+    sys.modules[module_name] = mod  # dataclasses and pickling look the module up by name
     try:
         loader.exec_module(mod)
     except Exception as e:

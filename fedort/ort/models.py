@@ -8,7 +8,7 @@ He-initialised from a seed so artifacts are reproducible.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import onnx

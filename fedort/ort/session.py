@@ -10,23 +10,31 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence, Union
+from typing import Any, Union
 
 import numpy as np
 import onnxruntime as ort
 
-from fedort.common.invariants import present
+from fedort.common.buffer_pool import BufferPool
 from fedort.common.errors import ArtifactError, ConfigError, TrainingError, VectorError
+from fedort.common.invariants import present
+from fedort.edge_client.training.step_inputs import StepInputs
 from fedort.ort import _training_api as _ort
 from fedort.ort.artifacts import (
-    CHECKPOINT, EVAL_MODEL, OPTIMIZER_MODEL, TRAINING_MODEL, Manifest, TensorSpec, load_manifest,
+    CHECKPOINT,
+    EVAL_MODEL,
+    OPTIMIZER_MODEL,
+    TRAINING_MODEL,
+    Manifest,
+    TensorSpec,
+    load_manifest,
 )
-from fedort.common.buffer_pool import BufferPool
 from fedort.ort.session_config import SessionConfig
-from fedort.edge_client.training.step_inputs import StepInputs
 
 PathOrBytes = Union[str, os.PathLike, bytes]
+
 
 def _ort_error(action: str, e: Exception) -> TrainingError:
     msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -55,8 +63,9 @@ class TrainingSession:
         self._api = _ort.training_api()
         self._config = config or SessionConfig()
         self._tmp: tempfile.TemporaryDirectory | None = None
-        self._training_path = present(self._materialize(training_model, "training_model", required=True),
-                                      "the training model")
+        self._training_path = present(
+            self._materialize(training_model, "training_model", required=True), "the training model"
+        )
         self._eval_path = self._materialize(eval_model, "eval_model")
         self._optimizer_path = self._materialize(optimizer_model, "optimizer_model")
         self._checkpoint_path = Path(checkpoint)
@@ -67,13 +76,13 @@ class TrainingSession:
         self.manifest = manifest
         self._scheduler = None
         self._schedule: tuple[int, int, float] | None = None
-        self._buffers: BufferPool | None = None    # recycle_buffers(): to_buffer's arrays reused
+        self._buffers: BufferPool | None = None  # recycle_buffers(): to_buffer's arrays reused
         self._load(self._checkpoint_path)
         self._input_specs = self._read_input_specs()
-        self._input_checks = StepInputs(self._input_specs)   # every step's inputs, checked before ORT sees them
+        self._input_checks = StepInputs(self._input_specs)  # every step's inputs, checked before ORT sees them
 
     @classmethod
-    def from_artifacts(cls, folder: str | os.PathLike, **kwargs) -> "TrainingSession":
+    def from_artifacts(cls, folder: str | os.PathLike, **kwargs) -> TrainingSession:
         """Open the artifacts in `folder` (as written by `fedort artifacts build`)."""
         folder = Path(folder)
         if not folder.is_dir():
@@ -116,9 +125,11 @@ class TrainingSession:
         try:
             self._state = api.CheckpointState.load_checkpoint(os.fspath(checkpoint))
             self._module = api.Module(
-                os.fspath(self._training_path), self._state,
+                os.fspath(self._training_path),
+                self._state,
                 os.fspath(self._eval_path) if self._eval_path else None,
-                device=self._device, session_options=self._session_options,
+                device=self._device,
+                session_options=self._session_options,
             )
             self._optimizer = (
                 api.Optimizer(os.fspath(self._optimizer_path), self._module) if self._optimizer_path else None
@@ -145,7 +156,7 @@ class TrainingSession:
         path = self._eval_path or self._training_path
         if path.suffix == ".ort":
             return {}
-        import onnx   # only here (no manifest): a session over manifested artifacts never loads onnx
+        import onnx  # only here (no manifest): a session over manifested artifacts never loads onnx
 
         graph = onnx.load(os.fspath(path), load_external_data=False).graph
         return {vi.name: TensorSpec.from_value_info(vi) for vi in graph.input}
@@ -244,8 +255,13 @@ class TrainingSession:
         self._scheduler = None
         self._schedule = None
 
-    def register_linear_lr_scheduler(self, warmup_step_count: int | None = None, total_step_count: int | None = None,
-                                     initial_lr: float | None = None, **old_names: int) -> None:
+    def register_linear_lr_scheduler(
+        self,
+        warmup_step_count: int | None = None,
+        total_step_count: int | None = None,
+        initial_lr: float | None = None,
+        **old_names: int,
+    ) -> None:
         """Linear warmup from 0 to `initial_lr` over `warmup_step_count` optimizer steps, then linear
         decay to 0 at `total_step_count`; the parameter names are ORT's `LinearLRScheduler`'s.
 
@@ -257,8 +273,9 @@ class TrainingSession:
         warmup, total = warmup_step_count, total_step_count
         self._require_optimizer("register_linear_lr_scheduler")
         if not (0 <= warmup <= total) or total <= 0:
-            raise ConfigError(f"need 0 <= warmup_step_count <= total_step_count and total_step_count > 0, "
-                              f"got {warmup}, {total}")
+            raise ConfigError(
+                f"need 0 <= warmup_step_count <= total_step_count and total_step_count > 0, got {warmup}, {total}"
+            )
         # ORT 1.19.2's Python wrapper hands its (warmup, total) arguments to the native
         # scheduler in the opposite order, so we pass them swapped to get what we mean.
         self._scheduler = self._api.LinearLRScheduler(self._optimizer, total, warmup, float(initial_lr))
@@ -289,7 +306,7 @@ class TrainingSession:
         n = self._param_count[trainable_only]
         out = self._buffers.take(n) if self._buffers is not None else np.empty(n, dtype=np.float32)
         copy = getattr(getattr(self._module, "_model", None), "copy_parameters_to_buffer", None)
-        if copy is None:    # not the Module layout of onnxruntime-training 1.19: its public (two-copy) call
+        if copy is None:  # not the Module layout of onnxruntime-training 1.19: its public (two-copy) call
             return self._module.get_contiguous_parameters(trainable_only).numpy().reshape(-1)
         try:
             copy(ort.OrtValue.ortvalue_from_numpy(out)._ortvalue, trainable_only)
@@ -308,11 +325,15 @@ class TrainingSession:
         if vector.ndim != 1:
             raise VectorError(f"parameter vector must be 1-D, got shape {vector.shape}")
         if vector.shape[0] != expected:
-            raise VectorError(f"parameter vector must have {expected} elements ({kind} parameters), got {vector.shape[0]}")
+            raise VectorError(
+                f"parameter vector must have {expected} elements ({kind} parameters), got {vector.shape[0]}"
+            )
         # a float64 sum of float32 values cannot overflow, so it is finite exactly when every value is
         if not np.isfinite(vector.sum(dtype=np.float64)):
             bad = int(np.count_nonzero(~np.isfinite(vector)))
-            raise VectorError(f"parameter vector has {bad} non-finite values (NaN or inf); expected finite float32 values")
+            raise VectorError(
+                f"parameter vector has {bad} non-finite values (NaN or inf); expected finite float32 values"
+            )
         value = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(vector))
         try:
             self._module.copy_buffer_to_parameters(value._ortvalue, trainable_only)
@@ -383,8 +404,12 @@ def _scheduler_counts(warmup: int | None, total: int | None, old_names: dict) ->
         raise TypeError(f"register_linear_lr_scheduler() got unexpected keyword arguments {unknown}")
     used = [old for old in renames if old in old_names]
     if used:
-        warnings.warn(f"register_linear_lr_scheduler({'=, '.join(used)}=) is deprecated; use "
-                      f"{'=, '.join(renames[o] for o in used)}= (ORT's names)", DeprecationWarning, stacklevel=3)
+        warnings.warn(
+            f"register_linear_lr_scheduler({'=, '.join(used)}=) is deprecated; use "
+            f"{'=, '.join(renames[o] for o in used)}= (ORT's names)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
     warmup = old_names.get("warmup_steps", warmup)
     total = old_names.get("total_steps", total)
     if warmup is None or total is None:

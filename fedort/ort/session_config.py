@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Union
+from typing import Any, Union
 
 import onnxruntime as ort
 
@@ -24,7 +25,7 @@ class SessionConfig:
     """
 
     providers: tuple[Provider, ...] = ("CPUExecutionProvider",)
-    intra_op_threads: int = 0           # 0 = ORT's default (one per core)
+    intra_op_threads: int = 0  # 0 = ORT's default (one per core)
     inter_op_threads: int = 0
     config_entries: Mapping[str, str] = field(default_factory=dict)  # SessionOptions.add_session_config_entry
 

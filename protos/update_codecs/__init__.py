@@ -21,11 +21,28 @@
 from fedort.protos.update_codecs.base import Codec, DensePiece, Piece, SparsePiece, StreamDecoder
 from fedort.protos.update_codecs.registry import REGISTRY, get_codec
 from fedort.protos.update_codecs.spec import CodecSpec, allows, parse_codec
-from fedort.protos.update_codecs.stream import (VectorDecoder, accumulate_stream, decode_stream, describe_payload,
-                                         iter_payload_chunks)
+from fedort.protos.update_codecs.stream import (
+    VectorDecoder,
+    accumulate_stream,
+    decode_stream,
+    describe_payload,
+    iter_payload_chunks,
+)
 
 __all__ = [
-    "Codec", "CodecSpec", "DensePiece", "Piece", "REGISTRY", "SparsePiece", "StreamDecoder", "VectorDecoder",
-    "accumulate_stream", "allows", "decode_stream", "describe_payload", "get_codec", "iter_payload_chunks",
+    "Codec",
+    "CodecSpec",
+    "DensePiece",
+    "Piece",
+    "REGISTRY",
+    "SparsePiece",
+    "StreamDecoder",
+    "VectorDecoder",
+    "accumulate_stream",
+    "allows",
+    "decode_stream",
+    "describe_payload",
+    "get_codec",
+    "iter_payload_chunks",
     "parse_codec",
 ]

@@ -23,7 +23,7 @@ from fedort.common.errors import VectorError
 from fedort.protos.update_codecs.spec import CodecSpec
 
 F32 = np.dtype("<f4")
-MAX_LENGTH = (1 << 32) - 1   # top-k indices are uint32
+MAX_LENGTH = (1 << 32) - 1  # top-k indices are uint32
 
 
 @dataclass(frozen=True)
@@ -31,15 +31,15 @@ class DensePiece:
     """Decoded values of coordinates offset .. offset + len(values) - 1."""
 
     offset: int
-    values: np.ndarray   # float32
+    values: np.ndarray  # float32
 
     def add_to(self, acc: np.ndarray, weight: float = 1.0) -> None:
         """acc[offset:offset+n] += weight * values, computed in acc's dtype."""
-        view = acc[self.offset:self.offset + len(self.values)]
+        view = acc[self.offset : self.offset + len(self.values)]
         view += np.multiply(self.values, weight, dtype=acc.dtype)
 
     def write_to(self, out: np.ndarray) -> None:
-        out[self.offset:self.offset + len(self.values)] = self.values
+        out[self.offset : self.offset + len(self.values)] = self.values
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class SparsePiece:
     """Decoded values of the coordinates `indices` (strictly increasing, so unique)."""
 
     indices: np.ndarray  # intp
-    values: np.ndarray   # float32
+    values: np.ndarray  # float32
 
     def add_to(self, acc: np.ndarray, weight: float = 1.0) -> None:
         """acc[indices] += weight * values (indices are unique, so fancy-index += is exact)."""
@@ -60,7 +60,7 @@ class SparsePiece:
 Piece = Union[DensePiece, SparsePiece]
 
 
-FINITE_STEP = 1 << 16   # values per isfinite pass, through one reused bool scratch array (64 KiB: stays in cache)
+FINITE_STEP = 1 << 16  # values per isfinite pass, through one reused bool scratch array (64 KiB: stays in cache)
 
 
 def first_non_finite(values: np.ndarray) -> int | None:
@@ -70,8 +70,8 @@ def first_non_finite(values: np.ndarray) -> int | None:
     flat = values.reshape(-1)
     scratch = np.empty(min(FINITE_STEP, flat.size), dtype=bool)
     for start in range(0, flat.size, FINITE_STEP):
-        part = flat[start:start + FINITE_STEP]
-        finite = np.isfinite(part, out=scratch[:part.size])
+        part = flat[start : start + FINITE_STEP]
+        finite = np.isfinite(part, out=scratch[: part.size])
         if not finite.all():
             return start + int(np.argmin(finite))
     return None
@@ -81,7 +81,9 @@ def check_finite(values: np.ndarray, what: str) -> None:
     """VectorError if any value is NaN or Inf (`first_non_finite`)."""
     bad = first_non_finite(values)
     if bad is not None:
-        raise VectorError(f"{what} contains a non-finite value ({values.reshape(-1)[bad]}) at position {bad} of the piece")
+        raise VectorError(
+            f"{what} contains a non-finite value ({values.reshape(-1)[bad]}) at position {bad} of the piece"
+        )
 
 
 def check_vector(vector: np.ndarray, spec: CodecSpec) -> np.ndarray:
@@ -110,14 +112,16 @@ class StreamDecoder:
         self.length = int(length)
         self.payload_bytes = int(payload_bytes)
         self.received = 0
-        self.done = 0          # payload bytes decoded before the current `_decode` call
+        self.done = 0  # payload bytes decoded before the current `_decode` call
         self._tail = b""
 
     def feed(self, chunk: bytes | memoryview) -> list[Piece]:
         n = len(chunk)
         if self.received + n > self.payload_bytes:
-            raise VectorError(f"{self.spec} payload for {self.length} values must be {self.payload_bytes} bytes; "
-                              f"received at least {self.received + n}")
+            raise VectorError(
+                f"{self.spec} payload for {self.length} values must be {self.payload_bytes} bytes; "
+                f"received at least {self.received + n}"
+            )
         self.received += n
         data = self._tail + bytes(chunk) if self._tail else chunk
         avail = len(data)
@@ -132,8 +136,10 @@ class StreamDecoder:
     def finish(self) -> list[Piece]:
         """Check that the whole payload arrived; return any last pieces."""
         if self.received != self.payload_bytes:
-            raise VectorError(f"{self.spec} payload for {self.length} values must be {self.payload_bytes} bytes; "
-                              f"the stream ended after {self.received}")
+            raise VectorError(
+                f"{self.spec} payload for {self.length} values must be {self.payload_bytes} bytes; "
+                f"the stream ended after {self.received}"
+            )
         return []
 
     def _decode(self, view: memoryview) -> list[Piece]:
@@ -161,8 +167,9 @@ class Codec:
                 raise VectorError(f"{self.spec} payloads vary in size: the header must give payload_bytes")
             payload_bytes = expected
         elif expected is not None and payload_bytes != expected:
-            raise VectorError(f"{self.spec} payload for {length} values must be {expected} bytes, "
-                              f"header says {payload_bytes}")
+            raise VectorError(
+                f"{self.spec} payload for {length} values must be {expected} bytes, header says {payload_bytes}"
+            )
         return self._decoder(int(length), int(payload_bytes))
 
     def _decoder(self, length: int, payload_bytes: int) -> StreamDecoder:
@@ -177,5 +184,15 @@ class Codec:
         return out
 
 
-__all__ = ["Codec", "DensePiece", "F32", "MAX_LENGTH", "Piece", "SparsePiece", "StreamDecoder",
-           "check_finite", "check_vector", "first_non_finite"]
+__all__ = [
+    "Codec",
+    "DensePiece",
+    "F32",
+    "MAX_LENGTH",
+    "Piece",
+    "SparsePiece",
+    "StreamDecoder",
+    "check_finite",
+    "check_vector",
+    "first_non_finite",
+]

@@ -27,8 +27,9 @@ class Fp16Codec(Codec):
             half = vector.astype(F16)
         if not np.isfinite(half).all():
             bad = int(np.flatnonzero(~np.isfinite(half))[0])
-            raise VectorError(f"fp16 cannot represent {vector[bad]} at index {bad} (|x| must stay <= {FP16_MAX}); "
-                              f"use bf16 or raw")
+            raise VectorError(
+                f"fp16 cannot represent {vector[bad]} at index {bad} (|x| must stay <= {FP16_MAX}); use bf16 or raw"
+            )
         return half.tobytes()
 
     def _decoder(self, length: int, payload_bytes: int) -> StreamDecoder:

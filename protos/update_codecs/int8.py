@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedort.common.invariants import present
 from fedort.common.errors import VectorError
+from fedort.common.invariants import present
 from fedort.protos.update_codecs.base import F32, Codec, DensePiece, StreamDecoder, check_vector
 
-SLAB = 1 << 20   # values quantised per step (bounds the float64 temporaries)
-MAX_SCALE = float(np.finfo(F32).max) / 127   # larger scales would decode 127 * s to infinity
+SLAB = 1 << 20  # values quantised per step (bounds the float64 temporaries)
+MAX_SCALE = float(np.finfo(F32).max) / 127  # larger scales would decode 127 * s to infinity
 
 
 def block_scales(blocks: np.ndarray) -> np.ndarray:
@@ -66,11 +66,11 @@ class Int8Codec(Codec):
         step = max(1, SLAB // b)
         for start in range(0, n_full, step):
             stop = min(n_full, start + step)
-            scales, codes = quantize(vector[start * b:stop * b].reshape(-1, b), rng)
+            scales, codes = quantize(vector[start * b : stop * b].reshape(-1, b), rng)
             recs = np.empty(stop - start, dtype=record)
             recs["s"], recs["q"] = scales, codes
             out += recs.tobytes()
-        tail = vector[n_full * b:]
+        tail = vector[n_full * b :]
         if len(tail):
             scales, codes = quantize(tail.reshape(1, -1), rng)
             out += scales.astype("<f4").tobytes() + codes.tobytes()
@@ -84,8 +84,10 @@ def _check_scales(scales: np.ndarray, first_block: int) -> None:
     bad = ~(np.isfinite(scales) & (scales >= 0) & (scales <= MAX_SCALE))
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise VectorError(f"int8 payload: block {first_block + i} has scale {scales[i]}; "
-                          f"scales must be finite, >= 0 and <= {MAX_SCALE:.4g}")
+        raise VectorError(
+            f"int8 payload: block {first_block + i} has scale {scales[i]}; "
+            f"scales must be finite, >= 0 and <= {MAX_SCALE:.4g}"
+        )
 
 
 class _Int8Decoder(StreamDecoder):
@@ -100,12 +102,12 @@ class _Int8Decoder(StreamDecoder):
         n_full = len(view) // self.record
         pieces = []
         if n_full:
-            recs = np.frombuffer(view[:n_full * self.record], dtype=self._dtype)
+            recs = np.frombuffer(view[: n_full * self.record], dtype=self._dtype)
             scales = recs["s"]
             _check_scales(scales, first)
             values = (recs["q"].astype(F32) * scales[:, None]).reshape(-1)
             pieces.append(DensePiece(first * self.block, values))
-        rest = view[n_full * self.record:]
+        rest = view[n_full * self.record :]
         if len(rest):  # the short last block (only once the payload is complete)
             scale = np.frombuffer(rest[:4], dtype="<f4")
             _check_scales(scale, first + n_full)

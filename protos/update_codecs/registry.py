@@ -12,7 +12,11 @@ from fedort.protos.update_codecs.topk import TopKCodec
 from fedort.protos.update_codecs.zstd import ZstdCodec
 
 REGISTRY: dict[str, type[Codec]] = {
-    "raw": RawCodec, "fp16": Fp16Codec, "bf16": Bf16Codec, "int8": Int8Codec, "topk": TopKCodec,
+    "raw": RawCodec,
+    "fp16": Fp16Codec,
+    "bf16": Bf16Codec,
+    "int8": Int8Codec,
+    "topk": TopKCodec,
 }
 
 

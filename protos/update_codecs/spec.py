@@ -16,8 +16,8 @@ A run's allowed list (`JoinReply.upload_codecs`) may name a family without its p
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from fedort.common.errors import VectorError
 
@@ -57,11 +57,12 @@ def parse_codec(text: str) -> CodecSpec:
     """Parse a codec spec (grammar in the module docstring); VectorError says what is wrong."""
     if not isinstance(text, str) or not text:
         raise VectorError(f"codec spec must be a non-empty string like 'raw', 'int8' or 'topk:0.01', got {text!r}")
-    body, zstd = (text[len(ZSTD_PREFIX):], True) if text.startswith(ZSTD_PREFIX) else (text, False)
+    body, zstd = (text[len(ZSTD_PREFIX) :], True) if text.startswith(ZSTD_PREFIX) else (text, False)
     name, sep, param = body.partition(":")
     if name not in NAMES:
-        raise VectorError(f"unknown codec {name!r} in {text!r}; expected one of {list(NAMES)}, optionally "
-                          f"prefixed by {ZSTD_PREFIX!r}")
+        raise VectorError(
+            f"unknown codec {name!r} in {text!r}; expected one of {list(NAMES)}, optionally prefixed by {ZSTD_PREFIX!r}"
+        )
     if name == "topk":
         if not sep:
             raise VectorError(f"codec {text!r}: topk needs a fraction, e.g. 'topk:0.01'")
@@ -91,7 +92,7 @@ def allows(allowed: Iterable[str], spec: CodecSpec) -> bool:
     if spec.canonical == "raw":
         return True
     for entry in allowed:
-        body = entry[len(ZSTD_PREFIX):] if entry.startswith(ZSTD_PREFIX) else entry
+        body = entry[len(ZSTD_PREFIX) :] if entry.startswith(ZSTD_PREFIX) else entry
         if entry.startswith(ZSTD_PREFIX) != spec.zstd or body.partition(":")[0] != spec.name:
             continue
         if ":" not in body:

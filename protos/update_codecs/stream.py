@@ -13,34 +13,52 @@ or folds into scratch state it can drop.
 from __future__ import annotations
 
 import hashlib
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 
 from fedort.common import digests
-from fedort.protos.vector_stream import DTYPES, MAX_CHUNK_BYTES, CHUNK_BYTES, VectorMeta
 from fedort.common.errors import ProtocolError, ResourceExhaustedError, VectorError
 from fedort.protos.update_codecs.base import Piece
 from fedort.protos.update_codecs.registry import get_codec
+from fedort.protos.vector_stream import CHUNK_BYTES, DTYPES, MAX_CHUNK_BYTES, VectorMeta
 
 
-def describe_payload(payload: bytes, *, model_id: str, round: int, length: int, codec: str,
-                     base_sha256: bytes = b"", chunk_size: int = CHUNK_BYTES, digest: str = "",
-                     value: bytes | None = None) -> VectorMeta:
+def describe_payload(
+    payload: bytes,
+    *,
+    model_id: str,
+    round: int,
+    length: int,
+    codec: str,
+    base_sha256: bytes = b"",
+    chunk_size: int = CHUNK_BYTES,
+    digest: str = "",
+    value: bytes | None = None,
+) -> VectorMeta:
     """The header for sending an encoded payload (its digest, sha256 unless `digest` names another, covers
     the payload bytes; computed unless `value` is given, b"" to be filled in as for `protos.codec.describe`)."""
     spec = get_codec(codec).spec.canonical
     algorithm = "" if digest in ("", digests.SHA256) else digests.canonical(digest)
     if value is None:
         value = hashlib.sha256(payload).digest() if not algorithm else digests.digest(algorithm, payload)
-    return VectorMeta(model_id, int(round), int(length), value, codec=spec, chunk_size=int(chunk_size),
-                      base_sha256=bytes(base_sha256), payload_bytes=len(payload), digest=algorithm)
+    return VectorMeta(
+        model_id,
+        int(round),
+        int(length),
+        value,
+        codec=spec,
+        chunk_size=int(chunk_size),
+        base_sha256=bytes(base_sha256),
+        payload_bytes=len(payload),
+        digest=algorithm,
+    )
 
 
 def iter_payload_chunks(payload: bytes | bytearray, chunk_size: int = CHUNK_BYTES) -> Iterator[bytes]:
     view = memoryview(payload)
     for start in range(0, len(view), chunk_size):
-        yield bytes(view[start:start + chunk_size])
+        yield bytes(view[start : start + chunk_size])
 
 
 def meta_digest_name(meta: VectorMeta) -> str:
@@ -69,8 +87,15 @@ class VectorDecoder:
     length over `max_length` or a chunk over `max_chunk_bytes`, ProtocolError for an empty chunk.
     """
 
-    def __init__(self, meta: VectorMeta, *, expected_length: int | None = None, max_length: int | None = None,
-                 max_chunk_bytes: int = MAX_CHUNK_BYTES, base_sha256: bytes | None = None) -> None:
+    def __init__(
+        self,
+        meta: VectorMeta,
+        *,
+        expected_length: int | None = None,
+        max_length: int | None = None,
+        max_chunk_bytes: int = MAX_CHUNK_BYTES,
+        base_sha256: bytes | None = None,
+    ) -> None:
         if meta.dtype not in DTYPES:
             raise VectorError(f"vector dtype must be one of {sorted(DTYPES)}, got {meta.dtype!r}")
         if expected_length is not None and meta.length != expected_length:
@@ -82,8 +107,10 @@ class VectorDecoder:
         if meta.base_sha256 and len(meta.base_sha256) != 32:
             raise VectorError(f"header base_sha256 must be empty or 32 bytes, got {len(meta.base_sha256)}")
         if meta.base_sha256 and base_sha256 is not None and meta.base_sha256 != base_sha256:
-            raise VectorError(f"update is a delta against vector {meta.base_sha256.hex()[:16]}…, but this round's "
-                              f"global vector is {base_sha256.hex()[:16]}…")
+            raise VectorError(
+                f"update is a delta against vector {meta.base_sha256.hex()[:16]}…, but this round's "
+                f"global vector is {base_sha256.hex()[:16]}…"
+            )
         self.meta = meta
         self.codec = get_codec(meta.codec or "raw")
         self._decoder = self.codec.decoder(meta.length, meta.payload_bytes or self.codec.payload_size(meta.length))
@@ -111,8 +138,10 @@ class VectorDecoder:
     def finish(self) -> list[Piece]:
         pieces = self._decoder.finish()
         if self._hash.digest() != self.meta.sha256:
-            raise VectorError(f"payload {meta_digest_name(self.meta)} mismatch: header says {self.meta.sha256.hex()[:16]}…, "
-                              f"received bytes hash to {self._hash.hexdigest()[:16]}…")
+            raise VectorError(
+                f"payload {meta_digest_name(self.meta)} mismatch: header says {self.meta.sha256.hex()[:16]}…, "
+                f"received bytes hash to {self._hash.hexdigest()[:16]}…"
+            )
         return pieces
 
 
@@ -128,8 +157,9 @@ def decode_stream(meta: VectorMeta, chunks: Iterable[bytes], **limits) -> np.nda
     return out
 
 
-def accumulate_stream(meta: VectorMeta, chunks: Iterable[bytes], acc: np.ndarray, weight: float = 1.0,
-                      **limits) -> None:
+def accumulate_stream(
+    meta: VectorMeta, chunks: Iterable[bytes], acc: np.ndarray, weight: float = 1.0, **limits
+) -> None:
     """acc += weight * decoded values, streaming (no dense copy; acc changes even if the stream then fails)."""
     dec = VectorDecoder(meta, **limits)
     for chunk in chunks:

@@ -19,8 +19,8 @@ import math
 
 import numpy as np
 
-from fedort.common.invariants import present
 from fedort.common.errors import VectorError
+from fedort.common.invariants import present
 from fedort.protos.update_codecs.base import MAX_LENGTH, Codec, SparsePiece, StreamDecoder, check_finite, check_vector
 
 RECORD = np.dtype([("i", "<u4"), ("v", "<f4")])
@@ -38,7 +38,7 @@ def topk_indices(vector: np.ndarray, k: int) -> np.ndarray:
     n = len(vector)
     if k >= n:
         return np.arange(n, dtype=np.intp)
-    idx = np.argpartition(np.abs(vector), n - k)[n - k:]
+    idx = np.argpartition(np.abs(vector), n - k)[n - k :]
     idx.sort()
     return idx
 
@@ -69,7 +69,7 @@ class _TopKDecoder(StreamDecoder):
 
     def __init__(self, spec, length: int, payload_bytes: int) -> None:
         super().__init__(spec, length, payload_bytes)
-        self._last = -1   # the previous piece's last index
+        self._last = -1  # the previous piece's last index
 
     def _decode(self, view: memoryview) -> list:
         recs = np.frombuffer(view, dtype=RECORD)
@@ -79,12 +79,16 @@ class _TopKDecoder(StreamDecoder):
         if (steps <= 0).any():
             j = int(np.flatnonzero(steps <= 0)[0])
             before = self._last if j == 0 else int(idx[j - 1])
-            raise VectorError(f"topk payload: pair {first + j} has index {int(idx[j])} after {before}; "
-                              f"indices must be strictly increasing")
+            raise VectorError(
+                f"topk payload: pair {first + j} has index {int(idx[j])} after {before}; "
+                f"indices must be strictly increasing"
+            )
         if int(idx[-1]) >= self.length:
             j = int(np.flatnonzero(idx >= self.length)[0])
-            raise VectorError(f"topk payload: pair {first + j} has index {int(idx[j])}, "
-                              f"out of range for a vector of {self.length} values")
+            raise VectorError(
+                f"topk payload: pair {first + j} has index {int(idx[j])}, "
+                f"out of range for a vector of {self.length} values"
+            )
         values = recs["v"]
         check_finite(values, f"{self.spec} payload")
         self._last = int(idx[-1])

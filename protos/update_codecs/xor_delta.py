@@ -30,8 +30,9 @@ def encode_download(vector: np.ndarray, base: np.ndarray) -> bytes:
     if vector.shape != base.shape:
         raise VectorError(f"download delta: vector of {vector.shape} against a base of {base.shape}")
     planes = (_bits(vector) ^ _bits(base)).view(np.uint8).reshape(-1, 4).T
-    return zstandard.ZstdCompressor(level=LEVEL, write_checksum=True,
-                                    write_content_size=True).compress(np.ascontiguousarray(planes).tobytes())
+    return zstandard.ZstdCompressor(level=LEVEL, write_checksum=True, write_content_size=True).compress(
+        np.ascontiguousarray(planes).tobytes()
+    )
 
 
 def decode_download(payload: bytes, base: np.ndarray) -> np.ndarray:

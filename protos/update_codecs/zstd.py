@@ -19,15 +19,15 @@ from __future__ import annotations
 import numpy as np
 import zstandard
 
-from fedort.common.invariants import present
 from fedort.common.errors import VectorError
+from fedort.common.invariants import present
 from fedort.protos.update_codecs.base import Codec, StreamDecoder
 
 LEVEL = 3
 FRAME_HEADER_MAX = 18
-BLOCK_MAX = 128 << 10          # zstd's largest block, raw, RLE or compressed (its regenerated size)
-SEGMENT_OUTPUT = 1 << 20       # at most about this many output bytes per call into zstd
-MAX_WINDOW = 8 << 20           # the largest window a frame may ask for (zstd levels ≤ 19 stay within it)
+BLOCK_MAX = 128 << 10  # zstd's largest block, raw, RLE or compressed (its regenerated size)
+SEGMENT_OUTPUT = 1 << 20  # at most about this many output bytes per call into zstd
+MAX_WINDOW = 8 << 20  # the largest window a frame may ask for (zstd levels ≤ 19 stay within it)
 
 
 def max_compressed_size(inner_bytes: int) -> int:
@@ -50,8 +50,10 @@ class ZstdCodec(Codec):
     def _decoder(self, length: int, payload_bytes: int) -> StreamDecoder:
         inner_bytes = present(self.inner.payload_size(length), "the inner codec's payload size")
         if not 0 < payload_bytes <= max_compressed_size(inner_bytes):
-            raise VectorError(f"{self.spec} payload for {length} values must be 1..{max_compressed_size(inner_bytes)} "
-                              f"bytes, header says {payload_bytes}")
+            raise VectorError(
+                f"{self.spec} payload for {length} values must be 1..{max_compressed_size(inner_bytes)} "
+                f"bytes, header says {payload_bytes}"
+            )
         return _ZstdDecoder(self.spec, length, payload_bytes, self.inner.decoder(length), inner_bytes)
 
 
@@ -68,8 +70,10 @@ class _ZstdDecoder(StreamDecoder):
     def feed(self, chunk: bytes | memoryview) -> list:
         n = len(chunk)
         if self.received + n > self.payload_bytes:
-            raise VectorError(f"{self.spec} payload must be {self.payload_bytes} bytes as its header says; "
-                              f"received at least {self.received + n}")
+            raise VectorError(
+                f"{self.spec} payload must be {self.payload_bytes} bytes as its header says; "
+                f"received at least {self.received + n}"
+            )
         self.received += n
         data = bytes(chunk)
         if self._obj is None:
@@ -81,7 +85,10 @@ class _ZstdDecoder(StreamDecoder):
         elif self._obj.eof:
             raise VectorError(f"{self.spec} payload has {n} bytes after the end of its zstd frame")
         pieces: list = []
-        obj, blocks = present(self._obj, "the zstd frame's decompressor"), present(self._blocks, "the frame's block scan")
+        obj, blocks = (
+            present(self._obj, "the zstd frame's decompressor"),
+            present(self._blocks, "the frame's block scan"),
+        )
         for segment in blocks.segments(memoryview(data)):
             try:
                 out = obj.decompress(segment)
@@ -89,11 +96,14 @@ class _ZstdDecoder(StreamDecoder):
                 raise VectorError(f"{self.spec} payload: corrupt zstd frame ({e})") from None
             self._out += len(out)
             if self._out > self.inner_bytes:
-                raise VectorError(f"{self.spec} payload: zstd frame decompresses to more than the "
-                                  f"{self.inner_bytes} bytes it declares")
+                raise VectorError(
+                    f"{self.spec} payload: zstd frame decompresses to more than the "
+                    f"{self.inner_bytes} bytes it declares"
+                )
             if obj.eof and obj.unused_data:
-                raise VectorError(f"{self.spec} payload has {len(obj.unused_data)} bytes after the end of "
-                                  f"its zstd frame")
+                raise VectorError(
+                    f"{self.spec} payload has {len(obj.unused_data)} bytes after the end of its zstd frame"
+                )
             if out:
                 pieces += self.inner.feed(out)
         return pieces
@@ -105,19 +115,25 @@ class _ZstdDecoder(StreamDecoder):
             raise VectorError(f"{self.spec} payload does not start with a zstd frame header ({e})") from None
         if params.content_size != self.inner_bytes:
             declared = "no size" if params.content_size == zstandard.CONTENTSIZE_UNKNOWN else params.content_size
-            raise VectorError(f"{self.spec} payload: zstd frame must declare {self.inner_bytes} bytes of content "
-                              f"for {self.length} values, it declares {declared}")
+            raise VectorError(
+                f"{self.spec} payload: zstd frame must declare {self.inner_bytes} bytes of content "
+                f"for {self.length} values, it declares {declared}"
+            )
         if params.window_size > MAX_WINDOW:
-            raise VectorError(f"{self.spec} payload: zstd frame asks for a {params.window_size}-byte window, "
-                              f"at most {MAX_WINDOW} is accepted")
+            raise VectorError(
+                f"{self.spec} payload: zstd frame asks for a {params.window_size}-byte window, "
+                f"at most {MAX_WINDOW} is accepted"
+            )
         self._obj = zstandard.ZstdDecompressor(max_window_size=MAX_WINDOW).decompressobj()
         self._blocks = _BlockScan(self.spec, zstandard.frame_header_size(head), checksum=params.has_checksum)
 
     def finish(self) -> list:
         super().finish()
         if self._obj is None or not self._obj.eof:
-            raise VectorError(f"{self.spec} payload: truncated or corrupt zstd frame (the frame did not end "
-                              f"within the {self.payload_bytes} bytes the header declares)")
+            raise VectorError(
+                f"{self.spec} payload: truncated or corrupt zstd frame (the frame did not end "
+                f"within the {self.payload_bytes} bytes the header declares)"
+            )
         return self.inner.finish()
 
 
@@ -127,9 +143,9 @@ class _BlockScan:
 
     def __init__(self, spec, header_bytes: int, checksum: bool) -> None:
         self.spec = spec
-        self.skip = header_bytes    # bytes before the next block header (frame header, block content, checksum)
-        self.head = b""             # a block header split across chunks
-        self.ended = False          # the last block's header was read
+        self.skip = header_bytes  # bytes before the next block header (frame header, block content, checksum)
+        self.head = b""  # a block header split across chunks
+        self.ended = False  # the last block's header was read
         self.checksum = 4 if checksum else 0
 
     def segments(self, data: memoryview):
@@ -146,7 +162,7 @@ class _BlockScan:
             if bound >= SEGMENT_OUTPUT:
                 yield data[start:pos]
                 start, bound = pos, 0
-            part = bytes(data[pos:pos + 3 - len(self.head)])
+            part = bytes(data[pos : pos + 3 - len(self.head)])
             self.head += part
             pos += len(part)
             if len(self.head) < 3:
@@ -155,8 +171,10 @@ class _BlockScan:
             self.head = b""
             kind, size = (word >> 1) & 3, word >> 3
             if kind == 3 or size > BLOCK_MAX:
-                raise VectorError(f"{self.spec} payload: corrupt zstd frame (block of type {kind} and size {size}; "
-                                  f"types are 0-2 and sizes at most {BLOCK_MAX})")
+                raise VectorError(
+                    f"{self.spec} payload: corrupt zstd frame (block of type {kind} and size {size}; "
+                    f"types are 0-2 and sizes at most {BLOCK_MAX})"
+                )
             self.skip = 1 if kind == 1 else size
             bound += BLOCK_MAX if kind == 2 else size
             if word & 1:

@@ -13,7 +13,7 @@ updates, so memory is O(n² + block + P).
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -31,8 +31,8 @@ def pairwise_sq_distances(vectors: Sequence[np.ndarray], block_bytes: int = BLOC
     # the float64 differences of one block against one row take at most twice the block's bytes
     for _, block in column_blocks(vectors, block_bytes // 2):
         for i in range(n - 1):
-            diff = np.subtract(block[i + 1:], block[i], dtype=np.float64)
-            dist[i, i + 1:] += np.einsum("ij,ij->i", diff, diff)
+            diff = np.subtract(block[i + 1 :], block[i], dtype=np.float64)
+            dist[i, i + 1 :] += np.einsum("ij,ij->i", diff, diff)
     return dist + dist.T
 
 
@@ -69,8 +69,14 @@ class KrumCombiner(Combiner):
     def combine(self, updates: Sequence[SpooledUpdate], global_vector: np.ndarray) -> np.ndarray:
         n = len(updates)
         if n < 2 * self.f + 3:
-            log.warning("%s: %d updates are fewer than the 2f + 3 = %d Krum's guarantee needs; scoring each "
-                        "by its %d nearest neighbours", self.name, n, 2 * self.f + 3, neighbours_counted(n, self.f))
+            log.warning(
+                "%s: %d updates are fewer than the 2f + 3 = %d Krum's guarantee needs; scoring each "
+                "by its %d nearest neighbours",
+                self.name,
+                n,
+                2 * self.f + 3,
+                neighbours_counted(n, self.f),
+            )
         vectors = open_updates(updates, len(global_vector))
         chosen = krum_select(pairwise_sq_distances(vectors), self.f, self.m)
         log.info("%s kept %s", self.name, [updates[i].client_id for i in chosen])

@@ -9,7 +9,7 @@ the round, so it reads them from the spool in column blocks (memory O(P + block)
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -23,7 +23,7 @@ def coordinate_median(vectors: Sequence[np.ndarray], block_bytes: int = BLOCK_BY
     out = np.empty(len(vectors[0]), dtype=np.float32)
     lo, hi = (n - 1) // 2, n // 2
     for start, block in column_blocks(vectors, block_bytes):
-        block.sort(axis=0)   # in place: the buffer is refilled for the next block anyway
+        block.sort(axis=0)  # in place: the buffer is refilled for the next block anyway
         stop = start + block.shape[1]
         if lo == hi:
             out[start:stop] = block[lo]

@@ -10,13 +10,13 @@ honest information than the median. Unweighted, like the median; read from the s
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
+from fedort.common.errors import VectorError
 from fedort.coordinator.aggregation.combiner import Combiner
 from fedort.coordinator.aggregation.spool import BLOCK_BYTES, SpooledUpdate, column_blocks, open_updates
-from fedort.common.errors import VectorError
 
 
 def trimmed_count(n: int, beta: float) -> int:
@@ -34,7 +34,7 @@ def trimmed_mean(vectors: Sequence[np.ndarray], beta: float, block_bytes: int = 
     for start, block in column_blocks(vectors, block_bytes):
         if k:
             block.sort(axis=0)
-        out[start:start + block.shape[1]] = block[k:n - k].mean(axis=0, dtype=np.float64)
+        out[start : start + block.shape[1]] = block[k : n - k].mean(axis=0, dtype=np.float64)
     return out
 
 

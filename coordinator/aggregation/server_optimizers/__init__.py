@@ -22,19 +22,21 @@ pipeline as its server-update stage (`configured_strategy`).
 
 from __future__ import annotations
 
+from fedort.common.errors import ConfigError
 from fedort.coordinator.aggregation.server_optimizers.base import ServerOptimizer
 from fedort.coordinator.aggregation.server_optimizers.fedadagrad import FedAdagrad
 from fedort.coordinator.aggregation.server_optimizers.fedadam import FedAdam
 from fedort.coordinator.aggregation.server_optimizers.fedavg import FedAvg
 from fedort.coordinator.aggregation.server_optimizers.fedavgm import FedAvgM
 from fedort.coordinator.aggregation.server_optimizers.fedyogi import FedYogi
-from fedort.common.errors import ConfigError
 
 OPTIMIZERS: dict[str, type[ServerOptimizer]] = {
     cls.name: cls for cls in (FedAvg, FedAvgM, FedAdagrad, FedAdam, FedYogi)
 }
-SPECS = "fedavg | fedavgm | fedadagrad | fedadam | fedyogi, options as NAME:KEY=VALUE,... " \
-        "(e.g. fedadam:lr=0.01,beta1=0.9,beta2=0.99,tau=1e-3)"
+SPECS = (
+    "fedavg | fedavgm | fedadagrad | fedadam | fedyogi, options as NAME:KEY=VALUE,... "
+    "(e.g. fedadam:lr=0.01,beta1=0.9,beta2=0.99,tau=1e-3)"
+)
 
 
 def parse_server_optimizer(spec: str) -> ServerOptimizer:
@@ -48,7 +50,7 @@ def parse_server_optimizer(spec: str) -> ServerOptimizer:
         raise ConfigError(f"unknown server optimizer {name!r} in {spec!r}; expected one of {SPECS}")
     options = {o.key: o for o in cls.options}
     values: dict[str, object] = {}
-    for item in (rest.split(",") if rest.strip() else []):
+    for item in rest.split(",") if rest.strip() else []:
         key, eq, text = item.partition("=")
         key = key.strip().lower()
         if not eq or not key or not text.strip():
@@ -68,5 +70,15 @@ def canonical_spec(spec: str) -> str:
     return str(parse_server_optimizer(spec))
 
 
-__all__ = ["ServerOptimizer", "FedAvg", "FedAvgM", "FedAdagrad", "FedAdam", "FedYogi", "OPTIMIZERS", "SPECS",
-           "parse_server_optimizer", "canonical_spec"]
+__all__ = [
+    "ServerOptimizer",
+    "FedAvg",
+    "FedAvgM",
+    "FedAdagrad",
+    "FedAdam",
+    "FedYogi",
+    "OPTIMIZERS",
+    "SPECS",
+    "parse_server_optimizer",
+    "canonical_spec",
+]

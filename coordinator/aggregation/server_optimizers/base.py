@@ -24,16 +24,17 @@ never modified afterwards (peak memory during a step: old + new moments).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 
-from fedort.coordinator.aggregation.server_optimizers.statefile import load_state, save_state
 from fedort.common.errors import ConfigError, VectorError
+from fedort.coordinator.aggregation.server_optimizers.statefile import load_state, save_state
 
-BLOCK = 1 << 16   # elements per float64 work block
+BLOCK = 1 << 16  # elements per float64 work block
 
 
 @dataclass(frozen=True)
@@ -42,15 +43,16 @@ class Option:
 
     key: str
     default: Any
-    rule: str          # "lr": finite > 0, "beta": 0 <= b < 1, "tau": finite > 0, or "choice"
+    rule: str  # "lr": finite > 0, "beta": 0 <= b < 1, "tau": finite > 0, or "choice"
     choices: tuple[str, ...] = ()
 
     def read(self, text: str, spec: str) -> Any:
         if self.rule == "choice":
             choice = text.strip().lower()
             if choice not in self.choices:
-                raise ConfigError(f"server optimizer {spec!r}: {self.key} must be one of {', '.join(self.choices)}, "
-                                  f"got {text!r}")
+                raise ConfigError(
+                    f"server optimizer {spec!r}: {self.key} must be one of {', '.join(self.choices)}, got {text!r}"
+                )
             return choice
         try:
             value = float(text)
@@ -62,8 +64,9 @@ class Option:
     def check(self, value: Any, spec: str) -> None:
         if self.rule == "choice":
             if value not in self.choices:
-                raise ConfigError(f"server optimizer {spec!r}: {self.key} must be one of {', '.join(self.choices)}, "
-                                  f"got {value!r}")
+                raise ConfigError(
+                    f"server optimizer {spec!r}: {self.key} must be one of {', '.join(self.choices)}, got {value!r}"
+                )
             return
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
         if self.rule == "beta":
@@ -117,13 +120,16 @@ class ServerOptimizer:
             stop = min(length, start + BLOCK)
             x = global_vector[start:stop].astype(np.float64)
             delta = x - combined[start:stop].astype(np.float64)
-            blocks = [old[n][start:stop].astype(np.float64) if n in old else np.zeros(stop - start) for n in self.moments]
+            blocks = [
+                old[n][start:stop].astype(np.float64) if n in old else np.zeros(stop - start) for n in self.moments
+            ]
             x_new, *moments = self._step(x, delta, blocks, t)
-            with np.errstate(over="ignore"):   # an overflow to Inf is refused just below, with a message
+            with np.errstate(over="ignore"):  # an overflow to Inf is refused just below, with a message
                 out[start:stop] = x_new
             if not np.isfinite(out[start:stop]).all():
-                raise VectorError(f"{self}: step {t} produced non-finite values (inputs were finite); the state is "
-                                  "unchanged")
+                raise VectorError(
+                    f"{self}: step {t} produced non-finite values (inputs were finite); the state is unchanged"
+                )
             for name, block in zip(self.moments, moments):
                 new[name][start:stop] = block
         for array in new.values():
@@ -136,19 +142,23 @@ class ServerOptimizer:
 
     def _check_inputs(self, global_vector: np.ndarray, combined: np.ndarray) -> int:
         if not isinstance(global_vector, np.ndarray) or global_vector.dtype != np.float32 or global_vector.ndim != 1:
-            raise VectorError(f"{self.name}: the global vector must be a 1-D float32 array, got "
-                              f"{_describe(global_vector)}")
+            raise VectorError(
+                f"{self.name}: the global vector must be a 1-D float32 array, got {_describe(global_vector)}"
+            )
         if not isinstance(combined, np.ndarray) or combined.dtype not in (np.float32, np.float64) or combined.ndim != 1:
-            raise VectorError(f"{self.name}: the combined vector must be a 1-D float32 or float64 array, got "
-                              f"{_describe(combined)}")
+            raise VectorError(
+                f"{self.name}: the combined vector must be a 1-D float32 or float64 array, got {_describe(combined)}"
+            )
         length = global_vector.shape[0]
         if combined.shape[0] != length:
-            raise VectorError(f"{self.name}: the combined vector has {combined.shape[0]} elements, the global vector "
-                              f"{length}")
+            raise VectorError(
+                f"{self.name}: the combined vector has {combined.shape[0]} elements, the global vector {length}"
+            )
         if self.length is not None and self.length != length:
-            raise VectorError(f"{self.name}: this optimizer's state is for {self.length} elements, the vectors have "
-                              f"{length}")
-        if not all(np.isfinite(combined[i:i + BLOCK]).all() for i in range(0, length, BLOCK)):   # no O(P) mask
+            raise VectorError(
+                f"{self.name}: this optimizer's state is for {self.length} elements, the vectors have {length}"
+            )
+        if not all(np.isfinite(combined[i : i + BLOCK]).all() for i in range(0, length, BLOCK)):  # no O(P) mask
             raise VectorError(f"{self.name}: the combined vector holds non-finite values")
         return length
 
@@ -216,4 +226,3 @@ def _describe(value: Any) -> str:
     if isinstance(value, np.ndarray):
         return f"{value.dtype} array of shape {value.shape}"
     return type(value).__name__
-

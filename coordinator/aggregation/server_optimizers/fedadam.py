@@ -23,8 +23,13 @@ from fedort.coordinator.aggregation.server_optimizers.base import Option, Server
 
 class FedAdam(ServerOptimizer):
     name = "fedadam"
-    options = (Option("lr", 0.1, "lr"), Option("beta1", 0.9, "beta"), Option("beta2", 0.99, "beta"),
-               Option("tau", 1e-3, "tau"), Option("bias_correction", "flower", "choice", ("none", "adam", "flower")))
+    options = (
+        Option("lr", 0.1, "lr"),
+        Option("beta1", 0.9, "beta"),
+        Option("beta2", 0.99, "beta"),
+        Option("tau", 1e-3, "tau"),
+        Option("bias_correction", "flower", "choice", ("none", "adam", "flower")),
+    )
     moments = ("m", "v")
     # set from `options` by ServerOptimizer
     lr: float
@@ -38,7 +43,7 @@ class FedAdam(ServerOptimizer):
         if self.bias_correction == "none":
             return self.lr
         k = t if self.bias_correction == "adam" else t + 1
-        return self.lr * math.sqrt(1.0 - self.beta2 ** k) / (1.0 - self.beta1 ** k)
+        return self.lr * math.sqrt(1.0 - self.beta2**k) / (1.0 - self.beta1**k)
 
     def _step(self, x, delta, moments, t):
         m, v = moments

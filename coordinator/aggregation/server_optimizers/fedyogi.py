@@ -20,8 +20,12 @@ from fedort.coordinator.aggregation.server_optimizers.base import Option, Server
 
 class FedYogi(ServerOptimizer):
     name = "fedyogi"
-    options = (Option("lr", 0.01, "lr"), Option("beta1", 0.9, "beta"), Option("beta2", 0.99, "beta"),
-               Option("tau", 1e-3, "tau"))
+    options = (
+        Option("lr", 0.01, "lr"),
+        Option("beta1", 0.9, "beta"),
+        Option("beta2", 0.99, "beta"),
+        Option("tau", 1e-3, "tau"),
+    )
     moments = ("m", "v")
 
     def _step(self, x, delta, moments, t):

@@ -16,16 +16,17 @@ so plain FedAvg is bit for bit what it was and writes no server state.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fedort.coordinator.aggregation.server_update import ServerUpdate
-from fedort.coordinator.aggregation.strategies import Strategy, parse_strategy
+from fedort.common.errors import ConfigError
 from fedort.coordinator.aggregation.server_optimizers import parse_server_optimizer
 from fedort.coordinator.aggregation.server_optimizers.base import BLOCK, ServerOptimizer
 from fedort.coordinator.aggregation.server_optimizers.statefile import pack_state, unpack_state
-from fedort.common.errors import ConfigError
+from fedort.coordinator.aggregation.server_update import ServerUpdate
+from fedort.coordinator.aggregation.strategies import Strategy, parse_strategy
 
 if TYPE_CHECKING:
     from fedort.coordinator.config import CoordinatorConfig
@@ -40,8 +41,10 @@ class ServerOptimizerStage(ServerUpdate):
 
     def apply(self, global_vector: np.ndarray, combined: np.ndarray) -> np.ndarray:
         out = self.optimizer.apply(global_vector, combined)
-        self._metrics = {"server_pseudo_gradient_norm": _distance(global_vector, combined),
-                         "server_step_norm": _distance(out, global_vector)}
+        self._metrics = {
+            "server_pseudo_gradient_norm": _distance(global_vector, combined),
+            "server_step_norm": _distance(out, global_vector),
+        }
         return out
 
     def metrics(self) -> Mapping[str, float]:
@@ -63,7 +66,7 @@ class ServerOptimizerStage(ServerUpdate):
 def _distance(a: np.ndarray, b: np.ndarray) -> float:
     total = 0.0
     for i in range(0, len(a), BLOCK):
-        d = a[i:i + BLOCK].astype(np.float64) - b[i:i + BLOCK]
+        d = a[i : i + BLOCK].astype(np.float64) - b[i : i + BLOCK]
         total += float(d @ d)
     return math.sqrt(total)
 
@@ -76,7 +79,7 @@ def server_update_for(spec: str) -> ServerUpdate:
     return ServerOptimizerStage(optimizer)
 
 
-def configured_strategy(config: "CoordinatorConfig", strategy: Strategy | None = None) -> Strategy:
+def configured_strategy(config: CoordinatorConfig, strategy: Strategy | None = None) -> Strategy:
     """The chain a run uses: `strategy` (or `config.strategy`) with `config.server_optimizer` as its server update.
 
     A strategy built in code that already has its own (non-identity) server update cannot also take a
@@ -87,8 +90,10 @@ def configured_strategy(config: "CoordinatorConfig", strategy: Strategy | None =
     if type(stage) is ServerUpdate:
         return chain
     if type(chain.server_update) is not ServerUpdate:
-        raise ConfigError(f"strategy {chain} already has the server update {chain.server_update}; "
-                          f"server_optimizer {stage} cannot replace it (use server_optimizer = 'fedavg')")
+        raise ConfigError(
+            f"strategy {chain} already has the server update {chain.server_update}; "
+            f"server_optimizer {stage} cannot replace it (use server_optimizer = 'fedavg')"
+        )
     chain.server_update = stage
     return chain
 

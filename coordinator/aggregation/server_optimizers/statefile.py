@@ -17,8 +17,8 @@ from __future__ import annotations
 import io
 import json
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
 
@@ -32,8 +32,13 @@ FORMAT_VERSION = 1
 def pack_state(optimizer) -> dict[str, np.ndarray]:
     """`optimizer.state()` as named arrays: a JSON `meta` entry (format, spec, length, step) and the moments."""
     state = optimizer.state()
-    meta = {"format": FORMAT, "version": FORMAT_VERSION, "spec": str(optimizer), "length": optimizer.length,
-            "step": int(state["step"])}
+    meta = {
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
+        "spec": str(optimizer),
+        "length": optimizer.length,
+        "step": int(state["step"]),
+    }
     arrays = {name: value for name, value in state.items() if isinstance(value, np.ndarray)}
     return {"meta": np.array(json.dumps(meta, sort_keys=True)), **arrays}
 
@@ -42,7 +47,7 @@ def save_state(optimizer, path: Path) -> None:
     """Write `optimizer.state()` to `path` atomically (the file is replaced as a whole or not at all)."""
     buf = io.BytesIO()
     # numpy's stub checks **kwds against allow_pickle too
-    np.savez(buf, **pack_state(optimizer))   # type: ignore[arg-type]
+    np.savez(buf, **pack_state(optimizer))  # type: ignore[arg-type]
     atomic_write(Path(path), buf.getbuffer())
 
 
@@ -59,8 +64,9 @@ def load_state(optimizer, path: Path, length: int | None = None, step: int | Non
     unpack_state(optimizer, arrays, str(path), length, step)
 
 
-def unpack_state(optimizer, arrays: Mapping[str, np.ndarray], where: str, length: int | None = None,
-                 step: int | None = None) -> None:
+def unpack_state(
+    optimizer, arrays: Mapping[str, np.ndarray], where: str, length: int | None = None, step: int | None = None
+) -> None:
     """Restore `optimizer` from what `pack_state` returned (read back from `where`), with the same checks."""
     path = where
     if "meta" not in arrays:
@@ -74,21 +80,28 @@ def unpack_state(optimizer, arrays: Mapping[str, np.ndarray], where: str, length
         found = meta.get("format") if isinstance(meta, dict) else meta
         raise ConfigError(f"{path}: not a server optimizer state file (format {found!r}, expected {FORMAT!r})")
     if meta.get("version") != FORMAT_VERSION:
-        raise ConfigError(f"{path}: server optimizer state format version {meta.get('version')!r}, this fedort reads "
-                          f"version {FORMAT_VERSION}")
+        raise ConfigError(
+            f"{path}: server optimizer state format version {meta.get('version')!r}, this fedort reads "
+            f"version {FORMAT_VERSION}"
+        )
     if meta.get("spec") != str(optimizer):
-        raise ConfigError(f"{path} holds the state of server optimizer {meta.get('spec')!r}, but this run uses "
-                          f"{str(optimizer)!r}; restart with the same --server-optimizer or remove the file")
+        raise ConfigError(
+            f"{path} holds the state of server optimizer {meta.get('spec')!r}, but this run uses "
+            f"{str(optimizer)!r}; restart with the same --server-optimizer or remove the file"
+        )
     stored = meta.get("length")
     for name, array in arrays.items():
         if stored is None or array.shape != (stored,):
             raise ConfigError(f"{path}: moment {name!r} has shape {array.shape}, the file says length {stored!r}")
     if length is not None and stored is not None and stored != length:
-        raise VectorError(f"{path} holds server optimizer state for vectors of {stored} elements, this run's vector "
-                          f"has {length}")
+        raise VectorError(
+            f"{path} holds server optimizer state for vectors of {stored} elements, this run's vector has {length}"
+        )
     if step is not None and meta.get("step") != step:
-        raise ConfigError(f"{path} holds server optimizer state after step {meta.get('step')!r}, expected step {step} "
-                          "(the committed rounds); a state saved for a round that did not commit must not be reused")
+        raise ConfigError(
+            f"{path} holds server optimizer state after step {meta.get('step')!r}, expected step {step} "
+            "(the committed rounds); a state saved for a round that did not commit must not be reused"
+        )
     try:
         optimizer.load_state({"step": meta.get("step"), **arrays})
     except (ConfigError, VectorError) as e:

@@ -12,8 +12,9 @@ failure reaches its device at once.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from fedort.common.errors import FedortError, ProtocolError, StaleRoundError
 
@@ -44,7 +45,7 @@ class StepAnswer:
     error: FedortError | None = None
 
 
-async def run_batch(secagg: "SecAggRound | None", calls: Sequence[StepCall], wait_ms: int) -> list[StepAnswer]:
+async def run_batch(secagg: SecAggRound | None, calls: Sequence[StepCall], wait_ms: int) -> list[StepAnswer]:
     """Every entry of one SecAggBatch call, answered in order (see the module docstring)."""
     if len(calls) > MAX_BATCH_STEPS:
         raise ProtocolError(f"SecAggBatch carries {len(calls)} steps; at most {MAX_BATCH_STEPS} per call")
@@ -60,15 +61,15 @@ async def run_batch(secagg: "SecAggRound | None", calls: Sequence[StepCall], wai
             live.append(i)
         except FedortError as exc:
             errors[i] = exc
-    if secagg is None:                          # every entry failed above
+    if secagg is None:  # every entry failed above
         return [StepAnswer(c.client_id, error=errors[i]) for i, c in enumerate(calls)]
     if changed:
-        await secagg.persist()                  # one durable write covers every message of the batch
+        await secagg.persist()  # one durable write covers every message of the batch
         secagg.engine.notify()
     if live and not errors and server is not None:
         try:
             await secagg.hold(server, [calls[i].step for i in live], wait_ms)
-        except FedortError as exc:              # the round failed while held: every entry hears why
+        except FedortError as exc:  # the round failed while held: every entry hears why
             errors.update({i: exc for i in live})
     out = []
     for i, c in enumerate(calls):

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedort.coordinator.aggregation.decode import Decoder, register_decoder
 from fedort.common.errors import VectorError
 from fedort.common.secagg.pack import PACKED_FAMILY, U64_CODEC, packed_bits, payload_size, unpack
+from fedort.coordinator.aggregation.decode import Decoder, register_decoder
 
 
 class _CountingStream:
@@ -31,14 +31,16 @@ class _CountingStream:
 
 class SecAggDecoder(Decoder):
     codec = U64_CODEC
-    streams = True           # nothing to decode while spooling: no float finiteness check on masked words
+    streams = True  # nothing to decode while spooling: no float finiteness check on masked words
     spec = U64_CODEC
 
     def payload_bytes(self, length: int, declared: int) -> int:
         expected = payload_size(self.spec, length)
         if declared not in (0, expected):
-            raise VectorError(f"{self.spec} payload for {length} values must be {expected} bytes "
-                              f"({expected // (length + 1)} bytes × {length + 1} words), header says {declared}")
+            raise VectorError(
+                f"{self.spec} payload for {length} values must be {expected} bytes "
+                f"({expected // (length + 1)} bytes × {length + 1} words), header says {declared}"
+            )
         return expected
 
     def stream(self, length: int, payload_bytes: int) -> _CountingStream:
@@ -51,8 +53,7 @@ class SecAggDecoder(Decoder):
     def pieces(self, payload: np.ndarray, length: int):
         raise VectorError(f"a {self.spec} update is masked: only the secure-sum combiner reads it, whole")
 
-
-    def bind(self, spec: str) -> "SecAggDecoder":
+    def bind(self, spec: str) -> SecAggDecoder:
         if spec != U64_CODEC:
             raise VectorError(f"codec {U64_CODEC!r} takes no parameter, got {spec!r}")
         return self
@@ -62,8 +63,8 @@ class SecAggPackedDecoder(SecAggDecoder):
     codec = PACKED_FAMILY
     spec = f"{PACKED_FAMILY}:64"
 
-    def bind(self, spec: str) -> "SecAggPackedDecoder":
-        packed_bits(spec)                       # VectorError (INVALID_ARGUMENT) for a malformed b
+    def bind(self, spec: str) -> SecAggPackedDecoder:
+        packed_bits(spec)  # VectorError (INVALID_ARGUMENT) for a malformed b
         bound = SecAggPackedDecoder()
         bound.spec = spec
         return bound

@@ -18,27 +18,26 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
-from fedort.coordinator.privacy.secagg.server import SecAggServer, SecAggServerState
-from fedort.common.secagg.phases import Phase
 from fedort.common.durable import atomic_write
+from fedort.common.secagg.phases import Phase
+from fedort.coordinator.privacy.secagg.server import SecAggServer, SecAggServerState
 
-_INLINE = (Phase.ADVERTISE, Phase.SHARE_KEYS)   # phases whose shares may still change: kept in `.state`
+_INLINE = (Phase.ADVERTISE, Phase.SHARE_KEYS)  # phases whose shares may still change: kept in `.state`
 
 
 class SecAggRecord:
     """Writes and reads the protocol state of the round `current()` names, under `lock` (the one that
     guards the `SecAggServer` against the fold thread and the RPCs)."""
 
-    def __init__(self, directory: Path, lock: threading.Lock,
-                 current: Callable[[], tuple[SecAggServer, int]]) -> None:
+    def __init__(self, directory: Path, lock: threading.Lock, current: Callable[[], tuple[SecAggServer, int]]) -> None:
         self.dir, self.lock, self.current = directory, lock, current
-        self._seq, self._sealed_saved = 0, False     # `.sealed`: this round's is written (see write)
-        self._changes = self._persisted = 0          # group commit of the protocol state (see persist)
+        self._seq, self._sealed_saved = 0, False  # `.sealed`: this round's is written (see write)
+        self._changes = self._persisted = 0  # group commit of the protocol state (see persist)
         self._persisting = asyncio.Lock()
 
     def path(self, round: int, kind: str = "state") -> Path:
@@ -50,7 +49,7 @@ class SecAggRecord:
             server, round = self.current()
             self._seq += 1
             inline = server.phase in _INLINE
-            if inline:                        # shares may still change: `.sealed` is rewritten once they cannot
+            if inline:  # shares may still change: `.sealed` is rewritten once they cannot
                 self._sealed_saved = False
             sealed = None if inline or self._sealed_saved else server.state.sealed_bytes()
             state = server.dump(inline) if with_sum else server.state.to_bytes(inline)
@@ -71,7 +70,7 @@ class SecAggRecord:
         mine = self._changes
         async with self._persisting:
             if self._persisted >= mine:
-                return                             # a write that started after our change covered it
+                return  # a write that started after our change covered it
             covered = self._changes
             await asyncio.to_thread(self.write)
             self._persisted = covered
@@ -97,7 +96,7 @@ class SecAggRecord:
         if sum_path.is_file():
             blob = sum_path.read_bytes()
             seq_sum, server = int.from_bytes(blob[:8], "little"), SecAggServer.load(blob[8:], sealed)
-            if seq_sum < seq:     # later messages (unmask responses): newer state, the same frozen sum
+            if seq_sum < seq:  # later messages (unmask responses): newer state, the same frozen sum
                 server = SecAggServer.restore(state[8:], server.accumulator, sealed)
             seq = max(seq, seq_sum)
         else:
@@ -105,8 +104,8 @@ class SecAggRecord:
             server = SecAggServer.restore(state[8:], np.zeros(length + 1, dtype=np.uint64), sealed)
         self._sealed_saved = sealed is not None and server.phase not in _INLINE
         if server.phase in (*_INLINE, Phase.MASKED_INPUT):
-            server.state.u3 = []                         # nothing summed yet, or the spool replay folds
-            server.accumulator[:] = 0                    # every masked input again
+            server.state.u3 = []  # nothing summed yet, or the spool replay folds
+            server.accumulator[:] = 0  # every masked input again
         self._seq = seq
         return None if server.phase is Phase.FAILED else server
 

@@ -31,39 +31,52 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fedort.common.dp_noise import distributed_noise_std
+from fedort.common.errors import ProtocolError, StaleRoundError, VectorError
 from fedort.common.invariants import present
+from fedort.common.round_state import RoundState
+from fedort.common.secagg import (
+    AdvertiseKeys,
+    FixedPoint,
+    SecAggAborted,
+    SecAggError,
+    SecAggParams,
+    ShareKeys,
+    UnmaskResponse,
+    default_threshold,
+    effective_degree,
+)
+from fedort.common.secagg.pack import is_masked, packed_bits, packed_codec
+from fedort.common.secagg.phases import Phase
+from fedort.common.secagg.scheme import LEGACY, negotiate
+from fedort.common.secagg.task import MAX_WEIGHT, SECAGG_CODEC, SecAggTask, weight_cap
 from fedort.coordinator.privacy.secagg.record import SecAggRecord
 from fedort.coordinator.privacy.secagg.secure_sum import SecureSum
 from fedort.coordinator.privacy.secagg.server import SecAggResult, SecAggServer
-from fedort.common.secagg.phases import Phase
-from fedort.coordinator.state.store import now_ms
 from fedort.coordinator.state.schema import TransitionRow
-from fedort.common.dp_noise import distributed_noise_std
-from fedort.common.errors import ProtocolError, StaleRoundError, VectorError
+from fedort.coordinator.state.store import now_ms
 from fedort.protos.messages import UpdateHeader
-from fedort.common.round_state import RoundState
-from fedort.common.secagg import (
-    AdvertiseKeys, FixedPoint, SecAggAborted, SecAggError, SecAggParams, ShareKeys, UnmaskResponse,
-    default_threshold, effective_degree,
-)
-from fedort.common.secagg.pack import is_masked, packed_bits, packed_codec
-from fedort.common.secagg.scheme import LEGACY, negotiate
-from fedort.common.secagg.task import MAX_WEIGHT, SECAGG_CODEC, SecAggTask, weight_cap
 
 if TYPE_CHECKING:
     from fedort.coordinator.engine.round_engine import RoundEngine
 
 log = logging.getLogger("fedort.coordinator.engine.round_engine")
 
-ADVERTISE, SHARE, UNMASK_REQUEST, UNMASK = 0, 1, 2, 3      # SecAggRequest.Step
-_PHASE_STATE = {Phase.ADVERTISE: "SECAGG_ADVERTISE", Phase.SHARE_KEYS: "SECAGG_SHARE_KEYS",
-                Phase.MASKED_INPUT: "SECAGG_MASKED_INPUT", Phase.UNMASK: "SECAGG_UNMASK",
-                Phase.DONE: "AGGREGATING", Phase.FAILED: "FAILED"}
+ADVERTISE, SHARE, UNMASK_REQUEST, UNMASK = 0, 1, 2, 3  # SecAggRequest.Step
+_PHASE_STATE = {
+    Phase.ADVERTISE: "SECAGG_ADVERTISE",
+    Phase.SHARE_KEYS: "SECAGG_SHARE_KEYS",
+    Phase.MASKED_INPUT: "SECAGG_MASKED_INPUT",
+    Phase.UNMASK: "SECAGG_UNMASK",
+    Phase.DONE: "AGGREGATING",
+    Phase.FAILED: "FAILED",
+}
 
 
 def default_degree(cohort: int) -> int:
@@ -74,7 +87,7 @@ def default_degree(cohort: int) -> int:
 class SecAggRound:
     """The engine's secure-aggregation side: one `SecAggServer` per round, durable, driven phase by phase."""
 
-    def __init__(self, engine: "RoundEngine") -> None:
+    def __init__(self, engine: RoundEngine) -> None:
         self.engine = engine
         self.server: SecAggServer | None = None
         self.round = 0
@@ -83,8 +96,8 @@ class SecAggRound:
         self.result: SecAggResult | None = None
         self.lock = threading.Lock()
         self.record = SecAggRecord(engine.store.dir / "secagg", self.lock, lambda: (self.active, self.round))
-        self._closing = False                        # a phase close is being made durable (see _close)
-        self._phase_changed = asyncio.Event()        # what held steps wait for (see hold, wake)
+        self._closing = False  # a phase close is being made durable (see _close)
+        self._phase_changed = asyncio.Event()  # what held steps wait for (see hold, wake)
         combiner = engine.strategy.combiner
         if not isinstance(combiner, SecureSum):
             raise SecAggError(f"secure aggregation needs the secure-sum combiner, the strategy has {combiner.name!r}")
@@ -100,14 +113,24 @@ class SecAggRound:
         dp = self.engine.privacy.dp
         n = len(server.params.cohort)
         bits = server.params.fixed_point.bits
-        self.task = SecAggTask(server.params, "unit" if dp else "examples", dp.clip if dp else None,
-                               distributed_noise_std(dp.noise_multiplier, dp.clip, n) if dp else 0.0,
-                               packed_codec(bits) if bits % 8 == 0 else SECAGG_CODEC)
+        self.task = SecAggTask(
+            server.params,
+            "unit" if dp else "examples",
+            dp.clip if dp else None,
+            distributed_noise_std(dp.noise_multiplier, dp.clip, n) if dp else 0.0,
+            packed_codec(bits) if bits % 8 == 0 else SECAGG_CODEC,
+        )
         self._task_bytes = self.task.to_bytes()
-        log.info("round %d: secure aggregation over %d clients, %d neighbours each, threshold %d, %d-bit sums, "
-                 "scheme %s%s", round, n, effective_degree(n, server.params.degree), server.params.threshold,
-                 server.params.fixed_point.bits, server.params.scheme, f", distributed DP z={dp.noise_multiplier:g} C={dp.clip:g}"
-                 if dp and cfg.dp_noise_multiplier else "")
+        log.info(
+            "round %d: secure aggregation over %d clients, %d neighbours each, threshold %d, %d-bit sums, scheme %s%s",
+            round,
+            n,
+            effective_degree(n, server.params.degree),
+            server.params.threshold,
+            server.params.fixed_point.bits,
+            server.params.scheme,
+            f", distributed DP z={dp.noise_multiplier:g} C={dp.clip:g}" if dp and cfg.dp_noise_multiplier else "",
+        )
 
     def ensure(self, round: int) -> SecAggServer:
         """The round's protocol state, from the state dir after a restart (SecAggError if none)."""
@@ -135,12 +158,13 @@ class SecAggRound:
         degree = cfg.secagg_neighbours or default_degree(n)
         threshold = cfg.secagg_threshold or default_threshold(effective_degree(n, degree))
         dp, caps = e.privacy.dp, [e.registry.capabilities(c) for c in r.selected]
-        scheme = negotiate(caps)                  # every selected device computes it
-        cap = 1.0 if dp else MAX_WEIGHT if scheme == LEGACY else weight_cap(caps)   # older devices clamp at MAX_WEIGHT
+        scheme = negotiate(caps)  # every selected device computes it
+        cap = 1.0 if dp else MAX_WEIGHT if scheme == LEGACY else weight_cap(caps)  # older devices clamp at MAX_WEIGHT
         fixed = FixedPoint.for_cohort(n, cfg.secagg_clip, cfg.secagg_scale, cap)
         fixed = replace(fixed, bits=min(64, -(-fixed.bits // 8) * 8))  # whole bytes: packed words waste no bit
-        params = SecAggParams(r.round * 1000 + r.attempt, tuple(r.selected), threshold, degree, os.urandom(16),
-                              fixed, e.length, scheme)
+        params = SecAggParams(
+            r.round * 1000 + r.attempt, tuple(r.selected), threshold, degree, os.urandom(16), fixed, e.length, scheme
+        )
         self._use(SecAggServer(params), r.round)
         self.record.begin(r.round)
 
@@ -161,29 +185,37 @@ class SecAggRound:
     def check_upload(self, h: UpdateHeader) -> None:
         """Before a byte is stored: only masked uploads, only from U2, only while inputs are collected."""
         if not is_masked(h.vector.codec):
-            raise ProtocolError(f"this run uses secure aggregation: updates must use a masked codec "
-                                f"({SECAGG_CODEC!r} or 'secagg-packed:b'), got {h.vector.codec!r}; the coordinator "
-                                f"does not accept clear updates")
+            raise ProtocolError(
+                f"this run uses secure aggregation: updates must use a masked codec "
+                f"({SECAGG_CODEC!r} or 'secagg-packed:b'), got {h.vector.codec!r}; the coordinator "
+                f"does not accept clear updates"
+            )
         s = self.server
         if s is None or self.round != h.vector.round:
             raise StaleRoundError(f"round {h.vector.round} has no secure aggregation open")
         if s.phase is not Phase.MASKED_INPUT:
-            raise StaleRoundError(f"round {h.vector.round}: masked inputs are not collected now (phase {s.phase.value})")
+            raise StaleRoundError(
+                f"round {h.vector.round}: masked inputs are not collected now (phase {s.phase.value})"
+            )
         bits = s.params.fixed_point.bits
         if h.vector.codec != SECAGG_CODEC and packed_bits(h.vector.codec) != bits:
-            raise VectorError(f"round {h.vector.round} sums {bits}-bit masked words: a packed upload must use codec "
-                              f"{packed_codec(bits)!r} (or {SECAGG_CODEC!r}), got {h.vector.codec!r}")
+            raise VectorError(
+                f"round {h.vector.round} sums {bits}-bit masked words: a packed upload must use codec "
+                f"{packed_codec(bits)!r} (or {SECAGG_CODEC!r}), got {h.vector.codec!r}"
+            )
         if h.client_id not in s.state.u2:
-            raise StaleRoundError(f"client {h.client_id} did not share keys in round {h.vector.round}; "
-                                  f"its masked input could not be unmasked")
+            raise StaleRoundError(
+                f"client {h.client_id} did not share keys in round {h.vector.round}; "
+                f"its masked input could not be unmasked"
+            )
 
     def receive_masked(self, client_id: str, masked: np.ndarray) -> None:
         """Fold one durable masked input (fold thread): into the accumulator once, then persisted."""
         s = self.ensure(self.engine.round)
         with self.lock:
             if s.phase is not Phase.MASKED_INPUT and client_id in s.state.u3:
-                return                                   # replayed after a restart: already in the sum
-            s.receive_masked_input(client_id, masked)   # durable in the spool already: nothing written here
+                return  # replayed after a restart: already in the sum
+            s.receive_masked_input(client_id, masked)  # durable in the spool already: nothing written here
 
     # ---- the phases ----------------------------------------------------------------------------------
 
@@ -228,8 +260,9 @@ class SecAggRound:
                 await self._until(lambda: set(s.state.sealed) >= set(s.state.u1), now_ms() + phase_ms)
                 await self._close(s.close_share_keys, f"{len(s.state.sealed)} of {len(s.state.u1)} shared keys")
             if s.phase is Phase.MASKED_INPUT:
-                await self._until(lambda: set(r.reported) >= set(s.state.u2) and not e.uploads.busy,
-                                  now_ms() + phase_ms)
+                await self._until(
+                    lambda: set(r.reported) >= set(s.state.u2) and not e.uploads.busy, now_ms() + phase_ms
+                )
                 r.closing = True
                 while e.uploads.busy:
                     await e.wait_change(1.0)
@@ -242,7 +275,7 @@ class SecAggRound:
         except SecAggAborted as exc:
             await self.persist()
             e.store.forget_submissions(e.round)
-            if r.attempt < e.config.max_round_attempts:   # a fresh protocol run (new keys, new cohort)
+            if r.attempt < e.config.max_round_attempts:  # a fresh protocol run (new keys, new cohort)
                 log.warning("round %d: attempt %d: %s; the round is retried", e.round, r.attempt, exc)
                 shutil.rmtree(e.store.spool_dir(e.round), ignore_errors=True)
                 e.uploads.bytes_received.pop(e.round, None)
@@ -255,24 +288,28 @@ class SecAggRound:
             e.finish(RoundState.FAILED, message)
             return False
         finally:
-            self.wake()                          # held steps see the outcome (or the engine's state) at once
+            self.wake()  # held steps see the outcome (or the engine's state) at once
         res = present(self.result, "the unmasked sum")
-        e.transition(RoundState.AGGREGATING, f"secure aggregation unmasked the sum of {len(res.survivors)} masked "
-                                             f"inputs ({len(res.dropped)} of the key-sharing clients dropped)")
+        e.transition(
+            RoundState.AGGREGATING,
+            f"secure aggregation unmasked the sum of {len(res.survivors)} masked "
+            f"inputs ({len(res.dropped)} of the key-sharing clients dropped)",
+        )
         return True
 
     def _finish(self) -> SecAggResult:
         with self.lock:
-            return self.active.finish()        # not persisted: a restart redoes it from the UNMASK state
+            return self.active.finish()  # not persisted: a restart redoes it from the UNMASK state
 
     # ---- the SecAgg RPC -----------------------------------------------------------------------------
 
-    async def step(self, client_id: str, model_id: str, round: int, step: int, payload: bytes,
-                   wait_ms: int) -> tuple[bool, bytes]:
+    async def step(
+        self, client_id: str, model_id: str, round: int, step: int, payload: bytes, wait_ms: int
+    ) -> tuple[bool, bytes]:
         """One protocol step of `client_id` (see SecAggRequest.Step): (ready, reply payload)."""
         s = self.check(client_id, model_id, round)
         if self.accept(client_id, step, payload):
-            await self.persist()                     # durable before the client hears back
+            await self.persist()  # durable before the client hears back
             self.engine.notify()
         if not await self.hold(s, [step], wait_ms):
             return False, b""
@@ -284,8 +321,9 @@ class SecAggRound:
         e.touch(client_id)
         e.check_model(model_id)
         if e.state is not RoundState.TRAINING or self.server is None or self.round != round or e.training is None:
-            raise StaleRoundError(f"round {round} has no secure aggregation in progress (round {e.round}, "
-                                  f"state {e.state.name})")
+            raise StaleRoundError(
+                f"round {round} has no secure aggregation in progress (round {e.round}, state {e.state.name})"
+            )
         if self.server.phase is Phase.FAILED:
             raise SecAggAborted(self.server.state.reason)
         return self.server
@@ -360,8 +398,9 @@ class SecAggRound:
 
 def _member(client_id: str, members: list[str], round: int, what: str) -> None:
     if client_id not in members:
-        raise StaleRoundError(f"client {client_id} is no longer part of round {round}'s secure aggregation: "
-                              f"it did not {what}")
+        raise StaleRoundError(
+            f"client {client_id} is no longer part of round {round}'s secure aggregation: it did not {what}"
+        )
 
 
 def _parse(cls, payload: bytes, client_id: str):

@@ -12,18 +12,19 @@ input with the sender's id, and turns the unmasked sum into the combined vector.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fedort.common.errors import ProtocolError, VectorError
 from fedort.common.invariants import present
+from fedort.common.secagg.pack import is_masked
+from fedort.common.secagg.task import SECAGG_CODEC
 from fedort.coordinator.aggregation.combiner import Combiner
 from fedort.coordinator.aggregation.decode import decoder_for
 from fedort.coordinator.aggregation.spool import SpooledUpdate
 from fedort.coordinator.aggregation.update import Update
-from fedort.common.errors import ProtocolError, VectorError
-from fedort.common.secagg.pack import is_masked
-from fedort.common.secagg.task import SECAGG_CODEC
 
 if TYPE_CHECKING:
     from fedort.coordinator.privacy.dp_fedavg import DPClipState
@@ -35,23 +36,25 @@ class SecureSum(Combiner):
 
     name = "secure-sum"
     streaming = True
-    folds_words = True      # masked uint64 words, summed mod 2^b by the round's SecAggRound
+    folds_words = True  # masked uint64 words, summed mod 2^b by the round's SecAggRound
 
-    def __init__(self, dp: "DPClipState | None" = None) -> None:
+    def __init__(self, dp: DPClipState | None = None) -> None:
         self.dp = dp
-        self.session: "SecAggRound | None" = None
+        self.session: SecAggRound | None = None
 
-    def bind(self, session: "SecAggRound") -> None:
+    def bind(self, session: SecAggRound) -> None:
         self.session = session
 
     @property
-    def _session(self) -> "SecAggRound":
+    def _session(self) -> SecAggRound:
         return present(self.session, "the round's SecAggRound (bound when it is created)")
 
     def fold_update(self, update: Update, length: int) -> None:
         if not is_masked(update.codec):
-            raise ProtocolError(f"secure aggregation folds only masked updates ({SECAGG_CODEC!r}, "
-                                f"'secagg-packed:b'), got {update.codec!r}")
+            raise ProtocolError(
+                f"secure aggregation folds only masked updates ({SECAGG_CODEC!r}, "
+                f"'secagg-packed:b'), got {update.codec!r}"
+            )
         masked = decoder_for(update.codec).decode(update.encoded(), length)
         self._session.receive_masked(update.client_id, masked)
 

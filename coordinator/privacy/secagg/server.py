@@ -23,15 +23,24 @@ from typing import Any
 
 import numpy as np
 
-from fedort.coordinator.privacy.secagg.share_checks import trusted_shares
 from fedort.common.secagg.errors import SecAggAborted, SecAggError
 from fedort.common.secagg.keys import Agreement, KeyPair
 from fedort.common.secagg.masks import pairwise_seed, pairwise_sign, self_key
+from fedort.common.secagg.messages import (
+    AdvertiseKeys,
+    Roster,
+    SecAggParams,
+    ShareDelivery,
+    ShareKeys,
+    UnmaskRequest,
+    UnmaskResponse,
+    b64,
+    unb64,
+)
 from fedort.common.secagg.phases import Phase
-from fedort.common.secagg.messages import AdvertiseKeys, Roster, SecAggParams, ShareDelivery, ShareKeys, UnmaskRequest, UnmaskResponse, b64, unb64
 from fedort.common.secagg.prg import MaskAdder, accumulator_dtype
 from fedort.common.secagg.scheme import check_echo, combine_secrets
-
+from fedort.coordinator.privacy.secagg.share_checks import trusted_shares
 
 
 @dataclass(frozen=True)
@@ -50,23 +59,30 @@ class SecAggServerState:
 
     params: SecAggParams
     phase: Phase = Phase.ADVERTISE
-    keys: dict[str, AdvertiseKeys] = field(default_factory=dict)        # U1 once closed
-    sealed: dict[str, dict[str, bytes]] = field(default_factory=dict)   # sender -> recipient -> bundle
+    keys: dict[str, AdvertiseKeys] = field(default_factory=dict)  # U1 once closed
+    sealed: dict[str, dict[str, bytes]] = field(default_factory=dict)  # sender -> recipient -> bundle
     u1: list[str] = field(default_factory=list)
     u2: list[str] = field(default_factory=list)
-    u3: list[str] = field(default_factory=list)   # masked inputs folded into the accumulator, in order
+    u3: list[str] = field(default_factory=list)  # masked inputs folded into the accumulator, in order
     responses: dict[str, UnmaskResponse] = field(default_factory=dict)
     reason: str = ""
 
     def to_bytes(self, sealed: bool = True) -> bytes:
         """The state as JSON; without the sealed shares (`sealed_bytes`, saved apart once) if not `sealed`."""
-        return json.dumps({
-            "params": self.params.to_dict(), "phase": self.phase.value,
-            "keys": [k.to_dict() for k in self.keys.values()],
-            **({"sealed": self._sealed_dict()} if sealed else {}),
-            "u1": self.u1, "u2": self.u2, "u3": self.u3,
-            "responses": [r.to_dict() for r in self.responses.values()], "reason": self.reason,
-        }, sort_keys=True).encode()
+        return json.dumps(
+            {
+                "params": self.params.to_dict(),
+                "phase": self.phase.value,
+                "keys": [k.to_dict() for k in self.keys.values()],
+                **({"sealed": self._sealed_dict()} if sealed else {}),
+                "u1": self.u1,
+                "u2": self.u2,
+                "u3": self.u3,
+                "responses": [r.to_dict() for r in self.responses.values()],
+                "reason": self.reason,
+            },
+            sort_keys=True,
+        ).encode()
 
     def _sealed_dict(self) -> dict[str, dict[str, str]]:
         return {s: {r: b64(c) for r, c in m.items()} for s, m in self.sealed.items()}
@@ -76,7 +92,7 @@ class SecAggServerState:
         return json.dumps(self._sealed_dict(), sort_keys=True).encode()
 
     @classmethod
-    def from_bytes(cls, data: bytes, sealed: bytes | None = None) -> "SecAggServerState":
+    def from_bytes(cls, data: bytes, sealed: bytes | None = None) -> SecAggServerState:
         """From `to_bytes`; `sealed` (from `sealed_bytes`) supplies the shares a state saved without them lacks."""
         d: dict[str, Any] = json.loads(data)
         keys = [AdvertiseKeys.from_dict(k) for k in d["keys"]]
@@ -86,9 +102,15 @@ class SecAggServerState:
             raise SecAggError("secagg state was saved without its sealed shares, and they were not found")
         bundles = bundles or {}
         return cls(
-            SecAggParams.from_dict(d["params"]), Phase(d["phase"]), {k.client_id: k for k in keys},
+            SecAggParams.from_dict(d["params"]),
+            Phase(d["phase"]),
+            {k.client_id: k for k in keys},
             {s: {r: unb64(c) for r, c in m.items()} for s, m in bundles.items()},
-            list(d["u1"]), list(d["u2"]), list(d["u3"]), {r.client_id: r for r in responses}, d["reason"],
+            list(d["u1"]),
+            list(d["u2"]),
+            list(d["u3"]),
+            {r.client_id: r for r in responses},
+            d["reason"],
         )
 
 
@@ -119,12 +141,12 @@ class SecAggServer:
         return len(state).to_bytes(8, "little") + state + self.accumulator.astype("<u8").tobytes()
 
     @classmethod
-    def load(cls, blob: bytes, sealed: bytes | None = None) -> "SecAggServer":
+    def load(cls, blob: bytes, sealed: bytes | None = None) -> SecAggServer:
         n = int.from_bytes(blob[:8], "little")
-        return cls.restore(blob[8:8 + n], np.frombuffer(blob[8 + n:], dtype="<u8"), sealed)
+        return cls.restore(blob[8 : 8 + n], np.frombuffer(blob[8 + n :], dtype="<u8"), sealed)
 
     @classmethod
-    def restore(cls, state: bytes, accumulator: np.ndarray, sealed: bytes | None = None) -> "SecAggServer":
+    def restore(cls, state: bytes, accumulator: np.ndarray, sealed: bytes | None = None) -> SecAggServer:
         server = cls.__new__(cls)
         server.state = SecAggServerState.from_bytes(state, sealed)
         acc = np.asarray(accumulator, dtype=np.uint64)
@@ -136,7 +158,9 @@ class SecAggServer:
     # ---- helpers ----------------------------------------------------------------------
     def _expect(self, phase: Phase) -> None:
         if self.state.phase is not phase:
-            raise SecAggError(f"secagg round {self.params.round_id}: expected phase {phase.value}, in {self.state.phase.value}")
+            raise SecAggError(
+                f"secagg round {self.params.round_id}: expected phase {phase.value}, in {self.state.phase.value}"
+            )
 
     def _abort(self, reason: str) -> SecAggAborted:
         self.state.phase = Phase.FAILED
@@ -256,7 +280,7 @@ class SecAggServer:
         self._require(list(self.state.responses), "unmasking")
         survivors = set(request.survivors)
         dropped = [v for v in request.dropped if set(self.params.neighbours[v]) & survivors]
-        try:   # index = sender, one polynomial per secret: a lying responder's shares are left out
+        try:  # index = sender, one polynomial per secret: a lying responder's shares are left out
             trusted = trusted_shares(self.params, self.state.keys, self.state.responses, request, dropped)
         except SecAggAborted as e:
             raise self._abort(str(e)) from None
@@ -269,11 +293,11 @@ class SecAggServer:
                 raise self._abort(f"{len(shares)} trusted shares of dropped {v}'s mask key arrived, {t} needed")
         secrets = combine_secrets(self.params.scheme, [*seed_shares.values(), *key_shares.values()], t)
         bits, scheme = self.params.fixed_point.bits, self.params.scheme
-        masks = np.zeros(len(self.accumulator), dtype=accumulator_dtype(scheme, bits))   # summed, then removed once
+        masks = np.zeros(len(self.accumulator), dtype=accumulator_dtype(scheme, bits))  # summed, then removed once
         adder = MaskAdder(len(self.accumulator), scheme=scheme)
-        for u, seed in zip(seed_shares, secrets):
+        for _u, seed in zip(seed_shares, secrets):
             adder.add(masks, self_key(self.params, seed), 1, bits)
-        for v, seed in zip(key_shares, secrets[len(seed_shares):]):
+        for v, seed in zip(key_shares, secrets[len(seed_shares) :]):
             key = KeyPair.from_seed(seed)
             if key.public != self.state.keys[v].mask_public:
                 raise self._abort(f"the mask key reconstructed for {v} does not match its advertised public key")

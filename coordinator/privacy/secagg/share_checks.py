@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from fedort.common.secagg.errors import SecAggAborted
 from fedort.common.secagg.messages import AdvertiseKeys, SecAggParams, UnmaskRequest, UnmaskResponse
@@ -64,7 +64,7 @@ def _on_one_polynomial(shares: Sequence[tuple[int, int]], t: int) -> bool:
     """All `shares` (x, y) over Z_p agree with the polynomial of degree < t through the first t."""
     base, rest = shares[:t], shares[t:]
     xs, ys = tuple(x for x, _ in base), [y for _, y in base]
-    return all(sum(l * y for l, y in zip(_lagrange_at(xs, x), ys)) % PRIME == y_x for x, y_x in rest)
+    return all(sum(c * y for c, y in zip(_lagrange_at(xs, x), ys)) % PRIME == y_x for x, y_x in rest)
 
 
 def _odd_one_out(shares: list[tuple[str, int, int]], t: int) -> str | None:
@@ -74,22 +74,32 @@ def _odd_one_out(shares: list[tuple[str, int, int]], t: int) -> str | None:
         return None
     if len(points) >= t + 2:
         for k, (sender, _, _) in enumerate(shares):
-            if _on_one_polynomial(points[:k] + points[k + 1:], t):
+            if _on_one_polynomial(points[:k] + points[k + 1 :], t):
                 return sender
-    raise SecAggAborted(f"the {len(points)} shares of one secret do not lie on one polynomial and no single share "
-                        "explains it")
+    raise SecAggAborted(
+        f"the {len(points)} shares of one secret do not lie on one polynomial and no single share explains it"
+    )
 
 
-def trusted_shares(params: SecAggParams, keys: Mapping[str, AdvertiseKeys], responses: Mapping[str, UnmaskResponse],
-                   request: UnmaskRequest, key_owners: Sequence[str]) -> TrustedShares:
+def trusted_shares(
+    params: SecAggParams,
+    keys: Mapping[str, AdvertiseKeys],
+    responses: Mapping[str, UnmaskResponse],
+    request: UnmaskRequest,
+    key_owners: Sequence[str],
+) -> TrustedShares:
     """The checked shares of every survivor's self-mask seed and of each of `key_owners`' mask keys."""
     t = params.threshold
     cheaters: set[str] = set()
     for r in responses.values():
         for owner, (index, _) in [*r.seed_shares.items(), *r.key_shares.items()]:
             if index != holder_index(params, keys, owner, r.client_id):
-                log.warning("secure aggregation: %s sent a share of %s under index %d, not its own; its shares "
-                            "are ignored", r.client_id, owner, index)
+                log.warning(
+                    "secure aggregation: %s sent a share of %s under index %d, not its own; its shares are ignored",
+                    r.client_id,
+                    owner,
+                    index,
+                )
                 cheaters.add(r.client_id)
     while True:
         honest = [r for c, r in sorted(responses.items()) if c not in cheaters]
@@ -104,8 +114,13 @@ def trusted_shares(params: SecAggParams, keys: Mapping[str, AdvertiseKeys], resp
                 except SecAggAborted as e:
                     raise SecAggAborted(f"shares of {owner}'s secret: {e}") from None
                 if caught is not None:
-                    log.warning("secure aggregation: %s sent a share of %s off the polynomial the other %d agree "
-                                "on; its shares are ignored", caught, owner, len(shares) - 1)
+                    log.warning(
+                        "secure aggregation: %s sent a share of %s off the polynomial the other %d agree "
+                        "on; its shares are ignored",
+                        caught,
+                        owner,
+                        len(shares) - 1,
+                    )
                     break
         if caught is None:
             strip = lambda m: {o: [(i, y) for _, i, y in s] for o, s in m.items()}  # noqa: E731

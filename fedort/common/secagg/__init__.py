@@ -19,7 +19,18 @@ from fedort.common.secagg.messages import (
 from fedort.common.secagg.quantize import FixedPoint, modulus_bits
 
 __all__ = [
-    "AdvertiseKeys", "FixedPoint", "Roster", "SecAggAborted", "SecAggError", "SecAggParams",
-    "ShareDelivery", "ShareKeys", "UnmaskRequest", "UnmaskResponse", "default_threshold",
-    "effective_degree", "modulus_bits", "neighbour_graph",
+    "AdvertiseKeys",
+    "FixedPoint",
+    "Roster",
+    "SecAggAborted",
+    "SecAggError",
+    "SecAggParams",
+    "ShareDelivery",
+    "ShareKeys",
+    "UnmaskRequest",
+    "UnmaskResponse",
+    "default_threshold",
+    "effective_degree",
+    "modulus_bits",
+    "neighbour_graph",
 ]

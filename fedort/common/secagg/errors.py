@@ -1,10 +1,10 @@
 """Errors of the secure-aggregation protocol, inside fedort's one exception tree.
 
-    ProtocolError
-     +-- SecAggError          a peer sent something the protocol forbids      INVALID_ARGUMENT
-          +-- SecAggAborted   the round cannot finish (too few survivors)     ABORTED
-          +-- PeerShareError  a neighbour's sealed share does not open         INVALID_ARGUMENT
-          +-- SchemeError     the device computes another mask/sharing scheme FAILED_PRECONDITION
+ProtocolError
+ +-- SecAggError          a peer sent something the protocol forbids      INVALID_ARGUMENT
+      +-- SecAggAborted   the round cannot finish (too few survivors)     ABORTED
+      +-- PeerShareError  a neighbour's sealed share does not open         INVALID_ARGUMENT
+      +-- SchemeError     the device computes another mask/sharing scheme FAILED_PRECONDITION
 """
 
 from __future__ import annotations

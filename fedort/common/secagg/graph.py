@@ -10,7 +10,7 @@ that reaches n - 1 the graph is complete: classic SecAgg. Both sides compute it 
 from __future__ import annotations
 
 import hashlib
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from fedort.common.errors import ConfigError
 

@@ -36,11 +36,11 @@ class KeyPair:
     public: bytes
 
     @classmethod
-    def generate(cls) -> "KeyPair":
+    def generate(cls) -> KeyPair:
         return cls._of(X25519PrivateKey.generate())
 
     @classmethod
-    def from_seed(cls, seed: bytes) -> "KeyPair":
+    def from_seed(cls, seed: bytes) -> KeyPair:
         """The key pair derived from a 16-byte seed (HKDF-SHA256): what the mask key is, so that
         only the 16-byte seed needs Shamir sharing."""
         if len(seed) != SEED_BYTES:
@@ -49,7 +49,7 @@ class KeyPair:
         return cls._of(X25519PrivateKey.from_private_bytes(raw))
 
     @classmethod
-    def _of(cls, key: X25519PrivateKey) -> "KeyPair":
+    def _of(cls, key: X25519PrivateKey) -> KeyPair:
         return cls(
             key.private_bytes(
                 serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
@@ -71,9 +71,7 @@ def public_of(private: bytes) -> bytes:
 def agree(private: bytes, peer_public: bytes, info: bytes) -> bytes:
     """32 bytes shared by the two key owners: HKDF-SHA256(X25519(private, peer_public), info)."""
     try:
-        secret = X25519PrivateKey.from_private_bytes(private).exchange(
-            X25519PublicKey.from_public_bytes(peer_public)
-        )
+        secret = X25519PrivateKey.from_private_bytes(private).exchange(X25519PublicKey.from_public_bytes(peer_public))
     except ValueError as exc:  # wrong length or a small-order point (all-zero shared secret)
         raise SecAggError(f"X25519 key agreement refused the peer's public key: {exc}") from exc
     return derive(secret, info)

@@ -33,8 +33,12 @@ def self_key(params: SecAggParams, seed: bytes) -> bytes:
 
 def pairwise_mask(params: SecAggParams, private: bytes, peer_public: bytes, u: str, v: str) -> np.ndarray:
     """PRG(s_uv) for the pair (u, v), reduced mod 2^b."""
-    return expand(pairwise_seed(params, Agreement(private), peer_public, u, v), params.length + 1,
-                  params.fixed_point.bits, params.scheme)
+    return expand(
+        pairwise_seed(params, Agreement(private), peer_public, u, v),
+        params.length + 1,
+        params.fixed_point.bits,
+        params.scheme,
+    )
 
 
 def self_mask(params: SecAggParams, seed: bytes) -> np.ndarray:

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from fedort.common.errors import ConfigError
 from fedort.common.secagg.graph import effective_degree, neighbour_graph
@@ -72,7 +73,7 @@ class SecAggParams(_Json):
     graph_seed: bytes
     fixed_point: FixedPoint
     length: int
-    scheme: str = LEGACY            # mask PRG + Shamir field (`scheme.py`); absent on the wire: the legacy one
+    scheme: str = LEGACY  # mask PRG + Shamir field (`scheme.py`); absent on the wire: the legacy one
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cohort", tuple(sorted(self.cohort)))
@@ -99,16 +100,26 @@ class SecAggParams(_Json):
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "round_id": self.round_id, "cohort": list(self.cohort), "threshold": self.threshold,
-            "degree": self.degree, "graph_seed": b64(self.graph_seed),
-            "fixed_point": self.fixed_point.to_dict(), "length": self.length, "scheme": self.scheme,
+            "round_id": self.round_id,
+            "cohort": list(self.cohort),
+            "threshold": self.threshold,
+            "degree": self.degree,
+            "graph_seed": b64(self.graph_seed),
+            "fixed_point": self.fixed_point.to_dict(),
+            "length": self.length,
+            "scheme": self.scheme,
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "SecAggParams":
+    def from_dict(cls, d: dict[str, Any]) -> SecAggParams:
         return cls(
-            int(d["round_id"]), tuple(d["cohort"]), int(d["threshold"]), int(d["degree"]),
-            unb64(d["graph_seed"]), FixedPoint.from_dict(d["fixed_point"]), int(d["length"]),
+            int(d["round_id"]),
+            tuple(d["cohort"]),
+            int(d["threshold"]),
+            int(d["degree"]),
+            unb64(d["graph_seed"]),
+            FixedPoint.from_dict(d["fixed_point"]),
+            int(d["length"]),
             str(d.get("scheme", LEGACY)),
         )
 
@@ -117,15 +128,15 @@ class SecAggParams(_Json):
 class AdvertiseKeys(_Json):
     client_id: str
     cipher_public: bytes  # c_pk: derives the share-encryption keys
-    mask_public: bytes    # s_pk: derives the pairwise mask seeds
-    scheme: str = ""      # the scheme the device computes (protocol 1.3); "" from older devices: the legacy one
+    mask_public: bytes  # s_pk: derives the pairwise mask seeds
+    scheme: str = ""  # the scheme the device computes (protocol 1.3); "" from older devices: the legacy one
 
     def to_dict(self) -> dict[str, Any]:
         d = {"client_id": self.client_id, "c": b64(self.cipher_public), "s": b64(self.mask_public)}
         return {**d, "v": self.scheme} if self.scheme else d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "AdvertiseKeys":
+    def from_dict(cls, d: dict[str, Any]) -> AdvertiseKeys:
         return cls(d["client_id"], unb64(d["c"]), unb64(d["s"]), str(d.get("v", "")))
 
 
@@ -139,7 +150,7 @@ class Roster(_Json):
         return {"keys": [k.to_dict() for k in self.keys.values()]}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Roster":
+    def from_dict(cls, d: dict[str, Any]) -> Roster:
         keys = [AdvertiseKeys.from_dict(k) for k in d["keys"]]
         return cls({k.client_id: k for k in keys})
 
@@ -155,7 +166,7 @@ class ShareKeys(_Json):
         return {"client_id": self.client_id, "sealed": {k: b64(v) for k, v in self.sealed.items()}}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ShareKeys":
+    def from_dict(cls, d: dict[str, Any]) -> ShareKeys:
         return cls(d["client_id"], {k: unb64(v) for k, v in d["sealed"].items()})
 
 
@@ -169,7 +180,7 @@ class ShareDelivery(_Json):
         return {"sealed": {k: b64(v) for k, v in self.sealed.items()}}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ShareDelivery":
+    def from_dict(cls, d: dict[str, Any]) -> ShareDelivery:
         return cls({k: unb64(v) for k, v in d["sealed"].items()})
 
 
@@ -184,7 +195,7 @@ class UnmaskRequest(_Json):
         return {"dropped": list(self.dropped), "survivors": list(self.survivors)}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "UnmaskRequest":
+    def from_dict(cls, d: dict[str, Any]) -> UnmaskRequest:
         return cls(tuple(d["dropped"]), tuple(d["survivors"]))
 
 
@@ -201,6 +212,6 @@ class UnmaskResponse(_Json):
         return {"client_id": self.client_id, "key": enc(self.key_shares), "seed": enc(self.seed_shares)}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "UnmaskResponse":
+    def from_dict(cls, d: dict[str, Any]) -> UnmaskResponse:
         dec = lambda m: {k: (int(i), unb64(s)) for k, (i, s) in m.items()}  # noqa: E731
         return cls(d["client_id"], dec(d["key"]), dec(d["seed"]))

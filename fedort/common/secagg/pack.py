@@ -31,8 +31,10 @@ def packed_bits(spec: str) -> int:
     except ValueError:
         bits = -1
     if family != PACKED_FAMILY or not arg.isdigit() or bits % 8 or not 8 <= bits <= 64:
-        raise VectorError(f"a packed masked upload's codec is '{PACKED_FAMILY}:b' with b a multiple of 8 in "
-                          f"8..64 (bits per masked word), got {spec!r}")
+        raise VectorError(
+            f"a packed masked upload's codec is '{PACKED_FAMILY}:b' with b a multiple of 8 in "
+            f"8..64 (bits per masked word), got {spec!r}"
+        )
     return bits
 
 
@@ -58,19 +60,23 @@ def pack(words: np.ndarray, codec: str) -> bytes:
 
 def unpack(payload: bytes | memoryview | np.ndarray, codec: str, length: int) -> np.ndarray:
     """The P + 1 masked uint64 words of a payload in `codec` (VectorError if its size is not the codec's)."""
-    raw = np.frombuffer(payload, dtype=np.uint8) if not isinstance(payload, np.ndarray) else \
-        np.ascontiguousarray(payload).view(np.uint8).reshape(-1)
+    raw = (
+        np.frombuffer(payload, dtype=np.uint8)
+        if not isinstance(payload, np.ndarray)
+        else np.ascontiguousarray(payload).view(np.uint8).reshape(-1)
+    )
     expected = payload_size(codec, length)
     if raw.nbytes != expected:
-        raise VectorError(f"{codec} update holds {raw.nbytes} bytes, expected {expected} for {length} values "
-                          f"and the weight")
+        raise VectorError(
+            f"{codec} update holds {raw.nbytes} bytes, expected {expected} for {length} values and the weight"
+        )
     if codec == U64_CODEC:
         return raw.view("<u8")
     width = expected // (length + 1)
     # one padded copy, read as overlapping little-endian uint64 at a stride of b/8 bytes, high bytes cut
     # (faster than copying b/8-byte items into zeroed words)
     padded = np.zeros(raw.nbytes + 8, dtype=np.uint8)
-    padded[:raw.nbytes] = raw
+    padded[: raw.nbytes] = raw
     words = np.ndarray(shape=(length + 1,), dtype="<u8", buffer=padded, strides=(width,))
     return words & np.uint64((1 << (8 * width)) - 1)
 

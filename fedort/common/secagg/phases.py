@@ -11,7 +11,7 @@ class Phase(Enum):
     MASKED_INPUT = "masked_input"
     UNMASK = "unmask"
     DONE = "done"
-    FAILED = "failed"   # the coordinator's round only: aborted, with a reason
+    FAILED = "failed"  # the coordinator's round only: aborted, with a reason
 
 
 __all__ = ["Phase"]

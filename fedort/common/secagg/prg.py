@@ -66,7 +66,7 @@ def accumulator_dtype(scheme: str, bits: int) -> type[np.unsignedinteger]:
     return np.uint32 if word_bytes(scheme, bits) == 4 else np.uint64
 
 
-BLOCK_WORDS = 1 << 15          # 256 KiB of keystream at a time (a larger block falls out of cache)
+BLOCK_WORDS = 1 << 15  # 256 KiB of keystream at a time (a larger block falls out of cache)
 
 
 class MaskAdder:
@@ -79,9 +79,11 @@ class MaskAdder:
     def __init__(self, length: int, block: int = BLOCK_WORDS, scheme: str = LEGACY) -> None:
         self.length, self.block, self.scheme = length, max(1, min(block, length)), require_known(scheme)
         self._zeros = memoryview(bytes(8 * self.block))
-        self._buf = bytearray(8 * self.block + 64)   # slack: some versions want len(data) + block - 1
-        self._words = {8: np.frombuffer(self._buf, dtype="<u8", count=self.block),
-                       4: np.frombuffer(self._buf, dtype="<u4", count=self.block)}
+        self._buf = bytearray(8 * self.block + 64)  # slack: some versions want len(data) + block - 1
+        self._words = {
+            8: np.frombuffer(self._buf, dtype="<u8", count=self.block),
+            4: np.frombuffer(self._buf, dtype="<u4", count=self.block),
+        }
 
     def add(self, acc: np.ndarray, seed: bytes, sign: int, bits: int) -> None:
         """acc += sign · PRG(seed) (mod 2^64, hence mod 2^bits once reduced)."""
@@ -89,13 +91,15 @@ class MaskAdder:
         width = word_bytes(self.scheme, bits)
         allowed = (np.uint64, np.uint32) if width == 4 else (np.uint64,)
         if acc.dtype not in allowed or acc.shape != (self.length,):
-            raise ConfigError(f"mask accumulator must be {' or '.join(np.dtype(t).name for t in allowed)} of shape "
-                              f"({self.length},), got {acc.dtype} {acc.shape}")
+            raise ConfigError(
+                f"mask accumulator must be {' or '.join(np.dtype(t).name for t in allowed)} of shape "
+                f"({self.length},), got {acc.dtype} {acc.shape}"
+            )
         encryptor = _keystream(seed, self.scheme)
         op = np.add if sign > 0 else np.subtract
         words = self._words[width]
         for start in range(0, self.length, self.block):
             n = min(self.block, self.length - start)
-            encryptor.update_into(self._zeros[:width * n], self._buf)
-            part = acc[start:start + n]
+            encryptor.update_into(self._zeros[: width * n], self._buf)
+            part = acc[start : start + n]
             op(part, words[:n], out=part)

@@ -32,9 +32,7 @@ def modulus_bits(cohort: int, clip: float, scale: float, max_weight: float = 1.0
     """Smallest b such that the sum of `cohort` encoded vectors cannot wrap mod 2^b."""
     if cohort < 1:
         raise ConfigError(f"secagg cohort must be >= 1, got {cohort}")
-    if not (clip > 0 and scale > 0 and max_weight > 0) or not all(
-        math.isfinite(v) for v in (clip, scale, max_weight)
-    ):
+    if not (clip > 0 and scale > 0 and max_weight > 0) or not all(math.isfinite(v) for v in (clip, scale, max_weight)):
         raise ConfigError(
             f"secagg clip, scale and max_weight must be finite and > 0, got clip={clip} "
             f"scale={scale} max_weight={max_weight}"
@@ -65,7 +63,7 @@ class FixedPoint:
     max_weight: float = 1.0
 
     @classmethod
-    def for_cohort(cls, cohort: int, clip: float, scale: float, max_weight: float = 1.0) -> "FixedPoint":
+    def for_cohort(cls, cohort: int, clip: float, scale: float, max_weight: float = 1.0) -> FixedPoint:
         return cls(clip, scale, modulus_bits(cohort, clip, scale, max_weight), max_weight)
 
     @property
@@ -81,7 +79,7 @@ class FixedPoint:
             raise VectorError("secagg encode: the vector holds NaN or infinity")
         if not (0.0 <= weight <= self.max_weight):
             raise VectorError(f"secagg encode: weight must be in [0, {self.max_weight}], got {weight}")
-        scaled = np.clip(vec, -self.clip, self.clip)          # one float64 temporary, rounded in place
+        scaled = np.clip(vec, -self.clip, self.clip)  # one float64 temporary, rounded in place
         scaled *= weight * self.scale
         np.rint(scaled, out=scaled)
         signed = np.empty(vec.size + 1, dtype=np.int64)
@@ -109,5 +107,5 @@ class FixedPoint:
         return {"clip": self.clip, "scale": self.scale, "bits": self.bits, "max_weight": self.max_weight}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "FixedPoint":
+    def from_dict(cls, data: dict[str, Any]) -> FixedPoint:
         return cls(float(data["clip"]), float(data["scale"]), int(data["bits"]), float(data["max_weight"]))

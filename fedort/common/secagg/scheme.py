@@ -19,19 +19,21 @@ joins the protocol; a device asked for a scheme it does not know refuses the rou
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from fedort.common.secagg.errors import SchemeError
 
 LEGACY = "chacha20-gf2^128"
 AES_PRIME = "aes128ctr-p130"
 AES_PRIME_W32 = "aes128ctr32-p130"
-SUPPORTED = (AES_PRIME_W32, AES_PRIME, LEGACY)      # newest first: what this build computes
-AES_SCHEMES = (AES_PRIME_W32, AES_PRIME)            # AES-128-CTR masks, Shamir over Z_p
-CAPABILITY = "secagg_schemes"         # Join capability listing a device's schemes
-_NEEDS = {AES_PRIME_W32: "fedort protocol >= 1.3 with 32-bit mask words (AES-128-CTR, shares mod 2^130 - 5)",
-          AES_PRIME: "fedort protocol >= 1.3 (AES-128-CTR masks, Shamir shares mod 2^130 - 5)",
-          LEGACY: "fedort protocol 1.0-1.2 secure aggregation (ChaCha20 masks, Shamir over GF(2^128))"}
+SUPPORTED = (AES_PRIME_W32, AES_PRIME, LEGACY)  # newest first: what this build computes
+AES_SCHEMES = (AES_PRIME_W32, AES_PRIME)  # AES-128-CTR masks, Shamir over Z_p
+CAPABILITY = "secagg_schemes"  # Join capability listing a device's schemes
+_NEEDS = {
+    AES_PRIME_W32: "fedort protocol >= 1.3 with 32-bit mask words (AES-128-CTR, shares mod 2^130 - 5)",
+    AES_PRIME: "fedort protocol >= 1.3 (AES-128-CTR masks, Shamir shares mod 2^130 - 5)",
+    LEGACY: "fedort protocol 1.0-1.2 secure aggregation (ChaCha20 masks, Shamir over GF(2^128))",
+}
 
 
 def announced(capabilities: Mapping[str, str]) -> tuple[str, ...]:
@@ -51,8 +53,10 @@ def negotiate(devices: Iterable[Mapping[str, str]]) -> str:
 def require_known(scheme: str) -> str:
     """`scheme` if this build computes it, else SchemeError (FAILED_PRECONDITION) naming what it supports."""
     if scheme not in SUPPORTED:
-        raise SchemeError(f"secure-aggregation scheme {scheme!r} is not supported by this fedort "
-                          f"(it runs {', '.join(SUPPORTED)}); update the device")
+        raise SchemeError(
+            f"secure-aggregation scheme {scheme!r} is not supported by this fedort "
+            f"(it runs {', '.join(SUPPORTED)}); update the device"
+        )
     return scheme
 
 
@@ -66,7 +70,8 @@ def check_echo(round_scheme: str, echoed: str, client_id: str) -> None:
             f"client {client_id} computes secure-aggregation scheme {computes!r}"
             f"{' (it named none: a device before protocol 1.3)' if not echoed else ''}, but this round uses "
             f"{round_scheme!r}: it needs {_NEEDS.get(round_scheme, round_scheme)}; its masks would not cancel, "
-            f"so it is left out of the round")
+            f"so it is left out of the round"
+        )
 
 
 def split_secret(scheme: str, secret: bytes, threshold: int, holders: int) -> list[tuple[int, bytes]]:

@@ -18,14 +18,14 @@ library's internals ever differ, every secret is combined by `Shamir.combine` in
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from Crypto.Protocol.SecretSharing import Shamir
 
 from fedort.common.errors import ConfigError
 from fedort.common.secagg.errors import SecAggError
 
-try:      # pycryptodome's GF(2^128) element (private): only for reusing Lagrange coefficients, checked below
+try:  # pycryptodome's GF(2^128) element (private): only for reusing Lagrange coefficients, checked below
     from Crypto.Protocol.SecretSharing import _Element
 except ImportError:  # pragma: no cover - a pycryptodome without it: plain Shamir.combine
     _Element = None  # type: ignore[assignment, misc]  # the optional private class is absent
@@ -97,7 +97,7 @@ def combine_secrets(share_lists: Sequence[Sequence[Share]], threshold: int) -> l
     for indices, members in groups.items():
         coefficients = _lagrange_at_zero(indices)
         first = Shamir.combine(chosen[members[0]])
-        if _combine_with(coefficients, chosen[members[0]]) != first:   # library internals changed: no shortcut
+        if _combine_with(coefficients, chosen[members[0]]) != first:  # library internals changed: no shortcut
             return [Shamir.combine(c) for c in chosen]
         out[members[0]] = first
         for k in members[1:]:

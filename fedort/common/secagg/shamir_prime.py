@@ -17,7 +17,7 @@ check per call, since it alone costs T² modular inversions).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import shamirs
 
@@ -33,10 +33,12 @@ def split_secret(secret: bytes, threshold: int, holders: int) -> list[Share]:
     """`holders` shares (index 1..holders, 17 bytes each); any `threshold` recover the secret."""
     check_split(secret, threshold, holders)
     value = int.from_bytes(secret, "big")
-    if holders == 1:                      # threshold 1: the constant polynomial (shamirs wants >= 2 shares)
+    if holders == 1:  # threshold 1: the constant polynomial (shamirs wants >= 2 shares)
         return [(1, value.to_bytes(SHARE_BYTES, "big"))]
-    return [(int(s.index), int(s.value).to_bytes(SHARE_BYTES, "big"))
-            for s in shamirs.shares(value, holders, PRIME, threshold)]
+    return [
+        (int(s.index), int(s.value).to_bytes(SHARE_BYTES, "big"))
+        for s in shamirs.shares(value, holders, PRIME, threshold)
+    ]
 
 
 def _chosen(shares: Sequence[Share], threshold: int) -> list[tuple[int, int]]:
@@ -92,8 +94,8 @@ def combine_secrets(share_lists: Sequence[Sequence[Share]], threshold: int) -> l
     for indices, members in groups.items():
         lam = lagrange_at_zero(indices)
         for k in members:
-            out[k] = _secret(sum(l * y for l, (_, y) in zip(lam, chosen[k])) % PRIME)
-    if chosen and len(chosen[0]) > 1:           # one check per call: T^2 inversions
+            out[k] = _secret(sum(c * y for c, (_, y) in zip(lam, chosen[k])) % PRIME)
+    if chosen and len(chosen[0]) > 1:  # one check per call: T^2 inversions
         first = shamirs.interpolate([shamirs.share(i, y, PRIME) for i, y in chosen[0]], threshold=len(chosen[0]))
         if first != int.from_bytes(out[0], "big"):
             raise SecAggError("batched Lagrange reconstruction disagrees with shamirs.interpolate")  # pragma: no cover

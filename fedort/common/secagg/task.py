@@ -19,15 +19,16 @@ Header length P (the model's).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from fedort.common.errors import ProtocolError, VectorError
 from fedort.common.secagg.messages import SecAggParams
 from fedort.common.secagg.pack import U64_CODEC, is_masked, packed_bits
 
 SECAGG_CODEC = U64_CODEC
-MAX_WEIGHT = 65536.0        # FedAvg weights (example counts) are capped here under secure aggregation
+MAX_WEIGHT = 65536.0  # FedAvg weights (example counts) are capped here under secure aggregation
 
 
 def weight_cap(devices: Iterable[Mapping[str, str]]) -> float:
@@ -53,29 +54,42 @@ def _fits(codec: str, bits: int) -> bool:
 @dataclass(frozen=True)
 class SecAggTask:
     params: SecAggParams
-    weighting: str = "examples"        # "examples" (FedAvg) | "unit" (DP-FedAvg: each client counts once)
-    dp_clip: float | None = None       # L2 clip of the delta on the device (DP)
-    dp_noise_std: float = 0.0          # this device's share of the Gaussian noise (distributed DP)
-    codec: str = SECAGG_CODEC          # the masked upload's wire codec (secagg-u64 | secagg-packed:b)
+    weighting: str = "examples"  # "examples" (FedAvg) | "unit" (DP-FedAvg: each client counts once)
+    dp_clip: float | None = None  # L2 clip of the delta on the device (DP)
+    dp_noise_std: float = 0.0  # this device's share of the Gaussian noise (distributed DP)
+    codec: str = SECAGG_CODEC  # the masked upload's wire codec (secagg-u64 | secagg-packed:b)
 
     def weight(self, num_examples: int) -> float:
         cap = min(MAX_WEIGHT, self.params.fixed_point.max_weight)
         return 1.0 if self.weighting == "unit" else float(min(max(num_examples, 1), cap))
 
     def to_bytes(self) -> bytes:
-        return json.dumps({"params": self.params.to_dict(), "weighting": self.weighting, "dp_clip": self.dp_clip,
-                           "dp_noise_std": self.dp_noise_std, "codec": self.codec}, sort_keys=True).encode()
+        return json.dumps(
+            {
+                "params": self.params.to_dict(),
+                "weighting": self.weighting,
+                "dp_clip": self.dp_clip,
+                "dp_noise_std": self.dp_noise_std,
+                "codec": self.codec,
+            },
+            sort_keys=True,
+        ).encode()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "SecAggTask":
+    def from_bytes(cls, data: bytes) -> SecAggTask:
         try:
             d: dict[str, Any] = json.loads(data)
-            task = cls(SecAggParams.from_dict(d["params"]), str(d["weighting"]),
-                       None if d["dp_clip"] is None else float(d["dp_clip"]), float(d["dp_noise_std"]),
-                       str(d.get("codec", SECAGG_CODEC)))
+            task = cls(
+                SecAggParams.from_dict(d["params"]),
+                str(d["weighting"]),
+                None if d["dp_clip"] is None else float(d["dp_clip"]),
+                float(d["dp_noise_std"]),
+                str(d.get("codec", SECAGG_CODEC)),
+            )
         except (ValueError, KeyError, TypeError) as e:
             raise ProtocolError(f"task's secagg description is not a valid SecAggTask: {e}") from None
         if not _fits(task.codec, task.params.fixed_point.bits):
-            raise ProtocolError(f"task's secagg codec {task.codec!r} is not a masked codec for "
-                                f"{task.params.fixed_point.bits}-bit words")
+            raise ProtocolError(
+                f"task's secagg codec {task.codec!r} is not a masked codec for {task.params.fixed_point.bits}-bit words"
+            )
         return task
