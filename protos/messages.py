@@ -70,9 +70,9 @@ class Task:
     def to_pb(self) -> pb.Task:
         # protoc's .pyi types an enum field as its class; the runtime takes the int
         return pb.Task(
-            kind=int(self.kind),
+            kind=int(self.kind),  # type: ignore[arg-type]
             round=self.round,
-            deadline_unix_ms=self.deadline_unix_ms,  # type: ignore[arg-type]
+            deadline_unix_ms=self.deadline_unix_ms,
             config=self.config.to_pb(),
             retry_after_ms=self.retry_after_ms,
             vector_sha256=self.vector_sha256,

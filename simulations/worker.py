@@ -199,7 +199,7 @@ def serve_clients(plan: WorkerPlan, transport: Transport, clients: list[EdgeClie
             ids = [c.client_id for c in clients if c.client_id not in done]
             try:
                 _, state, tasks = call_with_retry(
-                    lambda ids=ids: transport.poll_tasks(ids, clients[0].model_id, plan.poll_wait_ms),
+                    lambda: transport.poll_tasks(ids, clients[0].model_id, plan.poll_wait_ms),  # noqa: B023 - called at once
                     backoff,
                     what="PollTasks",
                 )
