@@ -42,11 +42,11 @@ def run(codec: str, rounds: int, seed: int, artifacts: Path) -> list[dict]:
     from fedort.protos.vector_stream import vector_digest
     from fedort.protos.update_codecs import VectorDecoder, describe_payload, iter_payload_chunks, parse_codec
     from fedort.protos.messages import TrainConfig
-    from fedort.simulations.datasets import subset
+    from fedort.simulations.data.datasets import subset
     from fedort.simulations.population import digits_population
 
     pop = digits_population(10, "dirichlet:0.5", seed)
-    from fedort.simulations.datasets import load_digits_split
+    from fedort.simulations.data.datasets import load_digits_split
     train, _ = load_digits_split(0.2, seed)
     data = [ClientData.from_arrays(subset(train, vc.indices)) for vc in pop.clients]
     test = ClientData.from_arrays(pop.test)

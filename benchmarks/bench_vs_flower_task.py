@@ -83,7 +83,7 @@ def flower_artifacts(cfg, art: Path) -> Path:
 def flower_data(cfg, data: Path):
     """The clients' partitions of the scenario `cfg` (fedort's partitioner, its seed) as data/client-NNNN.npz,
     and its test split as data/test.npz, for the Flower side; returns the population."""
-    from fedort.simulations.datasets import load_digits_split, save_npz, subset
+    from fedort.simulations.data.datasets import load_digits_split, save_npz, subset
     from fedort.simulations.population import digits_population
 
     pop = digits_population(cfg.clients, cfg.partition, cfg.seed, cfg.test_fraction)

@@ -71,7 +71,7 @@ class SimulationConfig(AsyncSettings, PrivacySettings):
         problems = []
         if self.dataset != "digits":
             try:
-                from fedort.simulations.synthetic import parse_synthetic
+                from fedort.simulations.data.synthetic import parse_synthetic
 
                 parse_synthetic(self.dataset)
             except ConfigError as e:

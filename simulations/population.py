@@ -18,8 +18,8 @@ import numpy as np
 from fedort.common.client_data import ClientData, read_npz
 from fedort.common.errors import ConfigError
 from fedort.common.invariants import present
-from fedort.simulations.datasets import Arrays, load_digits_split, load_npz_folder, save_npz, subset
-from fedort.simulations.partition import label_histogram, parse_partition
+from fedort.simulations.data.datasets import Arrays, load_digits_split, load_npz_folder, save_npz, subset
+from fedort.simulations.data.partition import label_histogram, parse_partition
 
 
 def client_id(index: int) -> str:
@@ -135,7 +135,7 @@ def synthetic_population(spec: str, clients: int, seed: int, save_dir: Path) -> 
     The clients' training rows are saved, concatenated, as `train.npz` in `save_dir`; each
     virtual client is an index range of it, so workers load one file as for digits.
     """
-    from fedort.simulations.synthetic import CLASSES, parse_synthetic, synthetic_split
+    from fedort.simulations.data.synthetic import CLASSES, parse_synthetic, synthetic_split
 
     s = parse_synthetic(spec)
     parts_arrays, test = synthetic_split(s.alpha, s.beta, clients, seed)

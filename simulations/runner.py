@@ -29,7 +29,7 @@ from fedort.simulations.artifact_cache import cached_builtin_artifacts
 from fedort.simulations.attacks import choose_attackers
 from fedort.simulations.backends import Backend, prepared_backend
 from fedort.simulations.config import SimulationConfig
-from fedort.simulations.datasets import TEST_FILE, save_npz
+from fedort.simulations.data.datasets import TEST_FILE, save_npz
 from fedort.simulations.device_speed import parse_device_speed
 from fedort.simulations.local_coordinator import LocalCoordinator
 from fedort.simulations.population import (

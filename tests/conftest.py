@@ -38,7 +38,7 @@ def pytest_unconfigure(config) -> None:
 
 def _digits_split(test_fraction: float = 0.2, seed: int = 0) -> tuple[dict, dict]:
     try:
-        from fedort.simulations.datasets import load_digits_split
+        from fedort.simulations.data.datasets import load_digits_split
     except ImportError:  # simulations not installed: the same split straight from scikit-learn
         from sklearn.datasets import load_digits
         from sklearn.model_selection import train_test_split

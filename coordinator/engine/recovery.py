@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fedort.common.durable import atomic_write
+from fedort.common.durable import atomic_write, drop_partial_writes
 from fedort.common.invariants import present
 from fedort.common.round_state import RoundState, RunState
 from fedort.coordinator.aggregation import Update
@@ -55,6 +55,8 @@ async def recover(engine: RoundEngine) -> bool:
             last = r
             if row.vector is not None:  # a small vector durable in its row: its unsynced file may be lost or torn
                 await asyncio.to_thread(atomic_write, store.vector_path(r + 1), row.vector)
+            for left in drop_partial_writes(store.layout.model_dir(r)):  # an export killed mid-write
+                log.info("round %d: removed %s, a write the last stop interrupted", r, left.name)
             problem = None if row.state == COMMITTED else export_problem(store.layout.model_dir(r), row.vector_sha256)
             if problem:
                 log.warning("round %d: export not intact (%s); exporting it again", r, problem)

@@ -116,9 +116,8 @@ class RoundExports:
         def write_locked() -> None:
             fault_point("export.before_write")
             vector_file = self.store.vector_path(round + 1)
-            if (
-                inline
-            ):  # the vector was durable in its row: its file must be before the export links it (export_external)
+            # the vector was durable in its row: its file must be before the export links it (export_external)
+            if inline:
                 fsync_file(vector_file)  # and before the row drops it
                 fsync_dir(vector_file.parent)
             path = self.exporter.export(round, vector, record, self.config.exports_model(round), vector_file)

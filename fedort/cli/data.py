@@ -5,7 +5,7 @@
 
 writes `client-0000.npz` ... (arrays `x`, `labels`, optionally `val_x`, `val_labels`),
 `test.npz` and `partition.json` (spec, seed, sizes and the label histogram of every client).
-`synthetic` is the FedProx paper's Synthetic(α, β) (`simulations/synthetic.py`; model: `logreg`).
+`synthetic` is the FedProx paper's Synthetic(α, β) (`simulations/data/synthetic.py`; model: `logreg`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,15 @@ from pathlib import Path
 import numpy as np
 
 from fedort.common.errors import ConfigError
-from fedort.simulations.datasets import CLIENT_FILE, TEST_FILE, client_file_name, load_digits_split, save_npz, subset
-from fedort.simulations.partition import Partition, Parts, label_histogram, parse_partition
+from fedort.simulations.data.datasets import (
+    CLIENT_FILE,
+    TEST_FILE,
+    client_file_name,
+    load_digits_split,
+    save_npz,
+    subset,
+)
+from fedort.simulations.data.partition import Partition, Parts, label_histogram, parse_partition
 
 PARTITION_FILE = "partition.json"
 TABLE_ROWS = 20  # more clients than this: the table shows the first rows and a size summary
@@ -116,7 +123,7 @@ def _run_digits(args: argparse.Namespace) -> int:
 
 
 def _run_synthetic(args: argparse.Namespace) -> int:
-    from fedort.simulations.synthetic import CLASSES, SyntheticSpec, synthetic_split
+    from fedort.simulations.data.synthetic import CLASSES, SyntheticSpec, synthetic_split
 
     spec = SyntheticSpec(args.alpha, args.beta)
     clients, test = synthetic_split(spec.alpha, spec.beta, args.clients, args.seed, args.test_fraction)

@@ -13,9 +13,11 @@ It lives in the root package because both sides need it and it is not part of th
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Collection, Iterable
@@ -116,6 +118,21 @@ def atomic_write(path: str | os.PathLike, data: Data, *, durable: bool = True, s
         fsync_dir(path.parent)
 
 
+_PARTIAL = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")  # atomic_write's temp names: .NAME.XXXXXXXX.tmp
+
+
+def drop_partial_writes(folder: str | os.PathLike) -> list[Path]:
+    """Remove the temp files an atomic_write into `folder` left when its process was killed mid-write;
+    the files they were replacing are untouched. Returns what was removed."""
+    removed = []
+    with contextlib.suppress(FileNotFoundError):
+        for entry in Path(folder).iterdir():
+            if _PARTIAL.match(entry.name) and entry.is_file() and not entry.is_symlink():
+                entry.unlink(missing_ok=True)
+                removed.append(entry)
+    return removed
+
+
 def drop_cached(*paths: str | os.PathLike) -> None:
     """Ask the kernel to drop these durable files' pages from the page cache (best effort, Linux).
 
@@ -163,4 +180,12 @@ def fsync_tree(root: str | os.PathLike, skip: Collection[str] = ()) -> int:
     return count
 
 
-__all__ = ["atomic_write", "atomic_write_json", "fsync_dir", "fsync_file", "fsync_tree", "start_writeback"]
+__all__ = [
+    "atomic_write",
+    "atomic_write_json",
+    "drop_partial_writes",
+    "fsync_dir",
+    "fsync_file",
+    "fsync_tree",
+    "start_writeback",
+]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from fedort.cli import main
-from fedort.simulations.datasets import load_npz_folder
+from fedort.simulations.data.datasets import load_npz_folder
 
 
 def fedort(*args: str) -> subprocess.CompletedProcess:

@@ -9,7 +9,7 @@ import pytest
 from fedort.common.cache_root import cache_root
 from fedort.edge_client.client.cache import ArtifactCache
 from fedort.simulations.artifact_cache import cached_builtin_artifacts
-from fedort.simulations.datasets import load_digits_split
+from fedort.simulations.data.datasets import load_digits_split
 
 
 def test_fedort_cache_dir_overrides_the_platform_folder(monkeypatch, tmp_path):

@@ -134,3 +134,29 @@ def test_drop_cached_frees_a_durable_files_page_cache_and_keeps_its_bytes(tmp_pa
     drop_cached(path, tmp_path / "missing.f32")            # a missing file is skipped
     assert resident_pages(path) == 0
     assert path.read_bytes() == data.tobytes()
+
+
+def test_a_write_killed_midway_leaves_a_temp_file_that_drop_partial_writes_removes(tmp_path):
+    """A process SIGKILLed inside atomic_write leaves the old file whole and its temp file behind; the temp
+    file (and only it) is removed by drop_partial_writes, as a restarting coordinator does in its model folders."""
+    import subprocess
+    import sys
+
+    from fedort.common.durable import drop_partial_writes
+
+    target = tmp_path / "model.json"
+    target.write_bytes(b"old")
+    (tmp_path / "model.onnx").write_bytes(b"keep")
+    code = ("import os, signal, sys\n"
+            "from fedort.common.durable import atomic_write\n"
+            "def chunks():\n"
+            "    yield b'new, half written'\n"
+            "    os.kill(os.getpid(), signal.SIGKILL)\n"
+            "atomic_write(sys.argv[1], chunks())\n")
+    done = subprocess.run([sys.executable, "-c", code, str(target)], capture_output=True, timeout=60)
+    assert done.returncode == -9, done.stderr
+    left = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".model.json."))
+    assert len(left) == 1 and left[0].endswith(".tmp")
+    assert [p.name for p in drop_partial_writes(tmp_path)] == left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.json", "model.onnx"]
+    assert target.read_bytes() == b"old"

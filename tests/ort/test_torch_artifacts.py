@@ -23,7 +23,7 @@ from onnx import numpy_helper  # noqa: E402
 from fedort import artifacts_from_torch  # noqa: E402
 from fedort.ort.artifacts import load_manifest# noqa: E402
 from fedort.simulations.config import SimulationConfig  # noqa: E402
-from fedort.simulations.datasets import TEST_FILE, client_file_name, save_npz, subset  # noqa: E402
+from fedort.simulations.data.datasets import TEST_FILE, client_file_name, save_npz, subset  # noqa: E402
 from fedort.simulations.runner import run_simulation  # noqa: E402
 
 

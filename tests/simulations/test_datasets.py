@@ -7,7 +7,7 @@ import pytest
 
 from fedort.common.errors import ConfigError, DataError
 from fedort.common.client_data import read_npz
-from fedort.simulations.datasets import load_digits_split, load_npz_folder, save_npz
+from fedort.simulations.data.datasets import load_digits_split, load_npz_folder, save_npz
 
 
 def test_digits_split_has_the_project_data_convention():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fedort.common.errors import ConfigError
-from fedort.simulations.partition import Partition, dirichlet, iid, label_histogram, parse_partition, shards
+from fedort.simulations.data.partition import Partition, dirichlet, iid, label_histogram, parse_partition, shards
 
 LABELS = np.repeat(np.arange(10), 150)  # 1,500 examples, 10 balanced labels
 np.random.default_rng(123).shuffle(LABELS)
@@ -91,7 +91,7 @@ def test_dirichlet_min_size_beyond_the_examples_is_a_config_error():
 
 
 def test_the_readme_tasks_dirichlet_split_of_digits_never_changes():
-    from fedort.simulations.datasets import load_digits_split
+    from fedort.simulations.data.datasets import load_digits_split
 
     train, _ = load_digits_split(0.2, 0)
     parts = dirichlet(train["labels"], 10, 0.5, seed=0)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from fedort.common.errors import ConfigError
-from fedort.simulations.datasets import load_npz_folder
-from fedort.simulations.synthetic import generate, parse_synthetic, synthetic_split
+from fedort.simulations.data.datasets import load_npz_folder
+from fedort.simulations.data.synthetic import generate, parse_synthetic, synthetic_split
 
 
 def test_the_same_seed_gives_the_same_data_and_another_seed_other_data():

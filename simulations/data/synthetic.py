@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedort.common.errors import ConfigError
-from fedort.simulations.datasets import Arrays
+from fedort.simulations.data.datasets import Arrays
 
 FEATURES = 60
 CLASSES = 10
