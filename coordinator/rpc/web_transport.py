@@ -44,6 +44,7 @@ try:
     from starlette.middleware.cors import CORSMiddleware
     from starlette.staticfiles import StaticFiles
 
+    from fedort.coordinator.rpc.web_gate import WebGate  # imports connectrpc too
     from fedort.protos.stubs.fedort_v1_connect import CoordinatorASGIApplication
 except ImportError as e:  # pragma: no cover - depends on the environment
     _missing = (e.name or "a package").partition(".")[0]
@@ -198,8 +199,16 @@ def web_app(servicer: CoordinatorServicer, config: CoordinatorConfig):
     # WebCoordinator sets the service's methods in __init__, from the .proto
     connect_app = CoordinatorASGIApplication(cast("Coordinator", WebCoordinator(servicer)), read_max_bytes=limit)
     origins = list(config.web_cors_origins)
-    return CORSMiddleware(
+    # token, unauthenticated slots and body sizes checked before connect-python reads a body (web_gate)
+    gate = WebGate(
         _Routes(connect_app, web_page(config)),
+        servicer.auth,
+        limit,
+        config.unauthenticated_calls,
+        servicer.monitor.call_failed,
+    )
+    return CORSMiddleware(
+        gate,
         allow_origins=origins,
         allow_methods=["GET", "POST"],
         allow_headers=ALLOW_HEADERS,
