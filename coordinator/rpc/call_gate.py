@@ -39,6 +39,32 @@ def message_limit(method: str, server_limit: int) -> int:
     return server_limit if method in LARGE_METHODS else min(server_limit, SMALL_MESSAGE_BYTES)
 
 
+def needs_token(method: str, has_token: bool) -> bool:
+    """Whether a call's token is checked before its request is read: all but a token-less Join (whose token
+    may travel in `JoinRequest.credential`, read only after a slot is taken)."""
+    return has_token or method != "Join"
+
+
+class TokenlessJoins:
+    """The `limit` Join calls without a token that are served at once; both ports take their slots here."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.open = 0
+
+    def enter(self) -> None:
+        """Take a slot, or ResourceExhaustedError when all are taken."""
+        if self.open >= self.limit:
+            raise ResourceExhaustedError(
+                f"{self.limit} Join calls without a token are already in progress; retry later, or send "
+                "'authorization: Bearer <token>'"
+            )
+        self.open += 1
+
+    def leave(self) -> None:
+        self.open -= 1
+
+
 def _refusal(code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
     """A handler that answers without reading the request (a request-streaming handler never reads on its own)."""
 
@@ -59,8 +85,7 @@ class CallGate(grpc.aio.ServerInterceptor):
     ) -> None:
         """`on_refused(method, error)` hears of every call refused here (the monitor counts them)."""
         self.auth = auth
-        self.limit = unauthenticated_calls
-        self.open_unauthenticated = 0
+        self.tokenless = TokenlessJoins(unauthenticated_calls)
         self.on_refused = on_refused
 
     async def intercept_service(
@@ -71,7 +96,7 @@ class CallGate(grpc.aio.ServerInterceptor):
         metadata = details.invocation_metadata or ()
         method = details.method[len(SERVICE_PREFIX) :]
         has_token = any(key.lower() == "authorization" for key, _ in metadata)
-        if has_token or method != "Join":
+        if needs_token(method, has_token):
             try:
                 self.auth.identify(metadata)
             except UnauthenticatedError as e:
@@ -89,14 +114,11 @@ class CallGate(grpc.aio.ServerInterceptor):
 
     def _slotted(self, method: str, serve):
         async def join(requests, context):
-            if self.open_unauthenticated >= self.limit:
-                busy = ResourceExhaustedError(
-                    f"{self.limit} Join calls without a token in metadata are already in "
-                    "progress; retry later, or send 'authorization: Bearer <token>' metadata"
-                )
+            try:
+                self.tokenless.enter()
+            except ResourceExhaustedError as busy:
                 self.on_refused(method, busy)
                 await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(busy))
-            self.open_unauthenticated += 1
             try:
                 request = None
                 async for request in requests:  # noqa: B007 - the first request, read after the loop
@@ -105,9 +127,17 @@ class CallGate(grpc.aio.ServerInterceptor):
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "Join call ended without a request")
                 return await serve(request, context)
             finally:
-                self.open_unauthenticated -= 1
+                self.tokenless.leave()
 
         return join
 
 
-__all__ = ["CallGate", "LARGE_METHODS", "SMALL_MESSAGE_BYTES", "UNAUTHENTICATED_CALLS", "message_limit"]
+__all__ = [
+    "CallGate",
+    "LARGE_METHODS",
+    "SMALL_MESSAGE_BYTES",
+    "TokenlessJoins",
+    "UNAUTHENTICATED_CALLS",
+    "message_limit",
+    "needs_token",
+]

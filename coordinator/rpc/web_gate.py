@@ -27,7 +27,7 @@ from connectrpc.errors import ConnectError
 
 from fedort.common.errors import ResourceExhaustedError, UnauthenticatedError
 from fedort.coordinator.rpc.auth import Authenticator
-from fedort.coordinator.rpc.call_gate import message_limit
+from fedort.coordinator.rpc.call_gate import TokenlessJoins, message_limit, needs_token
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -52,8 +52,7 @@ class WebGate:
         self.app = app
         self.auth = auth
         self.server_limit = server_limit
-        self.limit = unauthenticated_calls
-        self.open_unauthenticated = 0
+        self.tokenless = TokenlessJoins(unauthenticated_calls)
         self.on_refused = on_refused
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -78,25 +77,18 @@ class WebGate:
         slotted = False
         if not self.auth.open:
             token = headers.get("authorization")
-            if token is not None or method != "Join":
+            if needs_token(method, token is not None):
                 try:
                     self.auth.identify((("authorization", token),) if token is not None else ())
                 except UnauthenticatedError as e:
                     await self._refuse(send, method, grpc_web, e)
                     return
             else:
-                if self.open_unauthenticated >= self.limit:
-                    await self._refuse(
-                        send,
-                        method,
-                        grpc_web,
-                        ResourceExhaustedError(
-                            f"{self.limit} Join calls without a token are already in progress; retry later, or send "
-                            "'Authorization: Bearer <token>'"
-                        ),
-                    )
+                try:
+                    self.tokenless.enter()
+                except ResourceExhaustedError as busy:
+                    await self._refuse(send, method, grpc_web, busy)
                     return
-                self.open_unauthenticated += 1
                 slotted = True
         received = 0
 
@@ -117,7 +109,7 @@ class WebGate:
             await self.app(scope, bounded_receive, send)
         finally:
             if slotted:
-                self.open_unauthenticated -= 1
+                self.tokenless.leave()
 
     async def _refuse(self, send: Send, method: str, grpc_web: bool, error: Exception) -> None:
         self.on_refused(method, error)
