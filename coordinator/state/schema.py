@@ -9,6 +9,7 @@ an earlier release opens unchanged. Queries live in `coordinator.state`; these a
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from dataclasses import dataclass
 from typing import Any
@@ -67,6 +68,18 @@ class ClientRow:
     active: bool
     left_reason: str = ""
 
+    @classmethod
+    def from_sql(cls, r: sqlite3.Row) -> ClientRow:
+        return cls(
+            r["client_id"],
+            r["device_name"],
+            json.loads(r["capabilities"]),
+            r["joined_ms"],
+            r["last_seen_ms"],
+            bool(r["active"]),
+            r["left_reason"],
+        )
+
 
 @dataclass(frozen=True)
 class RoundRow:
@@ -85,6 +98,25 @@ class RoundRow:
     message: str
     vector: bytes | None = None  # a small committed vector's bytes, durable here until its export fsyncs its file
 
+    @classmethod
+    def from_sql(cls, r: sqlite3.Row) -> RoundRow:
+        return cls(
+            r["round"],
+            r["state"],
+            r["attempt"],
+            tuple(json.loads(r["selected"])),
+            r["deadline_ms"],
+            r["opened_ms"],
+            r["closed_ms"],
+            r["vector_sha256"],
+            r["clients"],
+            r["examples"],
+            json.loads(r["metrics"]),
+            r["model_path"],
+            r["message"],
+            r["vector"] if "vector" in r.keys() else None,
+        )
+
 
 @dataclass(frozen=True)
 class TransitionRow:
@@ -95,6 +127,10 @@ class TransitionRow:
     to_state: str
     at_unix_s: float
     why: str = ""
+
+    @classmethod
+    def from_sql(cls, r: sqlite3.Row) -> TransitionRow:
+        return cls(r["round"], r["from_state"], r["to_state"], r["at_unix_s"], r["why"])
 
 
 @dataclass(frozen=True)
@@ -108,6 +144,20 @@ class SubmissionRow:
     received_ms: int
     codec: str = "raw"  # the spool file's wire codec: replay decodes it with the same decoder
     payload: bytes | None = None  # a small update's bytes, durable here (the spool file is a copy) until commit
+
+    @classmethod
+    def from_sql(cls, r: sqlite3.Row) -> SubmissionRow:
+        keys = r.keys()
+        return cls(
+            r["round"],
+            r["client_id"],
+            r["num_examples"],
+            json.loads(r["metrics"]),
+            r["sha256"],
+            r["spool_path"],
+            r["received_ms"],
+            *[r[k] for k in ("codec", "payload") if k in keys],
+        )
 
 
 __all__ = [

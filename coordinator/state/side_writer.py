@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from fedort.coordinator.state.storage import raise_if_full
+from fedort.coordinator.state.connection import transaction, writable
 
 if TYPE_CHECKING:
     from fedort.coordinator.state.schema import SubmissionRow
@@ -42,10 +42,8 @@ class SideWriter:
     """Commits statements in one durable transaction per call, from one (any) thread at a time."""
 
     def __init__(self, store: StateStore) -> None:
-        from fedort.coordinator.state.store import _writable
-
         self._lock = store.write_lock
-        self._db = _writable(store.layout.db, any_thread=True)
+        self._db = writable(store.layout.db, any_thread=True)
 
     def add(self, rows: Iterable[SubmissionRow]) -> None:
         """Insert every submission row or none (durable on return); a full disk raises StorageError."""
@@ -56,17 +54,8 @@ class SideWriter:
         self._run(lambda db: [db.execute(sql, args) for sql, args in statements])
 
     def _run(self, body) -> None:
-        db = self._db
         with self._lock:
-            try:
-                db.execute("BEGIN IMMEDIATE")
-                body(db)
-                db.execute("COMMIT")
-            except BaseException as e:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise_if_full(e)
-                raise
+            transaction(self._db, body)
 
     def close(self) -> None:
         self._db.close()

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedort.common import clock
-from fedort.common.durable import private_file
 from fedort.common.errors import ConfigError, CorruptStateError, StorageError, VectorError
 from fedort.common.round_state import RunState
+from fedort.coordinator.state import connection
 from fedort.coordinator.state.layout import DB_NAME, StateLayout
 from fedort.coordinator.state.schema import (
     COMMITTED,
@@ -89,11 +89,11 @@ class StateStore:
         if readonly:
             if not db.is_file():
                 raise ConfigError(f"no coordinator state in {self.dir} ({DB_NAME} missing)")
-            self._db = sqlite3.connect(f"file:{db}?mode=ro", uri=True, isolation_level=None, timeout=10)
+            self._db = connection.readonly(db)
         else:
             for sub in (self.layout.vectors, self.layout.spool, self.layout.models):
                 sub.mkdir(parents=True, exist_ok=True)
-            self._db = _writable(db)
+            self._db = connection.writable(db)
             create_tables(self._db)
         self._db.execute("SELECT COUNT(*) FROM meta").fetchone()  # reads a page: garbage fails here, not later
 
@@ -114,9 +114,7 @@ class StateStore:
             self._tx_locked(statements)
 
     def _tx_locked(self, statements: Iterable[tuple[str, tuple]]) -> None:
-        db = self._db
-        try:
-            db.execute("BEGIN IMMEDIATE")
+        def body(db: sqlite3.Connection) -> None:
             for sql, args in [*self._deferred, *statements]:
                 db.execute(sql, args)
             for t in self._transitions:
@@ -124,15 +122,9 @@ class StateStore:
                     "INSERT INTO transitions (round, from_state, to_state, at_unix_s, why) VALUES (?, ?, ?, ?, ?)",
                     (t.round, t.from_state, t.to_state, t.at_unix_s, t.why),
                 )
-            db.execute("COMMIT")
-            self._transitions, self._deferred = [], []  # kept for the next transaction if this one failed
-        except BaseException as e:
-            # a failed COMMIT (e.g. disk full) may already have rolled back: a second ROLLBACK would
-            # raise "cannot rollback - no transaction is active" and hide the real cause
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise_if_full(e)
-            raise
+
+        connection.transaction(self._db, body)
+        self._transitions, self._deferred = [], []  # kept for the next transaction if this one failed
 
     # ---- paths ----------------------------------------------------------------------------------
 
@@ -164,7 +156,7 @@ class StateStore:
             rows = self._db.execute("SELECT * FROM transitions ORDER BY seq").fetchall()
         except sqlite3.OperationalError:
             return []
-        return [TransitionRow(r["round"], r["from_state"], r["to_state"], r["at_unix_s"], r["why"]) for r in rows]
+        return [TransitionRow.from_sql(r) for r in rows]
 
     # ---- meta -----------------------------------------------------------------------------------
 
@@ -229,18 +221,7 @@ class StateStore:
 
     def clients(self) -> list[ClientRow]:
         rows = self._db.execute("SELECT * FROM clients ORDER BY client_id").fetchall()
-        return [
-            ClientRow(
-                r["client_id"],
-                r["device_name"],
-                json.loads(r["capabilities"]),
-                r["joined_ms"],
-                r["last_seen_ms"],
-                bool(r["active"]),
-                r["left_reason"],
-            )
-            for r in rows
-        ]
+        return [ClientRow.from_sql(r) for r in rows]
 
     # ---- rounds ---------------------------------------------------------------------------------
 
@@ -329,25 +310,7 @@ class StateStore:
 
     def rounds(self) -> list[RoundRow]:
         rows = self._db.execute("SELECT * FROM rounds ORDER BY round").fetchall()
-        return [
-            RoundRow(
-                r["round"],
-                r["state"],
-                r["attempt"],
-                tuple(json.loads(r["selected"])),
-                r["deadline_ms"],
-                r["opened_ms"],
-                r["closed_ms"],
-                r["vector_sha256"],
-                r["clients"],
-                r["examples"],
-                json.loads(r["metrics"]),
-                r["model_path"],
-                r["message"],
-                r["vector"] if "vector" in r.keys() else None,
-            )
-            for r in rows
-        ]
+        return [RoundRow.from_sql(r) for r in rows]
 
     # ---- submissions ----------------------------------------------------------------------------
 
@@ -364,19 +327,7 @@ class StateStore:
 
     def submissions(self, round: int) -> list[SubmissionRow]:
         rows = self._db.execute("SELECT * FROM submissions WHERE round = ? ORDER BY client_id", (round,)).fetchall()
-        return [
-            SubmissionRow(
-                r["round"],
-                r["client_id"],
-                r["num_examples"],
-                json.loads(r["metrics"]),
-                r["sha256"],
-                r["spool_path"],
-                r["received_ms"],
-                *[r[k] for k in ("codec", "payload") if k in r.keys()],
-            )
-            for r in rows
-        ]
+        return [SubmissionRow.from_sql(r) for r in rows]
 
     def submission_digest(self, round: int, client_id: str) -> str | None:
         """The stored payload digest of `client_id`'s counted update of round `round` (None: none counted)."""
@@ -404,13 +355,3 @@ class StateStore:
     def dump(self) -> str:
         """Every row as SQL text (tests compare it before and after a rejected request)."""
         return "\n".join(self._db.iterdump())
-
-
-def _writable(db: Path, any_thread: bool = False) -> sqlite3.Connection:
-    """A read-write connection: WAL, and every commit fsynced before it returns (synchronous=FULL); the
-    database file is the owner's only (0600: it holds devices' updates)."""
-    private_file(db)
-    con = sqlite3.connect(db, isolation_level=None, timeout=30, check_same_thread=not any_thread)
-    con.execute("PRAGMA journal_mode=WAL")
-    con.execute("PRAGMA synchronous=FULL")
-    return con
