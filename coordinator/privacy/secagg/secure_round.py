@@ -7,7 +7,7 @@
     ─▶ AGGREGATING (the unmasked SUM only) ─▶ the usual commit
 
 `SecAggServer` (coordinator/privacy/secagg/server.py) holds the protocol state; this module drives it,
-answers the `SecAgg` RPC and keeps it durable through `SecAggRecord` (coordinator/privacy/secagg/record.py):
+answers the `SecAgg` RPC through `SecAggSteps` (steps.py) and keeps it durable through `SecAggRecord` (record.py):
 after every accepted message and phase close the protocol state is written atomically to
 `secagg/round-NNNN.state` before any client hears of it, and the uint64 sum with it (`.sum`) when
 masked-input collection closes. Masked inputs are durable
@@ -15,10 +15,11 @@ like any update (spool file + row, acknowledged after both); a restart during th
 folds them again from the spool into a fresh accumulator, after it the recorded sum is used, so
 each is counted exactly once. A restarted coordinator resumes in the phase it recorded. The spool
 only ever holds masked vectors. A phase that ends with fewer than T clients (or a client whose
-masks can no longer be removed, or shares no single liar explains: `secagg_shares`) aborts: its
+masks can no longer be removed, or shares no single liar explains: `share_checks`) aborts: its
 masked inputs are forgotten and the round is retried with a fresh protocol run while attempts
-remain (`max_round_attempts`); then it fails with the reason in status and log, the global model
-unchanged, and a restart begins the round anew.
+remain (`max_round_attempts`), without the members the attempt caught cheating or that were
+accused (`exclusion.py`; the engine's selection asks `excluded`); then it fails with the reason in
+status and log, the global model unchanged, and a restart begins the round anew.
 Each phase after the first gets `round_timeout_s` (clients are already trained by then).
 """
 

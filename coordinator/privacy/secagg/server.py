@@ -229,6 +229,12 @@ class SecAggServer:
         request = self.unmask_request()
         if not set(msg.key_shares) <= set(request.dropped) or not set(msg.seed_shares) <= set(request.survivors):
             raise SecAggError(f"client {msg.client_id} answered for clients it was not asked about")
+        senders = {s for s, m in self.state.sealed.items() if msg.client_id in m}
+        if not set(msg.complaints) <= senders or set(msg.complaints) & {*msg.key_shares, *msg.seed_shares}:
+            raise SecAggError(
+                f"client {msg.client_id} complains about {sorted(msg.complaints)}: it may name only neighbours that "
+                f"sealed shares for it ({sorted(senders)}), and reveal no share of those it names"
+            )
         self.state.responses[msg.client_id] = msg
 
     def finish(self) -> SecAggResult:

@@ -27,10 +27,10 @@ def _bump(share):
     return index, ((int.from_bytes(value, "big") + 1) % PRIME).to_bytes(SHARE_BYTES, "big")
 
 
-def _round(n, *, threshold=None, degree=None, shares=None, response=None):
+def _round(n, *, threshold=None, degree=None, shares=None, response=None, params=None):
     """A round of `n` clients under the committed scheme; CHEAT's ShareKeys pass through `shares`, its
     UnmaskResponse through `response`. (params, updates, server, clients), unmask responses in."""
-    params = make_params(n, 300, degree=degree, threshold=threshold, scheme=COMMITTED)
+    params = params or make_params(n, 300, degree=degree, threshold=threshold, scheme=COMMITTED)
     rng = np.random.default_rng(5)
     updates = {c: rng.normal(0.0, 0.3, params.length) for c in params.cohort}
     server = SecAggServer(params)
@@ -120,3 +120,10 @@ def test_shares_without_commitments_are_refused_under_the_committed_scheme():
     msg = clients["c000"].share_keys(server.roster_for("c000"))
     with pytest.raises(SecAggError, match="must commit to its shares"):
         server.receive_shares(dataclasses.replace(msg, commitments={}, seed_digest=b""))
+
+
+def test_a_complaint_about_a_client_that_sealed_nothing_for_the_accuser_is_refused():
+    params = make_params(8, 300, degree=4, scheme=COMMITTED)
+    stranger = next(c for c in params.cohort if c != CHEAT and c not in params.neighbours[CHEAT])
+    with pytest.raises(SecAggError, match=f"complains about \\['{stranger}'\\]"):
+        _round(8, params=params, response=lambda r: dataclasses.replace(r, complaints=(stranger,)))
