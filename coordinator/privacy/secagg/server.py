@@ -26,7 +26,7 @@ import numpy as np
 
 from fedort.common.secagg.commit import DIGEST_BYTES, seed_digest
 from fedort.common.secagg.errors import SecAggAborted, SecAggError
-from fedort.common.secagg.keys import Agreement, KeyPair
+from fedort.common.secagg.keys import Agreement, KeyPair, check_public
 from fedort.common.secagg.masks import pairwise_seed, pairwise_sign, self_key
 from fedort.common.secagg.messages import (
     AdvertiseKeys,
@@ -132,6 +132,14 @@ class SecAggServer:
         check_echo(self.params.scheme, msg.scheme, msg.client_id)
         if msg.client_id in self.state.keys and self.state.keys[msg.client_id] != msg:
             raise SecAggError(f"client {msg.client_id} advertised different keys twice")
+        check_public(msg.cipher_public, f"client {msg.client_id}'s share-encryption key")
+        check_public(msg.mask_public, f"client {msg.client_id}'s mask key")
+        taken = {k for c, m in self.state.keys.items() if c != msg.client_id for k in (m.cipher_public, m.mask_public)}
+        if msg.cipher_public == msg.mask_public or {msg.cipher_public, msg.mask_public} & taken:
+            raise SecAggError(
+                f"client {msg.client_id} advertised a public key that is already in use (its other key, or another "
+                f"client's); every client needs two keys of its own"
+            )
         self.state.keys[msg.client_id] = msg
 
     def close_advertise(self) -> list[str]:
