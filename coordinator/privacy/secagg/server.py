@@ -44,6 +44,9 @@ from fedort.coordinator.privacy.secagg.server_state import SecAggServerState
 from fedort.coordinator.privacy.secagg.share_checks import holder_index, trusted_shares
 
 
+MAX_BUNDLE_BYTES = 1024  # an honest bundle is about 200 bytes: a larger one only inflates its recipient's delivery
+
+
 @dataclass(frozen=True)
 class SecAggResult:
     """The decoded aggregate: sum of weight*update, sum of weights, whose inputs it holds."""
@@ -160,6 +163,11 @@ class SecAggServer:
         self._expect(Phase.SHARE_KEYS)
         self._known(msg.client_id, self.state.u1, "shares")
         expected = set(self.roster_for(msg.client_id).keys)
+        if any(len(b) > MAX_BUNDLE_BYTES for b in msg.sealed.values()):
+            raise SecAggError(
+                f"client {msg.client_id} sealed a share bundle of {max(len(b) for b in msg.sealed.values())} bytes; "
+                f"a bundle (two shares, their salts, nonce and tag) is at most {MAX_BUNDLE_BYTES} bytes"
+            )
         if set(msg.sealed) != expected:
             raise SecAggError(
                 f"client {msg.client_id} sealed shares for {sorted(msg.sealed)}, expected its roster {sorted(expected)}"

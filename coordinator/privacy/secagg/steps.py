@@ -138,7 +138,7 @@ def _member(client_id: str, members: list[str], round: int, what: str) -> None:
 def _parse(cls, payload: bytes, client_id: str):
     try:
         msg = cls.from_bytes(payload)
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ProtocolError(f"secagg payload is not a valid {cls.__name__}: {exc}") from None
     if msg.client_id != client_id:
         raise ProtocolError(f"secagg {cls.__name__} names client {msg.client_id!r}, the request {client_id!r}")

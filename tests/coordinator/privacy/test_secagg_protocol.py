@@ -214,3 +214,17 @@ def test_a_public_key_another_client_advertised_is_refused():
     with pytest.raises(SecAggError, match="already in use"):
         server.receive_keys(dataclasses.replace(keys["c001"], cipher_public=keys["c000"].mask_public))
     server.receive_keys(keys["c001"])  # its own keys are still welcome
+
+
+def test_an_oversized_share_bundle_is_refused_so_no_delivery_grows_with_a_members_whim():
+    params = make_params(4, 10)
+    server = SecAggServer(params)
+    clients = {c: SecAggClient(c, params) for c in params.cohort}
+    for client in clients.values():
+        server.receive_keys(client.advertise())
+    server.close_advertise()
+    msg = clients["c000"].share_keys(server.roster_for("c000"))
+    holder = sorted(msg.sealed)[0]
+    with pytest.raises(SecAggError, match="at most 1024 bytes"):
+        server.receive_shares(dataclasses.replace(msg, sealed={**msg.sealed, holder: bytes(5000)}))
+    server.receive_shares(msg)
