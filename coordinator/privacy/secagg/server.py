@@ -43,7 +43,6 @@ from fedort.common.secagg.scheme import check_echo, combine_secrets, committed
 from fedort.coordinator.privacy.secagg.server_state import SecAggServerState
 from fedort.coordinator.privacy.secagg.share_checks import holder_index, trusted_shares
 
-
 MAX_BUNDLE_BYTES = 1024  # an honest bundle is about 200 bytes: a larger one only inflates its recipient's delivery
 
 
