@@ -41,7 +41,8 @@ from fedort.common.secagg.messages import (
 )
 from fedort.common.secagg.phases import Phase
 from fedort.common.secagg.prg import MaskAdder, accumulator_dtype
-from fedort.common.secagg.scheme import committed, split_secret
+from fedort.common.secagg.scheme import committed, share_bytes, split_secret
+from fedort.common.secagg.shamir_prime import PRIME
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +171,7 @@ class SecAggClient:
                 unb64(body.get("ks", "")),
                 unb64(body.get("bs", "")),
             )
-        except (SecAggError, ValueError, KeyError, TypeError) as e:  # the sender's doing, not ours
+        except (SecAggError, ValueError, KeyError, TypeError, AttributeError) as e:  # the sender's doing, not ours
             raise PeerShareError(
                 f"the share bundle {sender} sealed for {self.client_id} is unusable ({e}); "
                 f"{self.client_id} {'reports it' if committed(self.params.scheme) else 'leaves this round'}"
@@ -180,8 +181,10 @@ class SecAggClient:
             ck, cb = delivery.commitments.get(sender, (b"", b""))
             rid, me = self.params.round_id, self.client_id
             expected = delivery.indices.get(sender)
+            size = share_bytes(self.params.scheme)
             if (
                 index != expected
+                or any(len(y) != size or int.from_bytes(y, "big") >= PRIME for y in (k_share, b_share))
                 or not opens(ck, rid, sender, me, KEY, index, k_share, k_salt)
                 or not opens(cb, rid, sender, me, SEED, index, b_share, b_salt)
             ):

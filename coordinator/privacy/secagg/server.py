@@ -39,7 +39,7 @@ from fedort.common.secagg.messages import (
 )
 from fedort.common.secagg.phases import Phase
 from fedort.common.secagg.prg import MaskAdder, accumulator_dtype
-from fedort.common.secagg.scheme import check_echo, combine_secrets, committed
+from fedort.common.secagg.scheme import check_echo, combine_secrets, committed, share_bytes
 from fedort.coordinator.privacy.secagg.server_state import SecAggServerState
 from fedort.coordinator.privacy.secagg.share_checks import holder_index, trusted_shares
 
@@ -244,6 +244,14 @@ class SecAggServer:
         request = self.unmask_request()
         if not set(msg.key_shares) <= set(request.dropped) or not set(msg.seed_shares) <= set(request.survivors):
             raise SecAggError(f"client {msg.client_id} answered for clients it was not asked about")
+        size = share_bytes(self.params.scheme)
+        if any(
+            not 1 <= i <= len(self.params.cohort) or len(y) != size
+            for i, y in [*msg.key_shares.values(), *msg.seed_shares.values()]
+        ):
+            raise SecAggError(
+                f"client {msg.client_id} sent a share that is not (index 1..{len(self.params.cohort)}, {size} bytes)"
+            )
         senders = {s for s, m in self.state.sealed.items() if msg.client_id in m}
         if not set(msg.complaints) <= senders or set(msg.complaints) & {*msg.key_shares, *msg.seed_shares}:
             raise SecAggError(
@@ -271,7 +279,10 @@ class SecAggServer:
         for v, shares in key_shares.items():
             if len(shares) < t:
                 raise self._abort(f"{len(shares)} trusted shares of dropped {v}'s mask key arrived, {t} needed")
-        secrets = combine_secrets(self.params.scheme, [*seed_shares.values(), *key_shares.values()], t)
+        try:
+            secrets = combine_secrets(self.params.scheme, [*seed_shares.values(), *key_shares.values()], t)
+        except SecAggError as e:  # shares no check could tell apart (an older scheme): a clean abort, not a crash
+            raise self._abort(f"the shares do not rebuild the secrets: {e}") from None
         bits, scheme = self.params.fixed_point.bits, self.params.scheme
         masks = np.zeros(len(self.accumulator), dtype=accumulator_dtype(scheme, bits))  # summed, then removed once
         adder = MaskAdder(len(self.accumulator), scheme=scheme)

@@ -87,6 +87,11 @@ def committed(scheme: str) -> bool:
     return scheme == COMMITTED
 
 
+def share_bytes(scheme: str) -> int:
+    """The length of one Shamir share value in `scheme`'s field (17 bytes mod 2^130 − 5, 16 in GF(2^128))."""
+    return 17 if require_known(scheme) in AES_SCHEMES else 16
+
+
 def split_secret(scheme: str, secret: bytes, threshold: int, holders: int) -> list[tuple[int, bytes]]:
     """Shamir shares of a 16-byte seed in `scheme`'s field (index 1..holders)."""
     if require_known(scheme) in AES_SCHEMES:

@@ -127,3 +127,10 @@ def test_a_complaint_about_a_client_that_sealed_nothing_for_the_accuser_is_refus
     stranger = next(c for c in params.cohort if c != CHEAT and c not in params.neighbours[CHEAT])
     with pytest.raises(SecAggError, match=f"complains about \\['{stranger}'\\]"):
         _round(8, params=params, response=lambda r: dataclasses.replace(r, complaints=(stranger,)))
+
+
+def test_a_revealed_share_of_the_wrong_length_is_refused_as_a_message_not_a_crash():
+    short = lambda r: dataclasses.replace(r, seed_shares={VICTIM: (r.seed_shares[VICTIM][0], b"\x01")})  # noqa: E731
+    with pytest.raises(SecAggError, match="not \\(index 1..5, 17 bytes\\)"):
+        _round(5, threshold=3, response=short)
+
