@@ -19,6 +19,7 @@ import logging
 from pathlib import Path
 
 from fedort.common.durable import atomic_write
+from fedort.common.secagg.scheme import committed
 from fedort.coordinator.privacy.secagg.server_state import SecAggServerState
 
 log = logging.getLogger("fedort.coordinator.engine.round_engine")
@@ -42,6 +43,9 @@ class Exclusions:
             self._round, self.accused = round, {}
         before = self.excluded(round)
         fresh = {c: why for c, why in state.cheaters.items() if c not in self.caught}
+        if not committed(state.params.scheme):  # without commitments a dealer could have framed a holder
+            self.accused.update(fresh)
+            fresh = {}
         for accuser, accused in sorted(state.complaints().items()):
             named = sorted(set(accused) - {accuser})
             if accuser not in state.cheaters and accuser not in self.caught and named:
