@@ -53,6 +53,15 @@ class GarbageBundles(Altering):
         return dataclasses.replace(m, sealed={k: os.urandom(len(v)) for k, v in m.sealed.items()}).to_bytes()
 
 
+class FramingCommitments(GarbageBundles):
+    """Seals honest shares but commits to other values for its first holder (to have it blamed later)."""
+
+    def alter(self, payload):
+        m = ShareKeys.from_bytes(payload)
+        victim = sorted(m.commitments)[0]
+        return dataclasses.replace(m, commitments={**m.commitments, victim: (os.urandom(32), os.urandom(32))}).to_bytes()
+
+
 def _bump(share):
     index, value = share
     return index, ((int.from_bytes(value, "big") + 1) % PRIME).to_bytes(SHARE_BYTES, "big")
@@ -221,3 +230,13 @@ async def test_a_caught_cheater_is_not_selected_for_the_runs_next_round(start_co
     assert all(o == [("accepted", "accepted")] * 2 for c, o in outcomes.items() if c != CHEAT), outcomes
     assert (await asyncio.wait_for(coord.wait_done(), 30)).state is RoundState.DONE
     assert sorted(_params(coord, 2)["cohort"]) == ids[1:]
+
+
+async def test_a_dealer_committing_to_other_shares_than_it_sealed_cannot_frame_their_holder(start_coordinator,
+                                                                                          stub_client):
+    coord, ids, deltas, outcomes = await _lying_round(start_coordinator, stub_client, FramingCommitments)
+    assert all(o == [("accepted", "accepted")] for o in outcomes.values()), outcomes
+    assert (await asyncio.wait_for(coord.wait_done(), 30)).state is RoundState.DONE
+    start, final = await _moved(coord, stub_client, ids)  # the holder reported it and revealed nothing of it
+    np.testing.assert_allclose(final, start + _mean(deltas, ids), atol=1e-6)
+    assert not (coord.config.state_dir / "secagg" / "excluded.json").exists()  # nobody was caught with proof
