@@ -299,6 +299,8 @@ class RoundEngine(TaskDispatch, RoundExports):
         """Select clients besides those that already reported, then open the attempt."""
         cfg, r = self.config, present(self.training, "the open round")
         available = set(self.registry.available())
+        if self.secagg is not None:  # caught cheaters sit out secure rounds (privacy/secagg/exclusion.py)
+            available -= self.secagg.excluded()
         candidates = sorted(available - set(r.reported))
         keep = frozenset(r.reported)
         target = sample_size(len(available | keep), cfg.fraction, cfg.min_clients)

@@ -10,16 +10,21 @@ Each call checks what the coordinator sent (neighbours only, distinct keys, at l
 authenticated shares addressed to this client in this round) and raises SecAggError otherwise.
 The client never reveals both the key share and the seed share of one neighbour, even across
 repeated unmask requests: that pair would let the server unmask that neighbour's update.
+Under the committed scheme a bundle that does not open, or whose shares break the commitments the
+coordinator relayed, is not fatal: the client holds no share of that sender and names it in its
+unmask response (a complaint); the masks do not depend on the shares, so its input stays valid.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Callable
 
 import numpy as np
 
+from fedort.common.secagg.commit import KEY, SALT_BYTES, SEED, opens, seed_digest, share_commitment
 from fedort.common.secagg.errors import PeerShareError, SecAggError
 from fedort.common.secagg.keys import SEED_BYTES, Agreement, KeyPair, open_sealed, seal
 from fedort.common.secagg.masks import pairwise_seed, pairwise_sign, self_key
@@ -36,7 +41,10 @@ from fedort.common.secagg.messages import (
 )
 from fedort.common.secagg.phases import Phase
 from fedort.common.secagg.prg import MaskAdder, accumulator_dtype
-from fedort.common.secagg.scheme import split_secret
+from fedort.common.secagg.scheme import committed, share_bytes, split_secret
+from fedort.common.secagg.shamir_prime import PRIME
+
+log = logging.getLogger(__name__)
 
 
 def _aad(params: SecAggParams, sender: str, recipient: str) -> bytes:
@@ -59,7 +67,8 @@ class SecAggClient:
         self._mask = KeyPair.from_seed(self._mask_seed)
         self._seed = os.urandom(SEED_BYTES)  # shared: recovers our self mask if we survive
         self._roster: dict[str, AdvertiseKeys] = {}
-        self._held: dict[str, tuple[int, bytes, bytes]] = {}  # sender -> (index, key share, seed share)
+        self._held: dict[str, tuple[int, bytes, bytes, bytes, bytes]] = {}  # sender -> (index, key, seed, salts)
+        self._complaints: list[str] = []  # senders whose bundle failed (committed scheme)
         self._revealed_keys: set[str] = set()
         self._revealed_seeds: set[str] = set()
         self._ahead: tuple[tuple[np.ndarray, MaskAdder], dict[str, bytes]] | None = None  # precompute_masks
@@ -93,13 +102,26 @@ class SecAggClient:
         scheme = self.params.scheme
         key_shares = split_secret(scheme, self._mask_seed, self.params.threshold, len(holders))
         seed_shares = split_secret(scheme, self._seed, self.params.threshold, len(holders))
-        sealed = {}
+        with_commitments = committed(scheme)
+        sealed, commitments = {}, {}
         for holder, (index, k_share), (_, b_share) in zip(holders, key_shares, seed_shares):
-            body = json.dumps({"i": index, "k": b64(k_share), "b": b64(b_share)}).encode()
+            bundle = {"i": index, "k": b64(k_share), "b": b64(b_share)}
+            if with_commitments:
+                k_salt, b_salt = os.urandom(SALT_BYTES), os.urandom(SALT_BYTES)
+                bundle |= {"ks": b64(k_salt), "bs": b64(b_salt)}
+                rid = self.params.round_id
+                commitments[holder] = (
+                    share_commitment(rid, self.client_id, holder, KEY, index, k_share, k_salt),
+                    share_commitment(rid, self.client_id, holder, SEED, index, b_share, b_salt),
+                )
             key = self._share_keys.key(peers[holder].cipher_public, self.params.info("share", self.client_id, holder))
-            sealed[holder] = seal(key, body, _aad(self.params, self.client_id, holder))
+            sealed[holder] = seal(key, json.dumps(bundle).encode(), _aad(self.params, self.client_id, holder))
         self.phase = Phase.MASKED_INPUT
-        return ShareKeys(self.client_id, sealed)
+        if not with_commitments:
+            return ShareKeys(self.client_id, sealed)
+        return ShareKeys(
+            self.client_id, sealed, commitments, seed_digest(self.params.round_id, self.client_id, self._seed)
+        )
 
     def masked_input(self, delivery: ShareDelivery, vector: np.ndarray, weight: float = 1.0) -> np.ndarray:
         """Open the shares addressed to us, then encode the update and add every mask mod 2^b."""
@@ -113,17 +135,13 @@ class SecAggClient:
         if np.asarray(vector).shape != (self.params.length,):
             raise SecAggError(f"update must have {self.params.length} values, got shape {np.asarray(vector).shape}")
         for sender in senders:
-            key = self._share_keys.key(
-                self._roster[sender].cipher_public, self.params.info("share", sender, self.client_id)
-            )
             try:
-                body = json.loads(open_sealed(key, delivery.sealed[sender], _aad(self.params, sender, self.client_id)))
-                self._held[sender] = (int(body["i"]), unb64(body["k"]), unb64(body["b"]))
-            except (SecAggError, ValueError, KeyError, TypeError) as e:  # the sender's doing, not ours
-                raise PeerShareError(
-                    f"the share bundle {sender} sealed for {self.client_id} is unusable ({e}); "
-                    f"{self.client_id} leaves this round"
-                ) from None
+                self._held[sender] = self._open(delivery, sender)
+            except PeerShareError as e:
+                if not committed(self.params.scheme):
+                    raise  # no way to report it: the device leaves the round
+                self._complaints.append(sender)  # stays: the sender is named in the unmask response
+                log.warning("%s", e)
         masked, bits = self.params.fixed_point.encode(vector, weight), self.params.fixed_point.bits
         ahead, self._ahead = self._ahead, None  # precompute_masks: PRG(b_u) and the roster's masks
         (acc, adder), included = ahead if ahead is not None else (self._self_masked(), {})
@@ -138,6 +156,43 @@ class SecAggClient:
         masked &= self.params.fixed_point.modulus_mask
         self.phase = Phase.UNMASK
         return masked
+
+    def _open(self, delivery: ShareDelivery, sender: str) -> tuple[int, bytes, bytes, bytes, bytes]:
+        """The shares `sender` sealed for us, checked against its commitments (committed scheme); PeerShareError."""
+        key = self._share_keys.key(
+            self._roster[sender].cipher_public, self.params.info("share", sender, self.client_id)
+        )
+        try:
+            body = json.loads(open_sealed(key, delivery.sealed[sender], _aad(self.params, sender, self.client_id)))
+            held = (
+                int(body["i"]),
+                unb64(body["k"]),
+                unb64(body["b"]),
+                unb64(body.get("ks", "")),
+                unb64(body.get("bs", "")),
+            )
+        except (SecAggError, ValueError, KeyError, TypeError, AttributeError) as e:  # the sender's doing, not ours
+            raise PeerShareError(
+                f"the share bundle {sender} sealed for {self.client_id} is unusable ({e}); "
+                f"{self.client_id} {'reports it' if committed(self.params.scheme) else 'leaves this round'}"
+            ) from None
+        if committed(self.params.scheme):
+            index, k_share, b_share, k_salt, b_salt = held
+            ck, cb = delivery.commitments.get(sender, (b"", b""))
+            rid, me = self.params.round_id, self.client_id
+            expected = delivery.indices.get(sender)
+            size = share_bytes(self.params.scheme)
+            if (
+                index != expected
+                or any(len(y) != size or int.from_bytes(y, "big") >= PRIME for y in (k_share, b_share))
+                or not opens(ck, rid, sender, me, KEY, index, k_share, k_salt)
+                or not opens(cb, rid, sender, me, SEED, index, b_share, b_salt)
+            ):
+                raise PeerShareError(
+                    f"the shares {sender} sealed for {self.client_id} do not match its commitments "
+                    f"(or carry index {index}, not {expected}); {self.client_id} reports it"
+                )
+        return held
 
     def precompute_masks(self, cancelled: Callable[[], bool] = lambda: False) -> bool:
         """PRG(b_u) + Σ_{v ∈ roster} sign(u, v)·PRG(s_uv) (mod 2^64, or 2^32: `prg.accumulator_dtype`), computed
@@ -192,8 +247,11 @@ class SecAggClient:
         self._revealed_keys |= keys
         self._revealed_seeds |= seeds
         self.phase = Phase.DONE
+        salts = {v: self._held[v][3] for v in keys} | {v: self._held[v][4] for v in seeds}
         return UnmaskResponse(
             self.client_id,
             {v: (self._held[v][0], self._held[v][1]) for v in sorted(keys)},
             {v: (self._held[v][0], self._held[v][2]) for v in sorted(seeds)},
+            dict(sorted(salts.items())) if committed(self.params.scheme) else {},
+            tuple(sorted(set(self._complaints) & (dropped | survivors))),
         )

@@ -13,8 +13,9 @@ A round under a secure-aggregation scheme this device does not compute (`protos.
 as `stale` before any step. Nothing but the masked vector leaves the device; its protocol secrets
 live in memory only (a device restart drops it from this round). A coordinator
 that says the client is no longer part of the round (FAILED_PRECONDITION) or aborted the round
-(ABORTED) ends it as `stale`, and so does a neighbour's share bundle that does not open (that
-neighbour cheated: the device leaves the round, which goes on as after a dropout).
+(ABORTED) ends it as `stale`. A neighbour's share bundle that does not open (that neighbour cheated):
+under the committed scheme the device stays and names it in its unmask response (`SecAggClient`),
+under the older schemes it leaves the round (`stale`), which goes on as after a dropout.
 """
 
 from __future__ import annotations
@@ -187,7 +188,7 @@ class SecAggFlow:
                 result = None
             request = UnmaskRequest.from_bytes(self._step(UNMASK_REQUEST, b""))
             self._step(UNMASK, client.unmask(request).to_bytes())
-        except PeerShareError as e:  # a neighbour cheated: this round goes on without us, as after a dropout
+        except PeerShareError as e:  # a neighbour cheated (older schemes): the round goes on without us
             log.warning("round %d: %s", self.task.round, e)
             return "stale", str(e)
         except FedortError as e:

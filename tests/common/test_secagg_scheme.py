@@ -19,7 +19,7 @@ from fedort.protos.stubs import fedort_v1_pb2 as pb
 from fedort.protos.messages import Task, TaskKind
 from fedort.common.secagg import AdvertiseKeys, SecAggParams
 from fedort.common.secagg.errors import SchemeError
-from fedort.common.secagg.scheme import AES_PRIME, AES_PRIME_W32, CAPABILITY, LEGACY, SUPPORTED, negotiate
+from fedort.common.secagg.scheme import AES_PRIME, AES_PRIME_W32, CAPABILITY, COMMITTED, LEGACY, SUPPORTED, negotiate
 from fedort.common.secagg.task import SecAggTask
 from coordinator_fixtures import P_MLP, mlp_artifacts, start_coordinator, stub_client  # noqa: F401
 from secagg_devices import CURRENT, OLD, deltas_for, run_devices
@@ -34,12 +34,13 @@ def _updates(params, seed=0):
 
 
 def test_negotiation_picks_the_newest_scheme_every_device_announced():
-    assert negotiate([NEW, NEW]) == AES_PRIME_W32
+    assert negotiate([NEW, NEW]) == COMMITTED
+    assert negotiate([NEW, {CAPABILITY: f"{AES_PRIME_W32},{AES_PRIME}"}]) == AES_PRIME_W32   # a device before 1.8
     assert negotiate([NEW, {CAPABILITY: AES_PRIME}]) == AES_PRIME     # a 1.3 device without 32-bit words
     assert negotiate([NEW, {}]) == LEGACY                           # a device before protocol 1.3
     assert negotiate([NEW, {CAPABILITY: f"{LEGACY},some-future-scheme"}]) == LEGACY
     assert negotiate([{CAPABILITY: "some-future-scheme," + AES_PRIME}]) == AES_PRIME
-    assert negotiate([]) == AES_PRIME_W32
+    assert negotiate([]) == COMMITTED
 
 
 @pytest.mark.slow
@@ -113,13 +114,13 @@ async def test_an_old_device_under_the_new_scheme_gets_failed_precondition_namin
     coord = await start_coordinator(rounds=1, min_clients=3, secagg=True, round_timeout_s=30)
     client, model, tasks = await _secagg_round(coord, stub_client, ids, {c: NEW for c in ids})
     params = SecAggParams.from_dict(json.loads(tasks["dev-a"].secagg)["params"])
-    assert params.scheme == AES_PRIME_W32
+    assert params.scheme == COMMITTED
     keys = AdvertiseKeys("dev-a", os.urandom(32), os.urandom(32))      # what a pre-1.3 device sends: no scheme
     with pytest.raises(grpc.aio.AioRpcError) as e:
         await client.stub.SecAgg(pb.SecAggRequest(client_id="dev-a", model_id=model, round=tasks["dev-a"].round,
                                                   step=pb.SecAggRequest.ADVERTISE, payload=keys.to_bytes(), wait_ms=0))
     assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert AES_PRIME_W32 in e.value.details() and "protocol >= 1.3" in e.value.details()
+    assert COMMITTED in e.value.details() and "protocol >= 1.8" in e.value.details()
 
 
 @pytest.mark.slow
@@ -149,7 +150,7 @@ async def test_a_cohort_of_current_devices_runs_the_new_scheme(start_coordinator
     assert all(o == [("accepted", "accepted")] for o in outcomes.values()), outcomes
     assert (await asyncio.wait_for(coord.wait_done(), 30)).state is RoundState.DONE
     state = (coord.config.state_dir / "secagg" / "round-0001.state").read_bytes()[8:]
-    assert json.loads(state)["params"]["scheme"] == AES_PRIME_W32
+    assert json.loads(state)["params"]["scheme"] == COMMITTED
 
 
 @pytest.mark.slow

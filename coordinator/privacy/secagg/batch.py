@@ -3,7 +3,7 @@
 A simulation worker hosts many clients of one cohort, and every protocol phase sends one step
 per client at about the same time: one SecAgg call each meant ~400 held RPCs per 100-client round,
 each woken by every message of the phase. A batch is handled as its calls would be, only once:
-every entry's message is recorded (`SecAggRound.accept`), the protocol state is made durable once
+every entry's message is recorded (`SecAggSteps.accept`), the protocol state is made durable once
 (one group-committed write for the batch), the call is held until any entry is ready (its phase
 closed), and then every entry is answered — ready with its reply, not ready (the client sends it
 again), or the error its own call would have got. A batch with a failed entry is not held, so the
@@ -56,8 +56,8 @@ async def run_batch(secagg: SecAggRound | None, calls: Sequence[StepCall], wait_
         try:
             if secagg is None:
                 raise StaleRoundError("this run does not use secure aggregation (no --secagg)")
-            server = secagg.check(c.client_id, c.model_id, c.round)
-            changed |= secagg.accept(c.client_id, c.step, c.payload)
+            server = secagg.steps.check(c.client_id, c.model_id, c.round)
+            changed |= secagg.steps.accept(c.client_id, c.step, c.payload)
             live.append(i)
         except FedortError as exc:
             errors[i] = exc
@@ -68,18 +68,18 @@ async def run_batch(secagg: SecAggRound | None, calls: Sequence[StepCall], wait_
         secagg.engine.notify()
     if live and not errors and server is not None:
         try:
-            await secagg.hold(server, [calls[i].step for i in live], wait_ms)
+            await secagg.steps.hold(server, [calls[i].step for i in live], wait_ms)
         except FedortError as exc:  # the round failed while held: every entry hears why
             errors.update({i: exc for i in live})
     out = []
     for i, c in enumerate(calls):
         if i in errors:
             out.append(StepAnswer(c.client_id, error=errors[i]))
-        elif server is None or not secagg.ready(server, c.step) or secagg.server is not server:
+        elif server is None or not secagg.steps.ready(server, c.step) or secagg.server is not server:
             out.append(StepAnswer(c.client_id))
         else:
             try:
-                out.append(StepAnswer(c.client_id, True, secagg.reply(c.client_id, c.round, c.step)))
+                out.append(StepAnswer(c.client_id, True, secagg.steps.reply(c.client_id, c.round, c.step)))
             except FedortError as exc:
                 out.append(StepAnswer(c.client_id, error=exc))
     return out

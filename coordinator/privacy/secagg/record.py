@@ -25,7 +25,8 @@ import numpy as np
 
 from fedort.common.durable import atomic_write
 from fedort.common.secagg.phases import Phase
-from fedort.coordinator.privacy.secagg.server import SecAggServer, SecAggServerState
+from fedort.coordinator.privacy.secagg.server import SecAggServer
+from fedort.coordinator.privacy.secagg.server_state import SecAggServerState
 
 _INLINE = (Phase.ADVERTISE, Phase.SHARE_KEYS)  # phases whose shares may still change: kept in `.state`
 

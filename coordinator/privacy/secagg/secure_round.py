@@ -7,7 +7,7 @@
     ─▶ AGGREGATING (the unmasked SUM only) ─▶ the usual commit
 
 `SecAggServer` (coordinator/privacy/secagg/server.py) holds the protocol state; this module drives it,
-answers the `SecAgg` RPC and keeps it durable through `SecAggRecord` (coordinator/privacy/secagg/record.py):
+answers the `SecAgg` RPC through `SecAggSteps` (steps.py) and keeps it durable through `SecAggRecord` (record.py):
 after every accepted message and phase close the protocol state is written atomically to
 `secagg/round-NNNN.state` before any client hears of it, and the uint64 sum with it (`.sum`) when
 masked-input collection closes. Masked inputs are durable
@@ -15,10 +15,11 @@ like any update (spool file + row, acknowledged after both); a restart during th
 folds them again from the spool into a fresh accumulator, after it the recorded sum is used, so
 each is counted exactly once. A restarted coordinator resumes in the phase it recorded. The spool
 only ever holds masked vectors. A phase that ends with fewer than T clients (or a client whose
-masks can no longer be removed, or shares no single liar explains: `secagg_shares`) aborts: its
+masks can no longer be removed, or shares no single liar explains: `share_checks`) aborts: its
 masked inputs are forgotten and the round is retried with a fresh protocol run while attempts
-remain (`max_round_attempts`); then it fails with the reason in status and log, the global model
-unchanged, and a restart begins the round anew.
+remain (`max_round_attempts`), without the members the attempt caught cheating or that were
+accused (`exclusion.py`; the engine's selection asks `excluded`); then it fails with the reason in
+status and log, the global model unchanged, and a restart begins the round anew.
 Each phase after the first gets `round_timeout_s` (clients are already trained by then).
 """
 
@@ -38,17 +39,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fedort.common.dp_noise import distributed_noise_std
-from fedort.common.errors import ProtocolError, StaleRoundError, VectorError
+from fedort.common.errors import ConfigError, ProtocolError, StaleRoundError, VectorError
 from fedort.common.invariants import present
 from fedort.common.round_state import RoundState
 from fedort.common.secagg import (
-    AdvertiseKeys,
     FixedPoint,
     SecAggAborted,
     SecAggError,
     SecAggParams,
-    ShareKeys,
-    UnmaskResponse,
     default_threshold,
     effective_degree,
 )
@@ -56,9 +54,11 @@ from fedort.common.secagg.pack import is_masked, packed_bits, packed_codec
 from fedort.common.secagg.phases import Phase
 from fedort.common.secagg.scheme import LEGACY, negotiate
 from fedort.common.secagg.task import MAX_WEIGHT, SECAGG_CODEC, SecAggTask, weight_cap
+from fedort.coordinator.privacy.secagg.exclusion import Exclusions
 from fedort.coordinator.privacy.secagg.record import SecAggRecord
 from fedort.coordinator.privacy.secagg.secure_sum import SecureSum
 from fedort.coordinator.privacy.secagg.server import SecAggResult, SecAggServer
+from fedort.coordinator.privacy.secagg.steps import SecAggSteps
 from fedort.coordinator.state.schema import TransitionRow
 from fedort.coordinator.state.store import now_ms
 from fedort.protos.messages import UpdateHeader
@@ -68,7 +68,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fedort.coordinator.engine.round_engine")
 
-ADVERTISE, SHARE, UNMASK_REQUEST, UNMASK = 0, 1, 2, 3  # SecAggRequest.Step
 _PHASE_STATE = {
     Phase.ADVERTISE: "SECAGG_ADVERTISE",
     Phase.SHARE_KEYS: "SECAGG_SHARE_KEYS",
@@ -96,8 +95,11 @@ class SecAggRound:
         self.result: SecAggResult | None = None
         self.lock = threading.Lock()
         self.record = SecAggRecord(engine.store.dir / "secagg", self.lock, lambda: (self.active, self.round))
-        self._closing = False  # a phase close is being made durable (see _close)
-        self._phase_changed = asyncio.Event()  # what held steps wait for (see hold, wake)
+        self.closing = False  # a phase close is being made durable (see _close)
+        self.phase_changed = asyncio.Event()  # what held steps wait for (see steps.hold, wake)
+        self.steps = SecAggSteps(self)
+        self.exclusions = Exclusions(engine.store.dir / "secagg" / "excluded.json")
+        self._unusable = ""  # why the open attempt's cohort cannot run the protocol (see round_opened)
         combiner = engine.strategy.combiner
         if not isinstance(combiner, SecureSum):
             raise SecAggError(f"secure aggregation needs the secure-sum combiner, the strategy has {combiner.name!r}")
@@ -160,13 +162,35 @@ class SecAggRound:
         dp, caps = e.privacy.dp, [e.registry.capabilities(c) for c in r.selected]
         scheme = negotiate(caps)  # every selected device computes it
         cap = 1.0 if dp else MAX_WEIGHT if scheme == LEGACY else weight_cap(caps)  # older devices clamp at MAX_WEIGHT
-        fixed = FixedPoint.for_cohort(n, cfg.secagg_clip, cfg.secagg_scale, cap)
+        fixed = FixedPoint.for_cohort(max(n, 1), cfg.secagg_clip, cfg.secagg_scale, cap)
         fixed = replace(fixed, bits=min(64, -(-fixed.bits // 8) * 8))  # whole bytes: packed words waste no bit
-        params = SecAggParams(
-            r.round * 1000 + r.attempt, tuple(r.selected), threshold, degree, os.urandom(16), fixed, e.length, scheme
-        )
+        try:
+            params = SecAggParams(
+                r.round * 1000 + r.attempt,
+                tuple(r.selected),
+                threshold,
+                degree,
+                os.urandom(16),
+                fixed,
+                e.length,
+                scheme,
+            )
+        except ConfigError as exc:  # too few clients left (cheaters excluded): `train` fails the round
+            self.server, self._unusable = None, f"{n} selected clients cannot run secure aggregation ({exc})"
+            return
+        self._unusable = ""
         self._use(SecAggServer(params), r.round)
         self.record.begin(r.round)
+
+    def excluded(self) -> frozenset[str]:
+        """Clients the next selection must leave out: caught cheaters, and the accused of this round (`exclusion`)."""
+        return self.exclusions.excluded(self.engine.round)
+
+    async def step(
+        self, client_id: str, model_id: str, round: int, step: int, payload: bytes, wait_ms: int
+    ) -> tuple[bool, bytes]:
+        """One protocol step of `client_id` (`steps.SecAggSteps.step`)."""
+        return await self.steps.step(client_id, model_id, round, step, payload, wait_ms)
 
     def may_fit(self, client_id: str) -> bool:
         """A FIT task only while keys are still collected, to a client that has not advertised yet."""
@@ -229,8 +253,8 @@ class SecAggRound:
     def wake(self) -> None:
         """Wake every held step to look again (a phase closed durably, the round failed, the server is stopping).
         On the event loop."""
-        self._phase_changed.set()
-        self._phase_changed = asyncio.Event()
+        self.phase_changed.set()
+        self.phase_changed = asyncio.Event()
 
     async def _until(self, done: Callable[[], bool], deadline_ms: int) -> None:
         while not done() and (remaining := deadline_ms - now_ms()) > 0:
@@ -239,19 +263,21 @@ class SecAggRound:
     async def _close(self, close: Callable[[], object], what: str) -> None:
         """Close a phase; its answers (`ready`) wait until the close is durable, so a restart never closes it anew."""
         old = self.active.phase
-        self._closing = True
+        self.closing = True
         try:
             with self.lock:
                 close()
             await self.persist(with_sum=old is Phase.MASKED_INPUT)
         finally:
-            self._closing = False
+            self.closing = False
         self._note(old, self.active.phase, what)
 
     async def train(self) -> bool:
         """Run the round's remaining phases; False (round and run FAILED, global unchanged) on abort."""
-        e, r, s = self.engine, present(self.engine.training, "the open round"), self.active
-        phase_ms = int(e.config.round_timeout_s * 1000)
+        e, r = self.engine, present(self.engine.training, "the open round")
+        if self._unusable:
+            return self._fail(self._unusable)
+        s, phase_ms = self.active, int(e.config.round_timeout_s * 1000)
         try:
             if s.phase is Phase.ADVERTISE:
                 await self._until(lambda: set(s.state.keys) >= set(s.params.cohort), r.deadline_ms)
@@ -275,139 +301,37 @@ class SecAggRound:
         except SecAggAborted as exc:
             await self.persist()
             e.store.forget_submissions(e.round)
+            self.exclusions.learn(e.round, s.state)
             if r.attempt < e.config.max_round_attempts:  # a fresh protocol run (new keys, new cohort)
                 log.warning("round %d: attempt %d: %s; the round is retried", e.round, r.attempt, exc)
                 shutil.rmtree(e.store.spool_dir(e.round), ignore_errors=True)
                 e.uploads.bytes_received.pop(e.round, None)
                 e.begin_round()
-                e.select(r.attempt + 1)
+                e.select(r.attempt + 1)  # without the excluded (`excluded`)
                 self.wake()
                 return await self.train()
-            message = f"round {e.round} failed: {exc}; the global model is unchanged"
-            e.store.fail_round(e.round, message)
-            e.finish(RoundState.FAILED, message)
-            return False
+            return self._fail(str(exc))
         finally:
             self.wake()  # held steps see the outcome (or the engine's state) at once
         res = present(self.result, "the unmasked sum")
+        self.exclusions.learn(e.round, s.state)  # caught and left out: not in later rounds either
         e.transition(
             RoundState.AGGREGATING,
             f"secure aggregation unmasked the sum of {len(res.survivors)} masked "
-            f"inputs ({len(res.dropped)} of the key-sharing clients dropped)",
+            f"inputs ({len(res.dropped)} of the key-sharing clients dropped"
+            + (f"; {len(res.cheaters)} caught cheating, their shares left out" if res.cheaters else "")
+            + ")",
         )
         return True
+
+    def _fail(self, why: str) -> bool:
+        """The round (and run) FAILED with `why`, the global model unchanged."""
+        e = self.engine
+        message = f"round {e.round} failed: {why}; the global model is unchanged"
+        e.store.fail_round(e.round, message)
+        e.finish(RoundState.FAILED, message)
+        return False
 
     def _finish(self) -> SecAggResult:
         with self.lock:
             return self.active.finish()  # not persisted: a restart redoes it from the UNMASK state
-
-    # ---- the SecAgg RPC -----------------------------------------------------------------------------
-
-    async def step(
-        self, client_id: str, model_id: str, round: int, step: int, payload: bytes, wait_ms: int
-    ) -> tuple[bool, bytes]:
-        """One protocol step of `client_id` (see SecAggRequest.Step): (ready, reply payload)."""
-        s = self.check(client_id, model_id, round)
-        if self.accept(client_id, step, payload):
-            await self.persist()  # durable before the client hears back
-            self.engine.notify()
-        if not await self.hold(s, [step], wait_ms):
-            return False, b""
-        return True, self.reply(client_id, round, step)
-
-    def check(self, client_id: str, model_id: str, round: int) -> SecAggServer:
-        """The round's protocol state, if `round` is the one in progress (StaleRoundError, SecAggAborted)."""
-        e = self.engine
-        e.touch(client_id)
-        e.check_model(model_id)
-        if e.state is not RoundState.TRAINING or self.server is None or self.round != round or e.training is None:
-            raise StaleRoundError(
-                f"round {round} has no secure aggregation in progress (round {e.round}, state {e.state.name})"
-            )
-        if self.server.phase is Phase.FAILED:
-            raise SecAggAborted(self.server.state.reason)
-        return self.server
-
-    def accept(self, client_id: str, step: int, payload: bytes) -> bool:
-        """Record the step's message if its phase is open (a re-send changes nothing): True if the state changed."""
-        s = self.active
-        if step == ADVERTISE:
-            msg = _parse(AdvertiseKeys, payload, client_id)
-            if s.phase is Phase.ADVERTISE and s.state.keys.get(client_id) != msg:
-                with self.lock:
-                    s.receive_keys(msg)
-                return True
-        elif step == SHARE:
-            msg = _parse(ShareKeys, payload, client_id)
-            if s.phase is Phase.SHARE_KEYS and s.state.sealed.get(client_id) != dict(msg.sealed):
-                with self.lock:
-                    s.receive_shares(msg)
-                return True
-        elif step == UNMASK:
-            msg = _parse(UnmaskResponse, payload, client_id)
-            if s.phase is Phase.UNMASK and client_id not in s.state.responses:
-                with self.lock:
-                    s.receive_unmask(msg)
-                return True
-        elif step != UNMASK_REQUEST:
-            raise ProtocolError(f"unknown secagg step {step}; expected 0..3 (ADVERTISE, SHARE, UNMASK_REQUEST, UNMASK)")
-        return False
-
-    def ready(self, s: SecAggServer, step: int) -> bool:
-        """Whether `step` can be answered: the phase it waits for has closed, durably (UNMASK: at once)."""
-        if self._closing:
-            return False
-        if step == ADVERTISE:
-            return s.phase is not Phase.ADVERTISE
-        if step == SHARE:
-            return s.phase not in (Phase.ADVERTISE, Phase.SHARE_KEYS)
-        return s.phase in (Phase.UNMASK, Phase.DONE) if step == UNMASK_REQUEST else True
-
-    async def hold(self, s: SecAggServer, steps: list[int], wait_ms: int) -> bool:
-        """Until one of `steps` is ready or min(wait_ms, 30 s) ran out; SecAggAborted if the round failed meanwhile.
-
-        Woken by `wake` (phase closes, the round's end, the server stopping), not by every engine change: in the
-        masked-input phase each upload notifies the engine two or three times, and every held call would wake for
-        each."""
-        e = self.engine
-        until = time.monotonic() + min(max(wait_ms, 0), 30_000) / 1000
-        while not any(self.ready(s, x) for x in steps) and (left := until - time.monotonic()) > 0 and not e._stopping:
-            changed = asyncio.ensure_future(self._phase_changed.wait())
-            try:
-                await asyncio.wait({changed}, timeout=left)
-            finally:
-                changed.cancel()
-        if s.phase is Phase.FAILED:
-            raise SecAggAborted(s.state.reason)
-        return any(self.ready(s, x) for x in steps)
-
-    def reply(self, client_id: str, round: int, step: int) -> bytes:
-        """The answer to a ready step: the roster, the share delivery, the unmask request, or nothing."""
-        s = self.active
-        if step == ADVERTISE:
-            _member(client_id, s.state.u1, round, "advertise its keys in time")
-            return s.roster_for(client_id).to_bytes()
-        if step == SHARE:
-            _member(client_id, s.state.u2, round, "share its keys in time")
-            return s.delivery_for(client_id).to_bytes()
-        if step == UNMASK_REQUEST:
-            _member(client_id, s.state.u3, round, "send its masked input in time")
-            return s.unmask_request().to_bytes()
-        return b""
-
-
-def _member(client_id: str, members: list[str], round: int, what: str) -> None:
-    if client_id not in members:
-        raise StaleRoundError(
-            f"client {client_id} is no longer part of round {round}'s secure aggregation: it did not {what}"
-        )
-
-
-def _parse(cls, payload: bytes, client_id: str):
-    try:
-        msg = cls.from_bytes(payload)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ProtocolError(f"secagg payload is not a valid {cls.__name__}: {exc}") from None
-    if msg.client_id != client_id:
-        raise ProtocolError(f"secagg {cls.__name__} names client {msg.client_id!r}, the request {client_id!r}")
-    return msg

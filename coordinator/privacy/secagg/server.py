@@ -11,20 +11,22 @@ sealed shares it cannot open and masked vectors that are uniform mod 2^b on thei
 holds a clear individual update. A client whose secrets can no longer be recovered (fewer than T
 of its neighbours left) is excluded while that is still safe (phases 0-1), and the round aborts
 with SecAggAborted naming the reason when it is not (phases 2-3) or when fewer than T survive.
-`dump()`/`load()` (or `snapshot()`/`restore()`) give the durable state: JSON (`SecAggServerState`)
-plus the accumulator; persist after every accepted message and every close_*.
+`dump()`/`load()` (or `snapshot()`/`restore()`) give the durable state: JSON (`SecAggServerState`,
+server_state.py) plus the accumulator; persist after every accepted message and every close_*.
+Under the committed scheme the dealers' commitments are kept with the sealed bundles, each holder's
+are relayed with its delivery, and `finish` checks every revealed share and rebuilt seed against
+them (`share_checks`): who was caught is in `state.cheaters` and the result.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
+from fedort.common.secagg.commit import DIGEST_BYTES, seed_digest
 from fedort.common.secagg.errors import SecAggAborted, SecAggError
-from fedort.common.secagg.keys import Agreement, KeyPair
+from fedort.common.secagg.keys import Agreement, KeyPair, check_public
 from fedort.common.secagg.masks import pairwise_seed, pairwise_sign, self_key
 from fedort.common.secagg.messages import (
     AdvertiseKeys,
@@ -34,13 +36,14 @@ from fedort.common.secagg.messages import (
     ShareKeys,
     UnmaskRequest,
     UnmaskResponse,
-    b64,
-    unb64,
 )
 from fedort.common.secagg.phases import Phase
 from fedort.common.secagg.prg import MaskAdder, accumulator_dtype
-from fedort.common.secagg.scheme import check_echo, combine_secrets
-from fedort.coordinator.privacy.secagg.share_checks import trusted_shares
+from fedort.common.secagg.scheme import check_echo, combine_secrets, committed, share_bytes
+from fedort.coordinator.privacy.secagg.server_state import SecAggServerState
+from fedort.coordinator.privacy.secagg.share_checks import holder_index, trusted_shares
+
+MAX_BUNDLE_BYTES = 1024  # an honest bundle is about 200 bytes: a larger one only inflates its recipient's delivery
 
 
 @dataclass(frozen=True)
@@ -51,67 +54,7 @@ class SecAggResult:
     weight_sum: float
     survivors: tuple[str, ...]
     dropped: tuple[str, ...]
-
-
-@dataclass
-class SecAggServerState:
-    """Everything but the accumulator; JSON-serializable. Persist after every accepted message."""
-
-    params: SecAggParams
-    phase: Phase = Phase.ADVERTISE
-    keys: dict[str, AdvertiseKeys] = field(default_factory=dict)  # U1 once closed
-    sealed: dict[str, dict[str, bytes]] = field(default_factory=dict)  # sender -> recipient -> bundle
-    u1: list[str] = field(default_factory=list)
-    u2: list[str] = field(default_factory=list)
-    u3: list[str] = field(default_factory=list)  # masked inputs folded into the accumulator, in order
-    responses: dict[str, UnmaskResponse] = field(default_factory=dict)
-    reason: str = ""
-
-    def to_bytes(self, sealed: bool = True) -> bytes:
-        """The state as JSON; without the sealed shares (`sealed_bytes`, saved apart once) if not `sealed`."""
-        return json.dumps(
-            {
-                "params": self.params.to_dict(),
-                "phase": self.phase.value,
-                "keys": [k.to_dict() for k in self.keys.values()],
-                **({"sealed": self._sealed_dict()} if sealed else {}),
-                "u1": self.u1,
-                "u2": self.u2,
-                "u3": self.u3,
-                "responses": [r.to_dict() for r in self.responses.values()],
-                "reason": self.reason,
-            },
-            sort_keys=True,
-        ).encode()
-
-    def _sealed_dict(self) -> dict[str, dict[str, str]]:
-        return {s: {r: b64(c) for r, c in m.items()} for s, m in self.sealed.items()}
-
-    def sealed_bytes(self) -> bytes:
-        """The sealed share bundles alone (they do not change once key sharing has closed)."""
-        return json.dumps(self._sealed_dict(), sort_keys=True).encode()
-
-    @classmethod
-    def from_bytes(cls, data: bytes, sealed: bytes | None = None) -> SecAggServerState:
-        """From `to_bytes`; `sealed` (from `sealed_bytes`) supplies the shares a state saved without them lacks."""
-        d: dict[str, Any] = json.loads(data)
-        keys = [AdvertiseKeys.from_dict(k) for k in d["keys"]]
-        responses = [UnmaskResponse.from_dict(r) for r in d["responses"]]
-        bundles = d["sealed"] if "sealed" in d else json.loads(sealed) if sealed is not None else None
-        if bundles is None and d["phase"] not in (Phase.DONE.value, Phase.FAILED.value):
-            raise SecAggError("secagg state was saved without its sealed shares, and they were not found")
-        bundles = bundles or {}
-        return cls(
-            SecAggParams.from_dict(d["params"]),
-            Phase(d["phase"]),
-            {k.client_id: k for k in keys},
-            {s: {r: unb64(c) for r, c in m.items()} for s, m in bundles.items()},
-            list(d["u1"]),
-            list(d["u2"]),
-            list(d["u3"]),
-            {r.client_id: r for r in responses},
-            d["reason"],
-        )
+    cheaters: dict[str, str] = field(default_factory=dict)  # caught and left out: client -> how
 
 
 class SecAggServer:
@@ -191,6 +134,14 @@ class SecAggServer:
         check_echo(self.params.scheme, msg.scheme, msg.client_id)
         if msg.client_id in self.state.keys and self.state.keys[msg.client_id] != msg:
             raise SecAggError(f"client {msg.client_id} advertised different keys twice")
+        check_public(msg.cipher_public, f"client {msg.client_id}'s share-encryption key")
+        check_public(msg.mask_public, f"client {msg.client_id}'s mask key")
+        taken = {k for c, m in self.state.keys.items() if c != msg.client_id for k in (m.cipher_public, m.mask_public)}
+        if msg.cipher_public == msg.mask_public or {msg.cipher_public, msg.mask_public} & taken:
+            raise SecAggError(
+                f"client {msg.client_id} advertised a public key that is already in use (its other key, or another "
+                f"client's); every client needs two keys of its own"
+            )
         self.state.keys[msg.client_id] = msg
 
     def close_advertise(self) -> list[str]:
@@ -211,16 +162,33 @@ class SecAggServer:
         self._expect(Phase.SHARE_KEYS)
         self._known(msg.client_id, self.state.u1, "shares")
         expected = set(self.roster_for(msg.client_id).keys)
+        if any(len(b) > MAX_BUNDLE_BYTES for b in msg.sealed.values()):
+            raise SecAggError(
+                f"client {msg.client_id} sealed a share bundle of {max(len(b) for b in msg.sealed.values())} bytes; "
+                f"a bundle (two shares, their salts, nonce and tag) is at most {MAX_BUNDLE_BYTES} bytes"
+            )
         if set(msg.sealed) != expected:
             raise SecAggError(
                 f"client {msg.client_id} sealed shares for {sorted(msg.sealed)}, expected its roster {sorted(expected)}"
             )
+        if committed(self.params.scheme):
+            lengths = {len(c) for pair in msg.commitments.values() for c in pair} | {len(msg.seed_digest)}
+            if set(msg.commitments) != expected or lengths != {DIGEST_BYTES}:
+                raise SecAggError(
+                    f"client {msg.client_id} must commit to its shares for {sorted(expected)} and to its seed "
+                    f"({DIGEST_BYTES}-byte SHA-256 each) under scheme {self.params.scheme}; got commitments for "
+                    f"{sorted(msg.commitments)}"
+                )
+            self.state.commitments[msg.client_id] = dict(msg.commitments)
+            self.state.digests[msg.client_id] = msg.seed_digest
         self.state.sealed[msg.client_id] = dict(msg.sealed)
 
     def close_share_keys(self) -> list[str]:
         self._expect(Phase.SHARE_KEYS)
         u2 = self._prune(set(self.state.sealed))
         self.state.sealed = {c: self.state.sealed[c] for c in u2}
+        self.state.commitments = {c: self.state.commitments[c] for c in u2 if c in self.state.commitments}
+        self.state.digests = {c: self.state.digests[c] for c in u2 if c in self.state.digests}
         self.state.u2 = u2
         self._require(u2, "sharing keys")
         self.state.phase = Phase.MASKED_INPUT
@@ -228,7 +196,12 @@ class SecAggServer:
 
     def delivery_for(self, client_id: str) -> ShareDelivery:
         self._known(client_id, self.state.u2, "share delivery request")
-        return ShareDelivery({s: m[client_id] for s, m in self.state.sealed.items() if client_id in m})
+        sealed = {s: m[client_id] for s, m in self.state.sealed.items() if client_id in m}
+        if not committed(self.params.scheme):
+            return ShareDelivery(sealed)
+        commitments = {s: self.state.commitments[s][client_id] for s in sealed}
+        indices = {s: holder_index(self.params, self.state.keys, s, client_id) or 0 for s in sealed}
+        return ShareDelivery(sealed, commitments, indices)
 
     # ---- phase 2: masked input ----------------------------------------------------------
     def receive_masked_input(self, client_id: str, masked: np.ndarray) -> bool:
@@ -271,6 +244,20 @@ class SecAggServer:
         request = self.unmask_request()
         if not set(msg.key_shares) <= set(request.dropped) or not set(msg.seed_shares) <= set(request.survivors):
             raise SecAggError(f"client {msg.client_id} answered for clients it was not asked about")
+        size = share_bytes(self.params.scheme)
+        if any(
+            not 1 <= i <= len(self.params.cohort) or len(y) != size
+            for i, y in [*msg.key_shares.values(), *msg.seed_shares.values()]
+        ):
+            raise SecAggError(
+                f"client {msg.client_id} sent a share that is not (index 1..{len(self.params.cohort)}, {size} bytes)"
+            )
+        senders = {s for s, m in self.state.sealed.items() if msg.client_id in m}
+        if not set(msg.complaints) <= senders or set(msg.complaints) & {*msg.key_shares, *msg.seed_shares}:
+            raise SecAggError(
+                f"client {msg.client_id} complains about {sorted(msg.complaints)}: it may name only neighbours that "
+                f"sealed shares for it ({sorted(senders)}), and reveal no share of those it names"
+            )
         self.state.responses[msg.client_id] = msg
 
     def finish(self) -> SecAggResult:
@@ -280,10 +267,11 @@ class SecAggServer:
         self._require(list(self.state.responses), "unmasking")
         survivors = set(request.survivors)
         dropped = [v for v in request.dropped if set(self.params.neighbours[v]) & survivors]
-        try:  # index = sender, one polynomial per secret: a lying responder's shares are left out
-            trusted = trusted_shares(self.params, self.state.keys, self.state.responses, request, dropped)
+        try:  # index = sender, commitments or one polynomial per secret: a lying responder's shares are left out
+            trusted = trusted_shares(self.state, request, dropped)
         except SecAggAborted as e:
             raise self._abort(str(e)) from None
+        self.state.cheaters.update(trusted.cheaters)
         seed_shares, key_shares = trusted.seed, trusted.key
         for u, shares in seed_shares.items():
             if len(shares) < t:
@@ -291,15 +279,23 @@ class SecAggServer:
         for v, shares in key_shares.items():
             if len(shares) < t:
                 raise self._abort(f"{len(shares)} trusted shares of dropped {v}'s mask key arrived, {t} needed")
-        secrets = combine_secrets(self.params.scheme, [*seed_shares.values(), *key_shares.values()], t)
+        try:
+            secrets = combine_secrets(self.params.scheme, [*seed_shares.values(), *key_shares.values()], t)
+        except SecAggError as e:  # shares no check could tell apart (an older scheme): a clean abort, not a crash
+            raise self._abort(f"the shares do not rebuild the secrets: {e}") from None
         bits, scheme = self.params.fixed_point.bits, self.params.scheme
         masks = np.zeros(len(self.accumulator), dtype=accumulator_dtype(scheme, bits))  # summed, then removed once
         adder = MaskAdder(len(self.accumulator), scheme=scheme)
-        for _u, seed in zip(seed_shares, secrets):
+        for u, seed in zip(seed_shares, secrets):
+            if committed(scheme) and seed_digest(self.params.round_id, u, seed) != self.state.digests.get(u):
+                self.state.cheaters[u] = "its committed shares do not rebuild the self-mask seed it committed to"
+                raise self._abort(f"the self-mask seed rebuilt for {u} does not match its commitment: {u} cheated")
             adder.add(masks, self_key(self.params, seed), 1, bits)
         for v, seed in zip(key_shares, secrets[len(seed_shares) :]):
             key = KeyPair.from_seed(seed)
             if key.public != self.state.keys[v].mask_public:
+                if committed(scheme):
+                    self.state.cheaters[v] = "its committed shares do not rebuild the mask key it advertised"
                 raise self._abort(f"the mask key reconstructed for {v} does not match its advertised public key")
             mine = Agreement(key.private)
             for u in sorted(set(self.params.neighbours[v]) & survivors):
@@ -307,4 +303,4 @@ class SecAggServer:
                 adder.add(masks, seed_uv, pairwise_sign(u, v), bits)
         weighted, weight = self.params.fixed_point.decode_sum(np.subtract(self.accumulator, masks))
         self.state.phase = Phase.DONE
-        return SecAggResult(weighted, weight, request.survivors, request.dropped)
+        return SecAggResult(weighted, weight, request.survivors, request.dropped, dict(self.state.cheaters))

@@ -31,5 +31,6 @@ class SchemeError(SecAggError):
 
 class PeerShareError(SecAggError):
     """A neighbour's sealed share bundle does not open or does not parse: that neighbour cheated (or the
-    coordinator routed garbage). The device leaves this round instead of failing; its missing input is
+    coordinator routed garbage). Under the committed scheme the device names the sender in its unmask
+    response and stays; under the older ones it leaves this round instead of failing, its missing input
     handled as any dropout."""

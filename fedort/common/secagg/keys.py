@@ -77,6 +77,19 @@ def agree(private: bytes, peer_public: bytes, info: bytes) -> bytes:
     return derive(secret, info)
 
 
+_PROBE = X25519PrivateKey.generate()  # an exchange with it tells a usable public key from a small-order one
+
+
+def check_public(public: bytes, what: str) -> None:
+    """SecAggError unless `public` is a usable X25519 public key: 32 bytes, not a small-order point (whose
+    agreement with any key is all zeros). The coordinator checks every advertised key, so no device's key
+    agreement with a neighbour can fail on a key a malicious member chose."""
+    try:
+        _PROBE.exchange(X25519PublicKey.from_public_bytes(public))
+    except ValueError as exc:
+        raise SecAggError(f"{what} is not a usable X25519 public key ({len(public)} bytes): {exc}") from None
+
+
 class Agreement:
     """`agree` for one private key against many peers: the key object is built once (building it
     costs about as much as an exchange) and each peer's X25519 result is kept for further `info`s."""

@@ -155,33 +155,58 @@ class Roster(_Json):
         return cls({k.client_id: k for k in keys})
 
 
+Commitments = Mapping[str, tuple[bytes, bytes]]  # holder (or dealer) -> (C of the key share, C of the seed share)
+
+
+def _enc_commitments(m: Commitments) -> dict[str, list[str]]:
+    return {k: [b64(ck), b64(cb)] for k, (ck, cb) in m.items()}
+
+
+def _dec_commitments(d: dict[str, list[str]]) -> dict[str, tuple[bytes, bytes]]:
+    return {k: (unb64(ck), unb64(cb)) for k, (ck, cb) in d.items()}
+
+
 @dataclass(frozen=True)
 class ShareKeys(_Json):
-    """sender -> one sealed bundle per neighbour (its Shamir shares of the s_sk seed and of b)."""
+    """sender -> one sealed bundle per neighbour (its Shamir shares of the s_sk seed and of b, and their
+    salts); under the committed scheme also the commitment to each share and the digest of b (`commit.py`)."""
 
     client_id: str
     sealed: Mapping[str, bytes]
+    commitments: Commitments = field(default_factory=dict)  # holder -> (C key share, C seed share)
+    seed_digest: bytes = b""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"client_id": self.client_id, "sealed": {k: b64(v) for k, v in self.sealed.items()}}
+        d: dict[str, Any] = {"client_id": self.client_id, "sealed": {k: b64(v) for k, v in self.sealed.items()}}
+        if self.commitments or self.seed_digest:
+            d["commit"], d["digest"] = _enc_commitments(self.commitments), b64(self.seed_digest)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ShareKeys:
-        return cls(d["client_id"], {k: unb64(v) for k, v in d["sealed"].items()})
+        sealed = {k: unb64(v) for k, v in d["sealed"].items()}
+        return cls(d["client_id"], sealed, _dec_commitments(d.get("commit", {})), unb64(d.get("digest", "")))
 
 
 @dataclass(frozen=True)
 class ShareDelivery(_Json):
-    """The sealed bundles addressed to one client, by sender (its neighbours in U2)."""
+    """The sealed bundles addressed to one client, by sender (its neighbours in U2), and under the committed
+    scheme each sender's commitments to the shares in that bundle (the recipient checks them on opening)."""
 
     sealed: Mapping[str, bytes]
+    commitments: Commitments = field(default_factory=dict)  # sender -> (C key share, C seed share)
+    indices: Mapping[str, int] = field(default_factory=dict)  # sender -> the recipient's share index (public graph)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"sealed": {k: b64(v) for k, v in self.sealed.items()}}
+        d: dict[str, Any] = {"sealed": {k: b64(v) for k, v in self.sealed.items()}}
+        if not self.commitments:
+            return d
+        return {**d, "commit": _enc_commitments(self.commitments), "index": dict(self.indices)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ShareDelivery:
-        return cls({k: unb64(v) for k, v in d["sealed"].items()})
+        sealed = {k: unb64(v) for k, v in d["sealed"].items()}
+        return cls(sealed, _dec_commitments(d.get("commit", {})), {k: int(i) for k, i in d.get("index", {}).items()})
 
 
 @dataclass(frozen=True)
@@ -201,17 +226,25 @@ class UnmaskRequest(_Json):
 
 @dataclass(frozen=True)
 class UnmaskResponse(_Json):
-    """Shares as (index, 16 bytes): of dropped neighbours' mask-key seed, of survivors' self-mask seed b."""
+    """Shares as (index, 17 bytes): of dropped neighbours' mask-key seed, of survivors' self-mask seed b.
+    Committed scheme: `salts` opens each revealed share's commitment (by owner: one share per owner is
+    revealed), `complaints` names the neighbours whose bundle did not open or whose share broke its commitment."""
 
     client_id: str
     key_shares: Mapping[str, tuple[int, bytes]]
     seed_shares: Mapping[str, tuple[int, bytes]]
+    salts: Mapping[str, bytes] = field(default_factory=dict)
+    complaints: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         enc = lambda m: {k: [i, b64(s)] for k, (i, s) in m.items()}  # noqa: E731
-        return {"client_id": self.client_id, "key": enc(self.key_shares), "seed": enc(self.seed_shares)}
+        d: dict[str, Any] = {"client_id": self.client_id, "key": enc(self.key_shares), "seed": enc(self.seed_shares)}
+        if self.salts:
+            d["salt"] = {k: b64(v) for k, v in self.salts.items()}
+        return {**d, "complain": list(self.complaints)} if self.complaints else d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> UnmaskResponse:
         dec = lambda m: {k: (int(i), unb64(s)) for k, (i, s) in m.items()}  # noqa: E731
-        return cls(d["client_id"], dec(d["key"]), dec(d["seed"]))
+        salts = {k: unb64(v) for k, v in d.get("salt", {}).items()}
+        return cls(d["client_id"], dec(d["key"]), dec(d["seed"]), salts, tuple(str(c) for c in d.get("complain", ())))

@@ -25,7 +25,7 @@ import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from fedort.common.errors import ConfigError
-from fedort.common.secagg.scheme import AES_PRIME_W32, AES_SCHEMES, LEGACY, require_known
+from fedort.common.secagg.scheme import AES_SCHEMES, LEGACY, WORDS_32, require_known
 
 SEED_BYTES = 32
 _NONCE = bytes(16)
@@ -46,8 +46,8 @@ def _keystream(seed: bytes, scheme: str):
 
 
 def word_bytes(scheme: str, bits: int) -> int:
-    """Keystream bytes per mask word: 4 under aes128ctr32-p130 with b ≤ 32, else 8."""
-    return 4 if scheme == AES_PRIME_W32 and bits <= 32 else 8
+    """Keystream bytes per mask word: 4 under aes128ctr32-p130 (and its committed variant) with b ≤ 32, else 8."""
+    return 4 if scheme in WORDS_32 and bits <= 32 else 8
 
 
 def expand(seed: bytes, length: int, bits: int, scheme: str = LEGACY) -> np.ndarray:

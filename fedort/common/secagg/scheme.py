@@ -7,6 +7,11 @@
     aes128ctr32-p130   as aes128ctr-p130, but when b ≤ 32 the keystream is read as 32-bit words (not 64):
                        half the keystream and half the memory traffic per mask, as uniform mod 2^b
                        (2^b divides 2^32); b > 32 reads 64-bit words as before. Same key, field, shares.
+    aes128ctr32-p130-commit  as aes128ctr32-p130, with commitments (protocol 1.8, `commit.py`): each
+                       share a dealer seals is committed to (salted SHA-256) and so is its self-mask
+                       seed b; the coordinator relays the commitments with the sealed bundles, a holder
+                       checks its shares against them, and the coordinator checks every revealed share
+                       and every rebuilt b, so a lying holder or dealer is identified.
 
 Both sides must compute the same masks and shares, or the coordinator would unmask a wrong sum
 without noticing. So the scheme is negotiated: a device announces the schemes it can run in its
@@ -26,10 +31,13 @@ from fedort.common.secagg.errors import SchemeError
 LEGACY = "chacha20-gf2^128"
 AES_PRIME = "aes128ctr-p130"
 AES_PRIME_W32 = "aes128ctr32-p130"
-SUPPORTED = (AES_PRIME_W32, AES_PRIME, LEGACY)  # newest first: what this build computes
-AES_SCHEMES = (AES_PRIME_W32, AES_PRIME)  # AES-128-CTR masks, Shamir over Z_p
+COMMITTED = "aes128ctr32-p130-commit"
+SUPPORTED = (COMMITTED, AES_PRIME_W32, AES_PRIME, LEGACY)  # newest first: what this build computes
+AES_SCHEMES = (COMMITTED, AES_PRIME_W32, AES_PRIME)  # AES-128-CTR masks, Shamir over Z_p
+WORDS_32 = (COMMITTED, AES_PRIME_W32)  # mask words of 32 bits when b <= 32
 CAPABILITY = "secagg_schemes"  # Join capability listing a device's schemes
 _NEEDS = {
+    COMMITTED: "fedort protocol >= 1.8 (aes128ctr32-p130 with commitments to the shares and seeds)",
     AES_PRIME_W32: "fedort protocol >= 1.3 with 32-bit mask words (AES-128-CTR, shares mod 2^130 - 5)",
     AES_PRIME: "fedort protocol >= 1.3 (AES-128-CTR masks, Shamir shares mod 2^130 - 5)",
     LEGACY: "fedort protocol 1.0-1.2 secure aggregation (ChaCha20 masks, Shamir over GF(2^128))",
@@ -72,6 +80,16 @@ def check_echo(round_scheme: str, echoed: str, client_id: str) -> None:
             f"{round_scheme!r}: it needs {_NEEDS.get(round_scheme, round_scheme)}; its masks would not cancel, "
             f"so it is left out of the round"
         )
+
+
+def committed(scheme: str) -> bool:
+    """Whether `scheme` commits to its shares and seeds (a cheating holder or dealer is identified)."""
+    return scheme == COMMITTED
+
+
+def share_bytes(scheme: str) -> int:
+    """The length of one Shamir share value in `scheme`'s field (17 bytes mod 2^130 − 5, 16 in GF(2^128))."""
+    return 17 if require_known(scheme) in AES_SCHEMES else 16
 
 
 def split_secret(scheme: str, secret: bytes, threshold: int, holders: int) -> list[tuple[int, bytes]]:

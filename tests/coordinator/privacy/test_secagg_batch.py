@@ -16,7 +16,7 @@ from fedort.protos.stubs import fedort_v1_pb2 as pb
 from fedort.protos.vector_stream import CHUNK_BYTES
 from fedort.protos.messages import TaskKind
 from fedort.common.secagg import AdvertiseKeys
-from fedort.common.secagg.scheme import AES_PRIME_W32
+from fedort.common.secagg.scheme import COMMITTED
 from coordinator_fixtures import P_MLP, mlp_artifacts, start_coordinator, stub_client  # noqa: F401
 from secagg_devices import CURRENT, deltas_for
 
@@ -69,15 +69,15 @@ async def test_a_failing_entry_gets_its_own_status_at_once_and_the_others_are_no
     for c in ids:
         model = (await client.stub.Join(pb.JoinRequest(device_name="t", client_id=c, capabilities=CURRENT))).model_id
     tasks = {c: await client.poll(c, model) for c in ids}
-    assert json.loads(tasks["dev-a"].secagg)["params"]["scheme"] == AES_PRIME_W32
-    good = AdvertiseKeys("dev-a", os.urandom(32), os.urandom(32), AES_PRIME_W32)
+    assert json.loads(tasks["dev-a"].secagg)["params"]["scheme"] == COMMITTED
+    good = AdvertiseKeys("dev-a", os.urandom(32), os.urandom(32), COMMITTED)
     old = AdvertiseKeys("dev-b", os.urandom(32), os.urandom(32))            # a device before protocol 1.3
     steps = [pb.SecAggRequest(client_id=k.client_id, model_id=model, round=tasks[k.client_id].round,
                               step=pb.SecAggRequest.ADVERTISE, payload=k.to_bytes()) for k in (good, old)]
     reply = await asyncio.wait_for(client.stub.SecAggBatch(pb.SecAggBatchRequest(steps=steps, wait_ms=20_000)), 10)
     a, b = reply.entries
     assert (a.client_id, a.ready, a.error_code) == ("dev-a", False, "")        # recorded; its phase is still open
-    assert (b.client_id, b.error_code) == ("dev-b", "FAILED_PRECONDITION") and "protocol >= 1.3" in b.error_message
+    assert (b.client_id, b.error_code) == ("dev-b", "FAILED_PRECONDITION") and "protocol >= 1.8" in b.error_message
 
 
 class _BatchSpy:

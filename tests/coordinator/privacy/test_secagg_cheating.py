@@ -1,7 +1,8 @@
-"""coordinator.secagg_shares: a member that answers the unmask request with wrong shares (a foreign
-index, a random value, a share off by one) is caught and its shares left out; the round unmasks the
-exact sum from the honest shares, or, when no single share explains the disagreement, aborts with a
-reason — never a silently wrong sum."""
+"""coordinator.secagg_shares under the schemes before commitments (aes128ctr-p130, aes128ctr32-p130): a
+member that answers the unmask request with wrong shares (a foreign index, a random value, a share off
+by one) is caught and its shares left out; the round unmasks the exact sum from the honest shares, or,
+when no single share explains the disagreement, aborts with a reason — never a silently wrong sum.
+The committed scheme's attacks are in test_secagg_malicious.py."""
 
 from __future__ import annotations
 
@@ -21,10 +22,11 @@ from fedort.edge_client.secagg.client import SecAggClient
 from fedort.common.round_state import RoundState
 from fedort.common.secagg import SecAggAborted
 from fedort.common.secagg.messages import ShareKeys, UnmaskResponse
-from fedort.common.secagg.scheme import AES_PRIME
+from fedort.common.secagg.scheme import AES_PRIME, AES_PRIME_W32, CAPABILITY
 from fedort.common.secagg.shamir_prime import PRIME, SHARE_BYTES
 from secagg_support import make_params, quantized_sum
 
+PRE_COMMIT = {CAPABILITY: f"{AES_PRIME_W32},{AES_PRIME}"}  # a device before protocol 1.8
 CHEAT = "c001"
 VICTIM = "c002"
 
@@ -102,19 +104,20 @@ class GarbageShares:
         return self.transport.secagg_step(client_id, model_id, round, step, payload, wait_ms)
 
 
-async def test_garbage_sealed_shares_end_the_attempt_for_honest_devices_without_an_error_and_the_round_is_retried(
+async def test_before_commitments_garbage_sealed_shares_end_the_attempt_for_honest_devices_and_the_round_is_retried(
         start_coordinator, stub_client):
     ids = [f"dev-{i}" for i in range(5)]
     coord = await start_coordinator(rounds=1, min_clients=4, min_available_clients=5, secagg=True, secagg_neighbours=4,
                                     secagg_threshold=3, round_timeout_s=10, max_round_attempts=2)
     deltas = deltas_for(ids, P_MLP, seed=6)
     honest = {c: deltas[c] for c in ids[1:]}
+    old = {c: PRE_COMMIT for c in ids}
     cheater = asyncio.ensure_future(asyncio.to_thread(run_devices, coord.port, {ids[0]: deltas[ids[0]]}, None, None,
-                                                      1, {ids[0]: GarbageShares}))   # one attempt, then it leaves
-    outcomes = await asyncio.to_thread(run_devices, coord.port, honest)
+                                                      1, {ids[0]: GarbageShares}, old))   # one attempt, then it leaves
+    outcomes = await asyncio.to_thread(run_devices, coord.port, honest, None, None, 1, None, old)
     for c in honest:                        # each honest device left the attempt (no exception, no exit 1)
         assert outcomes[c][0][0] == "stale" and "is unusable" in outcomes[c][0][1], outcomes[c]
-    again = await asyncio.to_thread(run_devices, coord.port, honest)   # attempt 2, without the cheater
+    again = await asyncio.to_thread(run_devices, coord.port, honest, None, None, 1, None, old)   # attempt 2
     assert all(o == [("accepted", "accepted")] for o in again.values()), again
     await asyncio.wait_for(cheater, 120)
     assert (await asyncio.wait_for(coord.wait_done(), 30)).state is RoundState.DONE
@@ -144,13 +147,14 @@ class BumpedShare:
         return self.transport.secagg_step(client_id, model_id, round, step, payload, wait_ms)
 
 
-async def test_over_grpc_a_bumped_seed_share_is_left_out_and_the_round_commits_the_exact_mean(start_coordinator,
+async def test_over_grpc_before_commitments_a_bumped_seed_share_is_left_out_and_the_round_commits_the_exact_mean(start_coordinator,
                                                                                            stub_client):
     ids = [f"dev-{i}" for i in range(6)]           # 5 neighbours each, T = 3: two shares to spare per secret
     coord = await start_coordinator(rounds=1, min_clients=6, secagg=True, secagg_neighbours=5, secagg_threshold=3,
                                     round_timeout_s=30, max_round_attempts=1)
     deltas = deltas_for(ids, P_MLP, seed=8)
-    outcomes = await asyncio.to_thread(run_devices, coord.port, deltas, None, None, 1, {ids[0]: BumpedShare})
+    outcomes = await asyncio.to_thread(run_devices, coord.port, deltas, None, None, 1, {ids[0]: BumpedShare},
+                                       {c: PRE_COMMIT for c in ids})
     assert all(o == [("accepted", "accepted")] for o in outcomes.values()), outcomes
     assert (await asyncio.wait_for(coord.wait_done(), 30)).state is RoundState.DONE
     client = stub_client(coord.port)

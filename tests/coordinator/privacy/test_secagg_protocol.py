@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from fedort.coordinator.privacy.secagg.server import SecAggServer
+from fedort.edge_client.secagg.client import SecAggClient
 from fedort.common.secagg.phases import Phase
 from fedort.common.secagg import SecAggAborted, SecAggError, UnmaskRequest
 from secagg_support import make_params, quantized_sum, run_round, through_share_keys
@@ -188,3 +191,40 @@ def test_the_device_side_never_imports_the_coordinator():
             "print(sorted(m for m in sys.modules if m.startswith('fedort.coordinator')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def _advertised(params):
+    server = SecAggServer(params)
+    keys = {c: SecAggClient(c, params).advertise() for c in params.cohort}
+    return server, keys
+
+
+def test_a_small_order_public_key_is_refused_before_any_neighbour_would_agree_on_it():
+    params = make_params(4, 10)
+    server, keys = _advertised(params)
+    with pytest.raises(SecAggError, match="not a usable X25519 public key"):
+        server.receive_keys(dataclasses.replace(keys["c000"], mask_public=bytes(32)))  # the identity point
+    assert "c000" not in server.state.keys
+
+
+def test_a_public_key_another_client_advertised_is_refused():
+    params = make_params(4, 10)
+    server, keys = _advertised(params)
+    server.receive_keys(keys["c000"])
+    with pytest.raises(SecAggError, match="already in use"):
+        server.receive_keys(dataclasses.replace(keys["c001"], cipher_public=keys["c000"].mask_public))
+    server.receive_keys(keys["c001"])  # its own keys are still welcome
+
+
+def test_an_oversized_share_bundle_is_refused_so_no_delivery_grows_with_a_members_whim():
+    params = make_params(4, 10)
+    server = SecAggServer(params)
+    clients = {c: SecAggClient(c, params) for c in params.cohort}
+    for client in clients.values():
+        server.receive_keys(client.advertise())
+    server.close_advertise()
+    msg = clients["c000"].share_keys(server.roster_for("c000"))
+    holder = sorted(msg.sealed)[0]
+    with pytest.raises(SecAggError, match="at most 1024 bytes"):
+        server.receive_shares(dataclasses.replace(msg, sealed={**msg.sealed, holder: bytes(5000)}))
+    server.receive_shares(msg)
