@@ -234,6 +234,31 @@ def test_stop_cuts_a_long_poll_short_and_leaves(server, tmp_path, digits):
     assert db(tmp_path, "SELECT active, left_reason FROM clients") == [(0, "test stop")]
 
 
+def test_a_stop_that_lands_as_a_long_poll_starts_still_cuts_it_short(server, tmp_path, digits):
+    from fedort.common.faults import armed
+
+    address = server.start_with(min_clients=2)           # one client alone never gets a task
+    client = EdgeClient(EdgeConfig(address, insecure=True, name="dev", cache_dir=tmp_path / "c", poll_wait_ms=30_000,
+                                   backoff=FAST), data=part(digits, 0, 4))
+    client.join()
+    stopped_at: list = []
+
+    def stop_as_the_poll_starts() -> None:
+        # past run()'s and the retry loop's stop checks, before the call exists to be cancelled
+        if client.phase == "polling" and not stopped_at:
+            stopped_at.append(client.phase)
+            client.stop("test stop")
+
+    result: list = []
+    thread = threading.Thread(target=lambda: result.append(client.run()), daemon=True)
+    with armed("transport.before_call", stop_as_the_poll_starts):
+        thread.start()
+        thread.join(20)                   # well inside the 30 s hold the missed stop would wait out
+    assert stopped_at == ["polling"]
+    assert not thread.is_alive() and result[0].outcome == "stopped"
+    assert db(tmp_path, "SELECT active, left_reason FROM clients") == [(0, "test stop")]
+
+
 @pytest.mark.slow
 def test_clients_resume_after_the_coordinator_restarts(tmp_path, mlp_artifacts, digits):
     # a real crash: the coordinator process is SIGKILLed after round 1 and started again on the same port
