@@ -218,7 +218,9 @@ class Joiner:
             lambda: self.cache.model_folder(info.model_id, info.manifest_json, info.artifacts, fetch),
         )
         return TrainingSession.from_artifacts(
-            folder, config=SessionConfig(intra_op_threads=self.config.intra_op_threads)
+            folder,
+            config=SessionConfig(intra_op_threads=self.config.intra_op_threads),
+            scratch_dir=self.cache.root / "sessions",  # its files ORT wants on disk: in this device's cache
         )
 
 
