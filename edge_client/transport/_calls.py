@@ -39,16 +39,10 @@ class Calls:
     """Calls to the coordinator over one grpc channel (see the module docstring); thread-safe."""
 
     def __init__(
-        self,
-        config: ChannelConfig,
-        channel: grpc.Channel | None = None,
-        *,
-        cancellable: bool = True,
-        stop: threading.Event | None = None,
+        self, config: ChannelConfig, channel: grpc.Channel | None, cancellable: bool, stop: threading.Event | None
     ) -> None:
-        self.config = config
-        self.cancellable = cancellable
-        self._stop = stop
+        """Over `channel` (None: a new one from `config`); see the Transport's arguments of the same names."""
+        self.config, self.cancellable, self._stop = config, cancellable, stop
         self._channel = channel or config.open_channel()
         self._metadata = config.metadata()
         self._stub = _stub(self._channel)

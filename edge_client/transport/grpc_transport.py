@@ -85,7 +85,7 @@ class Transport:
     ) -> None:
         self.config = config
         self.cancellable = cancellable
-        self._calls = Calls(config, channel, cancellable=cancellable, stop=stop)
+        self._calls = Calls(config, channel, cancellable, stop)
         self.uploads = UpdateUploads(self._calls)
         # downloaded vectors land in memory that earlier downloads used once nothing refers to it any more (the
         # cache keeps the last one): no fresh pages per download
