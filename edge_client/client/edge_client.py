@@ -189,9 +189,10 @@ class EdgeClient:
         update_codec.py) settles the residual the next update adds. A refusal (INVALID_ARGUMENT, e.g.
         the run no longer allows the codec) means it did not count either."""
         member = self._member_now()
-        self._pending = self._uploader.journaled(member)
-        if self._pending is None:
+        journaled = self._uploader.journaled(member)
+        if journaled is None:
             return
+        self._pending = journaled
         try:
             self._submit_pending()
         except FedortError as e:
