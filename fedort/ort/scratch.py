@@ -25,6 +25,7 @@ from fedort.common.file_lock import lock_nonblocking
 
 PREFIX = "fedort-session-"
 LOCK = ".lock"
+_ATTEMPTS = 100  # names tried; each loses only to a sweeper that took its fresh lock file for stale
 
 
 def default_root() -> Path:
@@ -87,7 +88,7 @@ def remove_stale(root: Path) -> list[Path]:
 def _claim(root: Path) -> tuple[Path, IO[Any]]:
     """A new folder under `root` and its lock file, locked. The lock is taken (and checked to be the file still
     at its path, not one a sweeper removed meanwhile) before the folder is made, so every folder has one."""
-    while True:
+    for _ in range(_ATTEMPTS):
         name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
         lock_path = root / (name + LOCK)
         try:
@@ -106,6 +107,7 @@ def _claim(root: Path) -> tuple[Path, IO[Any]]:
         folder = root / name
         folder.mkdir()
         return folder, f
+    raise OSError(f"could not lock a new session folder under {root} (does its file system support file locks?)")
 
 
 def _remove(folder: Path, lock: IO[Any]) -> None:
