@@ -30,6 +30,7 @@ import numpy as np
 from fedort.common.cache_root import cache_root
 from fedort.common.durable import atomic_write
 from fedort.common.errors import ArtifactError, ConfigError
+from fedort.common.file_lock import lock_nonblocking
 from fedort.edge_client.transport.grpc_transport import ArtifactRef
 from fedort.ort.artifacts import MANIFEST, sha256_file
 
@@ -239,7 +240,7 @@ class IdentityLock:
         self.path = path
         self._file = open(path, "a+")
         try:
-            _lock_file(self._file)
+            lock_nonblocking(self._file)
         except OSError:
             self._file.close()
             raise ConfigError(
@@ -250,18 +251,6 @@ class IdentityLock:
     def release(self) -> None:
         if not self._file.closed:
             self._file.close()  # closing the descriptor releases the lock
-
-
-def _lock_file(f) -> None:
-    if os.name == "posix":
-        import fcntl
-
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    else:  # pragma: no cover - Windows
-        import msvcrt
-
-        # Windows only; mypy checks as the host platform
-        msvcrt.locking(f.fileno(), msvcrt.LK_NBLCK, 1)  # type: ignore[attr-defined]
 
 
 __all__ = ["ArtifactCache", "IdentityLock", "default_cache_dir", "identity_key"]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+
+log = logging.getLogger("fedort.edge")
 
 
 @dataclass(frozen=True)
@@ -36,3 +39,27 @@ class RunSummary:
     @property
     def rounds_trained(self) -> list[int]:
         return [r.round for r in self.reports if r.kind == "fit" and r.outcome in ("accepted", "duplicate")]
+
+
+class ReportLog:
+    """One client's reports in order: each is logged and handed to `on_report` (if any) as it is added."""
+
+    def __init__(self, on_report: Callable[[RoundReport], None] | None = None) -> None:
+        self.reports: list[RoundReport] = []
+        self._on_report = on_report
+
+    def add(self, report: RoundReport) -> RoundReport:
+        self.reports.append(report)
+        # with an on_report callback (the CLI prints each round) the log line would say it a second time
+        (log.debug if self._on_report is not None else log.info)(
+            "round %d %s: %d examples, %.2f s, %s%s",
+            report.round,
+            report.kind,
+            report.num_examples,
+            report.seconds,
+            report.outcome,
+            f" ({report.message})" if report.message and report.message != report.outcome else "",
+        )
+        if self._on_report is not None:
+            self._on_report(report)
+        return report

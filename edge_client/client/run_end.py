@@ -1,8 +1,9 @@
-"""How a run ended, as the device reports it: DONE from PollTask does not say whether it succeeded.
+"""How a run ends, as the device sees it: DONE from PollTask does not say whether it succeeded; a Leave on the way out.
 
 The coordinator answers DONE both when every round committed and when the run FAILED (it
 releases its clients either way), so the device asks the Status RPC once and exits non-zero
-for a FAILED run (`fedort edge run` exit code 1) instead of printing "done".
+for a FAILED run (`fedort edge run` exit code 1) instead of printing "done". A device that stops (or
+whose data does not fit the model) says Leave, best-effort, so that it is not selected again.
 """
 
 from __future__ import annotations
@@ -31,4 +32,12 @@ def final_outcome(transport: Transport, client_id: str = "") -> str:
     return "done"
 
 
-__all__ = ["final_outcome"]
+def leave_quietly(transport: Transport, client_id: str, reason: str) -> None:
+    """Best-effort Leave with a short deadline (on the way out, never raises)."""
+    try:
+        transport.leave(client_id, reason, timeout_s=2.0)
+    except FedortError as e:
+        log.debug("leave failed: %s", e)
+
+
+__all__ = ["final_outcome", "leave_quietly"]

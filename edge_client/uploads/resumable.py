@@ -11,20 +11,32 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from typing import Protocol
 
 import numpy as np
 
 from fedort.common.errors import FedortError
-from fedort.edge_client.transport.grpc_transport import Transport
 from fedort.protos.messages import SubmitResult, UpdateHeader, UploadState
 
 log = logging.getLogger(__name__)
 
 
+class UploadCalls(Protocol):
+    """The calls a resumable upload makes: a `Transport` has them (`transport.update_upload` makes them)."""
+
+    def submit_update(self, header: UpdateHeader, vector: np.ndarray | bytes) -> SubmitResult: ...
+    def begin_upload(self, header: UpdateHeader) -> UploadState: ...
+    def put_upload_part(
+        self, client_id: str, upload_id: str, offset: int, data: bytes, sha256: bytes
+    ) -> UploadState: ...
+    def get_upload(self, client_id: str, upload_id: str) -> UploadState: ...
+    def commit_upload(self, client_id: str, upload_id: str) -> SubmitResult: ...
+
+
 class ResumableSender:
     """`send()` uploads `body` under `header` resumably; `bytes_sent` counts every payload byte put."""
 
-    def __init__(self, transport: Transport, header: UpdateHeader, body: np.ndarray | bytes, part_bytes: int) -> None:
+    def __init__(self, transport: UploadCalls, header: UpdateHeader, body: np.ndarray | bytes, part_bytes: int) -> None:
         self.transport = transport
         self.header = header
         self.payload = memoryview(body.tobytes() if isinstance(body, np.ndarray) else bytes(body))
@@ -70,4 +82,4 @@ class ResumableSender:
             raise
 
 
-__all__ = ["ResumableSender"]
+__all__ = ["ResumableSender", "UploadCalls"]

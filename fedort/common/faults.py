@@ -35,6 +35,7 @@ POINTS = {
     "export.after_mark": "the round's export recorded; the next step not yet taken",
     "upload.before_send": "a device's update encoded (and journaled); nothing of it sent",
     "upload.after_reply": "a device's upload answered (acknowledged, or refused as stale); the answer not yet recorded",
+    "transport.before_call": "a device's call past its caller's stop check; the call not yet started (nor cancellable)",
 }
 
 

@@ -9,7 +9,6 @@ optimizer step, a linear LR schedule, the flat trainable-parameter vector (`to_b
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Union
@@ -31,6 +30,8 @@ from fedort.ort.artifacts import (
     TensorSpec,
     load_manifest,
 )
+from fedort.ort.lr_schedule import linear_scheduler, scheduler_counts
+from fedort.ort.scratch import ScratchDir
 from fedort.ort.session_config import SessionConfig
 
 PathOrBytes = Union[str, os.PathLike, bytes]
@@ -46,7 +47,9 @@ class TrainingSession:
 
     Create it with `TrainingSession.from_artifacts(folder)` or from explicit paths (or bytes) of
     each file. Inputs to the steps are numpy arrays in input-name order, labels last for the
-    built-in losses; outputs come back as a dict keyed by output name.
+    built-in losses; outputs come back as a dict keyed by output name. Files ORT wants on disk (models
+    given as bytes, the checkpoint `reset_optimizer_state` reloads) go to a folder of the session's own
+    under `scratch_dir` (default: fedort's cache root's `sessions/`; see `fedort.ort.scratch`).
     """
 
     def __init__(
@@ -59,10 +62,11 @@ class TrainingSession:
         config: SessionConfig | None = None,
         session_options: ort.SessionOptions | None = None,
         manifest: Manifest | None = None,
+        scratch_dir: str | os.PathLike | None = None,
     ) -> None:
         self._api = _ort.training_api()
         self._config = config or SessionConfig()
-        self._tmp: tempfile.TemporaryDirectory | None = None
+        self._scratch = ScratchDir(scratch_dir)
         self._training_path = present(
             self._materialize(training_model, "training_model", required=True), "the training model"
         )
@@ -102,17 +106,14 @@ class TrainingSession:
     # ---- construction helpers -------------------------------------------------------------
 
     def _materialize(self, model: PathOrBytes | None, name: str, required: bool = False) -> Path | None:
-        """ORT's training Module loads models from paths only; bytes go to a private temp file."""
+        """ORT's training Module loads models from paths only; bytes go to a file in the session's folder."""
         if model is None:
             if required:
                 raise ArtifactError(f"{name} is required")
             return None
         if isinstance(model, (bytes, bytearray, memoryview)):
-            if self._tmp is None:
-                self._tmp = tempfile.TemporaryDirectory(prefix="fedort-session-")
             data = bytes(model)
-            suffix = ".ort" if data[4:8] == b"ORTM" else ".onnx"
-            path = Path(self._tmp.name) / (name + suffix)
+            path = self._scratch.file(name + (".ort" if data[4:8] == b"ORTM" else ".onnx"))
             path.write_bytes(data)
             return path
         path = Path(model)
@@ -267,18 +268,11 @@ class TrainingSession:
 
         `warmup_steps=` / `total_steps=` (this method's former names) still work, with a DeprecationWarning.
         """
-        warmup_step_count, total_step_count = _scheduler_counts(warmup_step_count, total_step_count, old_names)
+        warmup, total = scheduler_counts(warmup_step_count, total_step_count, old_names)
         if initial_lr is None:
             raise TypeError("register_linear_lr_scheduler() missing required argument: 'initial_lr'")
-        warmup, total = warmup_step_count, total_step_count
-        self._require_optimizer("register_linear_lr_scheduler")
-        if not (0 <= warmup <= total) or total <= 0:
-            raise ConfigError(
-                f"need 0 <= warmup_step_count <= total_step_count and total_step_count > 0, got {warmup}, {total}"
-            )
-        # ORT 1.19.2's Python wrapper hands its (warmup, total) arguments to the native
-        # scheduler in the opposite order, so we pass them swapped to get what we mean.
-        self._scheduler = self._api.LinearLRScheduler(self._optimizer, total, warmup, float(initial_lr))
+        optimizer = self._require_optimizer("register_linear_lr_scheduler")
+        self._scheduler = linear_scheduler(self._api, optimizer, warmup, total, float(initial_lr))
         self._schedule = (warmup, total, float(initial_lr))
 
     def scheduler_step(self) -> None:
@@ -378,13 +372,11 @@ class TrainingSession:
         Federated rounds usually start each round's local training from fresh optimizer state
         (the moments belong to the previous global model). ORT keeps them inside the
         checkpoint state, so we reload a checkpoint without them (saved once per session, in its
-        temporary folder) and put every current parameter back (`from_buffer` of all of them).
+        own folder) and put every current parameter back (`from_buffer` of all of them).
         """
         self._require_optimizer("reset_optimizer_state")
         lr = self.learning_rate
-        if self._tmp is None:
-            self._tmp = tempfile.TemporaryDirectory(prefix="fedort-session-")
-        fresh = Path(self._tmp.name) / "no-optimizer-state.ckpt"
+        fresh = self._scratch.file("no-optimizer-state.ckpt")
         if not fresh.is_file():
             self.save_checkpoint(fresh, include_optimizer_state=False)
         params = np.array(self.to_buffer(trainable_only=False), dtype=np.float32, copy=True)
@@ -392,26 +384,3 @@ class TrainingSession:
         self.from_buffer(params, trainable_only=False)
         if self._schedule is None:
             self.learning_rate = lr
-
-
-def _scheduler_counts(warmup: int | None, total: int | None, old_names: dict) -> tuple[int, int]:
-    """(warmup_step_count, total_step_count), accepting the deprecated `warmup_steps` / `total_steps` keywords."""
-    import warnings
-
-    renames = {"warmup_steps": "warmup_step_count", "total_steps": "total_step_count"}
-    unknown = sorted(set(old_names) - set(renames))
-    if unknown:
-        raise TypeError(f"register_linear_lr_scheduler() got unexpected keyword arguments {unknown}")
-    used = [old for old in renames if old in old_names]
-    if used:
-        warnings.warn(
-            f"register_linear_lr_scheduler({'=, '.join(used)}=) is deprecated; use "
-            f"{'=, '.join(renames[o] for o in used)}= (ORT's names)",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-    warmup = old_names.get("warmup_steps", warmup)
-    total = old_names.get("total_steps", total)
-    if warmup is None or total is None:
-        raise TypeError("register_linear_lr_scheduler() needs warmup_step_count and total_step_count")
-    return int(warmup), int(total)

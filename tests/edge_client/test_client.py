@@ -217,19 +217,45 @@ def test_heartbeats_are_sent_while_busy(server, tmp_path, digits):
     client.close()
 
 
-@pytest.mark.slow
-def test_stop_cuts_a_long_poll_short_and_leaves(server, tmp_path, digits):
-    address = server.start_with(min_clients=2)           # one client alone never gets a task
+def lone_polling_client(server, tmp_path, digits) -> tuple[EdgeClient, threading.Thread, list]:
+    """A joined client that will long-poll for 30 s at a time and never get a task (min_clients=2), the thread
+    that will run it, and the list its RunSummary lands in."""
+    address = server.start_with(min_clients=2)
     client = EdgeClient(EdgeConfig(address, insecure=True, name="dev", cache_dir=tmp_path / "c", poll_wait_ms=30_000,
                                    backoff=FAST), data=part(digits, 0, 4))
     client.join()
     result: list = []
-    thread = threading.Thread(target=lambda: result.append(client.run()), daemon=True)
+    return client, threading.Thread(target=lambda: result.append(client.run()), daemon=True), result
+
+
+@pytest.mark.slow
+def test_stop_cuts_a_long_poll_short_and_leaves(server, tmp_path, digits):
+    client, thread, result = lone_polling_client(server, tmp_path, digits)
     thread.start()
     # the stop comes while the client is held in the server's 30 s long-poll (it polls again and again,
     # min_clients=2 never being reached), so a stop at any moment must end it
     threading.Timer(0.5, client.stop, args=("test stop",)).start()
     thread.join(20)                       # well inside the 30 s hold: the stop cut it short
+    assert not thread.is_alive() and result[0].outcome == "stopped"
+    assert db(tmp_path, "SELECT active, left_reason FROM clients") == [(0, "test stop")]
+
+
+def test_a_stop_that_lands_as_a_long_poll_starts_still_cuts_it_short(server, tmp_path, digits):
+    from fedort.common.faults import armed
+
+    client, thread, result = lone_polling_client(server, tmp_path, digits)
+    stopped_at: list = []
+
+    def stop_as_the_poll_starts() -> None:
+        # past run()'s and the retry loop's stop checks, before the call exists to be cancelled
+        if client.phase == "polling" and not stopped_at:
+            stopped_at.append(client.phase)
+            client.stop("test stop")
+
+    with armed("transport.before_call", stop_as_the_poll_starts):
+        thread.start()
+        thread.join(20)                   # well inside the 30 s hold the missed stop would wait out
+    assert stopped_at == ["polling"]
     assert not thread.is_alive() and result[0].outcome == "stopped"
     assert db(tmp_path, "SELECT active, left_reason FROM clients") == [(0, "test stop")]
 

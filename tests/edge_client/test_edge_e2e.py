@@ -235,7 +235,7 @@ def parts():
     print("UPLOADING", flush=True)
     time.sleep(120)
 
-pb_grpc.CoordinatorStub(client.transport._channel).SubmitUpdate(parts(), timeout=120)
+pb_grpc.CoordinatorStub(client.transport.channel).SubmitUpdate(parts(), timeout=120)
 '''
 
 
