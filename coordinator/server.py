@@ -45,7 +45,8 @@ from fedort.coordinator.rpc.call_gate import CallGate
 from fedort.coordinator.rpc.devices import DeviceStore
 from fedort.coordinator.rpc.malformed import add_servicer
 from fedort.coordinator.rpc.monitoring import Monitoring
-from fedort.coordinator.rpc.servicer import UPLOAD_WINDOW_BYTES, CoordinatorServicer
+from fedort.coordinator.rpc.servicer import CoordinatorServicer
+from fedort.coordinator.rpc.upload_stream import UPLOAD_WINDOW_BYTES
 from fedort.coordinator.state.layout import StateLayout
 from fedort.coordinator.state.lock import StateDirLock
 from fedort.coordinator.state.store import StateStore
