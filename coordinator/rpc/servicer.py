@@ -28,6 +28,7 @@ from fedort.coordinator.rpc.device_capabilities import check_capabilities
 from fedort.coordinator.rpc.error_boundary import caller, check_round, streaming, unary
 from fedort.coordinator.rpc.join_limits import JoinGate
 from fedort.coordinator.rpc.monitoring import Monitoring
+from fedort.coordinator.rpc.peer_certificate import PeerCertificate, binds_tokens, check_bound
 from fedort.coordinator.rpc.upload_stream import UploadStream
 from fedort.coordinator.uploads.admission import accepted_digests, allowed_codecs
 from fedort.coordinator.uploads.client_limits import RateLimiter, StreamLimiter
@@ -67,6 +68,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         self.joins = JoinGate(engine.config.joins_per_minute, engine.config.joins_per_minute_per_address)
         self.resumable = ResumableUploads(engine, engine.config.upload_resume_idle_s, engine.config.max_chunk_bytes)
         self.upload_stream = UploadStream(engine.config.stream_idle_timeout_s, self.auth)
+        self.binds_certificates = binds_tokens(engine.config) and not self.auth.open
         self.artifacts_dir = artifacts_dir
         self.chunk_bytes = chunk_bytes
         manifest = engine.manifest
@@ -79,10 +81,13 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         }
 
     def authenticate(self, request, context) -> None:
-        """Who calls (UNAUTHENTICATED if unknown); PERMISSION_DENIED if a unary request names another client."""
+        """Who calls (UNAUTHENTICATED if unknown, or if a mutual-TLS certificate names another client than the
+        token); PERMISSION_DENIED if a unary request names another client."""
         is_join = isinstance(request, pb.JoinRequest)
         check_round(getattr(request, "round", 0))
         identity = self.auth.identify(context.invocation_metadata(), request.credential if is_join else "")
+        if self.binds_certificates and identity is not None:
+            check_bound(PeerCertificate.of(context.auth_context()), identity)
         caller.set(identity)
         client_id = getattr(request, "client_id", None)
         if client_id is not None and not (is_join and not client_id):
