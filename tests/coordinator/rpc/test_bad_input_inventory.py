@@ -10,10 +10,12 @@ bad UTF-8). The parametrize ids are the inventory: `<RPC>: <what is wrong>`.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 import numpy as np
@@ -69,6 +71,11 @@ class Target:
                                          response_deserializer=None)
         return await call(iter(parts), metadata=metadata or self.metadata(who), timeout=RPC_TIMEOUT)
 
+    async def download(self, who: str, round: int) -> np.ndarray:
+        parts = await self.server_stream("DownloadVector", pb.VectorRequest(
+            client_id=who, model_id=self.model, round=round).SerializeToString(), who)
+        return np.frombuffer(b"".join(pb.VectorPart.FromString(p).chunk for p in parts[1:]), "<f4").copy()
+
     async def send(self, method: str, request, who: str | None = "alice", metadata=None):
         """`request` (a message, or bytes as they are) to `method`."""
         if method == "SubmitUpdate":
@@ -87,37 +94,44 @@ async def open_upload(t: Target) -> None:
     t.upload_id = state.upload_id
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def target(tmp_path_factory, mlp_artifacts):  # noqa: F811
-    state = tmp_path_factory.mktemp("inventory") / "state"
-    store = DeviceStore(state)
-    tokens = {cid: store.enroll(cid)[1] for cid in CLIENTS}
-    config = make_config(mlp_artifacts, state, auth="token", rounds=2, min_clients=2, min_available_clients=4,
-                         round_timeout_s=600, max_chunk_bytes=CHUNK, max_examples=MAX_EXAMPLES, joins_per_minute=0,
-                         max_streams_per_client=0)
-    coord = Coordinator(config)
+@contextlib.asynccontextmanager
+async def serving(state_dir: Path, artifacts: Path, announced: dict[str, dict[str, str]],
+                  **config) -> AsyncIterator[Target]:
+    """A token-auth coordinator on 127.0.0.1:0 with the clients of `announced` enrolled and joined (each with
+    those Join capabilities), alice holding round 1's FIT task and global vector; stopped on exit."""
+    store = DeviceStore(state_dir)
+    tokens = {cid: store.enroll(cid)[1] for cid in announced}
+    values = dict(auth="token", round_timeout_s=600, max_chunk_bytes=CHUNK, joins_per_minute=0,
+                  max_streams_per_client=0)
+    coord = Coordinator(make_config(artifacts, state_dir, **{**values, **config}))
     await coord.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{coord.port}",
                                         options=[("grpc.max_send_message_length", 64 << 20)])
     t = Target(coord, channel, tokens, "", np.zeros(0, np.float32), b"")
     try:
-        for cid in CLIENTS:  # carol announces no data set size: max_examples caps her updates
-            announced = {} if cid == "carol" else {"examples": "100"}
+        for cid, capabilities in announced.items():
             reply = pb.JoinReply.FromString(await t.unary("Join", pb.JoinRequest(
-                device_name=cid, capabilities=announced).SerializeToString(), cid))
+                device_name=cid, capabilities=capabilities).SerializeToString(), cid))
         t.model = reply.model_id
         task = pb.Task.FromString(await t.unary("PollTask", pb.PollRequest(
             client_id="alice", model_id=t.model, wait_ms=10_000).SerializeToString()))
         assert task.kind == pb.Task.FIT and task.round == 1
         t.trained_from = task.vector_sha256
-        parts = await t.server_stream("DownloadVector", pb.VectorRequest(
-            client_id="alice", model_id=t.model, round=1).SerializeToString())
-        t.vector = np.frombuffer(b"".join(pb.VectorPart.FromString(p).chunk for p in parts[1:]), "<f4").copy()
+        t.vector = await t.download("alice", 1)
         assert hashlib.sha256(t.vector.tobytes()).digest() == t.trained_from
         yield t
     finally:
         await channel.close()
         await coord.stop(grace=0)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def target(tmp_path_factory, mlp_artifacts):  # noqa: F811
+    """Carol announces no data set size, so max_examples caps her updates."""
+    announced = {cid: {} if cid == "carol" else {"examples": "100"} for cid in CLIENTS}
+    async with serving(tmp_path_factory.mktemp("inventory") / "state", mlp_artifacts, announced, rounds=2,
+                       min_clients=2, min_available_clients=4, max_examples=MAX_EXAMPLES) as t:
+        yield t
 
 
 # ---- requests ------------------------------------------------------------------------------
@@ -190,12 +204,11 @@ class Case:
     code: grpc.StatusCode
     says: str                                # a regular expression the status message matches
     who: str | None = "alice"                # whose token the call carries (None: no token)
-    metadata: tuple = field(default=())      # instead of the token, when set
+    metadata: tuple = ()                     # instead of the token, when set
     upload: bool = False                     # needs dave's open resumable upload (`open_upload`)
 
 
 def _cases() -> dict[str, Case]:
-    model = lambda t: t.model  # noqa: E731
     other = "f" * 64
     return {
         # ---- authentication, on any method ----
