@@ -257,7 +257,7 @@ def _cases() -> dict[str, Case]:
         "PollTask: wrong model id": Case("PollTask", lambda t: pb.PollRequest(client_id="alice", model_id=other),
                                          PRECONDITION, WRONG_MODEL),
         "PollTask: empty model id": Case("PollTask", lambda t: pb.PollRequest(client_id="alice"), PRECONDITION,
-                                         r"request names model \(none\)…, this run trains model [0-9a-f]{16}…"),
+                                         r"request names model \(none\), this run trains model [0-9a-f]{16}…"),
         "PollTask: no client id": Case("PollTask", lambda t: pb.PollRequest(model_id=t.model), DENIED,
                                        r"names client \(none\)"),
         "PollTask: another client's id": Case("PollTask", lambda t: pb.PollRequest(client_id="bob", model_id=t.model),
