@@ -163,3 +163,18 @@ def test_the_serve_flag_sets_the_binding_and_it_is_on_by_default(flags, bound):
     register(parser.add_subparsers())
     args = parser.parse_args(["coordinator", "serve", "--artifacts", "a", "--state-dir", "s", *flags])
     assert config_from_args(args).tls_bind_client_id is bound
+
+
+async def test_an_edge_client_with_another_devices_certificate_stops_saying_which_names_disagree(
+        tmp_path, pki, devices, start_coordinator):  # noqa: F811
+    from fedort.common.errors import UnauthenticatedError
+
+    state, tokens = devices
+    coord = await start_coordinator(state_dir=state, **mutual(pki))
+    cert, key = issue_client(pki, tmp_path / "certs", "alice")
+    config = EdgeConfig(f"127.0.0.1:{coord.port}", ca_file=pki.ca, cert_file=cert, key_file=key,
+                        credential=tokens["bob"], name="bob", cache_dir=tmp_path / "cache", heartbeats=False,
+                        backoff=Backoff(initial_s=0.05, max_delay_s=0.2, give_up_after_s=5.0))
+    with pytest.raises(UnauthenticatedError, match="the client certificate names subject CN 'alice', but the token "
+                                                   "is client bob's"):
+        await asyncio.wait_for(asyncio.to_thread(EdgeClient(config, data=digits_part(0, 2)).run), 60)
