@@ -5,7 +5,8 @@ when the certificate it came with names the client id its token authenticates: t
 names client id X when its subject common name is X or one of its subjectAltName entries (DNS,
 URI, e-mail or IP, as text) is X, compared exactly. A stolen token is then of no use without its
 device's key, and a certificate of one device does not carry another's token. Otherwise the call
-is UNAUTHENTICATED, and the message says which names the certificate carries and which id the
+is UNAUTHENTICATED (the two credentials do not authenticate one device, so there is no caller to
+deny permission to), and the message says which names the certificate carries and which id the
 token names. The names come from gRPC's auth context (`x509_common_name`,
 `x509_subject_alternative_name`), already parsed at the handshake.
 """
