@@ -24,6 +24,7 @@ import pytest_asyncio
 
 from chaos_support import state_snapshot
 from coordinator_fixtures import P_MLP, RPC_TIMEOUT, make_config, mlp_artifacts  # noqa: F401
+from fedort.common import digests
 from fedort.coordinator import Coordinator
 from fedort.coordinator.rpc.devices import DeviceStore
 from fedort.protos.stubs import fedort_v1_pb2 as pb
@@ -349,6 +350,12 @@ def _cases() -> dict[str, Case]:
                                                 r"header sha256 must be 32 bytes, got 8"),
         "SubmitUpdate: unknown digest name": Case("SubmitUpdate", lambda t: stream(t, digest="md5"), INVALID,
                                                   r"unknown vector digest 'md5'; known: \['sha256', 'blake3'\]"),
+        "SubmitUpdate: blake3 of other bytes": Case("SubmitUpdate", lambda t: stream(
+            t, digest="blake3", sha256=digests.digest("blake3", b"other")), INVALID,
+            r"vector blake3 mismatch: header says [0-9a-f]{16}…, received bytes hash to [0-9a-f]{16}…"),
+        "SubmitUpdate: vector header missing": Case("SubmitUpdate", lambda t: [pb.UpdatePart(header=pb.UpdateHeader(
+            client_id="alice", num_examples=10)).SerializeToString(), *stream(t)[1:]], PRECONDITION,
+            r"request names model \(none\), this run trains model [0-9a-f]{16}…"),
         "SubmitUpdate: NaN value": Case("SubmitUpdate", lambda t: stream(t, with_nan(t)), INVALID,
                                      r"raw payload contains a non-finite value \(nan\) at position 17"),
         "SubmitUpdate: trained from another vector": Case("SubmitUpdate", lambda t: stream(
