@@ -45,7 +45,7 @@ from fedort.coordinator.rpc.call_gate import CallGate
 from fedort.coordinator.rpc.devices import DeviceStore
 from fedort.coordinator.rpc.malformed import add_servicer
 from fedort.coordinator.rpc.monitoring import Monitoring
-from fedort.coordinator.rpc.peer_certificate import binds_tokens
+from fedort.coordinator.rpc.peer_certificate import check_web_port
 from fedort.coordinator.rpc.servicer import CoordinatorServicer
 from fedort.coordinator.rpc.upload_stream import UPLOAD_WINDOW_BYTES
 from fedort.coordinator.state.layout import StateLayout
@@ -85,17 +85,10 @@ def server_options(config: CoordinatorConfig) -> list[tuple[str, int]]:
 
 
 def server_credentials(config: CoordinatorConfig) -> grpc.ServerCredentials | None:
-    """TLS credentials from the config's PEM files (client certificates required with tls_client_ca); None: plaintext.
-
-    ConfigError for mutual TLS with the certificates bound to tokens beside a web port, which cannot check that."""
+    """TLS credentials from the config's PEM files (client certificates required with tls_client_ca); None: plaintext."""
     if config.tls_cert is None:
         return None
-    if binds_tokens(config) and config.web_address:
-        raise ConfigError(
-            "the web port cannot tell which client certificate a call came with, so it cannot check that the "
-            "certificate names the token's client id (tls_bind_client_id, on with --tls-client-ca and token auth); "
-            "pass --no-tls-bind-client-id to serve --web-address over mutual TLS without that check"
-        )
+    check_web_port(config)
     client_ca = config.tls_client_ca.read_bytes() if config.tls_client_ca else None
     key_file = present(config.tls_key, "tls_key (checked with tls_cert)")
     key, cert = key_file.read_bytes(), config.tls_cert.read_bytes()

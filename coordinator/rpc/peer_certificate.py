@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from fedort.common.errors import UnauthenticatedError
+from fedort.common.errors import ConfigError, UnauthenticatedError
 from fedort.coordinator.rpc.join_limits import clip
 
 if TYPE_CHECKING:
@@ -66,6 +66,17 @@ def binds_tokens(config: CoordinatorConfig) -> bool:
     return config.tls_client_ca is not None and config.auth == "token" and config.tls_bind_client_id
 
 
+def check_web_port(config: CoordinatorConfig) -> None:
+    """ConfigError for a web port beside bound mutual TLS: its HTTP server does not tell which certificate a call
+    came with, so the binding could not be checked there."""
+    if binds_tokens(config) and config.web_address:
+        raise ConfigError(
+            "the web port cannot tell which client certificate a call came with, so it cannot check that the "
+            "certificate names the token's client id (tls_bind_client_id, on with --tls-client-ca and token auth); "
+            "pass --no-tls-bind-client-id to serve --web-address over mutual TLS without that check"
+        )
+
+
 def check_bound(certificate: PeerCertificate | None, client_id: str) -> None:
     """UNAUTHENTICATED unless `certificate` names `client_id` (the id the call's token authenticates)."""
     if certificate is None:
@@ -81,4 +92,4 @@ def check_bound(certificate: PeerCertificate | None, client_id: str) -> None:
         )
 
 
-__all__ = ["PeerCertificate", "binds_tokens", "check_bound"]
+__all__ = ["PeerCertificate", "binds_tokens", "check_bound", "check_web_port"]
