@@ -40,6 +40,7 @@ expected and what arrived.
 | port_file | none | file that receives the bound port once serving |
 | tls_cert / tls_key | none | PEM server certificate (chain) and private key: serve TLS |
 | tls_client_ca | none | PEM CA that must have signed every client's certificate (mutual TLS) |
+| tls_bind_client_id | true | with tls_client_ca and token auth: a call's certificate must name its token's client id (subject CN or a subjectAltName entry), else UNAUTHENTICATED (`coordinator.rpc.peer_certificate`) |
 | insecure | false | serve plaintext; required (explicitly) when no TLS certificate is given |
 | auth | token | `token`: every RPC but health needs an enrolled device's token; `open`: none (simulations) |
 | max_streams_per_client | 4 | downloads/uploads one client may have in progress at once (0 disables) |
@@ -140,6 +141,7 @@ class CoordinatorConfig(AsyncSettings, PrivacySettings):
     tls_cert: Path | None = None
     tls_key: Path | None = None
     tls_client_ca: Path | None = None
+    tls_bind_client_id: bool = True
     insecure: bool = False
     auth: str = "token"
     max_streams_per_client: int = 4

@@ -45,7 +45,9 @@ from fedort.coordinator.rpc.call_gate import CallGate
 from fedort.coordinator.rpc.devices import DeviceStore
 from fedort.coordinator.rpc.malformed import add_servicer
 from fedort.coordinator.rpc.monitoring import Monitoring
-from fedort.coordinator.rpc.servicer import UPLOAD_WINDOW_BYTES, CoordinatorServicer
+from fedort.coordinator.rpc.peer_certificate import check_web_port
+from fedort.coordinator.rpc.servicer import CoordinatorServicer
+from fedort.coordinator.rpc.upload_stream import UPLOAD_WINDOW_BYTES
 from fedort.coordinator.state.layout import StateLayout
 from fedort.coordinator.state.lock import StateDirLock
 from fedort.coordinator.state.store import StateStore
@@ -86,6 +88,7 @@ def server_credentials(config: CoordinatorConfig) -> grpc.ServerCredentials | No
     """TLS credentials from the config's PEM files (client certificates required with tls_client_ca); None: plaintext."""
     if config.tls_cert is None:
         return None
+    check_web_port(config)
     client_ca = config.tls_client_ca.read_bytes() if config.tls_client_ca else None
     key_file = present(config.tls_key, "tls_key (checked with tls_cert)")
     key, cert = key_file.read_bytes(), config.tls_cert.read_bytes()

@@ -66,7 +66,7 @@ class AdmittedUpdate:
 def check_model(model_id: str, expected: str) -> None:
     if model_id != expected:
         raise WrongModelError(
-            f"request names model {model_id[:16] or '(none)'}…, this run trains model {expected[:16]}…"
+            f"request names model {model_id[:16] + '…' if model_id else '(none)'}, this run trains model {expected[:16]}…"
         )
 
 

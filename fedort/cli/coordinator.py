@@ -127,6 +127,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=Path,
         help="require client certificates signed by this CA (mutual TLS)",
     )
+    sec.add_argument(
+        "--tls-bind-client-id",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="with --tls-client-ca and token auth, a call's certificate must name its token's client id "
+        "(subject CN or a subjectAltName entry), else UNAUTHENTICATED (default: on)",
+    )
     sec.add_argument("--insecure", action="store_true", default=None, help="serve plaintext (local tests only)")
     sec.add_argument(
         "--auth",
@@ -293,6 +300,7 @@ _FLAG_KEYS = (
     "tls_cert",
     "tls_key",
     "tls_client_ca",
+    "tls_bind_client_id",
     "insecure",
     "auth",
     "max_streams_per_client",

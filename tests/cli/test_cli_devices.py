@@ -11,7 +11,7 @@ import pytest
 
 from fedort.coordinator.rpc.devices import DeviceStore
 from coordinator_fixtures import mlp_artifacts  # noqa: F401
-from tls_fixtures import pki  # noqa: F401
+from tls_fixtures import issue_client, pki  # noqa: F401
 
 
 def fedort(*args: str) -> subprocess.CompletedProcess:
@@ -53,7 +53,8 @@ def test_a_name_that_is_not_a_client_id_gets_a_generated_id(tmp_path):
 
 @pytest.mark.slow
 def test_serve_over_mutual_tls_with_an_enrolled_edge_client_end_to_end(tmp_path, mlp_artifacts, pki):  # noqa: F811
-    """The operator's path: enroll, serve with TLS + client CA, `fedort edge run --ca-file --cert --key --token-file`."""
+    """The operator's path: enroll, serve with TLS + client CA, `fedort edge run --ca-file --cert --key --token-file`
+    with the device's own certificate (its subject CN is the enrolled client id)."""
     from sklearn.datasets import load_digits
 
     d = load_digits()
@@ -61,6 +62,7 @@ def test_serve_over_mutual_tls_with_an_enrolled_edge_client_end_to_end(tmp_path,
     state = tmp_path / "state"
     token = fedort("coordinator", "enroll", "edge-1", "--state-dir", str(state)).stdout.strip()
     (tmp_path / "token").write_text(token + "\n")
+    cert, key = issue_client(pki, tmp_path / "certs", "edge-1")
     port_file = tmp_path / "port"
     serve = subprocess.Popen(
         [sys.executable, "-m", "fedort", "coordinator", "serve", "--artifacts", str(mlp_artifacts),
@@ -76,7 +78,7 @@ def test_serve_over_mutual_tls_with_an_enrolled_edge_client_end_to_end(tmp_path,
         address = f"127.0.0.1:{port_file.read_text().strip()}"
         edge = [sys.executable, "-m", "fedort", "edge", "run", "--coordinator", address, "--data",
                 str(tmp_path / "client.npz"), "--cache-dir", str(tmp_path / "cache"), "--ca-file", str(pki.ca),
-                "--cert", str(pki.client_cert), "--key", str(pki.client_key), "--give-up-after", "5"]
+                "--cert", str(cert), "--key", str(key), "--give-up-after", "5"]
         refused = subprocess.run(edge, capture_output=True, text=True, timeout=30)     # no token
         assert refused.returncode == 1 and "UNAUTHENTICATED" in refused.stderr and "device token" in refused.stderr
         done = subprocess.run([*edge, "--token-file", str(tmp_path / "token")], capture_output=True, text=True,

@@ -5,7 +5,6 @@ coordinator's resident memory barely moves."""
 from __future__ import annotations
 
 import hashlib
-import struct
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import numpy as np
 import pytest
 
 from chaos_support import CoordinatorProcess
+from zstd_frames import rle_bomb
 from fedort.ort.artifacts import build_artifacts
 from fedort.ort.models import mlp
 from fedort.protos.stubs import fedort_v1_pb2 as pb
@@ -31,17 +31,6 @@ def wide_artifacts(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wide-mlp")
     build_artifacts(mlp(hidden=HIDDEN), out)
     return out
-
-
-def rle_bomb(declared: int, blocks: int, window_log: int = 13) -> bytes:
-    """A zstd frame declaring `declared` bytes of content whose `blocks` RLE blocks regenerate a whole window
-    (2**window_log bytes) each. A window smaller than the declared size makes zstd decode through a ring
-    buffer, which never notices the frame outgrowing its declared size before the frame's end."""
-    size = min(1 << window_log, 128 << 10)         # a block regenerates at most 128 KiB
-    header = b"\x28\xb5\x2f\xfd" + bytes([0b1000_0000, (window_log - 10) << 3]) + struct.pack("<I", declared)
-    block = struct.pack("<I", (size << 3) | (1 << 1))[:3] + b"\0"
-    last = struct.pack("<I", (size << 3) | (1 << 1) | 1)[:3] + b"\0"
-    return header + block * (blocks - 1) + last
 
 
 def test_an_rle_bomb_is_refused_once_its_output_passes_the_declared_size():

@@ -3,7 +3,8 @@
 "Nothing" is `chaos_support.state_snapshot`: the SQLite dump (`StateStore.dump()`), every
 global vector file byte for byte, and the spool listing. The complete list of the classes the
 reliability issue names, and where each is tested (tests/coordinator/rpc/test_servicer.py holds the first 19
-SubmitUpdate cases, which check the same snapshot):
+SubmitUpdate cases, which check the same snapshot; test_bad_input_inventory.py and
+test_codec_payload_inventory.py hold the case-by-case inventory over every RPC and codec, with token auth):
 
 | class | status | test |
 | --- | --- | --- |

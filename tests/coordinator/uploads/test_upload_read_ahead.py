@@ -1,4 +1,4 @@
-"""Reading one message ahead of a large upload chunk (CoordinatorServicer._chunks) changes no outcome.
+"""Reading one message ahead of a large upload chunk (UploadStream.chunks) changes no outcome.
 
 The servicer posts the next message's read before it hands on a chunk larger than the stream's
 receive window, so the device keeps sending while the chunk is hashed and spooled. The tests lower
@@ -19,7 +19,7 @@ from chaos_support import cut_off_after_first_chunk, open_access, raw_call, roun
 from coordinator_fixtures import (  # noqa: F401
     chunks_of, mlp_artifacts, start_coordinator, stub_client, update_header, wait_for_metric,
 )
-from fedort.coordinator.rpc import servicer
+from fedort.coordinator.rpc import upload_stream
 from fedort.protos.stubs import fedort_v1_pb2 as pb
 
 CHUNK = 16384
@@ -27,7 +27,7 @@ CHUNK = 16384
 
 @pytest.fixture
 async def open_round(start_coordinator, stub_client, monkeypatch):
-    monkeypatch.setattr(servicer, "UPLOAD_WINDOW_BYTES", CHUNK // 4)   # every chunk is read ahead of
+    monkeypatch.setattr(upload_stream, "UPLOAD_WINDOW_BYTES", CHUNK // 4)   # every chunk is read ahead of
     return await round_one_open(start_coordinator, stub_client, max_examples=1000, max_chunk_bytes=CHUNK,
                                 round_timeout_s=240, stream_idle_timeout_s=1.0, inline_update_bytes=0,
                                 **open_access())
