@@ -89,8 +89,7 @@ class RoundEngine:
         self.training: TrainingRound | None = None
         self.global_vector: GlobalVector | None = None
         self._deadline_ms = 0  # the open attempt's
-        self._recovered = self._resumed = False
-        self._stopping = False
+        self._recovered = self._resumed = self._stopping = False
         self.secagg = None
         if config.secagg:  # imported only for a masked run: the protocol and its key agreement
             from fedort.coordinator.privacy.secagg.secure_round import SecAggRound

@@ -13,9 +13,10 @@ one admission module (`admit_async_update`). Every codec the run allows is accep
 codec's payload is relative to version b's global (its base_sha256 must name it), which is
 exactly the Δ the buffer folds, so the fold needs no base vector for it; a raw update is folded as
 x − x_b. One update per client per buffer; a client re-sending an update already counted (in this
-or an earlier buffer) gets a duplicate acknowledgement. Receiving shares the synchronous path's
-`uploads.received` (upload slots, per-client share, whole-upload deadline, monitor counts); slots
-are never cut short by a version commit (an upload in flight joins the next version's buffer).
+or an earlier buffer) gets a duplicate acknowledgement. Receiving is the synchronous path's
+(`uploads.receiving`: upload slots, per-client share, whole-upload deadline, monitor counts), and so
+are the row and the counting (`uploads.accepted`); slots are never cut short by a version commit
+(an upload in flight joins the next version's buffer). `AsyncUploads` is an `uploads.intake.UploadIntake`.
 Everything after the upload runs under the engine's version lock, so folds and the K-th update's
 commit are serialised: the K-th update's acknowledgement comes after version v + 1 is committed,
 which keeps a simulation on a virtual clock deterministic.

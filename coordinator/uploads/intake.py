@@ -14,13 +14,14 @@ O(P + concurrent uploads × chunk). A co-located raw update is checked in the fo
 as it is read, before its group commit (`local_vectors`, `early_fold`); if it then is not counted,
 the round's close refolds what was (`RoundAggregator.stale`).
 
-Bounded in time as well (starvation): an upload holds one of the run's upload slots
-(`upload_slots`) only while it makes progress (`upload_progress`: a minimum rate over every
-window, and a deadline of upload_grace_s + payload_bytes / upload_min_rate_bytes_s, never past
-the round's deadline; RESOURCE_EXHAUSTED, the device may retry), and never past the close of
-the round it targets (FAILED_PRECONDITION).
+Bounded in time as well (starvation): receiving (`receiving.received`, shared with the
+asynchronous intake) holds an upload slot only while the upload makes progress, never past the
+round's deadline, and never past the close of the round it targets (FAILED_PRECONDITION). The row
+an update gets and what counting it records are the shared `accepted.Accepted`.
 The engine's monitor counts the bytes received, the slots in use and each update accepted or
 found a duplicate (a refusal is counted where the RPC fails, in the servicer's error boundary).
+`UploadIntake` is what the engine and the round's close use of an intake (this one or
+`fedbuff.uploads.AsyncUploads`).
 """
 
 from __future__ import annotations
