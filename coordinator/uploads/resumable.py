@@ -23,17 +23,14 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from fedort.common import digests
 from fedort.common.errors import NotFoundError, PermissionDeniedError, ProtocolError, UploadOffsetError, VectorError
 from fedort.coordinator.aggregation import decoder_for
 from fedort.coordinator.engine.resubmission import Resubmitted, submit_counted_once
 from fedort.coordinator.state.store import now_ms
+from fedort.coordinator.uploads.stream import UpdateReceiver
 from fedort.protos.messages import SubmitResult, UpdateHeader, UploadState
-
-if TYPE_CHECKING:
-    from fedort.coordinator.uploads.stream import UpdateReceiver
 
 log = logging.getLogger(__name__)
 
