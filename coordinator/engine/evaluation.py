@@ -12,59 +12,78 @@ import json
 import logging
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from fedort.common.errors import ProtocolError, StaleRoundError
 from fedort.common.invariants import present
 from fedort.common.round_state import RoundState
+from fedort.coordinator.config import CoordinatorConfig
+from fedort.coordinator.engine.registry import ClientRegistry
 from fedort.coordinator.engine.round_metrics import MetricSums, metrics_json
+from fedort.coordinator.engine.run_view import RunView
 from fedort.coordinator.engine.selection import client_seed, select_clients
 from fedort.coordinator.state.storage import retry_when_full
-from fedort.coordinator.state.store import now_ms
+from fedort.coordinator.state.store import StateStore, now_ms
 from fedort.coordinator.uploads.admission import check_model
 from fedort.protos.messages import Metric, SubmitResult, Task, TaskKind, TrainConfig
-
-if TYPE_CHECKING:
-    from fedort.coordinator.engine.round_engine import RoundEngine
 
 log = logging.getLogger(__name__)
 
 
+class EvaluatedRun(RunView, Protocol):
+    """The run the phase follows, and the transition into EVALUATING it makes."""
+
+    def transition(self, new: RoundState, why: str = "") -> None: ...
+
+
 class EvaluationPhase:
-    def __init__(self, engine: RoundEngine) -> None:
-        self.engine = engine
-        self.round = engine.config.rounds + 1
+    """The final model's evaluation: who evaluates, the reports so far, the deadline, the summary."""
+
+    def __init__(
+        self,
+        run: EvaluatedRun,
+        *,
+        config: CoordinatorConfig,
+        store: StateStore,
+        registry: ClientRegistry,
+        model_id: str,
+        length: int,
+    ) -> None:
+        self.view = run
+        self.config, self.store, self.registry = config, store, registry
+        self.model_id, self.length = model_id, length
+        self.round = config.rounds + 1
         self.selected: frozenset[str] = frozenset()
         self.reported: dict[str, int] = {}
+        self.deadline_ms = 0  # set when the phase starts
 
     def finished(self) -> bool:
         """Nothing (more) to evaluate: disabled, or the summary is already recorded."""
-        e = self.engine
-        return e.config.fraction_evaluate <= 0 or e.store.get_meta("evaluated_round") == str(self.round)
+        return self.config.fraction_evaluate <= 0 or self.store.get_meta("evaluated_round") == str(self.round)
 
     async def run(self) -> None:
-        e, cfg = self.engine, self.engine.config
+        e, cfg, store = self.view, self.config, self.store
         if self.finished():
             return
-        self.reported = {c: n for c, n, _ in e.store.evaluations(self.round)}
-        available = [c for c in e.registry.available() if c not in self.reported]
+        self.reported = {c: n for c, n, _ in store.evaluations(self.round)}
+        available = [c for c in self.registry.available() if c not in self.reported]
         k = min(len(available), max(1, math.ceil(cfg.fraction_evaluate * len(available))))
         self.selected = frozenset(select_clients(available, k, cfg.seed, self.round, 0))
         if not self.selected and not self.reported:
             log.warning("no clients available to evaluate the final model; skipping federated evaluation")
             return
-        e.deadline_ms = now_ms() + int(cfg.round_timeout_s * 1000)
+        self.deadline_ms = now_ms() + int(cfg.round_timeout_s * 1000)
         e.transition(RoundState.EVALUATING, f"{len(self.selected)} clients evaluate the final model")
-        while not self.selected <= set(self.reported) and (remaining := e.deadline_ms - now_ms()) > 0:
+        while not self.selected <= set(self.reported) and (remaining := self.deadline_ms - now_ms()) > 0:
             await e.wait_change(remaining / 1000)
         sums = MetricSums()
-        rows = e.store.evaluations(self.round)
+        rows = store.evaluations(self.round)
         for _, n, metrics in rows:
             sums.add(metrics, n)
         summary = {"clients": len(rows), "examples": sum(n for _, n, _ in rows), "metrics": sums.means()}
         log.info("federated evaluation of the final model: %s", summary)
         await retry_when_full(
-            lambda: e.store.set_meta(
+            lambda: store.set_meta(
                 evaluated_round=str(self.round),  # disk full: wait, not fail
                 federated_evaluation=json.dumps(summary, sort_keys=True),
             ),
@@ -73,27 +92,27 @@ class EvaluationPhase:
 
     def task_for(self, client_id: str) -> Task | None:
         """An EVALUATE task while the phase runs, for a selected client that has not reported."""
-        e = self.engine
+        e = self.view
         if e.state is not RoundState.EVALUATING or client_id not in self.selected or client_id in self.reported:
             return None
         g = present(e.global_vector, "the global vector")
         return Task(
             TaskKind.EVALUATE,
             self.round,
-            e.deadline_ms,
-            TrainConfig(batch_size=e.config.batch_size, seed=client_seed(e.config.seed, self.round, client_id)),
+            self.deadline_ms,
+            TrainConfig(batch_size=self.config.batch_size, seed=client_seed(self.config.seed, self.round, client_id)),
             0,
             g.sha256,
-            e.length,
+            self.length,
             vector_blake3=g.blake3,
         )
 
     def submit(
         self, client_id: str, model_id: str, round: int, num_examples: int, metrics: Mapping[str, Metric]
     ) -> SubmitResult:
-        e = self.engine
-        e.touch(client_id)
-        check_model(model_id, e.model_id)
+        e = self.view
+        self.registry.touch(client_id)
+        check_model(model_id, self.model_id)
         if e.state is not RoundState.EVALUATING or round != self.round:
             raise StaleRoundError(
                 f"round {round} is not open for evaluation; "
@@ -107,9 +126,9 @@ class EvaluationPhase:
             raise StaleRoundError(f"client {client_id} was not selected to evaluate round {round}")
         if client_id in self.reported:
             return SubmitResult(True, True, round, "duplicate: already counted")
-        if not 1 <= num_examples <= e.config.max_examples:
-            raise ProtocolError(f"num_examples must be in 1..{e.config.max_examples}, got {num_examples}")
-        e.store.add_evaluation(round, client_id, num_examples, metrics_json(metrics))
+        if not 1 <= num_examples <= self.config.max_examples:
+            raise ProtocolError(f"num_examples must be in 1..{self.config.max_examples}, got {num_examples}")
+        self.store.add_evaluation(round, client_id, num_examples, metrics_json(metrics))
         self.reported[client_id] = num_examples
         e.notify()
         return SubmitResult(True, False, round, "accepted")

@@ -14,15 +14,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from fedort.common.errors import VectorError
-from fedort.common.invariants import present
 from fedort.common.round_state import RoundState
+from fedort.coordinator.engine.training_round import TrainingRound
+from fedort.coordinator.state.store import StateStore
 from fedort.protos.update_codecs.base import first_non_finite
-
-if TYPE_CHECKING:
-    from fedort.coordinator.engine.round_engine import RoundEngine
 
 log = logging.getLogger(__name__)
 
@@ -44,34 +43,51 @@ async def candidate(aggregator, small: bool):
     return result
 
 
-async def commit_or_retry(engine: RoundEngine, defer: bool) -> bool:
-    """`engine._commit(defer)`; False once a refused aggregate's round was reopened, or the run failed
-    (`engine._finished` tells which)."""
+async def commit_or_retry(commit: Callable[[], Awaitable[object]], retry: Callable[[str], object]) -> bool:
+    """`commit()`; False once it refused the aggregate and `retry(reason)` reopened the round or failed the run."""
     try:
-        await engine._commit(defer)
+        await commit()
     except RefusedAggregate as refused:
-        retry_refused(engine, str(refused))
+        retry(str(refused))
         return False
     return True
 
 
-def retry_refused(engine: RoundEngine, reason: str) -> bool:
-    """Discard the open attempt's updates and open the next attempt; False (run FAILED) when none is left."""
-    r, cfg = present(engine.training, "the open round"), engine.config
-    why = f"round {engine.round}: the aggregate of {len(r.reported)} updates was refused ({reason})"
-    engine.store.forget_submissions(engine.round)
-    shutil.rmtree(engine.store.spool_dir(engine.round), ignore_errors=True)
-    engine.uploads.bytes_received.pop(engine.round, None)
-    if engine.secagg is not None or r.attempt >= cfg.max_round_attempts:
+class Reopened(Protocol):
+    """What a refused aggregate does to the run: the round's fresh bookkeeping and a new attempt, or the end."""
+
+    def begin_round(self) -> TrainingRound: ...
+
+    def select(self, attempt: int) -> None: ...
+
+    def finish(self, state: RoundState, message: str) -> None: ...
+
+
+def retry_refused(
+    run: Reopened,
+    r: TrainingRound,
+    reason: str,
+    *,
+    store: StateStore,
+    bytes_received: dict[int, int],
+    max_attempts: int,
+    secure: bool,
+) -> bool:
+    """Discard the open attempt's updates (rows, spool, received bytes) and open the next attempt; False (run
+    FAILED) when none is left of `max_attempts`, or at once for a `secure` round (its inputs are gone)."""
+    why = f"round {r.round}: the aggregate of {len(r.reported)} updates was refused ({reason})"
+    store.forget_submissions(r.round)
+    shutil.rmtree(store.spool_dir(r.round), ignore_errors=True)
+    bytes_received.pop(r.round, None)
+    if secure or r.attempt >= max_attempts:
         message = f"{why} after {r.attempt} attempt(s); the global model is unchanged"
-        engine.store.fail_round(engine.round, message)
-        engine.finish(RoundState.FAILED, message)
+        store.fail_round(r.round, message)
+        run.finish(RoundState.FAILED, message)
         return False
     log.warning("%s; its updates were discarded and the round is retried", why)
-    attempt = r.attempt
-    engine.begin_round()
-    engine.select(attempt + 1)
+    run.begin_round()
+    run.select(r.attempt + 1)
     return True
 
 
-__all__ = ["RefusedAggregate", "candidate", "commit_or_retry", "retry_refused"]
+__all__ = ["RefusedAggregate", "Reopened", "candidate", "commit_or_retry", "retry_refused"]

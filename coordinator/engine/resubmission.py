@@ -16,24 +16,36 @@ a resend carries its digest.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from fedort.common import digests
 from fedort.common.errors import StaleRoundError
+from fedort.coordinator.rpc.monitoring import Monitoring
+from fedort.coordinator.state.store import StateStore
 from fedort.protos.messages import SubmitResult, UpdateHeader
 
-if TYPE_CHECKING:
-    from fedort.coordinator.engine.round_engine import RoundEngine
+
+class Resubmitted(Protocol):
+    """What answering a resent update uses of the engine (`RoundEngine` offers it)."""
+
+    @property
+    def store(self) -> StateStore: ...
+
+    @property
+    def monitor(self) -> Monitoring: ...
+
+    def counted_round(self, client_id: str, round: int) -> int | None:
+        """The round that counted the client's update trained on `round` (the asynchronous mode's buffer)."""
+        ...
+
+    async def submit_update(self, header: UpdateHeader, chunks: AsyncIterator[bytes]) -> SubmitResult: ...
 
 
-def counted_before(engine: RoundEngine, h: UpdateHeader) -> SubmitResult | None:
+def counted_before(engine: Resubmitted, h: UpdateHeader) -> SubmitResult | None:
     """The duplicate answer if `h` re-sends an update this run already counted, else None (one indexed read)."""
-    round = h.vector.round
-    ledger = getattr(engine, "ledger", None)  # asynchronous mode: round is the base version
-    if ledger is not None:
-        round = ledger.counted_in(h.client_id, round)
-        if round is None:
-            return None
+    round = engine.counted_round(h.client_id, h.vector.round)
+    if round is None:
+        return None
     stored = engine.store.submission_digest(round, h.client_id)
     if stored is None or stored != digests.stored(h.vector.digest, h.vector.sha256):
         return None
@@ -43,7 +55,7 @@ def counted_before(engine: RoundEngine, h: UpdateHeader) -> SubmitResult | None:
     )
 
 
-async def submit_counted_once(engine: RoundEngine, h: UpdateHeader, chunks: AsyncIterator[bytes]) -> SubmitResult:
+async def submit_counted_once(engine: Resubmitted, h: UpdateHeader, chunks: AsyncIterator[bytes]) -> SubmitResult:
     """`engine.submit_update`, except that an update refused as stale which this run counted before answers
     `duplicate` (its chunks drained, as an open round's duplicate is)."""
     try:
@@ -57,4 +69,4 @@ async def submit_counted_once(engine: RoundEngine, h: UpdateHeader, chunks: Asyn
         return result
 
 
-__all__ = ["counted_before", "submit_counted_once"]
+__all__ = ["Resubmitted", "counted_before", "submit_counted_once"]

@@ -9,23 +9,35 @@ fails the run is the round engine's decision.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import Protocol
 
-from fedort.common.invariants import present
+from fedort.coordinator.engine.training_round import TrainingRound
 from fedort.coordinator.state.store import now_ms
 
-if TYPE_CHECKING:
-    from fedort.coordinator.engine.round_engine import RoundEngine
+
+class InFlight(Protocol):
+    """What the close asks of the update intake (`uploads.intake.UploadIntake` offers it)."""
+
+    @property
+    def busy(self) -> bool: ...
+
+    @property
+    def fold_error(self) -> BaseException | None: ...
+
+    def round_closed(self, round: int) -> None: ...
 
 
-async def wait_for_close(engine: RoundEngine) -> None:
-    """Until the open round is complete or past its deadline, then until no update is in flight."""
-    r, min_clients = present(engine.training, "the open round"), engine.config.min_clients
+async def wait_for_close(
+    r: TrainingRound, uploads: InFlight, wait_change: Callable[[float], Awaitable[None]], min_clients: int
+) -> None:
+    """Until the open round `r` is complete or past its deadline, then until no update is in flight
+    (`wait_change(timeout)`: until the run changes)."""
     while not r.complete(min_clients) and (remaining := r.deadline_ms - now_ms()) > 0:
-        await engine.wait_change(remaining / 1000)
+        await wait_change(remaining / 1000)
     r.closing = True  # no new update is accepted from here on ...
-    engine.uploads.round_closed(r.round)  # (uploads still receiving for it are cut short, freeing their slots)
-    while engine.uploads.busy:  # ... but those being stored or folded are counted
-        await engine.wait_change(1.0)
-    if engine.uploads.fold_error is not None:
-        raise engine.uploads.fold_error
+    uploads.round_closed(r.round)  # (uploads still receiving for it are cut short, freeing their slots)
+    while uploads.busy:  # ... but those being stored or folded are counted
+        await wait_change(1.0)
+    if uploads.fold_error is not None:
+        raise uploads.fold_error

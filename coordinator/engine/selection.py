@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:  # a plain annotation: the config module needs nothing from here
+    from fedort.coordinator.config import CoordinatorConfig
 
 
 def sample_size(available: int, fraction: float, min_clients: int) -> int:
@@ -32,3 +37,28 @@ def client_seed(seed: int, round: int, client_id: str) -> int:
     """The shuffling seed of one client in one round (stable across processes)."""
     digest = hashlib.sha256(f"{seed}:{round}:{client_id}".encode()).digest()
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def attempt_selection(
+    available: Iterable[str],
+    reported: Iterable[str],
+    config: CoordinatorConfig,
+    round: int,
+    attempt: int,
+    excluded: AbstractSet[str] = frozenset(),
+) -> tuple[frozenset[str], str]:
+    """Attempt `attempt`'s selection: clients besides those that already `reported` (who stay selected),
+    and why (for the transition's log). `excluded` clients (caught cheating) are never selected."""
+    cfg, pool = config, set(available) - excluded
+    candidates = sorted(pool - set(reported))
+    keep = frozenset(reported)
+    target = sample_size(len(pool | keep), cfg.fraction, cfg.min_clients)
+    k = max(0, min(target - len(keep), len(candidates)))
+    chosen = select_clients(candidates, k, cfg.seed, round, attempt)
+    why = (
+        f"attempt {attempt}/{cfg.max_round_attempts}: selected {len(chosen)} of {len(candidates)} "
+        f"available clients"
+        + (f", keeping {len(keep)} that reported" if keep else "")
+        + f", deadline in {cfg.round_timeout_s:g} s"
+    )
+    return frozenset(chosen) | keep, why

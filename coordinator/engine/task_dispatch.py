@@ -1,7 +1,8 @@
-"""What the round engine answers clients: tasks (long-poll), global vectors, updates, evaluations, status.
+"""What the round engine answers clients: tasks (long-poll), global vectors, evaluations, joins, status.
 
-These are the engine's calls for the servicer, one call per RPC, on plain values; the state they
-read is the engine's (`round_engine.RoundEngine` mixes this class in).
+`TaskDispatch` holds the engine's calls for the servicer, one call per RPC, on plain values; it reads
+the run through a `RunView` and asks a `FitRule` who may train now and by when: the synchronous
+rounds' selection (`SelectedClients`) or the asynchronous mode's any-client rule (`fedbuff.engine`).
 """
 
 from __future__ import annotations
@@ -9,27 +10,23 @@ from __future__ import annotations
 import logging
 import time
 import weakref
-from collections.abc import AsyncIterator, Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Protocol
 
-from fedort.common.errors import NotFoundError, ProtocolError, StaleRoundError
+from fedort.common.errors import NotFoundError, ProtocolError
 from fedort.common.invariants import present
 from fedort.common.round_state import RoundState
+from fedort.coordinator.config import CoordinatorConfig
+from fedort.coordinator.engine.evaluation import EvaluationPhase
+from fedort.coordinator.engine.registry import ClientRegistry
+from fedort.coordinator.engine.run_view import RunView
 from fedort.coordinator.engine.selection import client_seed
 from fedort.coordinator.engine.training_round import GlobalVector
 from fedort.coordinator.state.integrity import read_verified_vector
+from fedort.coordinator.state.store import StateStore
 from fedort.coordinator.status import snapshot
 from fedort.coordinator.uploads.admission import check_model
-from fedort.protos.messages import Metric, Status, SubmitResult, Task, TaskKind, TrainConfig, UpdateHeader
-
-if TYPE_CHECKING:
-    from fedort.coordinator.config import CoordinatorConfig
-    from fedort.coordinator.engine.evaluation import EvaluationPhase
-    from fedort.coordinator.engine.registry import ClientRegistry
-    from fedort.coordinator.engine.training_round import TrainingRound
-    from fedort.coordinator.privacy.secagg.secure_round import SecAggRound
-    from fedort.coordinator.state.store import StateStore
-    from fedort.coordinator.uploads.intake import Uploads
+from fedort.protos.messages import Metric, Status, SubmitResult, Task, TaskKind, TrainConfig
 
 log = logging.getLogger("fedort.coordinator.engine.round_engine")
 
@@ -41,29 +38,79 @@ MAX_POLL_IDS = 10_000  # client ids per PollTasks call
 _OLD_VECTORS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
+class SecureTasks(Protocol):
+    """What a FIT task needs of a secure-aggregation round (`privacy.secagg.secure_round.SecAggRound`)."""
+
+    def may_fit(self, client_id: str) -> bool: ...
+
+    def task_bytes(self) -> bytes: ...
+
+
+class FitRule(Protocol):
+    """Who gets a FIT task while the run is TRAINING, and the deadline that task names."""
+
+    def may_fit(self, client_id: str) -> bool: ...
+
+    def deadline_ms(self) -> int: ...
+
+    def candidates(self) -> frozenset[str] | None:
+        """The clients that may get a FIT task now (None: any active client)."""
+        ...
+
+
+class SelectedClients:
+    """The synchronous rounds' rule: a client selected for the open attempt that has not reported yet."""
+
+    def __init__(self, run: RunView, secagg: SecureTasks | None = None) -> None:
+        self.run = run
+        self.secagg = secagg
+
+    def may_fit(self, client_id: str) -> bool:
+        r = self.run.training
+        return (
+            self.run.state is RoundState.TRAINING
+            and r is not None
+            and not r.closing
+            and client_id in r.selected
+            and client_id not in r.reported
+            and client_id not in r.pending
+            and (self.secagg is None or self.secagg.may_fit(client_id))
+        )
+
+    def deadline_ms(self) -> int:
+        return present(self.run.training, "the open round").deadline_ms
+
+    def candidates(self) -> frozenset[str] | None:
+        return present(self.run.training, "the open round").selected
+
+
 class TaskDispatch:
-    """Client-facing calls of the round engine (a mixin: every attribute used here is the engine's)."""
+    """Client-facing calls of the round engine, over the run it reads through `run`."""
 
-    # the engine's attributes this mixin reads (set by RoundEngine.__init__)
-    config: CoordinatorConfig
-    store: StateStore
-    registry: ClientRegistry
-    model_id: str
-    length: int
-    state: RoundState
-    round: int
-    training: TrainingRound | None
-    global_vector: GlobalVector | None
-    evaluation: EvaluationPhase
-    uploads: Uploads
-    secagg: SecAggRound | None
-    _released: set[str]
-    _told: set[str]
-    _stopping: bool
-
-    if TYPE_CHECKING:
-
-        async def wait_change(self, timeout: float) -> None: ...
+    def __init__(
+        self,
+        run: RunView,
+        *,
+        config: CoordinatorConfig,
+        store: StateStore,
+        registry: ClientRegistry,
+        evaluation: EvaluationPhase,
+        model_id: str,
+        length: int,
+        fit: FitRule,
+        secagg: SecureTasks | None = None,
+    ) -> None:
+        self.run = run
+        self.config = config
+        self.store = store
+        self.registry = registry
+        self.evaluation = evaluation
+        self.model_id = model_id
+        self.length = length
+        self.fit = fit
+        self.secagg = secagg
+        self.released: set[str] = set()  # clients told DONE
+        self.told: set[str] = set()  # of those, clients that then asked the run's outcome (Status)
 
     def touch(self, client_id: str) -> None:
         self.registry.touch(client_id)
@@ -71,28 +118,29 @@ class TaskDispatch:
     def check_model(self, model_id: str) -> None:
         check_model(model_id, self.model_id)
 
-    def _task_now(self, client_id: str) -> Task | None:
-        if self.state.final:
-            self._released.add(client_id)
-            return Task(TaskKind.DONE, round=self.round)
+    def task_now(self, client_id: str) -> Task | None:
+        """The client's task at this moment (None: nothing yet, wait for a change)."""
+        if self.run.state.final:
+            self.released.add(client_id)
+            return Task(TaskKind.DONE, round=self.run.round)
         if not self.registry.is_active(client_id):
             return None
-        if self._may_fit(client_id):
+        if self.fit.may_fit(client_id):
             cfg = self.config
             train = TrainConfig(
                 cfg.local_epochs,
                 cfg.batch_size,
                 cfg.lr,
                 cfg.reset_optimizer,
-                client_seed(cfg.seed, self.round, client_id),
+                client_seed(cfg.seed, self.run.round, client_id),
                 dict(cfg.extra),
                 cfg.prox_mu,
             )
-            g = present(self.global_vector, "the global vector")
+            g = present(self.run.global_vector, "the global vector")
             return Task(
                 TaskKind.FIT,
-                self.round,
-                self._fit_deadline_ms(),
+                self.run.round,
+                self.fit.deadline_ms(),
                 train,
                 0,
                 g.sha256,
@@ -102,22 +150,6 @@ class TaskDispatch:
             )
         return self.evaluation.task_for(client_id)
 
-    def _may_fit(self, client_id: str) -> bool:
-        """Whether `client_id` gets a FIT task now: selected for the open round and not yet reported."""
-        r = self.training
-        return (
-            self.state is RoundState.TRAINING
-            and r is not None
-            and not r.closing
-            and client_id in r.selected
-            and client_id not in r.reported
-            and client_id not in r.pending
-            and (self.secagg is None or self.secagg.may_fit(client_id))
-        )
-
-    def _fit_deadline_ms(self) -> int:
-        return present(self.training, "the open round").deadline_ms
-
     async def poll(self, client_id: str, model_id: str, wait_ms: int) -> Task:
         """The client's next task, holding the call up to min(wait_ms, 30 s) while there is none."""
         self.touch(client_id)
@@ -125,15 +157,16 @@ class TaskDispatch:
         wait = min(max(wait_ms, 0), MAX_POLL_MS) / 1000
         until = time.monotonic() + wait
         while True:
-            task = self._task_now(client_id)
+            task = self.task_now(client_id)
             if task is not None:
                 self.registry.touch(client_id)
                 return task
             remaining = until - time.monotonic()
-            if remaining <= 0 or self._stopping:
+            if remaining <= 0 or self.run.stopping:
                 self.registry.touch(client_id)
-                return Task(TaskKind.WAIT, self.round, retry_after_ms=1000 if wait <= 0 or self._stopping else 0)
-            await self.wait_change(remaining)
+                retry_ms = 1000 if wait <= 0 or self.run.stopping else 0
+                return Task(TaskKind.WAIT, self.run.round, retry_after_ms=retry_ms)
+            await self.run.wait_change(remaining)
 
     async def poll_many(
         self, client_ids: list[str], model_id: str, wait_ms: int
@@ -151,23 +184,24 @@ class TaskDispatch:
             self.touch(cid)
         until = time.monotonic() + min(max(wait_ms, 0), MAX_POLL_MS) / 1000
         while True:  # woken by every upload: look only at listed clients that can have work now
-            can = self._may_have_work()
+            can = self.may_have_work()
             tasks = {
                 cid: t
                 for cid in (ids if can is None else [c for c in ids if c in can])
-                if (t := self._task_now(cid)) is not None and t.kind != TaskKind.WAIT
+                if (t := self.task_now(cid)) is not None and t.kind != TaskKind.WAIT
             }
-            if tasks or self._stopping or time.monotonic() >= until:
-                return self.round, self.state, tasks
-            await self.wait_change(until - time.monotonic())
+            if tasks or self.run.stopping or time.monotonic() >= until:
+                return self.run.round, self.run.state, tasks
+            await self.run.wait_change(until - time.monotonic())
 
-    def _may_have_work(self) -> frozenset[str] | set[str] | None:
-        """The clients `_task_now` may give a task other than WAIT (None: any client, the run is over)."""
-        if self.state.final:
+    def may_have_work(self) -> frozenset[str] | set[str] | None:
+        """The clients `task_now` may give a task other than WAIT (None: any client: the run is over, or the
+        fit rule names none)."""
+        if self.run.state.final:
             return None
-        if self.state is RoundState.TRAINING and self.training is not None:
-            return self.training.selected
-        if self.state is RoundState.EVALUATING:
+        if self.run.state is RoundState.TRAINING and self.run.training is not None:
+            return self.fit.candidates()
+        if self.run.state is RoundState.EVALUATING:
             return self.evaluation.selected
         return frozenset()
 
@@ -175,7 +209,7 @@ class TaskDispatch:
         """The global vector round `round` trains from (NOT_FOUND for a round not open yet)."""
         self.touch(client_id)
         self.check_model(model_id)
-        g = self.global_vector
+        g = self.run.global_vector
         if g is not None and round == g.round:
             return g
         if g is None or round < 1 or round > g.round:
@@ -193,25 +227,6 @@ class TaskDispatch:
             _OLD_VECTORS[key] = vector
         return GlobalVector(round, vector, bytes.fromhex(expected))
 
-    async def submit_update(self, header: UpdateHeader, chunks: AsyncIterator[bytes]) -> SubmitResult:
-        """Admit, receive, store and count one update (see `coordinator.uploads`)."""
-        return await self.uploads.submit(header, chunks)
-
-    async def secagg_step(
-        self, client_id: str, model_id: str, round: int, step: int, payload: bytes, wait_ms: int
-    ) -> tuple[bool, bytes]:
-        """One secure-aggregation protocol step (see `coordinator.secagg_round`)."""
-        if self.secagg is None:
-            self.touch(client_id)
-            raise StaleRoundError("this run does not use secure aggregation (no --secagg)")
-        return await self.secagg.step(client_id, model_id, round, step, payload, wait_ms)
-
-    async def secagg_batch(self, calls, wait_ms: int):
-        """Many clients' steps in one call (`coordinator.secagg_batch`): a StepAnswer per StepCall."""
-        from fedort.coordinator.privacy.secagg.batch import run_batch
-
-        return await run_batch(self.secagg, calls, wait_ms)
-
     def submit_evaluation(
         self, client_id: str, model_id: str, round: int, num_examples: int, metrics: Mapping[str, Metric]
     ) -> SubmitResult:
@@ -228,28 +243,28 @@ class TaskDispatch:
 
     def all_released(self) -> bool:
         """True once every available client has been told DONE."""
-        return set(self.registry.available()) <= self._released
+        return set(self.registry.available()) <= self.released
 
     def outcome_asked(self, client_id: str) -> None:
         """A released client asked the run's outcome (a Status call naming it)."""
-        if self.state.final and client_id in self._released:
-            self._told.add(client_id)
+        if self.run.state.final and client_id in self.released:
+            self.told.add(client_id)
 
     def all_told(self) -> bool:
         """True once every available client has been told DONE and has asked whether the run succeeded
         (the server may then stop: no device is left to learn the outcome)."""
-        return set(self.registry.available()) <= self._told
+        return set(self.registry.available()) <= self.told
 
     def heartbeat(self, client_id: str) -> tuple[int, RoundState]:
         self.touch(client_id)
-        return self.round, self.state
+        return self.run.round, self.run.state
 
     def status(self) -> Status:
         return snapshot(
             self.store,
-            current_round=self.round,
+            current_round=self.run.round,
             total_rounds=self.config.rounds,
-            state=self.state,
+            state=self.run.state,
             registered=len(self.registry),
             active=self.registry.active_count(),
         )

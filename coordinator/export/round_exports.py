@@ -3,8 +3,9 @@
 One export at a time, each after its predecessor, overlapped with the next round; the round row
 stays COMMITTED until its export is complete, so a crash before then redoes it on restart
 (`recovery`). The EXPORTED mark is committed from the export's own thread through a side
-connection (`side_writer`), so the event loop never waits on its fsync.
-(A mixin of `round_engine.RoundEngine`: every attribute used here is the engine's.)
+connection (`side_writer`), so the event loop never waits on its fsync. The engine owns one `RoundExports` and
+hands it what an export reads: the run (its current global vector), the rounds' received bytes, and what
+to do with a round's spool once it is exported.
 """
 
 from __future__ import annotations
@@ -12,54 +13,58 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import TYPE_CHECKING, cast
+from collections.abc import Callable
 
 import numpy as np
 
 from fedort.common.durable import drop_cached, fsync_dir, fsync_file
 from fedort.common.faults import fault_point
-from fedort.coordinator.engine.recovery import drop_spool
+from fedort.coordinator.config import CoordinatorConfig
+from fedort.coordinator.engine.run_view import RunView
+from fedort.coordinator.export.inference import Exporter
 from fedort.coordinator.state.integrity import read_verified_vector
+from fedort.coordinator.state.side_writer import SideWriter
 from fedort.coordinator.state.storage import retry_when_full
+from fedort.coordinator.state.store import StateStore
 
 log = logging.getLogger(__name__)
 CLOSE_WAIT_S = 60.0  # how long closing waits for an export being written (its fsyncs) before leaving it
 
-if TYPE_CHECKING:
-    from fedort.coordinator.config import CoordinatorConfig
-    from fedort.coordinator.engine.round_engine import RoundEngine
-    from fedort.coordinator.engine.training_round import GlobalVector
-    from fedort.coordinator.export.inference import Exporter
-    from fedort.coordinator.state.store import StateStore
-    from fedort.coordinator.uploads.intake import Uploads
-
 
 class RoundExports:
-    """The engine's background exports."""
+    """The engine's background exports, one after another."""
 
-    # the engine's attributes this mixin reads (set by RoundEngine.__init__)
-    config: CoordinatorConfig
-    store: StateStore
-    exporter: Exporter
-    length: int
-    global_vector: GlobalVector | None
-    uploads: Uploads
+    def __init__(
+        self,
+        run: RunView,
+        config: CoordinatorConfig,
+        store: StateStore,
+        exporter: Exporter,
+        length: int,
+        bytes_received: dict[int, int],
+        *,
+        exported: Callable[[int], None],
+    ) -> None:
+        """`run`: where the current global vector is read; `bytes_received`: round -> payload bytes received (the
+        intake's; an export takes its round's, absent after a restart); `exported(round)`: called in a worker thread
+        once the round's export is complete (the spool's deletion)."""
+        self.run, self.config, self.store, self.exporter, self.length = run, config, store, exporter, length
+        self._bytes_received, self._exported = bytes_received, exported
+        self._task: asyncio.Future | None = None  # the newest background export (each awaits its predecessor)
+        self._writer: SideWriter | None = None  # the exports' own SQLite connection
+        self._thread: threading.Lock | None = None  # held by the thread writing an export, for its whole write
+        self._closed = False
 
-    _export_task: asyncio.Future | None = None  # the newest background export (each awaits its predecessor)
-    _export_writer = None  # the exports' own SQLite connection (side_writer.SideWriter)
-    _export_thread: threading.Lock | None = None  # held by the thread writing an export, for its whole write
-    _exports_closed = False
-
-    def prepare_exports(self) -> None:
+    def prepare(self) -> None:
         """Learn the export's splice from the current global vector in the background (`Exporter.prepare`),
         before any export: the first export waits for it, as each export waits for the one before."""
-        g = self.global_vector
-        if self._export_task is None and g is not None:
-            self._export_task = asyncio.ensure_future(asyncio.to_thread(self.exporter.prepare, g.vector))
+        g = self.run.global_vector
+        if self._task is None and g is not None:
+            self._task = asyncio.ensure_future(asyncio.to_thread(self.exporter.prepare, g.vector))
 
-    def start_export(self, round: int) -> None:
+    def start(self, round: int) -> None:
         """Export round `round` in the background, after the previous export (raises a failed previous one)."""
-        previous = self._export_task
+        previous = self._task
         if previous is not None and previous.done():
             previous.result()  # an export failed: end the run visibly now
             previous = None
@@ -69,14 +74,13 @@ class RoundExports:
             if previous is not None:
                 await previous
             await retry_when_full(lambda: self._write_export(round, vector, record, inline), f"round {round} export")
-            engine = cast("RoundEngine", self)  # the mixin's object is the engine
-            await asyncio.to_thread(drop_spool, engine, round)  # 10 x 20 MB unlinks: not on the event loop
+            await asyncio.to_thread(self._exported, round)  # 10 x 20 MB unlinks: not on the event loop
 
-        self._export_task = asyncio.ensure_future(after_previous())
+        self._task = asyncio.ensure_future(after_previous())
 
-    async def exports_done(self) -> None:
+    async def done(self) -> None:
         """Wait for the background exports (raising the error of a failed one)."""
-        task, self._export_task = self._export_task, None
+        task, self._task = self._task, None
         if task is not None:
             await task
 
@@ -86,7 +90,7 @@ class RoundExports:
 
     def _export_inputs(self, round: int) -> tuple[np.ndarray, dict, bool]:
         row = next(r for r in self.store.rounds() if r.round == round)
-        g = self.global_vector
+        g = self.run.global_vector
         vector = (
             g.vector
             if g and g.round == round + 1
@@ -97,7 +101,7 @@ class RoundExports:
             "clients": row.clients,
             "client_ids": [s.client_id for s in submissions],
             "codecs": sorted({s.codec for s in submissions}),
-            "bytes_up": self.uploads.bytes_received.pop(round, None),  # payload bytes (None after a restart)
+            "bytes_up": self._bytes_received.pop(round, None),  # payload bytes (None after a restart)
             "examples": row.examples,
             "metrics": row.metrics,
             "attempts": row.attempt,
@@ -110,7 +114,7 @@ class RoundExports:
     async def _write_export(self, round: int, vector: np.ndarray, record: dict, inline: bool = True) -> None:
         def write() -> None:  # its row too, through a side connection: the event loop never waits on this fsync
             with busy:
-                if not self._exports_closed:  # closed meanwhile: the export is redone on restart
+                if not self._closed:  # closed meanwhile: the export is redone on restart
                     write_locked()
 
         def write_locked() -> None:
@@ -121,33 +125,33 @@ class RoundExports:
                 fsync_file(vector_file)  # and before the row drops it
                 fsync_dir(vector_file.parent)
             path = self.exporter.export(round, vector, record, self.config.exports_model(round), vector_file)
-            if self._export_writer is None:
-                self._export_writer = self.store.submission_writer()
+            if self._writer is None:
+                self._writer = self.store.submission_writer()
             fault_point("export.before_mark")
-            self.store.mark_exported(round, self.store.layout.relative(path), self._export_writer)
+            self.store.mark_exported(round, self.store.layout.relative(path), self._writer)
             fault_point("export.after_mark")
             drop_cached(path)  # durable and done with: free its page cache (the global vectors': at the commit)
 
-        if self._export_thread is None:
-            self._export_thread = threading.Lock()
-        busy = self._export_thread
+        if self._thread is None:
+            self._thread = threading.Lock()
+        busy = self._thread
         await asyncio.to_thread(write)
 
-    def close_exports(self) -> None:
+    def close(self) -> None:
         """Cancel an unfinished export (redone on restart) and release the exports' connection.
 
         A cancelled export's thread runs on (a thread cannot be cancelled), so this waits for one that is
         writing before it closes the connection that thread commits through; one that has not begun writing
         exports nothing. A thread still busy after CLOSE_WAIT_S keeps the connection (garbage-collected)."""
-        if self._export_task is not None and not self._export_task.done():
-            self._export_task.cancel()
-        busy = self._export_thread
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        busy = self._thread
         if busy is not None and not busy.acquire(timeout=CLOSE_WAIT_S):
             log.warning("an export is still being written after %.0f s; its connection stays open", CLOSE_WAIT_S)
             return
-        self._exports_closed = True
+        self._closed = True
         if busy is not None:
             busy.release()
-        if self._export_writer is not None:
-            self._export_writer.close()
-            self._export_writer = None
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None

@@ -29,69 +29,108 @@ import numpy as np
 from fedort.common.durable import atomic_write
 from fedort.common.invariants import present
 from fedort.common.round_state import RoundState, RunState
-from fedort.coordinator.aggregation import Update, decoder_for
-from fedort.coordinator.engine.recovery import drop_spool, save_server_state
-from fedort.coordinator.engine.round_engine import RoundEngine, RunOutcome
+from fedort.coordinator.aggregation import Strategy
+from fedort.coordinator.config import CoordinatorConfig
+from fedort.coordinator.engine.life_cycle import RunOutcome
+from fedort.coordinator.engine.recovery import save_server_state
+from fedort.coordinator.engine.round_engine import RoundEngine
+from fedort.coordinator.engine.run_view import RunView
+from fedort.coordinator.engine.task_dispatch import FitRule
 from fedort.coordinator.engine.training_round import TrainingRound
+from fedort.coordinator.export.inference import Exporter
 from fedort.coordinator.fedbuff.buffer import UpdateBuffer
 from fedort.coordinator.fedbuff.ledger import AsyncLedger
 from fedort.coordinator.fedbuff.staleness import parse_staleness_weight
-from fedort.coordinator.fedbuff.uploads import AsyncUploads
-from fedort.coordinator.state.store import now_ms, read_vector
-from fedort.protos.messages import SubmitResult, UpdateHeader
+from fedort.coordinator.fedbuff.uploads import AsyncUploads, BufferFold
+from fedort.coordinator.rpc.monitoring import Monitoring
+from fedort.coordinator.state.store import StateStore, now_ms, read_vector
 from fedort.protos.vector_stream import vector_digest
 
 log = logging.getLogger(__name__)
 
 
-class BufferFold:
-    """Stands in for the round aggregator: decodes an update and folds it into the version's buffer."""
+class AnyActiveClient:
+    """FedBuff's fit rule: while a version takes updates any active client may train on it (no selection), once
+    per version, each task with a deadline of its own."""
 
-    def __init__(self, engine: AsyncEngine, version: int) -> None:
-        self.engine = engine
-        self.version = version
+    def __init__(self, run: RunView, config: CoordinatorConfig) -> None:
+        self.run = run
+        self.config = config
 
-    def add(self, update: Update) -> None:
-        """Replay: fold a spooled update with the base version its ledger row recorded."""
-        base = self.engine.ledger.base_of(self.version, update.client_id)
-        self.fold(update.codec, update.encoded(), update.num_examples, base)
+    def may_fit(self, client_id: str) -> bool:
+        r = self.run.training
+        return (
+            self.run.state is RoundState.TRAINING
+            and r is not None
+            and client_id not in r.reported
+            and client_id not in r.pending
+        )
 
-    def fold(self, codec: str, payload: np.ndarray, num_examples: int, base: int) -> None:
-        """Decode with the codec's decoder: a delta codec's values are Δ = x − x_b already, a raw update is x."""
-        e = self.engine
-        decoder = decoder_for(codec)
-        values = decoder.decode(payload, e.length)
-        e.buffer.add(values, num_examples, base, None if decoder.delta else e.version_vector(base))
+    def deadline_ms(self) -> int:
+        return now_ms() + int(self.config.round_timeout_s * 1000)
+
+    def candidates(self) -> frozenset[str] | None:
+        return None  # (PollTasks) no one is selected: any active client may have a FIT task
 
 
 class AsyncEngine(RoundEngine):
     """Runs versions 1..config.rounds + 1 with FedBuff's buffer (same wire protocol as rounds)."""
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        cfg = self.config
+    def __init__(
+        self,
+        config: CoordinatorConfig,
+        store: StateStore,
+        exporter: Exporter,
+        strategy: Strategy | None = None,
+        monitor: Monitoring | None = None,
+    ) -> None:
+        # the buffer, ledger and lock exist before the engine builds its intake from them (`intake`)
         self.buffer = UpdateBuffer(
-            self.length,
-            cfg.buffer_size,
-            cfg.max_staleness,
-            parse_staleness_weight(cfg.staleness_weight),
+            exporter.manifest.parameter_count,
+            config.buffer_size,
+            config.max_staleness,
+            parse_staleness_weight(config.staleness_weight),
             version=1,
             dtype=np.dtype(np.float64),
         )
-        self.ledger = AsyncLedger(self.store.layout.db)
-        self.uploads.close()  # the synchronous intake's fold thread: not used here
-        # its own intake, for the calls the async engine makes (not a subclass of the synchronous one)
-        self.uploads = AsyncUploads(self)  # type: ignore[assignment]
+        self.ledger = AsyncLedger(store.layout.db)
         self.version_lock = asyncio.Lock()
         self._versions_done = asyncio.Event()
+        super().__init__(config, store, exporter, strategy, monitor)
 
-    # ---- versions -----------------------------------------------------------------------------
+    # ---- the engine's extension points ----------------------------------------------------------
+
+    def intake(self) -> AsyncUploads:
+        """Its own intake (not the synchronous one): updates against their base version, into the buffer."""
+        return AsyncUploads(
+            self,
+            config=self.config,
+            store=self.store,
+            registry=self.registry,
+            monitor=self.monitor,
+            model_id=self.model_id,
+            length=self.length,
+            buffer=self.buffer,
+            ledger=self.ledger,
+            version_lock=self.version_lock,
+            spool_free=self.spool_free,
+        )
+
+    def fit_rule(self) -> FitRule:
+        return AnyActiveClient(self, self.config)
 
     def begin_round(self) -> TrainingRound:
         """The buffer of version `self.round` (empty; recovery replays into it)."""
         self.buffer.version = self.round
-        self.training = TrainingRound(self.round, BufferFold(self, self.round))  # type: ignore[arg-type]
+        fold = BufferFold(self, self.buffer, self.ledger, self.round, self.length)
+        self.training = TrainingRound(self.round, fold)  # type: ignore[arg-type]
         return self.training
+
+    def counted_round(self, client_id: str, round: int) -> int | None:
+        """The buffer that counted the client's update trained on version `round` (its ledger row), if any."""
+        return self.ledger.counted_in(client_id, round)
+
+    # ---- versions -----------------------------------------------------------------------------
 
     def version_vector(self, version: int) -> np.ndarray:
         """Global vector of `version` (the current one from memory, older ones from their durable files)."""
@@ -128,7 +167,7 @@ class AsyncEngine(RoundEngine):
         vector = await asyncio.to_thread(self.strategy.server_update.apply, g, aggregate.combined(g))
         sha = vector_digest(vector)
         await asyncio.to_thread(atomic_write, self.store.vector_path(v + 1), vector)
-        await asyncio.to_thread(save_server_state, self, v + 1)
+        await asyncio.to_thread(save_server_state, self.strategy.server_update, self.store.layout, v + 1)
         row = next(x for x in self.store.rounds() if x.round == v)
         seconds = max(1e-3, (now_ms() - row.opened_ms) / 1000)
         staleness = {f"staleness_{s}": float(n) for s, n in sorted(aggregate.staleness.items())}
@@ -142,7 +181,7 @@ class AsyncEngine(RoundEngine):
             "updates_per_s": aggregate.updates / seconds,
         }
         self.store.commit_round(v, sha.hex(), aggregate.updates, aggregate.examples, metrics)
-        drop_spool(self, v)
+        self.drop_spool(v)
         self.store.layout.server_state(v).unlink(missing_ok=True)
         self.transition(RoundState.EXPORTING, f"global version {v + 1} is {sha.hex()[:12]}")
         self.round = v + 1
@@ -169,13 +208,13 @@ class AsyncEngine(RoundEngine):
     async def run(self):
         """Recover, open versions until `rounds` are committed (commits happen in the upload path), evaluate, DONE."""
         try:
-            resumed = self._resumed if self._recovered else await self.recover()
-            if self._finished.is_set():
-                return self._outcome
+            resumed = await self.recovered()
+            if self.life.finished:
+                return self.outcome
             if self.round <= self.config.rounds:
                 async with self.version_lock:
                     if not resumed:
-                        await self._wait_for_clients()
+                        await self.wait_for_clients()
                         self._open_version()
                     elif self.buffer.ready:  # K updates were acknowledged before the crash
                         await self.commit_version()
@@ -189,37 +228,12 @@ class AsyncEngine(RoundEngine):
             log.exception("async engine stopped by an error")
             message = f"version {self.round}: {type(e).__name__}: {e}"
             self.store.fail_round(self.round, message)
-            self.state = RoundState.FAILED
-            self._outcome = RunOutcome(RoundState.FAILED, self.round - 1, message)
-            self._finished.set()
+            self.life.end(RunOutcome(RoundState.FAILED, self.round - 1, message))
             self.notify()
-        return self._outcome
-
-    # ---- what clients are told ----------------------------------------------------------------
-
-    def _may_fit(self, client_id: str) -> bool:
-        """Any active client may train while a version takes updates (no selection), once per version."""
-        r = self.training
-        return (
-            self.state is RoundState.TRAINING
-            and r is not None
-            and client_id not in r.reported
-            and client_id not in r.pending
-        )
-
-    def _fit_deadline_ms(self) -> int:
-        return now_ms() + int(self.config.round_timeout_s * 1000)
-
-    def _may_have_work(self) -> frozenset[str] | set[str] | None:
-        """(PollTasks) while a version takes updates, any active client may have a FIT task: none is selected."""
-        if self.state is RoundState.TRAINING and self.training is not None:
-            return None
-        return super()._may_have_work()
-
-    async def submit_update(self, header: UpdateHeader, chunks) -> SubmitResult:
-        return await self.uploads.submit(header, chunks)
+        return self.outcome
 
     def close(self) -> None:
+        """Closes the ledger (the synchronous intake's fold thread and commits never ran)."""
         self.ledger.close()
 
 
@@ -228,4 +242,4 @@ def staleness_histogram(engine: AsyncEngine) -> dict[int, int]:
     return dict(sorted(engine.ledger.histogram().items()))
 
 
-__all__ = ["AsyncEngine", "BufferFold", "staleness_histogram"]
+__all__ = ["AnyActiveClient", "AsyncEngine", "BufferFold", "staleness_histogram"]

@@ -13,9 +13,10 @@ one admission module (`admit_async_update`). Every codec the run allows is accep
 codec's payload is relative to version b's global (its base_sha256 must name it), which is
 exactly the Δ the buffer folds, so the fold needs no base vector for it; a raw update is folded as
 x − x_b. One update per client per buffer; a client re-sending an update already counted (in this
-or an earlier buffer) gets a duplicate acknowledgement. Receiving shares the synchronous path's
-`uploads.received` (upload slots, per-client share, whole-upload deadline, monitor counts); slots
-are never cut short by a version commit (an upload in flight joins the next version's buffer).
+or an earlier buffer) gets a duplicate acknowledgement. Receiving is the synchronous path's
+(`uploads.receiving`: upload slots, per-client share, whole-upload deadline, monitor counts), and so
+are the row and the counting (`uploads.accepted`); slots are never cut short by a version commit
+(an upload in flight joins the next version's buffer). `AsyncUploads` is an `uploads.intake.UploadIntake`.
 Everything after the upload runs under the engine's version lock, so folds and the K-th update's
 commit are serialised: the K-th update's acknowledgement comes after version v + 1 is committed,
 which keeps a simulation on a virtual clock deterministic.
@@ -28,47 +29,106 @@ import logging
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import Protocol
 
-from fedort.common import digests
+import numpy as np
+
 from fedort.common.durable import fsync_dir, fsync_file
 from fedort.common.errors import ProtocolError, StaleRoundError
 from fedort.common.invariants import present
 from fedort.common.round_state import RoundState
-from fedort.coordinator.aggregation import Update
+from fedort.coordinator.aggregation import decoder_for
 from fedort.coordinator.colocated.local_vectors import TakenFile, with_taken_digest
-from fedort.coordinator.engine.round_metrics import metrics_json
-from fedort.coordinator.state.schema import SubmissionRow
-from fedort.coordinator.state.store import now_ms
+from fedort.coordinator.config import CoordinatorConfig
+from fedort.coordinator.engine.registry import ClientRegistry
+from fedort.coordinator.engine.run_view import RunView
+from fedort.coordinator.fedbuff.buffer import UpdateBuffer
+from fedort.coordinator.fedbuff.ledger import AsyncLedger
+from fedort.coordinator.rpc.monitoring import Monitoring
+from fedort.coordinator.state.store import StateStore
+from fedort.coordinator.uploads.accepted import Accepted, drained_duplicate
 from fedort.coordinator.uploads.admission import AdmittedUpdate, admit_async_update, check_model
-from fedort.coordinator.uploads.intake import received
+from fedort.coordinator.uploads.receiving import received
 from fedort.coordinator.uploads.slots import UploadSlots
+from fedort.coordinator.uploads.spool_free import FreeSpoolFiles
 from fedort.coordinator.uploads.stream import spool_error
 from fedort.protos.messages import SubmitResult, UpdateHeader
-
-if TYPE_CHECKING:
-    from fedort.coordinator.fedbuff.engine import AsyncEngine, BufferFold
 
 log = logging.getLogger(__name__)
 
 
-class AsyncUploads:
-    """The async engine's `submit`: one call per upload stream."""
+class Versions(RunView, Protocol):
+    """The asynchronous run the intake feeds: its global versions, and the commit the K-th update starts."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
-        self.engine = engine
-        cfg = engine.config
+    def version_sha256(self, version: int) -> bytes: ...
+
+    def version_vector(self, version: int) -> np.ndarray: ...
+
+    async def commit_version(self) -> None: ...
+
+
+class BufferFold:
+    """Stands in for the round aggregator: decodes an update and folds it into the version's buffer."""
+
+    def __init__(self, run: Versions, buffer: UpdateBuffer, ledger: AsyncLedger, version: int, length: int) -> None:
+        self.run, self.buffer, self.ledger, self.version, self.length = run, buffer, ledger, version, length
+
+    def add(self, update) -> None:
+        """Replay: fold a spooled update with the base version its ledger row recorded."""
+        base = self.ledger.base_of(self.version, update.client_id)
+        self.fold(update.codec, update.encoded(), update.num_examples, base)
+
+    def fold(self, codec: str, payload: np.ndarray, num_examples: int, base: int) -> None:
+        fold_update(self.buffer, self.run, self.length, codec, payload, num_examples, base)
+
+
+def fold_update(
+    buffer: UpdateBuffer, run: Versions, length: int, codec: str, payload: np.ndarray, num_examples: int, base: int
+) -> None:
+    """Decode with the codec's decoder and fold into `buffer`: a delta codec's values are Δ = x − x_b already,
+    a raw update is x (folded as x − x_b, x_b read from `run`)."""
+    decoder = decoder_for(codec)
+    values = decoder.decode(payload, length)
+    buffer.add(values, num_examples, base, None if decoder.delta else run.version_vector(base))
+
+
+class AsyncUploads:
+    """The async engine's `submit`: one call per upload stream (an `uploads.intake.UploadIntake`)."""
+
+    def __init__(
+        self,
+        run: Versions,
+        *,
+        config: CoordinatorConfig,
+        store: StateStore,
+        registry: ClientRegistry,
+        monitor: Monitoring,
+        model_id: str,
+        length: int,
+        buffer: UpdateBuffer,
+        ledger: AsyncLedger,
+        version_lock: asyncio.Lock,
+        spool_free: FreeSpoolFiles | None = None,
+    ) -> None:
+        self.run, self.config, self.store, self.registry, self.monitor = run, config, store, registry, monitor
+        self.model_id, self.length, self.buffer, self.ledger = model_id, length, buffer, ledger
+        self.version_lock, self.spool_free = version_lock, spool_free
+        cfg = config
         self.slots = UploadSlots(cfg.max_concurrent_uploads, cfg.uploads_per_client)
         self._temp_counter = 0
-        self.busy = False  # (read by the sync engine's helpers; folds here finish before the reply)
+        self.busy = False  # (read by the round's close; folds here finish before the reply)
+        self.fold_error: BaseException | None = None  # (folds here fail their own upload)
         self.bytes_received: dict[int, int] = {}  # version -> payload bytes of accepted updates
 
     def round_closed(self, round: int) -> None:
         """(The synchronous engine's hook) versions do not cut uploads short: they join the next buffer."""
 
+    def close(self) -> None:
+        """Nothing to release: the engine closes the ledger."""
+
     def _check(self, h: UpdateHeader) -> tuple[int, int] | None:
         """(version, staleness) the update would join now, or None if it was already counted (a duplicate)."""
-        e = self.engine
+        e = self.run
         base, client = h.vector.round, h.client_id
         if e.state is not RoundState.TRAINING or e.training is None:
             raise StaleRoundError(
@@ -78,9 +138,9 @@ class AsyncUploads:
             raise ProtocolError(
                 f"update trained on version {base}, expected a version in 1..{e.round} (the current global version)"
             )
-        if e.ledger.counted_in(client, base) is not None:
+        if self.ledger.counted_in(client, base) is not None:
             return None
-        staleness = e.buffer.staleness_of(base)  # TooStaleError (FAILED_PRECONDITION) past max_staleness
+        staleness = self.buffer.staleness_of(base)  # TooStaleError (FAILED_PRECONDITION) past max_staleness
         if client in e.training.reported or client in e.training.pending:
             raise StaleRoundError(
                 f"client {client} already contributed to the buffer of version {e.round}; "
@@ -90,82 +150,70 @@ class AsyncUploads:
 
     def admit(self, h: UpdateHeader) -> AdmittedUpdate | None:
         """What to receive the update with, or None for a duplicate; errors say what was expected."""
-        e = self.engine
-        check_model(h.vector.model_id, e.model_id)
+        check_model(h.vector.model_id, self.model_id)
         if self._check(h) is None:
             return None
         base = h.vector.round
         return admit_async_update(
             h,
-            length=e.length,
-            config=e.config,
-            base_sha256=e.version_sha256(base),
-            base_vector=lambda: e.version_vector(base),
-            announced=e.registry.capabilities(h.client_id).get("examples"),
+            length=self.length,
+            config=self.config,
+            base_sha256=self.run.version_sha256(base),
+            base_vector=lambda: self.run.version_vector(base),
+            announced=self.registry.capabilities(h.client_id).get("examples"),
         )
 
     async def submit(self, h: UpdateHeader, chunks: AsyncIterator[bytes]) -> SubmitResult:
         """Admit, receive, store, fold (and commit a version on the K-th update); acknowledged when this returns."""
-        e = self.engine
-        e.touch(h.client_id)
+        self.registry.touch(h.client_id)
         admitted = self.admit(h)
         if admitted is None:
-            async for _ in chunks:
-                pass
-            e.monitor.update_accepted(duplicate=True)
-            return SubmitResult(True, True, h.vector.round, "duplicate: this update was already counted")
+            return await drained_duplicate(chunks, h.vector.round, self.monitor)
         self._temp_counter += 1
         # the version may commit (and its spool folder go) while this streams: temp files live in
         # spool folder 0, which no version owns, and move into the accepting version's folder
-        tmp = e.store.layout.spool_temp(0, h.client_id, self._temp_counter)
+        tmp = self.store.layout.spool_temp(0, h.client_id, self._temp_counter)
         async with received(
-            admitted, tmp, chunks, slots=self.slots, slot_round=0, config=e.config, monitor=e.monitor, free=e.spool_free
+            admitted,
+            tmp,
+            chunks,
+            slots=self.slots,
+            slot_round=0,
+            config=self.config,
+            monitor=self.monitor,
+            free=self.spool_free,
         ) as receiver:
             h = with_taken_digest(h, receiver)
-            async with e.version_lock:
+            async with self.version_lock:
                 result = await self._accept(h, tmp, admitted.payload_bytes, isinstance(receiver, TakenFile))
-        e.monitor.update_accepted(duplicate=result.duplicate)
+        self.monitor.update_accepted(duplicate=result.duplicate)
         return result
 
     async def _accept(self, h: UpdateHeader, spooled: Path, nbytes: int, unsynced: bool = False) -> SubmitResult:
-        e = self.engine
         checked = self._check(h)
         if checked is None:
             return SubmitResult(True, True, h.vector.round, "duplicate: this update was already counted")
         version, staleness = checked
-        client, base, r = h.client_id, h.vector.round, present(e.training, "the open version")
-        codec = h.vector.codec or "raw"
+        client, base, r = h.client_id, h.vector.round, present(self.run.training, "the open version")
         r.pending.add(client)
         try:
-            path = e.store.spool_path(version, client)
+            path = self.store.spool_path(version, client)
             try:
                 await asyncio.to_thread(_place, spooled, path, unsynced)
             except OSError as err:
                 raise spool_error(err, "place the spooled update") from err
-            metrics = metrics_json(h.metrics)
-            e.ledger.record(version, client, base)
-            e.store.add_submission(
-                SubmissionRow(
-                    version,
-                    client,
-                    h.num_examples,
-                    metrics,
-                    digests.stored(h.vector.digest, h.vector.sha256),
-                    e.store.layout.relative(path),
-                    now_ms(),
-                    codec,
-                )
-            )
+            accepted = Accepted.of(h, version, path, self.store.layout, nbytes)
+            self.ledger.record(version, client, base)
+            self.store.add_submission(accepted.row)
             # durable from here on: it counts, and a restart replays it from the spool
-            r.record(client, h.num_examples, metrics)
-            self.bytes_received[version] = self.bytes_received.get(version, 0) + nbytes
-            update = Update(client, h.num_examples, codec, path)
-            fold = cast("BufferFold", r.aggregator)  # the async engine's rounds fold into its buffer
-            await asyncio.to_thread(fold.fold, codec, update.encoded(), h.num_examples, base)
+            update = accepted.count(r, self.bytes_received)
+            args = (self.buffer, self.run, self.length, update.codec, update.encoded(), h.num_examples, base)
+            await asyncio.to_thread(fold_update, *args)
         finally:
             r.pending.discard(client)
-            e.notify()
-        weight = e.buffer.weight(staleness)
+            self.run.notify()
+        buffer = self.buffer
+        weight = buffer.weight(staleness)
         log.info(
             "version %d: accepted update of %s trained on version %d (staleness %d, weight %.3g); %d of %d buffered",
             version,
@@ -173,15 +221,15 @@ class AsyncUploads:
             base,
             staleness,
             weight,
-            e.buffer.count,
-            e.buffer.buffer_size,
+            buffer.count,
+            buffer.buffer_size,
         )
         message = (
             f"accepted into the buffer of version {version} (staleness {staleness}, weight {weight:.3g}, "
-            f"{e.buffer.count} of {e.buffer.buffer_size})"
+            f"{buffer.count} of {buffer.buffer_size})"
         )
-        if e.buffer.ready:
-            await e.commit_version()
+        if buffer.ready:
+            await self.run.commit_version()
         return SubmitResult(True, False, base, message)
 
 

@@ -13,28 +13,24 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from typing import TYPE_CHECKING
 
 from fedort.common.errors import FedortError
 from fedort.coordinator.engine.training_round import GlobalVector
-from fedort.coordinator.state.store import read_vector
+from fedort.coordinator.state.store import StateStore, read_vector
 from fedort.protos.update_codecs.xor_delta import encode_download
-
-if TYPE_CHECKING:
-    from fedort.coordinator.engine.round_engine import RoundEngine
 
 
 class DownloadDeltas:
     """The engine's cache of download deltas (one round's worth)."""
 
-    def __init__(self, engine: RoundEngine) -> None:
-        self.engine = engine
+    def __init__(self, store: StateStore) -> None:
+        self.store = store  # where g_{r-1} and its recorded sha256 are read
         self._round = 0
         self._payload: asyncio.Future | None = None
         self._base_sha = b""
 
     def _previous_sha(self, round: int) -> bytes:
-        store = self.engine.store
+        store = self.store
         if round == 2:
             return bytes.fromhex(store.get_meta("initial_vector_sha256") or "")
         row = next((r for r in store.rounds() if r.round == round - 2), None)
@@ -54,7 +50,7 @@ class DownloadDeltas:
 
     def _encode(self, g: GlobalVector, base_sha: bytes) -> bytes | None:
         try:
-            base = read_vector(self.engine.store.vector_path(g.round - 1), len(g.vector))
+            base = read_vector(self.store.vector_path(g.round - 1), len(g.vector))
         except (OSError, FedortError):
             return None  # no longer readable: send raw
         if hashlib.sha256(base.data.cast("B")).digest() != base_sha:

@@ -23,18 +23,14 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from fedort.common import digests
 from fedort.common.errors import NotFoundError, PermissionDeniedError, ProtocolError, UploadOffsetError, VectorError
 from fedort.coordinator.aggregation import decoder_for
-from fedort.coordinator.engine.resubmission import submit_counted_once
+from fedort.coordinator.engine.resubmission import Resubmitted, submit_counted_once
 from fedort.coordinator.state.store import now_ms
+from fedort.coordinator.uploads.stream import UpdateReceiver
 from fedort.protos.messages import SubmitResult, UpdateHeader, UploadState
-
-if TYPE_CHECKING:
-    from fedort.coordinator.engine.round_engine import RoundEngine
-    from fedort.coordinator.uploads.stream import UpdateReceiver
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +121,7 @@ class ResumableUploads:
     """The coordinator's open resumable uploads, at most one per client. Event-loop only."""
 
     def __init__(
-        self, engine: RoundEngine, idle_s: float, max_part_bytes: int, clock: Callable[[], float] = time.monotonic
+        self, engine: Resubmitted, idle_s: float, max_part_bytes: int, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.engine = engine
         self.idle_s = idle_s

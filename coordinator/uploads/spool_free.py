@@ -19,13 +19,36 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Protocol
 
 FREE = ".free"  # under the state dir's spool folder (round folders are "round-NNNN")
 KEEP = 32  # at most this many recycled files ...
 KEEP_BYTES = 1 << 30  # ... holding at most this many bytes
 MIN_BYTES = 1 << 20  # smaller files are deleted (a small update is cheap to write anew)
 _NAMES = itertools.count()
+
+
+class Recycler(Protocol):
+    """A pool that takes committed spool files to overwrite later (`FreeSpoolFiles`, `LocalVectorDir`)."""
+
+    def recycle(self, files: list[Path]) -> list[Path]:
+        """Take what it has room for; returns the files not taken."""
+        ...
+
+
+def drop_spool(spool: Path, recyclers: Iterable[Recycler]) -> None:
+    """Delete a committed round's spool folder `spool`; its files are offered to each of `recyclers` in turn
+    first (overwritten in a later round instead of re-created), the rest are deleted."""
+    if not spool.is_dir():
+        return
+    files = list(spool.iterdir())
+    for pool in recyclers:
+        files = pool.recycle(files)
+    for f in files:
+        f.unlink(missing_ok=True)
+    spool.rmdir()
 
 
 class FreeSpoolFiles:

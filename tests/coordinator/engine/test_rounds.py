@@ -57,7 +57,7 @@ async def test_illegal_transition_raises_naming_the_state(start_coordinator):
     coord = await start_coordinator()
     assert coord.engine.state is RoundState.WAITING_FOR_CLIENTS
     with pytest.raises(IllegalTransition, match="from WAITING_FOR_CLIENTS to AGGREGATING"):
-        coord.engine._transition(RoundState.AGGREGATING)
+        coord.engine.transition(RoundState.AGGREGATING)
 
 
 @pytest.mark.slow
