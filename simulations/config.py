@@ -16,16 +16,16 @@ from typing import Any
 
 from fedort.common.errors import ConfigError
 from fedort.common.tomlfile import read_table, unknown_settings
-from fedort.coordinator.fedbuff.config import AsyncSettings
-from fedort.coordinator.privacy.config import PrivacySettings
+from fedort.coordinator.fedbuff.config import FedBuffSettings
+from fedort.coordinator.privacy.config import PRIVACY_KEYS, PrivacySettings
 
 BACKENDS = ("local", "ray")
 
 
 @dataclass(frozen=True)
-class SimulationConfig(AsyncSettings, PrivacySettings):
-    """A simulation run; the async (`mode`, `buffer_size`, ...) and privacy (`secagg*`, `dp_*`) fields are
-    the coordinator's own, inherited (keyword-only) from the settings both declare once."""
+class SimulationConfig:
+    """A simulation run; its `privacy` and `fedbuff` sections are the coordinator's own section types
+    (same keys, same defaults, same checks), handed to the simulated coordinator as they are."""
 
     name: str | None = None  # label of logs, summary, plot (default: digits, synthetic, or the --data folder name)
     clients: int = 10
@@ -66,6 +66,8 @@ class SimulationConfig(AsyncSettings, PrivacySettings):
     step_seconds: float = 0.01  # simulated seconds per local step at speed factor 1
     progress: bool = True
     out: Path = field(default_factory=lambda: Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
+    privacy: PrivacySettings = field(default_factory=PrivacySettings)
+    fedbuff: FedBuffSettings = field(default_factory=FedBuffSettings)
 
     def __post_init__(self) -> None:
         problems = []
@@ -131,12 +133,11 @@ class SimulationConfig(AsyncSettings, PrivacySettings):
             problems.append(f"straggler_steps must be an integer >= 1, got {self.straggler_steps!r}")
         if not (isinstance(self.byzantine_fraction, (int, float)) and 0 <= self.byzantine_fraction < 1):
             problems.append(f"byzantine_fraction must be in [0, 1), got {self.byzantine_fraction!r}")
-        if self.mode not in ("sync", "async"):
-            problems.append(f"mode must be 'sync' or 'async', got {self.mode!r}")
-        if self.mode == "async" and not (isinstance(self.buffer_size, int) and 1 <= self.buffer_size <= self.clients):
+        buffer_size = self.fedbuff.buffer_size
+        if self.fedbuff.is_async and not buffer_size <= self.clients:
             problems.append(
                 f"buffer_size must be an integer in 1..clients ({self.clients}): each client adds at most "
-                f"one update to a version's buffer, got {self.buffer_size!r}"
+                f"one update to a version's buffer, got {buffer_size!r}"
             )
         if not (isinstance(self.step_seconds, (int, float)) and self.step_seconds > 0):
             problems.append(f"step_seconds must be > 0, got {self.step_seconds!r}")
@@ -147,13 +148,12 @@ class SimulationConfig(AsyncSettings, PrivacySettings):
             (_check_codec, self.codec),
             (_check_warmup, self.topk_warmup),
             (_check_device_speed, self.device_speed),
-            (_check_staleness_weight, self.staleness_weight),
         ):
             try:
                 check(value)
             except ConfigError as e:
                 problems.append(str(e))
-        problems += _privacy_problems(self)
+        problems += _privacy_conflicts(self)
         if problems:
             raise ConfigError("; ".join(problems))
 
@@ -178,10 +178,32 @@ class SimulationConfig(AsyncSettings, PrivacySettings):
         if self.virtual_clock:
             return 1
         wanted = self.workers or (os.cpu_count() or 1)
-        return max(1, min(wanted, self.clients if self.mode == "async" else self.per_round, self.clients))
+        return max(1, min(wanted, self.clients if self.fedbuff.is_async else self.per_round, self.clients))
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> SimulationConfig:
+        """From flat keys (the sections' keys among them) and/or `privacy` / `fedbuff` tables."""
+        own: dict[str, Any] = {}
+        sections: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
+        for key, value in values.items():
+            if key in SECTIONS and isinstance(value, Mapping):
+                sections[key].update(value)
+            elif key in _SECTION_OF:
+                sections[_SECTION_OF[key]][key] = value
+            else:
+                own[key] = value
+        try:
+            built = {name: kind(**sections[name]) for name, kind in SECTIONS.items()}
+            return cls(**own, **built)
+        except TypeError as e:
+            raise ConfigError(f"bad simulation settings: {e}") from e
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(self).items()}
+        """Flat JSON-able values (the sections' keys beside the others: every key is unique)."""
+        flat = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in SECTIONS}
+        for name in SECTIONS:
+            flat.update(dataclasses.asdict(getattr(self, name)))
+        return {k: (str(v) if isinstance(v, Path) else v) for k, v in flat.items()}
 
 
 def _check_strategy(spec: str) -> None:
@@ -218,16 +240,10 @@ def _check_device_speed(spec: str) -> None:
     parse_device_speed(spec)
 
 
-def _check_staleness_weight(spec: str) -> None:
-    from fedort.coordinator.fedbuff.staleness import parse_staleness_weight
+def _privacy_conflicts(cfg: SimulationConfig) -> list[str]:
+    from fedort.coordinator.privacy.config import privacy_conflicts
 
-    parse_staleness_weight(spec)
-
-
-def _privacy_problems(cfg: SimulationConfig) -> list[str]:
-    from fedort.coordinator.privacy.config import privacy_problems
-
-    return privacy_problems({f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}, cfg.strategy)
+    return privacy_conflicts(cfg.privacy, cfg.strategy)
 
 
 def _check_attack(spec: str) -> None:
@@ -236,7 +252,12 @@ def _check_attack(spec: str) -> None:
     parse_attack(spec)
 
 
-_FIELDS = {f.name: f for f in dataclasses.fields(SimulationConfig)}
+SECTIONS: dict[str, type] = {"privacy": PrivacySettings, "fedbuff": FedBuffSettings}
+_SECTION_OF = {
+    **{k: "privacy" for k in PRIVACY_KEYS},
+    **{f.name: "fedbuff" for f in dataclasses.fields(FedBuffSettings)},
+}
+_FIELDS = {f.name: f for f in dataclasses.fields(SimulationConfig) if f.name not in SECTIONS}
 _PATHS = {"artifacts", "data", "out", "state_dir"}
 
 
@@ -255,9 +276,9 @@ def load_config(
                 f"{', '.join(bundled())} (fedort simulate --list)"
             )
         values.update(read_table(path, None))
-        unknown = sorted(set(values) - set(_FIELDS))
+        unknown = sorted(set(values) - set(_FIELDS) - set(_SECTION_OF) - set(SECTIONS))
         if unknown:
-            raise ConfigError(f"{path}: " + unknown_settings("simulation", unknown, _FIELDS))
+            raise ConfigError(f"{path}: " + unknown_settings("simulation", unknown, [*_FIELDS, *_SECTION_OF]))
         base = path.parent
         for key in _PATHS & set(values):
             values[key] = (base / values[key]) if key != "out" else Path(values[key])
@@ -267,7 +288,4 @@ def load_config(
     values.update(given)
     for key in _PATHS & set(values):
         values[key] = Path(values[key])
-    try:
-        return SimulationConfig(**values)
-    except TypeError as e:
-        raise ConfigError(f"bad simulation settings: {e}") from e
+    return SimulationConfig.from_mapping(values)

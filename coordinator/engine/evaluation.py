@@ -33,14 +33,14 @@ log = logging.getLogger(__name__)
 class EvaluationPhase:
     def __init__(self, engine: RoundEngine) -> None:
         self.engine = engine
-        self.round = engine.config.rounds + 1
+        self.round = engine.config.plan.rounds + 1
         self.selected: frozenset[str] = frozenset()
         self.reported: dict[str, int] = {}
 
     def finished(self) -> bool:
         """Nothing (more) to evaluate: disabled, or the summary is already recorded."""
         e = self.engine
-        return e.config.fraction_evaluate <= 0 or e.store.get_meta("evaluated_round") == str(self.round)
+        return e.config.plan.fraction_evaluate <= 0 or e.store.get_meta("evaluated_round") == str(self.round)
 
     async def run(self) -> None:
         e, cfg = self.engine, self.engine.config
@@ -48,12 +48,12 @@ class EvaluationPhase:
             return
         self.reported = {c: n for c, n, _ in e.store.evaluations(self.round)}
         available = [c for c in e.registry.available() if c not in self.reported]
-        k = min(len(available), max(1, math.ceil(cfg.fraction_evaluate * len(available))))
-        self.selected = frozenset(select_clients(available, k, cfg.seed, self.round, 0))
+        k = min(len(available), max(1, math.ceil(cfg.plan.fraction_evaluate * len(available))))
+        self.selected = frozenset(select_clients(available, k, cfg.plan.seed, self.round, 0))
         if not self.selected and not self.reported:
             log.warning("no clients available to evaluate the final model; skipping federated evaluation")
             return
-        e.deadline_ms = now_ms() + int(cfg.round_timeout_s * 1000)
+        e.deadline_ms = now_ms() + int(cfg.plan.round_timeout_s * 1000)
         e.transition(RoundState.EVALUATING, f"{len(self.selected)} clients evaluate the final model")
         while not self.selected <= set(self.reported) and (remaining := e.deadline_ms - now_ms()) > 0:
             await e.wait_change(remaining / 1000)
@@ -81,7 +81,9 @@ class EvaluationPhase:
             TaskKind.EVALUATE,
             self.round,
             e.deadline_ms,
-            TrainConfig(batch_size=e.config.batch_size, seed=client_seed(e.config.seed, self.round, client_id)),
+            TrainConfig(
+                batch_size=e.config.training.batch_size, seed=client_seed(e.config.plan.seed, self.round, client_id)
+            ),
             0,
             g.sha256,
             e.length,
@@ -107,8 +109,8 @@ class EvaluationPhase:
             raise StaleRoundError(f"client {client_id} was not selected to evaluate round {round}")
         if client_id in self.reported:
             return SubmitResult(True, True, round, "duplicate: already counted")
-        if not 1 <= num_examples <= e.config.max_examples:
-            raise ProtocolError(f"num_examples must be in 1..{e.config.max_examples}, got {num_examples}")
+        if not 1 <= num_examples <= e.config.uploads.max_examples:
+            raise ProtocolError(f"num_examples must be in 1..{e.config.uploads.max_examples}, got {num_examples}")
         e.store.add_evaluation(round, client_id, num_examples, metrics_json(metrics))
         self.reported[client_id] = num_examples
         e.notify()

@@ -70,7 +70,7 @@ async def recover(engine: RoundEngine) -> bool:
     vector = read_verified_vector(store.vector_path(engine.round), engine.length, expected)
     engine.set_global(engine.round, vector, bytes.fromhex(expected))
     load_server_state(engine, engine.round)
-    if engine.round > engine.config.rounds:
+    if engine.round > engine.config.plan.rounds:
         log.info("all %d rounds were already committed", last)
         if engine.evaluation.finished():
             store.set_meta(run_state=RunState.DONE.value)
@@ -137,7 +137,7 @@ def drop_spool(engine: RoundEngine, round: int) -> None:
     """Delete a committed round's spool (unless the config keeps spools); its files are recycled first, for
     co-located devices (`LocalVectorDir.recycle`), then for streamed uploads (`FreeSpoolFiles.recycle`):
     overwritten in a later round instead of re-created."""
-    if engine.config.keep_spool:
+    if engine.config.uploads.keep_spool:
         return
     spool = engine.store.spool_dir(round)
     if spool.is_dir():

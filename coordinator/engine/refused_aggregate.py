@@ -62,7 +62,7 @@ def retry_refused(engine: RoundEngine, reason: str) -> bool:
     engine.store.forget_submissions(engine.round)
     shutil.rmtree(engine.store.spool_dir(engine.round), ignore_errors=True)
     engine.uploads.bytes_received.pop(engine.round, None)
-    if engine.secagg is not None or r.attempt >= cfg.max_round_attempts:
+    if engine.secagg is not None or r.attempt >= cfg.plan.max_round_attempts:
         message = f"{why} after {r.attempt} attempt(s); the global model is unchanged"
         engine.store.fail_round(engine.round, message)
         engine.finish(RoundState.FAILED, message)

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 async def wait_for_close(engine: RoundEngine) -> None:
     """Until the open round is complete or past its deadline, then until no update is in flight."""
-    r, min_clients = present(engine.training, "the open round"), engine.config.min_clients
+    r, min_clients = present(engine.training, "the open round"), engine.config.plan.min_clients
     while not r.complete(min_clients) and (remaining := r.deadline_ms - now_ms()) > 0:
         await engine.wait_change(remaining / 1000)
     r.closing = True  # no new update is accepted from here on ...

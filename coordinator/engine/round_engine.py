@@ -108,7 +108,7 @@ class RoundEngine(TaskDispatch, RoundExports):
         self.manifest = exporter.manifest
         self.model_id = self.manifest.model_id
         self.length = self.manifest.parameter_count
-        self.registry = ClientRegistry(store, config.client_timeout_s, on_change=self.notify)
+        self.registry = ClientRegistry(store, config.plan.client_timeout_s, on_change=self.notify)
         self.privacy = PrivacyPlan(config)
         self.strategy = self.privacy.strategy(configured_strategy(config, strategy))
         self.state = RoundState.WAITING_FOR_CLIENTS
@@ -120,12 +120,14 @@ class RoundEngine(TaskDispatch, RoundExports):
         self.uploads = Uploads(self)
         self.download_deltas = DownloadDeltas(self)
         self.secagg = None
-        if config.secagg:  # imported only for a masked run: the protocol and its key agreement
+        if config.privacy.secagg:  # imported only for a masked run: the protocol and its key agreement
             from fedort.coordinator.privacy.secagg.secure_round import SecAggRound
 
             self.secagg = SecAggRound(self)
         self.local_vectors = (
-            None if config.local_vector_dir is None else LocalVectorDir.open(config.local_vector_dir, store.layout.root)
+            None
+            if config.transport.local_vector_dir is None
+            else LocalVectorDir.open(config.transport.local_vector_dir, store.layout.root)
         )  # co-located devices' files
         # FIT tasks carry the global's BLAKE3 (Task.vector_blake3) for co-located file reads and, announced, for
         # streamed downloads a device asks to check with it (VectorRequest.digests, protocol 1.6)
@@ -222,7 +224,7 @@ class RoundEngine(TaskDispatch, RoundExports):
                 return present(self._outcome, "the run's outcome")
             stopped, export_next = None, None
             self.prepare_exports()  # while clients join
-            while self.round <= self.config.rounds:
+            while self.round <= self.config.plan.rounds:
                 if not resumed:
                     await self._wait_for_clients()
                     if stopped := self.privacy.budget_stop(self):
@@ -240,7 +242,7 @@ class RoundEngine(TaskDispatch, RoundExports):
                     return present(self._outcome, "the run's outcome")
                 # the commit of a round the next one follows shares the next open's fsync (see _commit)
                 # (not with privacy accounting: its budget check before the next open reads committed rows)
-                defer = self.round < self.config.rounds and self.secagg is None and not self.privacy.accounting
+                defer = self.round < self.config.plan.rounds and self.secagg is None and not self.privacy.accounting
                 while not await commit_or_retry(self, defer):  # a non-finite aggregate: reopened, or FAILED
                     if self._finished.is_set() or not await self._train():
                         return present(self._outcome, "the run's outcome")
@@ -248,7 +250,7 @@ class RoundEngine(TaskDispatch, RoundExports):
                     export_next = self.round - 1  # its export reads the committed row: after the open
                 else:
                     self.start_export(self.round - 1)
-                if self.round <= self.config.rounds:
+                if self.round <= self.config.plan.rounds:
                     self.transition(RoundState.WAITING_FOR_CLIENTS, f"round {self.round} is next")
             self.store.flush()
             if export_next is not None:
@@ -257,7 +259,7 @@ class RoundEngine(TaskDispatch, RoundExports):
             await self.evaluation.run()
             done = {"run_state": RunState.DONE.value, **({"run_message": stopped} if stopped else {})}
             await retry_when_full(lambda: self.store.set_meta(**done), "run end")  # disk full: wait, not fail
-            self.finish(RoundState.DONE, stopped or f"{self.config.rounds} rounds completed")
+            self.finish(RoundState.DONE, stopped or f"{self.config.plan.rounds} rounds completed")
         except asyncio.CancelledError:
             raise
         except Exception as e:  # an unplanned error must end the run visibly, not hang it
@@ -279,7 +281,7 @@ class RoundEngine(TaskDispatch, RoundExports):
         return present(self._outcome, "the run's outcome")
 
     async def _wait_for_clients(self) -> None:
-        need = present(self.config.min_available_clients, "min_available_clients")
+        need = present(self.config.plan.min_available_clients, "min_available_clients")
         last_log = 0.0
         if self.store.deferred and len(self.registry.available()) < need:
             self.store.flush()  # a deferred commit does not wait for clients
@@ -301,14 +303,14 @@ class RoundEngine(TaskDispatch, RoundExports):
         available = set(self.registry.available())
         candidates = sorted(available - set(r.reported))
         keep = frozenset(r.reported)
-        target = sample_size(len(available | keep), cfg.fraction, cfg.min_clients)
+        target = sample_size(len(available | keep), cfg.plan.fraction, cfg.plan.min_clients)
         k = max(0, min(target - len(keep), len(candidates)))
-        chosen = select_clients(candidates, k, cfg.seed, self.round, attempt)
+        chosen = select_clients(candidates, k, cfg.plan.seed, self.round, attempt)
         why = (
-            f"attempt {attempt}/{cfg.max_round_attempts}: selected {len(chosen)} of {len(candidates)} "
+            f"attempt {attempt}/{cfg.plan.max_round_attempts}: selected {len(chosen)} of {len(candidates)} "
             f"available clients"
             + (f", keeping {len(keep)} that reported" if keep else "")
-            + f", deadline in {cfg.round_timeout_s:g} s"
+            + f", deadline in {cfg.plan.round_timeout_s:g} s"
         )
         self.open_attempt(attempt, frozenset(chosen) | keep, why)
 
@@ -316,7 +318,7 @@ class RoundEngine(TaskDispatch, RoundExports):
         """Record the attempt durably with a fresh deadline and move to TRAINING."""
         r = present(self.training, "the open round")
         r.attempt, r.selected, r.closing = attempt, selected, False
-        r.deadline_ms = self.deadline_ms = now_ms() + int(self.config.round_timeout_s * 1000)
+        r.deadline_ms = self.deadline_ms = now_ms() + int(self.config.plan.round_timeout_s * 1000)
         self.store.open_round(self.round, attempt, selected, r.deadline_ms)
         self.privacy.round_opened(self)
         self.transition(RoundState.TRAINING, why)
@@ -329,21 +331,24 @@ class RoundEngine(TaskDispatch, RoundExports):
         while True:
             await wait_for_close(self)
             n = len(r.reported)
-            if n >= cfg.min_clients:
+            if n >= cfg.plan.min_clients:
                 how = "all selected clients reported" if r.selected <= set(r.reported) else "deadline"
                 self.transition(RoundState.AGGREGATING, f"{how}: {n} updates, {r.examples} examples")
                 return True
-            if r.attempt >= cfg.max_round_attempts:
+            if r.attempt >= cfg.plan.max_round_attempts:
                 message = (
-                    f"round {self.round} failed: {n} of the required {cfg.min_clients} clients reported after "
-                    f"{r.attempt} attempt(s) of {cfg.round_timeout_s:g} s; "
+                    f"round {self.round} failed: {n} of the required {cfg.plan.min_clients} clients reported after "
+                    f"{r.attempt} attempt(s) of {cfg.plan.round_timeout_s:g} s; "
                     f"{len(self.registry.available())} clients available"
                 )
                 self.store.fail_round(self.round, message)
                 self.finish(RoundState.FAILED, message)
                 return False
             log.warning(
-                "round %d: only %d of %d required updates by the deadline; retrying", self.round, n, cfg.min_clients
+                "round %d: only %d of %d required updates by the deadline; retrying",
+                self.round,
+                n,
+                cfg.plan.min_clients,
             )
             self.select(r.attempt + 1)
 
@@ -366,7 +371,7 @@ class RoundEngine(TaskDispatch, RoundExports):
             await asyncio.to_thread(r.aggregator.rebuild, updates)
         small = self.length <= SMALL_VECTOR and not self.strategy.needs_all_updates  # microseconds: no thread hop
         # a vector this small is durable inside the commit's row; its file is fsynced by the export, off the critical path
-        inline_sized = 0 < 4 * self.length <= self.config.inline_update_bytes
+        inline_sized = 0 < 4 * self.length <= self.config.uploads.inline_update_bytes
         # the new vector file's page cache takes the pages of g_{r-1}'s, freed while the mean is computed
         # (durable.drop_cached; nothing reads g_{r-1} now: deltas read g_r)
         older = None if inline_sized else self.store.vector_path(self.round - 1)

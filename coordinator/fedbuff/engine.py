@@ -72,9 +72,9 @@ class AsyncEngine(RoundEngine):
         cfg = self.config
         self.buffer = UpdateBuffer(
             self.length,
-            cfg.buffer_size,
-            cfg.max_staleness,
-            parse_staleness_weight(cfg.staleness_weight),
+            cfg.fedbuff.buffer_size,
+            cfg.fedbuff.max_staleness,
+            parse_staleness_weight(cfg.fedbuff.staleness_weight),
             version=1,
             dtype=np.dtype(np.float64),
         )
@@ -149,7 +149,7 @@ class AsyncEngine(RoundEngine):
         self.set_global(self.round, vector, sha)
         self.training = None
         await self.export(v)
-        if self.round <= self.config.rounds:
+        if self.round <= self.config.plan.rounds:
             self.transition(RoundState.WAITING_FOR_CLIENTS, f"version {self.round} is next")
             self._open_version()
         else:
@@ -172,7 +172,7 @@ class AsyncEngine(RoundEngine):
             resumed = self._resumed if self._recovered else await self.recover()
             if self._finished.is_set():
                 return self._outcome
-            if self.round <= self.config.rounds:
+            if self.round <= self.config.plan.rounds:
                 async with self.version_lock:
                     if not resumed:
                         await self._wait_for_clients()
@@ -182,7 +182,7 @@ class AsyncEngine(RoundEngine):
                 await self._versions_done.wait()
             await self.evaluation.run()
             self.store.set_meta(run_state=RunState.DONE.value)
-            self.finish(RoundState.DONE, f"{self.config.rounds} versions committed")
+            self.finish(RoundState.DONE, f"{self.config.plan.rounds} versions committed")
         except asyncio.CancelledError:
             raise
         except Exception as e:  # as in the synchronous engine: end visibly, never hang
@@ -208,7 +208,7 @@ class AsyncEngine(RoundEngine):
         )
 
     def _fit_deadline_ms(self) -> int:
-        return now_ms() + int(self.config.round_timeout_s * 1000)
+        return now_ms() + int(self.config.plan.round_timeout_s * 1000)
 
     def _may_have_work(self) -> frozenset[str] | set[str] | None:
         """(PollTasks) while a version takes updates, any active client may have a FIT task: none is selected."""

@@ -58,7 +58,7 @@ class AsyncUploads:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
         cfg = engine.config
-        self.slots = UploadSlots(cfg.max_concurrent_uploads, cfg.uploads_per_client)
+        self.slots = UploadSlots(cfg.uploads.max_concurrent_uploads, cfg.uploads.uploads_per_client)
         self._temp_counter = 0
         self.busy = False  # (read by the sync engine's helpers; folds here finish before the reply)
         self.bytes_received: dict[int, int] = {}  # version -> payload bytes of accepted updates

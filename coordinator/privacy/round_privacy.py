@@ -45,13 +45,13 @@ class PrivacyPlan:
 
     def __init__(self, config: CoordinatorConfig) -> None:
         self.config = config
-        self.secagg = bool(config.secagg)
+        self.secagg = bool(config.privacy.secagg)
         self.dp: DPClipState | None = None
         self.rate: float | None = None
-        if config.dp_clip is not None:
-            clip = parse_dp_clip(config.dp_clip)
+        if config.privacy.dp_clip is not None:
+            clip = parse_dp_clip(config.privacy.dp_clip)
             self.dp = DPClipState(
-                float(config.dp_noise_multiplier or 0.0),
+                float(config.privacy.dp_noise_multiplier or 0.0),
                 clip.norm or 0.1,
                 adaptive_quantile=clip.adaptive_quantile,
                 client_noise=self.secagg,
@@ -112,29 +112,29 @@ class PrivacyPlan:
         if not self.accounting or self.rate is None:
             return {}
         z = self._round_z(engine)
-        eps = epsilon_for_rounds(self._history(engine) + [(self.rate, z)], self.config.dp_delta)
+        eps = epsilon_for_rounds(self._history(engine) + [(self.rate, z)], self.config.privacy.dp_delta)
         out = {RATE: self.rate, NOISE: z, "epsilon": eps}
         if self._accounted.adaptive is not None:
             out["dp_clip"] = self._accounted.adaptive.clip
         return out
 
     def epsilon_so_far(self, engine: RoundEngine) -> float:
-        return epsilon_for_rounds(self._history(engine), self.config.dp_delta)
+        return epsilon_for_rounds(self._history(engine), self.config.privacy.dp_delta)
 
     def budget_stop(self, engine: RoundEngine) -> str | None:
         """Why round `engine.round` must not run under --dp-target-epsilon (None: it may)."""
-        target = self.config.dp_target_epsilon
+        target = self.config.privacy.dp_target_epsilon
         if target is None or not self.accounting:
             return None
         cfg = engine.config
         population = max(len(engine.registry), 1)
         available = len(engine.registry.available())
-        q = min(1.0, sample_size(available, cfg.fraction, cfg.min_clients) / population)
-        eps = epsilon_for_rounds(self._history(engine) + [(q, self._accounted.noise_multiplier)], cfg.dp_delta)
+        q = min(1.0, sample_size(available, cfg.plan.fraction, cfg.plan.min_clients) / population)
+        eps = epsilon_for_rounds(self._history(engine) + [(q, self._accounted.noise_multiplier)], cfg.privacy.dp_delta)
         if eps <= target:
             return None
         return (
             f"privacy budget: stopped before round {engine.round}, whose epsilon would be {eps:.4g} > "
-            f"target {target:g} (delta {cfg.dp_delta:g}, q {q:.4g}, z {self._accounted.noise_multiplier:g}); "
+            f"target {target:g} (delta {cfg.privacy.dp_delta:g}, q {q:.4g}, z {self._accounted.noise_multiplier:g}); "
             f"epsilon after {engine.round - 1} round(s) is {self.epsilon_so_far(engine):.4g}"
         )

@@ -146,10 +146,12 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         self.engine = engine
         self.monitor: Monitoring = engine.monitor  # RPC errors, bytes out; the engine's uploads feed the rest
         self.auth = auth or Authenticator("open", None)
-        self.streams = StreamLimiter(engine.config.max_streams_per_client)
-        self.submissions = RateLimiter(engine.config.submissions_per_minute)
-        self.joins = JoinGate(engine.config.joins_per_minute, engine.config.joins_per_minute_per_address)
-        self.resumable = ResumableUploads(engine, engine.config.upload_resume_idle_s, engine.config.max_chunk_bytes)
+        self.streams = StreamLimiter(engine.config.access.max_streams_per_client)
+        self.submissions = RateLimiter(engine.config.access.submissions_per_minute)
+        self.joins = JoinGate(engine.config.access.joins_per_minute, engine.config.access.joins_per_minute_per_address)
+        self.resumable = ResumableUploads(
+            engine, engine.config.uploads.upload_resume_idle_s, engine.config.uploads.max_chunk_bytes
+        )
         self.artifacts_dir = artifacts_dir
         self.chunk_bytes = chunk_bytes
         manifest = engine.manifest
@@ -189,8 +191,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             model_id=self.engine.model_id,
             manifest_json=self._manifest_json,
             artifacts=list(self._artifacts.values()),
-            heartbeat_interval_ms=cfg.heartbeat_interval_ms,
-            max_chunk_bytes=cfg.max_chunk_bytes,
+            heartbeat_interval_ms=cfg.plan.heartbeat_interval_ms,
+            max_chunk_bytes=cfg.uploads.max_chunk_bytes,
             upload_codecs=allowed_codecs(cfg),
             local_vector_dir=str(local.path) if (local := self._local_dir(context)) else "",
             update_digests=accepted_digests(cfg),
@@ -274,7 +276,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         A stalled upload would otherwise hold its upload slot (and memory) until the connection
         dies, and a few stalled peers would block every other client's upload.
         """
-        limit = self.engine.config.stream_idle_timeout_s
+        limit = self.engine.config.uploads.stream_idle_timeout_s
         try:
             if _timeout is not None:  # 3.11+: a deadline on this task, not a new task per message (wait_for)
                 async with _timeout(limit):

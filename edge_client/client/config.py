@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fedort.common.errors import ConfigError, VectorError
+from fedort.common.options import renamed_keys
 from fedort.common.tomlfile import read_table, unknown_settings
 from fedort.edge_client.training.local_round import ModuleFactory, UpdateHook
 from fedort.edge_client.transport.grpc_transport import ChannelConfig
@@ -39,7 +40,7 @@ class EdgeConfig:
     | insecure | false | plaintext channel; must be explicit (default: TLS) |
     | ca_file | none | PEM CA that signed the coordinator's certificate (none: system roots) |
     | cert_file / key_file | none | PEM client certificate and key, for a coordinator requiring mutual TLS |
-    | credential | "" | device token (`fedort coordinator enroll`), sent on every call; names the client id |
+    | token | "" | device token (`fedort coordinator enroll`), sent on every call; names the client id (key `credential` before: deprecated) |
     | poll_wait_ms | 20000 | how long a long-poll may be held (server caps at 30 s) |
     | rpc_timeout_s / stream_timeout_s | 30 / 600 | deadlines of unary calls / vector streams |
     | backoff | Backoff() | retry policy (0.2 s doubling to 10 s, give up after 300 s) |
@@ -71,7 +72,7 @@ class EdgeConfig:
     ca_file: str | os.PathLike | None = None
     cert_file: str | os.PathLike | None = None
     key_file: str | os.PathLike | None = None
-    credential: str = ""
+    token: str = ""
     poll_wait_ms: int = 20_000
     rpc_timeout_s: float = 30.0
     stream_timeout_s: float = 600.0
@@ -106,8 +107,8 @@ class EdgeConfig:
         if self.upload not in UPLOADS:
             raise ConfigError(f"upload must be one of {list(UPLOADS)}, got {self.upload!r}")
         # a device token names its client id: join as that id unless told otherwise
-        if self.credential and not self.client_id:
-            token_id = _token_client_id(self.credential)
+        if self.token and not self.client_id:
+            token_id = _token_client_id(self.token)
             if token_id:
                 object.__setattr__(self, "client_id", token_id)
         self.channel_config()  # a malformed --coordinator (e.g. an http:// prefix) fails here, at start
@@ -119,7 +120,7 @@ class EdgeConfig:
             ca_file=self.ca_file,
             cert_file=self.cert_file,
             key_file=self.key_file,
-            token=self.credential,
+            token=self.token,
             rpc_timeout_s=self.rpc_timeout_s,
             stream_timeout_s=self.stream_timeout_s,
         )
@@ -130,6 +131,7 @@ class EdgeConfig:
         values: dict[str, Any] = {}
         if toml_path is not None:
             values.update(_read_toml(Path(toml_path)))
+        values = renamed_keys(values, RENAMED_KEYS, "edge")
         values.update({k: v for k, v in overrides.items() if v is not None})
         backoff = values.pop("backoff", None)
         if isinstance(backoff, Mapping):
@@ -149,6 +151,7 @@ class EdgeConfig:
 
 
 UPLOADS = ("stream", "resumable")
+RENAMED_KEYS = {"credential": "token"}  # old key -> new key, accepted with a warning for one release
 
 
 def _token_client_id(token: str) -> str:

@@ -129,7 +129,7 @@ class Joining:
         client_id = self.config.client_id or saved.get("client_id", "")
         info = self._call(
             "Join",
-            lambda: self.transport.join(self.config.name, client_id, self.config.credential, self._capabilities()),
+            lambda: self.transport.join(self.config.name, client_id, self.config.token, self._capabilities()),
         )
         manifest = Manifest.from_json(info.manifest_json)
         if manifest.model_id != info.model_id:
@@ -207,7 +207,7 @@ class Joining:
 
     def _rejoin(self) -> None:
         info = call_with_retry(
-            lambda: self.transport.join(self.config.name, self.client_id, self.config.credential, self._capabilities()),
+            lambda: self.transport.join(self.config.name, self.client_id, self.config.token, self._capabilities()),
             self.config.backoff,
             what="Join",
             stop=self._stop,

@@ -62,9 +62,9 @@ def test_flags_override_the_toml_file(tmp_path):
     toml = tmp_path / "coordinator.toml"
     toml.write_text('[coordinator]\nartifacts = "arts"\nstate_dir = "state"\nrounds = 7\nmin_clients = 3\nlr = 0.1\n')
     config = config_from_args(parse("serve", "--config", str(toml), "--rounds", "2", "--fraction", "0.5"))
-    assert config.rounds == 2 and config.fraction == 0.5          # flags win
-    assert config.min_clients == 3 and config.lr == 0.1           # the file fills the rest
-    assert config.min_available_clients == 3                      # defaults to min_clients
+    assert config.plan.rounds == 2 and config.plan.fraction == 0.5          # flags win
+    assert config.plan.min_clients == 3 and config.training.lr == 0.1           # the file fills the rest
+    assert config.plan.min_available_clients == 3                      # defaults to min_clients
     assert config.artifacts == tmp_path / "arts"                  # relative to the file
 
 
@@ -81,8 +81,8 @@ def test_bad_values_are_config_errors_naming_the_setting(tmp_path):
 
 def test_export_external_bytes_flag_sets_the_threshold_and_a_negative_one_is_refused():
     args = ("serve", "--artifacts", "a", "--state-dir", "s", "--export-external-bytes")
-    assert config_from_args(parse(*args, "0")).export_external_bytes == 0
-    assert config_from_args(parse(*args[:-1])).export_external_bytes == 1 << 20    # the default
+    assert config_from_args(parse(*args, "0")).export.export_external_bytes == 0
+    assert config_from_args(parse(*args[:-1])).export.export_external_bytes == 1 << 20    # the default
     with pytest.raises(ConfigError, match="export_external_bytes must be an integer >= 0 .*, got -1"):
         config_from_args(parse(*args, "-1"))
 
