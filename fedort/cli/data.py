@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from fedort.common.errors import ConfigError
+from fedort.common.options import deprecated_flag
 from fedort.simulations.data.datasets import (
     CLIENT_FILE,
     TEST_FILE,
@@ -66,12 +67,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="share of each client's examples stored as val_x/val_labels (default: 0)",
     )
     digits.add_argument(
-        "--min-size",
+        "--min-partition-size",
         type=int,
         default=1,
-        help="dirichlet: every client gets at least this many examples (draws that leave a client "
+        metavar="K",
+        help="dirichlet: every client gets at least K examples (draws that leave a client "
         "short are redrawn, then topped up from other clients' surplus) (default: 1)",
     )
+    deprecated_flag(digits, "--min-size", "min_partition_size", type=int)
     digits.add_argument("--out", required=True, type=Path, help="folder to write the files into")
     digits.add_argument(
         "--overwrite", action="store_true", help="replace client files already in --out (otherwise that is an error)"
@@ -109,7 +112,7 @@ def _run_digits(args: argparse.Namespace) -> int:
     if not 0.0 <= args.val_fraction < 1.0:
         raise ConfigError(f"--val-fraction must be in [0, 1), got {args.val_fraction}")
     train, test = load_digits_split(args.test_fraction, args.seed)
-    parts = spec(train["labels"], args.clients, args.seed, min_size=args.min_size)
+    parts = spec(train["labels"], args.clients, args.seed, min_size=args.min_partition_size)
     out = _prepare_out(args.out, args.overwrite)  # only once the inputs proved valid
     rng = np.random.default_rng([args.seed, 1])  # own stream: the val split never shifts the partition
     for i, idx in enumerate(parts):

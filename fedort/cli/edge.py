@@ -19,6 +19,7 @@ from pathlib import Path
 
 from fedort.common.errors import FedortError
 from fedort.common.invariants import present
+from fedort.common.options import deprecated_flag
 from fedort.edge_client.transport.retry import Backoff
 
 _SIGNAL_EXIT: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143}
@@ -73,8 +74,10 @@ def register(subparsers) -> None:
         metavar="CA.pem",
         help="verify the coordinator's TLS certificate against this CA (default: the system roots)",
     )
-    run.add_argument("--cert", metavar="CLIENT.pem", help="client certificate for mutual TLS (with --key)")
-    run.add_argument("--key", metavar="CLIENT.key", help="client private key for mutual TLS (with --cert)")
+    run.add_argument("--cert-file", metavar="CLIENT.pem", help="client certificate for mutual TLS (with --key-file)")
+    run.add_argument("--key-file", metavar="CLIENT.key", help="client private key for mutual TLS (with --cert-file)")
+    deprecated_flag(run, "--cert", "cert_file")
+    deprecated_flag(run, "--key", "key_file")
     token = run.add_mutually_exclusive_group()
     token.add_argument(
         "--token", metavar="TOKEN", help="device token from `fedort coordinator enroll` (default: $FEDORT_TOKEN)"
@@ -82,11 +85,12 @@ def register(subparsers) -> None:
     token.add_argument("--token-file", metavar="FILE", help="read the device token from this file")
     run.add_argument("--poll-wait-ms", type=int, metavar="MS", help="long-poll hold time (default 20000)")
     run.add_argument(
-        "--give-up-after",
+        "--give-up-after-s",
         type=float,
         metavar="SECONDS",
-        help="stop retrying an unreachable coordinator after this long (default 300)",
+        help="stop retrying an unreachable coordinator after this long ([edge.backoff] give_up_after_s; default 300)",
     )
+    deprecated_flag(run, "--give-up-after", "give_up_after_s", type=float)
     run.add_argument(
         "--codec",
         metavar="SPEC",
@@ -123,7 +127,7 @@ def register(subparsers) -> None:
 
 
 def _token(args: argparse.Namespace) -> str | None:
-    """--token, else --token-file, else $FEDORT_TOKEN, else None (a config file's `credential` may give one)."""
+    """--token, else --token-file, else $FEDORT_TOKEN, else None (a config file's `token` may give one)."""
     if args.token:
         return args.token.strip()
     if args.token_file:
@@ -147,9 +151,9 @@ def _run(args: argparse.Namespace) -> int:
         "client_id": args.client_id,
         "insecure": args.insecure,
         "ca_file": args.ca_file,
-        "cert_file": args.cert,
-        "key_file": args.key,
-        "credential": _token(args),
+        "cert_file": args.cert_file,
+        "key_file": args.key_file,
+        "token": _token(args),
         "poll_wait_ms": args.poll_wait_ms,
         "codec": args.codec,
         "topk_warmup": args.topk_warmup,
@@ -157,8 +161,8 @@ def _run(args: argparse.Namespace) -> int:
         "local_dp_clip": args.local_dp_clip,
         "local_dp_noise": args.local_dp_noise,
     }
-    if args.give_up_after is not None:
-        overrides["backoff"] = Backoff(give_up_after_s=args.give_up_after)
+    if args.give_up_after_s is not None:
+        overrides["backoff"] = Backoff(give_up_after_s=args.give_up_after_s)
     config = EdgeConfig.load(args.config, **overrides)
     if config.data is None:
         from fedort.common.errors import ConfigError

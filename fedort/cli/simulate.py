@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fedort.cli.async_flags import add_async_flags
+from fedort.cli.async_flags import FEDBUFF_KEYS, add_async_flags
 from fedort.cli.privacy_flags import PRIVACY_KEYS, add_privacy_flags
 from fedort.simulations.config import BACKENDS, load_config
 
@@ -43,6 +43,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     group.add_argument("--clients-per-round", type=int, metavar="M", help="clients selected each round")
     group.add_argument("--fraction", type=float, metavar="F", help="share of clients selected each round (default 1.0)")
     p.add_argument("--rounds", type=int, help="federated rounds (default 30)")
+    p.add_argument(
+        "--round-timeout-s",
+        type=float,
+        metavar="S",
+        help="round deadline in seconds (default 300: the simulated cohort shares this machine's cores)",
+    )
+    p.add_argument("--name", help="label of the logs, summary and plot (default: the data set or --data folder)")
+    p.add_argument(
+        "--target-accuracy", type=float, metavar="A", help="accuracy the report and plot mark (default: none)"
+    )
+    p.add_argument(
+        "--test-fraction", type=float, metavar="F", help="digits: share held out as the test set (default 0.2)"
+    )
     p.add_argument("--partition", help="digits: iid | dirichlet:ALPHA | shards:K (default dirichlet:0.5)")
     p.add_argument(
         "--min-partition-size",
@@ -69,6 +82,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--local-epochs", type=int, metavar="E", help="local epochs per round (default 1)")
     p.add_argument("--batch-size", type=int, metavar="B", help="local batch size; 0 = whole client data (default 16)")
     p.add_argument("--lr", type=float, help="client learning rate (default 0.01)")
+    p.add_argument(
+        "--reset-optimizer",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="clients start each round with fresh optimizer state (default: on)",
+    )
     p.add_argument("--optimizer", choices=["adamw", "sgd"], help="built-in model's optimizer (default adamw)")
     p.add_argument(
         "--prox-mu",
@@ -134,12 +153,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "state is lost at reboot; default OUT/state)",
     )
     p.add_argument(
-        "--no-local-vectors",
-        dest="local_vectors",
-        action="store_false",
+        "--local-vectors",
+        action=argparse.BooleanOptionalAction,
         default=None,
-        help="stream every vector over gRPC as a deployed device does (default: clients on this host "
-        "pass vectors as files in the state dir)",
+        help="clients on this host pass vectors as files in the state dir; --no-local-vectors streams every "
+        "vector over gRPC as a deployed device does (default: on)",
     )
     add_async_flags(p)
     p.add_argument(
@@ -152,7 +170,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--step-seconds", type=float, metavar="S", help="simulated seconds per local step at speed 1 (default 0.01)"
     )
     p.add_argument("--out", type=Path, help="run folder (default runs/<timestamp>)")
-    p.add_argument("--no-progress", dest="progress", action="store_false", default=None, help="no progress bar")
+    p.add_argument(
+        "--progress", action=argparse.BooleanOptionalAction, default=None, help="a progress bar (default: on)"
+    )
     p.add_argument(
         "--verbose",
         action="store_true",
@@ -180,6 +200,11 @@ def _run(args: argparse.Namespace) -> int:
             logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))
 
     fields = (
+        "name",
+        "round_timeout_s",
+        "target_accuracy",
+        "test_fraction",
+        "reset_optimizer",
         "clients",
         "clients_per_round",
         "fraction",
@@ -212,14 +237,10 @@ def _run(args: argparse.Namespace) -> int:
         "straggler_steps",
         "codec",
         "topk_warmup",
-        "mode",
-        "buffer_size",
-        "max_staleness",
-        "staleness_weight",
         "device_speed",
         "step_seconds",
     )
-    cfg = load_config(args.scenario, {k: getattr(args, k) for k in fields + PRIVACY_KEYS})
+    cfg = load_config(args.scenario, {k: getattr(args, k) for k in fields + FEDBUFF_KEYS + PRIVACY_KEYS})
     require("sim", "fedort simulate (data sets and the plot)")  # before any worker starts or round trains
     backend = prepared_backend(cfg)  # workers spawn now: their start-up overlaps the imports below
     try:

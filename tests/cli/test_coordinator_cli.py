@@ -91,7 +91,7 @@ def test_export_external_bytes_flag_sets_the_threshold_and_a_negative_one_is_ref
 def test_serve_runs_a_round_then_sigterm_stops_gracefully_and_status_prints_it(processes, mlp_artifacts, tmp_path):
     state, port_file = tmp_path / "state", tmp_path / "port"
     serve = ["coordinator", "serve", "--artifacts", str(mlp_artifacts), "--state-dir", str(state), "--address",
-             "127.0.0.1:0", "--port-file", str(port_file), "--rounds", "3", "--min-clients", "2", "--round-timeout", "20",
+             "127.0.0.1:0", "--port-file", str(port_file), "--rounds", "3", "--min-clients", "2", "--round-timeout-s", "20",
              "--insecure", "--auth", "open"]
     proc = processes(*serve)
     port = wait_port(port_file, proc)
@@ -149,7 +149,7 @@ def test_a_state_dir_of_another_model_is_refused_clearly(processes, mlp_artifact
 def test_a_failed_run_exits_1_with_the_reason(processes, mlp_artifacts, tmp_path):
     proc = processes("coordinator", "serve", "--artifacts", str(mlp_artifacts), "--state-dir", str(tmp_path / "s"),
                      "--address", "127.0.0.1:0", "--port-file", str(tmp_path / "port"), "--min-clients", "1",
-                     "--round-timeout", "0.2", "--max-round-attempts", "2", "--insecure", "--auth", "open")
+                     "--round-timeout-s", "0.2", "--max-round-attempts", "2", "--insecure", "--auth", "open")
     port = wait_port(tmp_path / "port", proc)
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
         stub = pb_grpc.CoordinatorStub(channel)
