@@ -132,3 +132,13 @@ def test_serve_and_simulate_share_the_default_of_a_key_that_means_the_same(key):
         assert (coordinator[key], simulation.rounds) == (3, 30)
     else:
         assert coordinator[key] == getattr(simulation, key)
+
+
+def test_data_digits_takes_the_simulations_flags_and_defaults_but_an_iid_partition():
+    from fedort.simulations.config import SimulationConfig
+
+    args = parse(data_cli, "data", "digits", "--out", "d")
+    simulation = SimulationConfig()
+    for key in ("clients", "seed", "test_fraction", "min_partition_size"):
+        assert getattr(args, key) == getattr(simulation, key), key
+    assert (args.partition, simulation.partition) == ("iid", "dirichlet:0.5")  # stated in README

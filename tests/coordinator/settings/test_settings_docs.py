@@ -17,9 +17,11 @@ def test_readme_tables_match_the_options_table():
     assert tool.rendered(readme) == readme, "README.md is out of date: run .venv/bin/python tools/readme_settings.py"
 
 
-def test_every_key_has_a_row_with_its_flag_and_default():
+def test_every_coordinator_and_simulation_key_has_a_row_with_its_flag():
+    from fedort.common.options import options
     from fedort.coordinator.config import CoordinatorConfig
+    from fedort.simulations.config import SimulationConfig
 
     readme = (ROOT / "README.md").read_text()
-    for o in CoordinatorConfig.options():
+    for o in [*CoordinatorConfig.options(), *options(SimulationConfig)]:
         assert f"| {o.key} | `{o.flag_name}`" in readme, o.key
