@@ -29,8 +29,19 @@ def simulation_markdown() -> str:
     )
 
 
+def edge_markdown() -> str:
+    """EdgeConfig's keys (`[edge]`); the code-only ones (callables, the Backoff object) say so."""
+    from fedort.edge_client.client.config import EdgeConfig
+
+    return markdown_table(options(EdgeConfig)) + (
+        "\n\n`--token-file FILE` (or `$FEDORT_TOKEN`) gives `token` without putting it on the command line; "
+        "`--give-up-after-s S` sets `give_up_after_s` of the `[edge.backoff]` table.\n"
+    )
+
+
 BLOCKS: dict[str, Callable[[], str]] = {
     "coordinator-settings": settings_markdown,
+    "edge-settings": edge_markdown,
     "simulation-settings": simulation_markdown,
 }
 

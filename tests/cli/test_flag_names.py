@@ -142,3 +142,13 @@ def test_data_digits_takes_the_simulations_flags_and_defaults_but_an_iid_partiti
     for key in ("clients", "seed", "test_fraction", "min_partition_size"):
         assert getattr(args, key) == getattr(simulation, key), key
     assert (args.partition, simulation.partition) == ("iid", "dirichlet:0.5")  # stated in README
+
+
+def test_every_edge_key_with_a_flag_has_the_flag_the_rule_derives():
+    from fedort.common.options import options
+    from fedort.edge_client.client.config import EdgeConfig
+
+    parser = argparse.ArgumentParser()
+    edge_cli.register(parser.add_subparsers())
+    flags = _option_strings(parser, "edge", "run")
+    assert [o.key for o in options(EdgeConfig) if o.flag and flags.get(flag_name(o.key)) != o.key] == []

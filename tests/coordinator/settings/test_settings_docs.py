@@ -17,11 +17,15 @@ def test_readme_tables_match_the_options_table():
     assert tool.rendered(readme) == readme, "README.md is out of date: run .venv/bin/python tools/readme_settings.py"
 
 
-def test_every_coordinator_and_simulation_key_has_a_row_with_its_flag():
+def test_every_coordinator_simulation_and_edge_key_has_a_row_with_its_flag():
     from fedort.common.options import options
     from fedort.coordinator.config import CoordinatorConfig
+    from fedort.edge_client.client.config import EdgeConfig
     from fedort.simulations.config import SimulationConfig
 
     readme = (ROOT / "README.md").read_text()
-    for o in [*CoordinatorConfig.options(), *options(SimulationConfig)]:
+    for o in [*CoordinatorConfig.options(), *options(SimulationConfig), *options(EdgeConfig)]:
+        if not o.flag:
+            assert f"| {o.key} | (code only)" in readme, o.key
+            continue
         assert f"| {o.key} | `{o.flag_name}`" in readme, o.key
