@@ -46,7 +46,7 @@ def full_batch_size() -> tuple[int, str]:
     from fedort.common.errors import ConfigError
 
     try:
-        CoordinatorConfig(artifacts=Path("a"), state_dir=Path("s"), batch_size=0)
+        CoordinatorConfig.from_mapping(dict(artifacts=Path("a"), state_dir=Path("s"), batch_size=0))
         return 0, "batch_size 0 (whole local data set)"
     except ConfigError:
         return BIG_BATCH, f"batch_size {BIG_BATCH} (> every client's examples; the coordinator rejects 0)"

@@ -31,8 +31,8 @@ def run(clients: int, per_round: int, rounds: int, partition: str, z: float | No
     out = WORK / tag
     shutil.rmtree(out, ignore_errors=True)
     dp = {} if z is None else {"dp_clip": str(clip), "dp_noise_multiplier": z, "dp_delta": 1e-5}
-    cfg = SimulationConfig(clients=clients, clients_per_round=per_round, rounds=rounds, partition=partition,
-                           local_epochs=epochs, lr=lr, batch_size=16, seed=seed, out=out, progress=False, **dp)
+    cfg = SimulationConfig.from_mapping(dict(clients=clients, clients_per_round=per_round, rounds=rounds, partition=partition,
+                           local_epochs=epochs, lr=lr, batch_size=16, seed=seed, out=out, progress=False, **dp))
     t0 = time.time()
     result = run_simulation(cfg)
     return {"partition": partition, "z": z, "clip": clip if z is not None else None, "seconds": round(time.time() - t0, 1),

@@ -52,8 +52,8 @@ def accuracy_runs(args: argparse.Namespace, out: Path) -> list[dict]:
     rows = []
     for strategy, attack, fraction in plan:
         t0 = time.monotonic()
-        cfg = SimulationConfig(out=out / f"{strategy}-{attack}".replace(":", "_"), strategy=strategy,
-                               byzantine_fraction=fraction, attack=attack if fraction else "sign-flip", **base)
+        cfg = SimulationConfig.from_mapping(dict(out=out / f"{strategy}-{attack}".replace(":", "_"), strategy=strategy,
+                               byzantine_fraction=fraction, attack=attack if fraction else "sign-flip", **base))
         acc = [r.accuracy for r in run_simulation(cfg).records]
         rows.append(dict(strategy=strategy, attack=attack, byzantine=fraction, final=acc[-1], best=max(acc),
                          curve=[round(a, 4) for a in acc], seconds=round(time.monotonic() - t0, 1)))

@@ -125,12 +125,12 @@ def fedort_trial(params: int, rounds: int, clients: int, workers: int, state_roo
     with tempfile.TemporaryDirectory(dir=WORK) as tmp, tempfile.TemporaryDirectory(dir=state_root or WORK) as st:
         state_dir = Path(st) / "state"
         # as simulations.runner.coordinator_config: loopback plaintext, open joins, no rate limit
-        ccfg = CoordinatorConfig(
+        ccfg = CoordinatorConfig.from_mapping(dict(
             artifacts=art, state_dir=state_dir, address="127.0.0.1:0", rounds=rounds,
             min_clients=clients, min_available_clients=clients, fraction=1.0, round_timeout_s=300,
             local_epochs=1, batch_size=1, lr=0.01, reset_optimizer=False, seed=0, client_timeout_s=0,
             insecure=True, auth="open", submissions_per_minute=0,
-            **({} if digests is None else {"update_digests": digests}))
+            **({} if digests is None else {"update_digests": digests})))
         source = DataSource("digits")                     # each client holds one example (row 0)
         ids = [VirtualClient(client_id(i), indices=np.array([0])) for i in range(clients)]
         t0, cpu0 = time.time(), time.process_time()

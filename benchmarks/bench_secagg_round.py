@@ -61,11 +61,11 @@ def trial(params: int, clients: int, rounds: int, secagg: bool, workers: int = 2
     manifest = load_manifest(art) if (art / "manifest.json").exists() else build_artifacts(mlp(hidden=hidden), art)
     with tempfile.TemporaryDirectory(dir=WORK) as tmp:
         state_dir = Path(tmp) / "state"
-        ccfg = CoordinatorConfig(
+        ccfg = CoordinatorConfig.from_mapping(dict(
             artifacts=art, state_dir=state_dir, address="127.0.0.1:0", rounds=rounds,
             min_clients=clients, min_available_clients=clients, fraction=1.0, round_timeout_s=600,
             local_epochs=1, batch_size=1, lr=0.01, reset_optimizer=False, seed=0, client_timeout_s=0,
-            insecure=True, auth="open", submissions_per_minute=0, keep_spool=True, secagg=secagg)
+            insecure=True, auth="open", submissions_per_minute=0, keep_spool=True, secagg=secagg))
         source = DataSource("digits")
         ids = [VirtualClient(client_id(i), indices=np.array([0])) for i in range(clients)]
         rss0 = _rss_mb()

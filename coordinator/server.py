@@ -1,9 +1,9 @@
 """`Coordinator`: the coordinator as a Python object — state dir, round engine, gRPC server, health.
 
-    coordinator = Coordinator(CoordinatorConfig(artifacts=..., state_dir=..., address="127.0.0.1:0"))
-    port = await coordinator.start()        # recovers the state dir, serves, writes config.port_file
+    coordinator = Coordinator(CoordinatorConfig.from_mapping(dict(artifacts=..., state_dir=..., address="127.0.0.1:0")))
+    port = await coordinator.start()        # recovers the state dir, serves, writes config.transport.port_file
     outcome = await coordinator.wait_done() # RunOutcome(state=DONE|FAILED, rounds_completed, message)
-    await coordinator.until_devices_told()  # answer devices for up to config.done_grace_s
+    await coordinator.until_devices_told()  # answer devices for up to config.plan.done_grace_s
     await coordinator.stop(grace=5)
 
 or, from code without an event loop of its own, all of that in one blocking call:
@@ -18,12 +18,9 @@ missing exports redone) and only then reports SERVING on the standard health ser
 from __future__ import annotations
 
 import asyncio
-import errno
-import ipaddress
 import json
 import logging
 import os
-import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,14 +37,13 @@ from fedort.coordinator.aggregation import Strategy
 from fedort.coordinator.config import CoordinatorConfig
 from fedort.coordinator.engine.round_engine import RoundEngine, RunOutcome
 from fedort.coordinator.export.inference import Exporter
+from fedort.coordinator.listening import bind_failure, is_loopback, server_credentials, server_options
 from fedort.coordinator.rpc.auth import Authenticator
 from fedort.coordinator.rpc.call_gate import CallGate
 from fedort.coordinator.rpc.devices import DeviceStore
 from fedort.coordinator.rpc.malformed import add_servicer
 from fedort.coordinator.rpc.monitoring import Monitoring
-from fedort.coordinator.rpc.peer_certificate import check_web_port
 from fedort.coordinator.rpc.servicer import CoordinatorServicer
-from fedort.coordinator.rpc.upload_stream import UPLOAD_WINDOW_BYTES
 from fedort.coordinator.state.layout import StateLayout
 from fedort.coordinator.state.lock import StateDirLock
 from fedort.coordinator.state.store import StateStore
@@ -59,43 +55,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "fedort.v1.Coordinator"
-
-
-def server_options(config: CoordinatorConfig) -> list[tuple[str, int]]:
-    """Message limits sized for the chunk limit (with room for headers), keepalive that allows client pings,
-    a bounded per-stream receive window."""
-    limit = 2 * max(config.max_chunk_bytes, config.download_chunk_bytes) + (1 << 20)
-    return [
-        ("grpc.max_receive_message_length", limit),
-        ("grpc.max_send_message_length", limit),
-        ("grpc.keepalive_time_ms", 30_000),
-        ("grpc.keepalive_timeout_ms", 10_000),
-        ("grpc.keepalive_permit_without_calls", 1),
-        ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
-        ("grpc.http2.max_ping_strikes", 0),
-        # gRPC sets SO_REUSEPORT by default: a second coordinator would bind the same port and split the devices
-        ("grpc.so_reuseport", 0),
-        # A fixed per-stream receive window instead of BDP probing, which grew each upload's window
-        # to ~the whole update while the event loop drained many streams, so peak memory grew
-        # with the updates' size. Memory is then O(concurrent uploads x (window + chunk)):
-        # benchmarks/bench_upload_memory.py. The window bounds a stream's rate to window / RTT.
-        ("grpc.http2.bdp_probe", 0),
-        ("grpc.http2.lookahead_bytes", UPLOAD_WINDOW_BYTES),
-    ]
-
-
-def server_credentials(config: CoordinatorConfig) -> grpc.ServerCredentials | None:
-    """TLS credentials from the config's PEM files (client certificates required with tls_client_ca); None: plaintext."""
-    if config.tls_cert is None:
-        return None
-    check_web_port(config)
-    client_ca = config.tls_client_ca.read_bytes() if config.tls_client_ca else None
-    key_file = present(config.tls_key, "tls_key (checked with tls_cert)")
-    key, cert = key_file.read_bytes(), config.tls_cert.read_bytes()
-    check_key_pair(key, cert, config)
-    return grpc.ssl_server_credentials(
-        [(key, cert)], root_certificates=client_ca, require_client_auth=client_ca is not None
-    )
 
 
 def pin_artifacts(source: Path, state_dir: Path) -> Path:
@@ -131,7 +90,7 @@ class Coordinator:
 
     def __init__(self, config: CoordinatorConfig, *, strategy: Strategy | None = None) -> None:
         """`strategy`: an aggregation chain built in code (a custom transform, combiner or server
-        update), used instead of the one `config.strategy` names."""
+        update), used instead of the one `config.aggregation.strategy` names."""
         self.config = config
         self.strategy = strategy
         self.port: int | None = None
@@ -171,12 +130,12 @@ class Coordinator:
     async def _start(self, credentials: grpc.ServerCredentials | None) -> int:
         cfg = self.config
         # on loopback nobody else can listen or connect from elsewhere, so these are no news there
-        warn = log.info if _is_loopback(cfg.host_port[0]) else log.warning
-        if cfg.auth == "open":
+        warn = log.info if is_loopback(cfg.transport.host_port[0]) else log.warning
+        if cfg.access.auth == "open":
             warn("auth is open: any caller may act as any client id (use --auth token outside local tests)")
-        if cfg.insecure:
+        if cfg.transport.insecure:
             warn("serving plaintext (--insecure): tokens and updates cross the network unencrypted")
-        auth = Authenticator(cfg.auth, DeviceStore(cfg.state_dir) if cfg.auth == "token" else None)
+        auth = Authenticator(cfg.access.auth, DeviceStore(cfg.state_dir) if cfg.access.auth == "token" else None)
         if auth.devices is not None and not any(not d.revoked for d in auth.devices.devices()):
             log.warning(
                 "no device is enrolled, so no client can join: `fedort coordinator enroll NAME --state-dir %s`",
@@ -184,11 +143,15 @@ class Coordinator:
             )
         artifacts = await asyncio.to_thread(pin_artifacts, cfg.artifacts, cfg.state_dir)
         exporter = await asyncio.to_thread(
-            Exporter, artifacts, StateLayout(cfg.state_dir).models, cfg.eval_data, cfg.export_external_bytes
+            Exporter,
+            artifacts,
+            StateLayout(cfg.state_dir).models,
+            cfg.export.eval_data,
+            cfg.export.export_external_bytes,
         )
-        if cfg.prox_mu > 0 and exporter.manifest.optimizer != "sgd":
+        if cfg.training.prox_mu > 0 and exporter.manifest.optimizer != "sgd":
             raise ConfigError(
-                f"--prox-mu {cfg.prox_mu:g} (FedProx) needs SGD artifacts, these use "
+                f"--prox-mu {cfg.training.prox_mu:g} (FedProx) needs SGD artifacts, these use "
                 f"{exporter.manifest.optimizer}; rebuild with `fedort artifacts build --optimizer sgd`"
             )
         store = StateStore(cfg.state_dir)
@@ -196,7 +159,7 @@ class Coordinator:
         store.claim(exporter.manifest.model_id, json.dumps(cfg.to_json_dict(), sort_keys=True))
         self.monitoring = Monitoring()
         engine_class = RoundEngine
-        if cfg.mode == "async":  # FedBuff versions instead of rounds; its modules load only for such a run
+        if cfg.fedbuff.mode == "async":  # FedBuff versions instead of rounds; its modules load only for such a run
             from fedort.coordinator.fedbuff.engine import AsyncEngine
 
             engine_class = AsyncEngine
@@ -212,9 +175,9 @@ class Coordinator:
 
         options = server_options(cfg)
         # token checks and the unauthenticated-call slots run before a request is read (coordinator.call_gate)
-        gate = CallGate(auth, cfg.unauthenticated_calls, self.monitoring.call_failed)
+        gate = CallGate(auth, cfg.access.unauthenticated_calls, self.monitoring.call_failed)
         server = grpc.aio.server(options=options, interceptors=[gate])
-        self.servicer = CoordinatorServicer(engine, artifacts, cfg.download_chunk_bytes, auth=auth)
+        self.servicer = CoordinatorServicer(engine, artifacts, cfg.transport.download_chunk_bytes, auth=auth)
         add_servicer(
             self.servicer, server, dict(options)["grpc.max_receive_message_length"]
         )  # garbage -> INVALID_ARGUMENT
@@ -222,7 +185,7 @@ class Coordinator:
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         # server reflection: grpcurl-style tools can list and call the services without the .proto
         reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
-        host, port = cfg.host_port
+        host, port = cfg.transport.host_port
         try:
             if credentials is None:
                 self.port = server.add_insecure_port(f"{host}:{port}")
@@ -237,19 +200,23 @@ class Coordinator:
             store.close()
             self._store = None
             raise ConfigError(
-                f"cannot listen on {cfg.address}{bind_failure(host, port)}{reason and f' (gRPC{reason})'}"
+                f"cannot listen on {cfg.transport.address}{bind_failure(host, port)}{reason and f' (gRPC{reason})'}"
             )
         self._server = server
-        if cfg.metrics_address:
+        if cfg.transport.metrics_address:
             try:
-                self.metrics_port = self.monitoring.serve(cfg.metrics_address)
+                self.metrics_port = self.monitoring.serve(cfg.transport.metrics_address)
             except OSError as e:
                 store.close()
                 self._store = None
                 self._server = None
-                raise ConfigError(f"cannot serve metrics on {cfg.metrics_address}: {e.strerror or e}") from None
+                raise ConfigError(
+                    f"cannot serve metrics on {cfg.transport.metrics_address}: {e.strerror or e}"
+                ) from None
         await server.start()
-        if cfg.web_address:  # the same servicer for browsers (Connect, gRPC-Web): only then are its packages loaded
+        if (
+            cfg.transport.web_address
+        ):  # the same servicer for browsers (Connect, gRPC-Web): only then are its packages loaded
             from fedort.coordinator.rpc.web_transport import WebServer
 
             self.web = WebServer(self.servicer, cfg)
@@ -265,17 +232,17 @@ class Coordinator:
         self._engine_task.add_done_callback(self._engine_stopped)
         for name in ("", SERVICE_NAME):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        if cfg.port_file is not None:
-            atomic_write(Path(cfg.port_file), f"{self.port}\n".encode())
+        if cfg.transport.port_file is not None:
+            atomic_write(Path(cfg.transport.port_file), f"{self.port}\n".encode())
         log.info(
             "coordinator serving model %s… on %s:%d (%s, auth %s, state dir %s, %d rounds)",
             engine.model_id[:12],
             host,
             self.port,
-            "plaintext" if credentials is None else ("mutual TLS" if cfg.tls_client_ca else "TLS"),
-            cfg.auth,
+            "plaintext" if credentials is None else ("mutual TLS" if cfg.transport.tls_client_ca else "TLS"),
+            cfg.access.auth,
             cfg.state_dir,
-            cfg.rounds,
+            cfg.plan.rounds,
         )
         return self.port
 
@@ -291,8 +258,8 @@ class Coordinator:
 
     async def until_devices_told(self, stop: asyncio.Event | None = None) -> None:
         """After the run ended: keep serving until every available device has been told DONE and has
-        asked whether the run succeeded, or `config.done_grace_s` passed (or `stop` is set)."""
-        deadline = asyncio.get_running_loop().time() + self.config.done_grace_s
+        asked whether the run succeeded, or `config.plan.done_grace_s` passed (or `stop` is set)."""
+        deadline = asyncio.get_running_loop().time() + self.config.plan.done_grace_s
         engine = present(self.engine, "the serving coordinator's engine")
         while (
             not engine.all_told()
@@ -367,54 +334,3 @@ class Coordinator:
 
     async def __aexit__(self, *exc) -> None:
         await self.stop()
-
-
-def check_key_pair(key_pem: bytes, cert_pem: bytes, config: CoordinatorConfig) -> None:
-    """ConfigError unless `key_pem` is a PEM private key and `cert_pem` a PEM certificate of its public key.
-
-    gRPC only logs a core error for either and then fails to bind, which reads as an address problem.
-    """
-    from cryptography import x509
-    from cryptography.hazmat.primitives import serialization
-
-    try:
-        cert = x509.load_pem_x509_certificate(cert_pem)
-    except ValueError as e:
-        raise ConfigError(
-            f"--tls-cert {config.tls_cert} is not a PEM certificate ({e}); expected the server's "
-            "certificate (chain) in PEM, -----BEGIN CERTIFICATE-----"
-        ) from None
-    try:
-        key = serialization.load_pem_private_key(key_pem, password=None)
-    except (ValueError, TypeError) as e:
-        raise ConfigError(
-            f"--tls-key {config.tls_key} is not an unencrypted PEM private key ({e}); expected the "
-            "key of --tls-cert, -----BEGIN PRIVATE KEY----- (or EC/RSA PRIVATE KEY)"
-        ) from None
-    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-    if key.public_key().public_bytes(*spki) != cert.public_key().public_bytes(*spki):
-        raise ConfigError(
-            f"--tls-key {config.tls_key} is not the private key of --tls-cert {config.tls_cert} "
-            f"(certificate subject {cert.subject.rfc4514_string()}); pass the key the certificate "
-            "was issued for"
-        )
-
-
-def bind_failure(host: str, port: int) -> str:
-    """Why gRPC could not bind HOST:PORT, asked of the OS directly (gRPC only says it failed)."""
-    try:
-        family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
-        with socket.socket(family, socket.SOCK_STREAM) as s:
-            s.bind((host.strip("[]"), port))
-    except OSError as e:
-        if e.errno == errno.EADDRINUSE:
-            return f": address in use (another process listens on port {port}; stop it or pick another --address)"
-        return f": {e.strerror or e}"
-    return " (address in use or not local?)"
-
-
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return host == "localhost"

@@ -14,7 +14,7 @@ _EXPORTS = {
     "LocalCoordinator": "fedort.simulations.local_coordinator",
     "round_timeline": "fedort.coordinator.status",
     "run_simulation": "fedort.simulations.runner",
-    "coordinator_config": "fedort.simulations.runner",
+    "coordinator_config": "fedort.simulations.coordinator_settings",
     "WorkerPlan": "fedort.simulations.worker",
     "WorkerStats": "fedort.simulations.worker",
     "run_worker": "fedort.simulations.worker",

@@ -17,7 +17,6 @@ Clients on this host pass vectors through files (the co-located vector path,
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import threading
 import time
@@ -36,8 +35,8 @@ class LocalCoordinator:
     """One run of the real coordinator on this machine (see the module docstring)."""
 
     def __init__(self, config: CoordinatorConfig, *, local_vectors: bool = True) -> None:
-        if local_vectors and config.local_vector_dir is None:
-            config = dataclasses.replace(config, local_vector_dir=StateLayout(config.state_dir).local_vectors)
+        if local_vectors and config.transport.local_vector_dir is None:
+            config = config.replace(local_vector_dir=StateLayout(config.state_dir).local_vectors)
         self.config = config
         self.coordinator: Coordinator | None = None
         self.port: int | None = None

@@ -20,15 +20,14 @@ from typing import Any
 from fedort.common.errors import ConfigError, FedortError
 from fedort.common.invariants import present
 from fedort.common.round_state import RoundState
-from fedort.coordinator import CoordinatorConfig
 from fedort.coordinator.aggregation.server_optimizers import canonical_spec
-from fedort.coordinator.privacy.config import PRIVACY_KEYS
 from fedort.coordinator.state.layout import StateLayout
 from fedort.ort.artifacts import Manifest, verify_artifacts
 from fedort.simulations.artifact_cache import cached_builtin_artifacts
 from fedort.simulations.attacks import choose_attackers
 from fedort.simulations.backends import Backend, prepared_backend
 from fedort.simulations.config import SimulationConfig
+from fedort.simulations.coordinator_settings import coordinator_config
 from fedort.simulations.data.datasets import TEST_FILE, save_npz
 from fedort.simulations.device_speed import parse_device_speed
 from fedort.simulations.local_coordinator import LocalCoordinator
@@ -82,56 +81,6 @@ def _codec_used(configured: str, records: list[RoundRecord]) -> str:
     rounds' updates actually used (masked words, whatever the configured codec)."""
     secagg = sorted({c for r in records for c in r.codec.split("+") if c.startswith("secagg")})
     return "+".join(secagg) if secagg else configured
-
-
-def _family(codec: str) -> str:
-    """What the run allows for its clients' codec: top-k as the family (any fraction: the warm-up's), else the spec."""
-    from fedort.protos.update_codecs import parse_codec
-
-    spec = parse_codec(codec)
-    return ("zstd+topk" if spec.zstd else "topk") if spec.name == "topk" else spec.canonical
-
-
-def coordinator_config(
-    cfg: SimulationConfig, artifacts: Path, state_dir: Path, eval_data: Path, clients: int
-) -> CoordinatorConfig:
-    """The deployment coordinator, configured for a closed population of simulated clients."""
-    per_round = min(cfg.per_round, clients)
-    return CoordinatorConfig(
-        artifacts=artifacts,
-        state_dir=state_dir,
-        address="127.0.0.1:0",
-        rounds=cfg.rounds,
-        min_clients=per_round,
-        min_available_clients=clients,  # wait for every client: selection is then reproducible
-        # selection takes max(min_clients, ceil(fraction * available)); this makes it exactly per_round
-        fraction=1.0 if per_round >= clients else (per_round - 0.5) / clients,
-        round_timeout_s=cfg.round_timeout_s,
-        local_epochs=cfg.local_epochs,
-        batch_size=cfg.batch_size,
-        lr=cfg.lr,
-        reset_optimizer=cfg.reset_optimizer,
-        prox_mu=cfg.prox_mu,
-        seed=cfg.seed,
-        eval_data=eval_data,
-        client_timeout_s=0,  # virtual clients are polled once a round, not heartbeating
-        strategy=cfg.strategy,
-        export_every=cfg.export_every,
-        server_optimizer=cfg.server_optimizer,
-        mode=cfg.mode,
-        buffer_size=cfg.buffer_size,
-        max_staleness=cfg.max_staleness,
-        staleness_weight=cfg.staleness_weight,
-        codecs=("raw",) if cfg.codec == "raw" else ("raw", _family(cfg.codec)),  # the run allows what its clients use
-        **{k: getattr(cfg, k) for k in PRIVACY_KEYS},
-        # local, loopback-only run of our own virtual clients: plaintext, no device tokens, no rate limits (all
-        # its clients join from one address, which the deployed per-address limit would throttle)
-        insecure=True,
-        auth="open",
-        submissions_per_minute=0,
-        joins_per_minute=0,
-        joins_per_minute_per_address=0,
-    )
 
 
 def device_speeds(cfg: SimulationConfig, client_ids: list[str]) -> tuple[tuple[str, float], ...]:
@@ -391,13 +340,13 @@ def _report(
         "server_optimizer": canonical_spec(cfg.server_optimizer),
     }
     if "epsilon" in last.metrics:  # differential privacy: the budget spent, and whether it ended the run
-        final.update(epsilon=round(last.metrics["epsilon"], 4), dp_delta=cfg.dp_delta, ended=ended)
-    if cfg.mode == "async":
+        final.update(epsilon=round(last.metrics["epsilon"], 4), dp_delta=cfg.privacy.dp_delta, ended=ended)
+    if cfg.fedbuff.mode == "async":
         final.update(
             mode="async",
-            buffer_size=cfg.buffer_size,
-            max_staleness=cfg.max_staleness,
-            staleness_weight=cfg.staleness_weight,
+            buffer_size=cfg.fedbuff.buffer_size,
+            max_staleness=cfg.fedbuff.max_staleness,
+            staleness_weight=cfg.fedbuff.staleness_weight,
         )
     if cfg.virtual_clock:
         sim_seconds = last.metrics.get("sim_seconds")

@@ -9,7 +9,6 @@ as a subprocess that a test may SIGKILL and restart on the same state dir.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 import sqlite3
@@ -41,7 +40,7 @@ METHODS = {
 
 def open_access() -> dict:
     """Config overrides for plaintext, token-free test coordinators (only those settings that exist)."""
-    fields = {f.name for f in dataclasses.fields(CoordinatorConfig)}
+    fields = {o.key for o in CoordinatorConfig.options()}
     wanted = {"insecure": True, "auth": "open", "submissions_per_minute": 0, "max_streams_per_client": 0}
     return {k: v for k, v in wanted.items() if k in fields}
 

@@ -43,7 +43,7 @@ def make_config(artifacts: Path, state_dir: Path, **overrides) -> CoordinatorCon
                   round_timeout_s=20, client_timeout_s=0,
                   insecure=True, auth="open", submissions_per_minute=0)   # tests of security set these explicitly
     values.update(overrides)
-    return CoordinatorConfig(**values)
+    return CoordinatorConfig.from_mapping(values)
 
 
 @pytest.fixture

@@ -78,7 +78,7 @@ def server(tmp_path, mlp_artifacts):
                       min_clients=2, round_timeout_s=20, local_epochs=1, batch_size=32, lr=0.05,
                       insecure=True, auth="open")
         values.update(overrides)
-        port = ct.start(CoordinatorConfig(**values))
+        port = ct.start(CoordinatorConfig.from_mapping(values))
         return f"127.0.0.1:{port}"
 
     ct.start_with = start

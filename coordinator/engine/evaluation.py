@@ -52,14 +52,14 @@ class EvaluationPhase:
         self.view = run
         self.config, self.store, self.registry = config, store, registry
         self.model_id, self.length = model_id, length
-        self.round = config.rounds + 1
+        self.round = config.plan.rounds + 1
         self.selected: frozenset[str] = frozenset()
         self.reported: dict[str, int] = {}
         self.deadline_ms = 0  # set when the phase starts
 
     def finished(self) -> bool:
         """Nothing (more) to evaluate: disabled, or the summary is already recorded."""
-        return self.config.fraction_evaluate <= 0 or self.store.get_meta("evaluated_round") == str(self.round)
+        return self.config.plan.fraction_evaluate <= 0 or self.store.get_meta("evaluated_round") == str(self.round)
 
     async def run(self) -> None:
         e, cfg, store = self.view, self.config, self.store
@@ -67,12 +67,12 @@ class EvaluationPhase:
             return
         self.reported = {c: n for c, n, _ in store.evaluations(self.round)}
         available = [c for c in self.registry.available() if c not in self.reported]
-        k = min(len(available), max(1, math.ceil(cfg.fraction_evaluate * len(available))))
-        self.selected = frozenset(select_clients(available, k, cfg.seed, self.round, 0))
+        k = min(len(available), max(1, math.ceil(cfg.plan.fraction_evaluate * len(available))))
+        self.selected = frozenset(select_clients(available, k, cfg.plan.seed, self.round, 0))
         if not self.selected and not self.reported:
             log.warning("no clients available to evaluate the final model; skipping federated evaluation")
             return
-        self.deadline_ms = now_ms() + int(cfg.round_timeout_s * 1000)
+        self.deadline_ms = now_ms() + int(cfg.plan.round_timeout_s * 1000)
         e.transition(RoundState.EVALUATING, f"{len(self.selected)} clients evaluate the final model")
         while not self.selected <= set(self.reported) and (remaining := self.deadline_ms - now_ms()) > 0:
             await e.wait_change(remaining / 1000)
@@ -100,7 +100,10 @@ class EvaluationPhase:
             TaskKind.EVALUATE,
             self.round,
             self.deadline_ms,
-            TrainConfig(batch_size=self.config.batch_size, seed=client_seed(self.config.seed, self.round, client_id)),
+            TrainConfig(
+                batch_size=self.config.training.batch_size,
+                seed=client_seed(self.config.plan.seed, self.round, client_id),
+            ),
             0,
             g.sha256,
             self.length,
@@ -126,8 +129,8 @@ class EvaluationPhase:
             raise StaleRoundError(f"client {client_id} was not selected to evaluate round {round}")
         if client_id in self.reported:
             return SubmitResult(True, True, round, "duplicate: already counted")
-        if not 1 <= num_examples <= self.config.max_examples:
-            raise ProtocolError(f"num_examples must be in 1..{self.config.max_examples}, got {num_examples}")
+        if not 1 <= num_examples <= self.config.uploads.max_examples:
+            raise ProtocolError(f"num_examples must be in 1..{self.config.uploads.max_examples}, got {num_examples}")
         self.store.add_evaluation(round, client_id, num_examples, metrics_json(metrics))
         self.reported[client_id] = num_examples
         e.notify()

@@ -81,7 +81,7 @@ class RoundEngine:
         self.length = self.manifest.parameter_count
         self.life = LifeCycle(store)  # the state machine, and the change signal long-polls and the loop wait on
         self.notify, self.wait_change, self.wait_done = self.life.notify, self.life.wait_change, self.life.wait_done
-        self.registry = ClientRegistry(store, config.client_timeout_s, on_change=self.notify)
+        self.registry = ClientRegistry(store, config.plan.client_timeout_s, on_change=self.notify)
         self.privacy = PrivacyPlan(config, store)
         self.strategy = self.privacy.strategy(configured_strategy(config, strategy))
         self.round = 1
@@ -90,12 +90,14 @@ class RoundEngine:
         self._deadline_ms = 0  # the open attempt's
         self._recovered = self._resumed = self._stopping = False
         self.secagg = None
-        if config.secagg:  # imported only for a masked run: the protocol and its key agreement
+        if config.privacy.secagg:  # imported only for a masked run: the protocol and its key agreement
             from fedort.coordinator.privacy.secagg.secure_round import SecAggRound
 
             self.secagg = SecAggRound(self)
         self.local_vectors = (
-            None if config.local_vector_dir is None else LocalVectorDir.open(config.local_vector_dir, store.layout.root)
+            None
+            if config.transport.local_vector_dir is None
+            else LocalVectorDir.open(config.transport.local_vector_dir, store.layout.root)
         )  # co-located devices' files
         # FIT tasks carry the global's BLAKE3 (Task.vector_blake3) for co-located file reads and, announced, for
         # streamed downloads a device asks to check with it (VectorRequest.digests, protocol 1.6)
@@ -222,7 +224,7 @@ class RoundEngine:
 
     def drop_spool(self, round: int) -> None:
         """Delete a committed round's spool (unless kept), recycling its files: co-located devices' pool first."""
-        if not self.config.keep_spool:
+        if not self.config.uploads.keep_spool:
             drop_spool(self.store.spool_dir(round), [p for p in (self.local_vectors, self.spool_free) if p is not None])
 
     # ---- main loop ----------------------------------------------------------------------------
@@ -233,7 +235,7 @@ class RoundEngine:
             self,
             self.store,
             length=self.length,
-            rounds=self.config.rounds,
+            rounds=self.config.plan.rounds,
             initial_vector=self.exporter.initial_vector,
             server_update=self.strategy.server_update,
             evaluated=self.evaluation.finished,
@@ -254,7 +256,7 @@ class RoundEngine:
                 return present(self.outcome, "the run's outcome")
             stopped, export_next = None, None
             self.exports.prepare()  # while clients join
-            while self.round <= self.config.rounds:
+            while self.round <= self.config.plan.rounds:
                 if not resumed:
                     await self.wait_for_clients()
                     if stopped := self.privacy.budget_stop(self.round, self.registry):
@@ -272,7 +274,7 @@ class RoundEngine:
                     return present(self.outcome, "the run's outcome")
                 # the commit of a round the next one follows shares the next open's fsync (round_commit)
                 # (not with privacy accounting: its budget check before the next open reads committed rows)
-                defer = self.round < self.config.rounds and self.secagg is None and not self.privacy.accounting
+                defer = self.round < self.config.plan.rounds and self.secagg is None and not self.privacy.accounting
                 # a non-finite aggregate: reopened, or FAILED
                 while not await commit_or_retry(partial(self._commit, defer), self._refused):
                     if self.life.finished or not await self._train():
@@ -281,7 +283,7 @@ class RoundEngine:
                     export_next = self.round - 1  # its export reads the committed row: after the open
                 else:
                     self.exports.start(self.round - 1)
-                if self.round <= self.config.rounds:
+                if self.round <= self.config.plan.rounds:
                     self.transition(RoundState.WAITING_FOR_CLIENTS, f"round {self.round} is next")
             self.store.flush()
             if export_next is not None:
@@ -290,7 +292,7 @@ class RoundEngine:
             await self.evaluation.run()
             done = {"run_state": RunState.DONE.value, **({"run_message": stopped} if stopped else {})}
             await retry_when_full(lambda: self.store.set_meta(**done), "run end")  # disk full: wait, not fail
-            self.finish(RoundState.DONE, stopped or f"{self.config.rounds} rounds completed")
+            self.finish(RoundState.DONE, stopped or f"{self.config.plan.rounds} rounds completed")
         except asyncio.CancelledError:
             raise
         except Exception as e:  # an unplanned error must end the run visibly, not hang it
@@ -300,7 +302,7 @@ class RoundEngine:
 
     async def wait_for_clients(self) -> None:
         """Until `min_available_clients` are available (a deferred commit is flushed first: it does not wait)."""
-        need = present(self.config.min_available_clients, "min_available_clients")
+        need = present(self.config.plan.min_available_clients, "min_available_clients")
         last_log = 0.0
         if self.store.deferred and len(self.registry.available()) < need:
             self.store.flush()
@@ -321,7 +323,7 @@ class RoundEngine:
         """Record the attempt durably with a fresh deadline and move to TRAINING."""
         r = present(self.training, "the open round")
         r.attempt, r.selected, r.closing = attempt, selected, False
-        r.deadline_ms = self._deadline_ms = now_ms() + int(self.config.round_timeout_s * 1000)
+        r.deadline_ms = self._deadline_ms = now_ms() + int(self.config.plan.round_timeout_s * 1000)
         self.store.open_round(self.round, attempt, selected, r.deadline_ms)
         self.privacy.round_opened(r, len(self.registry))
         if self.secagg is not None:
@@ -334,23 +336,26 @@ class RoundEngine:
             return await self.secagg.train()
         cfg, r = self.config, present(self.training, "the open round")
         while True:
-            await wait_for_close(r, self.uploads, self.wait_change, cfg.min_clients)
+            await wait_for_close(r, self.uploads, self.wait_change, cfg.plan.min_clients)
             n = len(r.reported)
-            if n >= cfg.min_clients:
+            if n >= cfg.plan.min_clients:
                 how = "all selected clients reported" if r.selected <= set(r.reported) else "deadline"
                 self.transition(RoundState.AGGREGATING, f"{how}: {n} updates, {r.examples} examples")
                 return True
-            if r.attempt >= cfg.max_round_attempts:
+            if r.attempt >= cfg.plan.max_round_attempts:
                 message = (
-                    f"round {self.round} failed: {n} of the required {cfg.min_clients} clients reported after "
-                    f"{r.attempt} attempt(s) of {cfg.round_timeout_s:g} s; "
+                    f"round {self.round} failed: {n} of the required {cfg.plan.min_clients} clients reported after "
+                    f"{r.attempt} attempt(s) of {cfg.plan.round_timeout_s:g} s; "
                     f"{len(self.registry.available())} clients available"
                 )
                 self.store.fail_round(self.round, message)
                 self.finish(RoundState.FAILED, message)
                 return False
             log.warning(
-                "round %d: only %d of %d required updates by the deadline; retrying", self.round, n, cfg.min_clients
+                "round %d: only %d of %d required updates by the deadline; retrying",
+                self.round,
+                n,
+                cfg.plan.min_clients,
             )
             self.select(r.attempt + 1)
 
@@ -361,7 +366,7 @@ class RoundEngine:
             store=self.store,
             strategy=self.strategy,
             length=self.length,
-            inline_bytes=self.config.inline_update_bytes,
+            inline_bytes=self.config.uploads.inline_update_bytes,
             blake3=self.blake3_globals,
             round_metrics=lambda: self.privacy.round_metrics(self.secagg),
             defer=defer,
@@ -380,7 +385,7 @@ class RoundEngine:
             reason,
             store=self.store,
             bytes_received=self.uploads.bytes_received,
-            max_attempts=self.config.max_round_attempts,
+            max_attempts=self.config.plan.max_round_attempts,
             secure=self.secagg is not None,
         )
 

@@ -52,13 +52,13 @@ def attempt_selection(
     cfg, pool = config, set(available) - excluded
     candidates = sorted(pool - set(reported))
     keep = frozenset(reported)
-    target = sample_size(len(pool | keep), cfg.fraction, cfg.min_clients)
+    target = sample_size(len(pool | keep), cfg.plan.fraction, cfg.plan.min_clients)
     k = max(0, min(target - len(keep), len(candidates)))
-    chosen = select_clients(candidates, k, cfg.seed, round, attempt)
+    chosen = select_clients(candidates, k, cfg.plan.seed, round, attempt)
     why = (
-        f"attempt {attempt}/{cfg.max_round_attempts}: selected {len(chosen)} of {len(candidates)} "
+        f"attempt {attempt}/{cfg.plan.max_round_attempts}: selected {len(chosen)} of {len(candidates)} "
         f"available clients"
         + (f", keeping {len(keep)} that reported" if keep else "")
-        + f", deadline in {cfg.round_timeout_s:g} s"
+        + f", deadline in {cfg.plan.round_timeout_s:g} s"
     )
     return frozenset(chosen) | keep, why

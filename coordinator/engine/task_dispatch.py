@@ -128,13 +128,13 @@ class TaskDispatch:
         if self.fit.may_fit(client_id):
             cfg = self.config
             train = TrainConfig(
-                cfg.local_epochs,
-                cfg.batch_size,
-                cfg.lr,
-                cfg.reset_optimizer,
-                client_seed(cfg.seed, self.run.round, client_id),
+                cfg.training.local_epochs,
+                cfg.training.batch_size,
+                cfg.training.lr,
+                cfg.training.reset_optimizer,
+                client_seed(cfg.plan.seed, self.run.round, client_id),
                 dict(cfg.extra),
-                cfg.prox_mu,
+                cfg.training.prox_mu,
             )
             g = present(self.run.global_vector, "the global vector")
             return Task(
@@ -263,7 +263,7 @@ class TaskDispatch:
         return snapshot(
             self.store,
             current_round=self.run.round,
-            total_rounds=self.config.rounds,
+            total_rounds=self.config.plan.rounds,
             state=self.run.state,
             registered=len(self.registry),
             active=self.registry.active_count(),

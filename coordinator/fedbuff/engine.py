@@ -67,7 +67,7 @@ class AnyActiveClient:
         )
 
     def deadline_ms(self) -> int:
-        return now_ms() + int(self.config.round_timeout_s * 1000)
+        return now_ms() + int(self.config.plan.round_timeout_s * 1000)
 
     def candidates(self) -> frozenset[str] | None:
         return None  # (PollTasks) no one is selected: any active client may have a FIT task
@@ -87,9 +87,9 @@ class AsyncEngine(RoundEngine):
         # the buffer, ledger and lock exist before the engine builds its intake from them (`intake`)
         self.buffer = UpdateBuffer(
             exporter.manifest.parameter_count,
-            config.buffer_size,
-            config.max_staleness,
-            parse_staleness_weight(config.staleness_weight),
+            config.fedbuff.buffer_size,
+            config.fedbuff.max_staleness,
+            parse_staleness_weight(config.fedbuff.staleness_weight),
             version=1,
             dtype=np.dtype(np.float64),
         )
@@ -188,7 +188,7 @@ class AsyncEngine(RoundEngine):
         self.set_global(self.round, vector, sha)
         self.training = None
         await self.export(v)
-        if self.round <= self.config.rounds:
+        if self.round <= self.config.plan.rounds:
             self.transition(RoundState.WAITING_FOR_CLIENTS, f"version {self.round} is next")
             self._open_version()
         else:
@@ -211,7 +211,7 @@ class AsyncEngine(RoundEngine):
             resumed = await self.recovered()
             if self.life.finished:
                 return self.outcome
-            if self.round <= self.config.rounds:
+            if self.round <= self.config.plan.rounds:
                 async with self.version_lock:
                     if not resumed:
                         await self.wait_for_clients()
@@ -221,7 +221,7 @@ class AsyncEngine(RoundEngine):
                 await self._versions_done.wait()
             await self.evaluation.run()
             self.store.set_meta(run_state=RunState.DONE.value)
-            self.finish(RoundState.DONE, f"{self.config.rounds} versions committed")
+            self.finish(RoundState.DONE, f"{self.config.plan.rounds} versions committed")
         except asyncio.CancelledError:
             raise
         except Exception as e:  # as in the synchronous engine: end visibly, never hang

@@ -114,7 +114,7 @@ class AsyncUploads:
         self.model_id, self.length, self.buffer, self.ledger = model_id, length, buffer, ledger
         self.version_lock, self.spool_free = version_lock, spool_free
         cfg = config
-        self.slots = UploadSlots(cfg.max_concurrent_uploads, cfg.uploads_per_client)
+        self.slots = UploadSlots(cfg.uploads.max_concurrent_uploads, cfg.uploads.uploads_per_client)
         self._temp_counter = 0
         self.busy = False  # (read by the round's close; folds here finish before the reply)
         self.fold_error: BaseException | None = None  # (folds here fail their own upload)

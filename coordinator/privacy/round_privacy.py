@@ -68,13 +68,13 @@ class PrivacyPlan:
     def __init__(self, config: CoordinatorConfig, store: StateStore) -> None:
         self.config = config
         self.store = store  # committed rounds' q and z, for accounting
-        self.secagg = bool(config.secagg)
+        self.secagg = bool(config.privacy.secagg)
         self.dp: DPClipState | None = None
         self.rate: float | None = None
-        if config.dp_clip is not None:
-            clip = parse_dp_clip(config.dp_clip)
+        if config.privacy.dp_clip is not None:
+            clip = parse_dp_clip(config.privacy.dp_clip)
             self.dp = DPClipState(
-                float(config.dp_noise_multiplier or 0.0),
+                float(config.privacy.dp_noise_multiplier or 0.0),
                 clip.norm or 0.1,
                 adaptive_quantile=clip.adaptive_quantile,
                 client_noise=self.secagg,
@@ -133,29 +133,29 @@ class PrivacyPlan:
         if not self.accounting or self.rate is None:
             return {}
         z = self._round_z(secagg)
-        eps = epsilon_for_rounds(self._history() + [(self.rate, z)], self.config.dp_delta)
+        eps = epsilon_for_rounds(self._history() + [(self.rate, z)], self.config.privacy.dp_delta)
         out = {RATE: self.rate, NOISE: z, "epsilon": eps}
         if self._accounted.adaptive is not None:
             out["dp_clip"] = self._accounted.adaptive.clip
         return out
 
     def epsilon_so_far(self) -> float:
-        return epsilon_for_rounds(self._history(), self.config.dp_delta)
+        return epsilon_for_rounds(self._history(), self.config.privacy.dp_delta)
 
     def budget_stop(self, round: int, registry: Population) -> str | None:
         """Why round `round` must not run under --dp-target-epsilon among `registry`'s clients (None: it may)."""
-        target = self.config.dp_target_epsilon
+        target = self.config.privacy.dp_target_epsilon
         if target is None or not self.accounting:
             return None
         cfg = self.config
         population = max(len(registry), 1)
         available = len(registry.available())
-        q = min(1.0, sample_size(available, cfg.fraction, cfg.min_clients) / population)
-        eps = epsilon_for_rounds(self._history() + [(q, self._accounted.noise_multiplier)], cfg.dp_delta)
+        q = min(1.0, sample_size(available, cfg.plan.fraction, cfg.plan.min_clients) / population)
+        eps = epsilon_for_rounds(self._history() + [(q, self._accounted.noise_multiplier)], cfg.privacy.dp_delta)
         if eps <= target:
             return None
         return (
             f"privacy budget: stopped before round {round}, whose epsilon would be {eps:.4g} > "
-            f"target {target:g} (delta {cfg.dp_delta:g}, q {q:.4g}, z {self._accounted.noise_multiplier:g}); "
+            f"target {target:g} (delta {cfg.privacy.dp_delta:g}, q {q:.4g}, z {self._accounted.noise_multiplier:g}); "
             f"epsilon after {round - 1} round(s) is {self.epsilon_so_far():.4g}"
         )

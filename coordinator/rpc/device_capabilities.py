@@ -34,13 +34,13 @@ def missing_capabilities(config: CoordinatorConfig, capabilities: Mapping[str, s
     if not runtime:
         return []
     missing = []
-    if config.secagg and not set(_listed(capabilities, SECAGG_SCHEMES)) & set(SUPPORTED):
+    if config.privacy.secagg and not set(_listed(capabilities, SECAGG_SCHEMES)) & set(SUPPORTED):
         missing.append(
             f"secure aggregation (this run masks every update; it computes one of {list(SUPPORTED)}, "
             f"the device lists {SECAGG_SCHEMES}={capabilities.get(SECAGG_SCHEMES, '')!r})"
         )
-    wanted = {family(c) for c in config.codecs} - {"raw"}
-    if wanted and not config.secagg:
+    wanted = {family(c) for c in config.uploads.codecs} - {"raw"}
+    if wanted and not config.privacy.secagg:
         has = {family(c) for c in _listed(capabilities, CODECS)}
         if not wanted & has:
             what = "top-k updates with error feedback" if wanted == {"topk"} else "an update codec of this run"

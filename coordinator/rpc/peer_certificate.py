@@ -63,13 +63,17 @@ class PeerCertificate:
 
 def binds_tokens(config: CoordinatorConfig) -> bool:
     """Whether calls must come with a certificate naming their token's client id (mutual TLS, token auth)."""
-    return config.tls_client_ca is not None and config.auth == "token" and config.tls_bind_client_id
+    return (
+        config.transport.tls_client_ca is not None
+        and config.access.auth == "token"
+        and config.transport.tls_bind_client_id
+    )
 
 
 def check_web_port(config: CoordinatorConfig) -> None:
     """ConfigError for a web port beside bound mutual TLS: its HTTP server does not tell which certificate a call
     came with, so the binding could not be checked there."""
-    if binds_tokens(config) and config.web_address:
+    if binds_tokens(config) and config.transport.web_address:
         raise ConfigError(
             "the web port cannot tell which client certificate a call came with, so it cannot check that the "
             "certificate names the token's client id (tls_bind_client_id, on with --tls-client-ca and token auth); "

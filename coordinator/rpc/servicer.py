@@ -63,11 +63,13 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         self.engine = engine
         self.monitor: Monitoring = engine.monitor  # RPC errors, bytes out; the engine's uploads feed the rest
         self.auth = auth or Authenticator("open", None)
-        self.streams = StreamLimiter(engine.config.max_streams_per_client)
-        self.submissions = RateLimiter(engine.config.submissions_per_minute)
-        self.joins = JoinGate(engine.config.joins_per_minute, engine.config.joins_per_minute_per_address)
-        self.resumable = ResumableUploads(engine, engine.config.upload_resume_idle_s, engine.config.max_chunk_bytes)
-        self.upload_stream = UploadStream(engine.config.stream_idle_timeout_s, self.auth)
+        self.streams = StreamLimiter(engine.config.access.max_streams_per_client)
+        self.submissions = RateLimiter(engine.config.access.submissions_per_minute)
+        self.joins = JoinGate(engine.config.access.joins_per_minute, engine.config.access.joins_per_minute_per_address)
+        self.resumable = ResumableUploads(
+            engine, engine.config.uploads.upload_resume_idle_s, engine.config.uploads.max_chunk_bytes
+        )
+        self.upload_stream = UploadStream(engine.config.uploads.stream_idle_timeout_s, self.auth)
         self.binds_certificates = binds_tokens(engine.config) and not self.auth.open
         self.artifacts_dir = artifacts_dir
         self.chunk_bytes = chunk_bytes
@@ -111,8 +113,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             model_id=self.engine.model_id,
             manifest_json=self._manifest_json,
             artifacts=list(self._artifacts.values()),
-            heartbeat_interval_ms=cfg.heartbeat_interval_ms,
-            max_chunk_bytes=cfg.max_chunk_bytes,
+            heartbeat_interval_ms=cfg.plan.heartbeat_interval_ms,
+            max_chunk_bytes=cfg.uploads.max_chunk_bytes,
             upload_codecs=allowed_codecs(cfg),
             local_vector_dir=str(local.path) if (local := self._local_dir(context)) else "",
             update_digests=accepted_digests(cfg),

@@ -185,26 +185,28 @@ async def _plain(send, status: int, body: bytes) -> None:
 
 def web_page(config: CoordinatorConfig) -> Path | None:
     """The folder served at `/`: the configured one (which must exist), else the packaged page if built."""
-    if config.web_page is not None:
-        if not (config.web_page / "index.html").is_file():
-            raise ConfigError(f"web_page must be a folder with an index.html, got {config.web_page}")
-        return config.web_page
+    if config.transport.web_page is not None:
+        if not (config.transport.web_page / "index.html").is_file():
+            raise ConfigError(f"web_page must be a folder with an index.html, got {config.transport.web_page}")
+        return config.transport.web_page
     page = _packaged_page_dir()
     return page if page is not None and (page / "index.html").is_file() else None
 
 
 def web_app(servicer: CoordinatorServicer, config: CoordinatorConfig):
     """The ASGI application of the web port."""
-    limit = 2 * max(config.max_chunk_bytes, config.download_chunk_bytes) + (1 << 20)  # as the gRPC port's
+    limit = 2 * max(config.uploads.max_chunk_bytes, config.transport.download_chunk_bytes) + (
+        1 << 20
+    )  # as the gRPC port's
     # WebCoordinator sets the service's methods in __init__, from the .proto
     connect_app = CoordinatorASGIApplication(cast("Coordinator", WebCoordinator(servicer)), read_max_bytes=limit)
-    origins = list(config.web_cors_origins)
+    origins = list(config.transport.web_cors_origins)
     # token, unauthenticated slots and body sizes checked before connect-python reads a body (web_gate)
     gate = WebGate(
         _Routes(connect_app, web_page(config)),
         servicer.auth,
         limit,
-        config.unauthenticated_calls,
+        config.access.unauthenticated_calls,
         servicer.monitor.call_failed,
     )
     return CORSMiddleware(
@@ -237,7 +239,7 @@ class WebServer:
 
     async def start(self) -> int:
         cfg = self.config
-        address = present(cfg.web_address, "web_address (the web port is started with one)")
+        address = present(cfg.transport.web_address, "web_address (the web port is started with one)")
         host, _, port = address.rpartition(":")
         host = host.strip("[]")
         # IPPROTO_TCP named: asyncio sets TCP_NODELAY on accepted sockets only then (else every HTTP/1.1 call
@@ -248,15 +250,15 @@ class WebServer:
             sock.bind((host, int(port)))
         except OSError as e:
             sock.close()
-            raise ConfigError(f"cannot serve the web port on {cfg.web_address}: {e.strerror or e}") from None
+            raise ConfigError(f"cannot serve the web port on {cfg.transport.web_address}: {e.strerror or e}") from None
         tls: dict[str, Any] = (
             {}
-            if cfg.tls_cert is None
+            if cfg.transport.tls_cert is None
             else dict(
-                ssl_certfile=str(cfg.tls_cert),
-                ssl_keyfile=str(cfg.tls_key),
-                ssl_ca_certs=str(cfg.tls_client_ca) if cfg.tls_client_ca else None,
-                ssl_cert_reqs=ssl.CERT_REQUIRED if cfg.tls_client_ca else ssl.CERT_NONE,
+                ssl_certfile=str(cfg.transport.tls_cert),
+                ssl_keyfile=str(cfg.transport.tls_key),
+                ssl_ca_certs=str(cfg.transport.tls_client_ca) if cfg.transport.tls_client_ca else None,
+                ssl_cert_reqs=ssl.CERT_REQUIRED if cfg.transport.tls_client_ca else ssl.CERT_NONE,
             )
         )
         server = _Server(
@@ -270,13 +272,13 @@ class WebServer:
         while not server.started:
             if self._task.done():
                 self._task.result()
-                raise ConfigError(f"the web port on {cfg.web_address} did not start")
+                raise ConfigError(f"the web port on {cfg.transport.web_address} did not start")
             await asyncio.sleep(0.01)
         log.info(
             "web port serving Connect and gRPC-Web on %s:%d (%s)",
             host,
             self.port,
-            "plaintext" if cfg.tls_cert is None else "TLS",
+            "plaintext" if cfg.transport.tls_cert is None else "TLS",
         )
         return self.port
 

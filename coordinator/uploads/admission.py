@@ -95,7 +95,7 @@ def check_not_pending(open_round: TrainingRound, client_id: str) -> None:
 def allowed_codecs(config: CoordinatorConfig) -> list[str]:
     """The codec specs this run accepts (JoinReply.upload_codecs): the configured list, else every registered
     family; entries with a parameter in canonical spelling (`int8:256` -> `int8`, as devices send it)."""
-    listed = [_canonical(c) for c in config.codecs] or [c for c in codecs() if not is_masked(c)]
+    listed = [_canonical(c) for c in config.uploads.codecs] or [c for c in codecs() if not is_masked(c)]
     return listed if "raw" in listed else ["raw", *listed]
 
 
@@ -103,7 +103,7 @@ def accepted_digests(config: CoordinatorConfig) -> list[str]:
     """The update digests this coordinator takes besides sha256 (JoinReply.update_digests): the configured ones
     this process can compute."""
     have = digests.available()
-    return [d for d in dict.fromkeys(config.update_digests) if d != digests.SHA256 and d in have]
+    return [d for d in dict.fromkeys(config.uploads.update_digests) if d != digests.SHA256 and d in have]
 
 
 def _canonical(spec: str) -> str:
@@ -152,9 +152,9 @@ def check_trained_from(h: UpdateHeader, decoder: Decoder, want: bytes, trains_fr
 
 def examples_cap(config: CoordinatorConfig, announced: str | None) -> tuple[int, str]:
     """The most examples one update may claim, and why: what the device announced at Join, at most max_examples."""
-    if announced and announced.isdigit() and 0 < int(announced) < config.max_examples:
+    if announced and announced.isdigit() and 0 < int(announced) < config.uploads.max_examples:
         return int(announced), "the examples the device announced at Join"
-    return config.max_examples, "max_examples"
+    return config.uploads.max_examples, "max_examples"
 
 
 def admit_update(
@@ -202,9 +202,9 @@ def check_update(
         raise VectorError(f"vector dtype must be one of {sorted(DTYPES)}, got {meta.dtype!r}")
     if meta.length != length:
         raise VectorError(f"vector must have {length} elements for this model, header says {meta.length}")
-    if meta.length > config.max_vector_length:
+    if meta.length > config.uploads.max_vector_length:
         raise ResourceExhaustedError(
-            f"vector of {meta.length} elements exceeds the limit of {config.max_vector_length}"
+            f"vector of {meta.length} elements exceeds the limit of {config.uploads.max_vector_length}"
         )
     digests.check_accepted(meta.digest, accepted_digests(config))
     if len(meta.sha256) != 32 and not (h.local_file and not meta.sha256):  # a file's: hashed when taken (1.6)

@@ -110,11 +110,11 @@ class Uploads:
         self.run, self.config, self.store, self.registry, self.monitor = run, config, store, registry, monitor
         self.model_id, self.length, self.spool_free, self.secagg = model_id, length, spool_free, secagg
         cfg = config
-        self.slots = UploadSlots(cfg.max_concurrent_uploads, cfg.uploads_per_client)
+        self.slots = UploadSlots(cfg.uploads.max_concurrent_uploads, cfg.uploads.uploads_per_client)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedort-fold")
         self.commits = ArrivalCommit(
             store,
-            cfg.commit_delay_ms / 1000,
+            cfg.uploads.commit_delay_ms / 1000,
             self._completes_round,
             on_commit=monitor.group_committed,
             copy_inline=not streaming,
@@ -160,7 +160,9 @@ class Uploads:
         t0 = time.perf_counter()
         self._temp_counter += 1
         tmp = self.store.layout.spool_temp(h.vector.round, h.client_id, self._temp_counter)
-        inline = 0 if cfg.keep_spool else cfg.inline_update_bytes  # kept spools must stay durable by themselves
+        inline = (
+            0 if cfg.uploads.keep_spool else cfg.uploads.inline_update_bytes
+        )  # kept spools must stay durable by themselves
         async with received(
             admitted,
             tmp,

@@ -49,18 +49,20 @@ async def received(
     (which may fold it while checking it: `early`), and is not fsynced there: the body must fsync a
     `TakenFile` before it acknowledges (the group commit does, `Arrival.sync`)."""
     if admitted.header.local_file:
-        async with local_file_received(admitted, tmp, chunks, config.local_vector_dir, early) as taken:
+        async with local_file_received(admitted, tmp, chunks, config.transport.local_vector_dir, early) as taken:
             yield taken
         return
     cfg = config
-    slot = await slots.acquire(admitted.header.client_id, slot_round, cfg.upload_slot_wait_s)
-    rule = ProgressRule(cfg.upload_min_rate_bytes_s, cfg.upload_rate_window_s, cfg.upload_grace_s)
+    slot = await slots.acquire(admitted.header.client_id, slot_round, cfg.uploads.upload_slot_wait_s)
+    rule = ProgressRule(
+        cfg.uploads.upload_min_rate_bytes_s, cfg.uploads.upload_rate_window_s, cfg.uploads.upload_grace_s
+    )
     deadline = rule.deadline_s(admitted.payload_bytes)
     round_left = None if until_ms is None else (until_ms - now_ms()) / 1000
     recv: asyncio.Future | None = None
     receiver: UpdateReceiver | None = None
     try:
-        receiver = UpdateReceiver(admitted, tmp, cfg.max_chunk_bytes, inline_max, free)
+        receiver = UpdateReceiver(admitted, tmp, cfg.uploads.max_chunk_bytes, inline_max, free)
         bind = getattr(chunks, "bind_receiver", None)  # a resumable upload's parts (resumable_uploads.PartFeed)
         if bind is not None:
             bind(receiver)

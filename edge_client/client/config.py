@@ -10,11 +10,12 @@ import dataclasses
 import os
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fedort.common.errors import ConfigError, VectorError
+from fedort.common.options import option, renamed_keys
 from fedort.common.tomlfile import read_table, unknown_settings
 from fedort.edge_client.training.local_round import ModuleFactory, UpdateHook
 from fedort.edge_client.transport.grpc_transport import ChannelConfig
@@ -26,68 +27,101 @@ from fedort.protos.update_codecs import parse_codec
 
 @dataclass(frozen=True)
 class EdgeConfig:
-    """Everything one edge client is told (flags, a TOML `[edge]` table, or code).
-
-    | field | default | meaning |
-    | --- | --- | --- |
-    | coordinator | (required) | HOST:PORT of the coordinator |
-    | data | none | client `.npz` (arrays named after the model inputs, optional `val_*`) |
-    | cache_dir | platform cache + /fedort | artifacts, global vectors, saved client id |
-    | name | host name | device name sent at Join (with the address and data file, keys the saved id) |
-    | client_id | saved one, else assigned | identity to (re)join as |
-    | module_factory | TrainingModule | callable(session) -> a TrainingModule (subclass) |
-    | insecure | false | plaintext channel; must be explicit (default: TLS) |
-    | ca_file | none | PEM CA that signed the coordinator's certificate (none: system roots) |
-    | cert_file / key_file | none | PEM client certificate and key, for a coordinator requiring mutual TLS |
-    | credential | "" | device token (`fedort coordinator enroll`), sent on every call; names the client id |
-    | poll_wait_ms | 20000 | how long a long-poll may be held (server caps at 30 s) |
-    | rpc_timeout_s / stream_timeout_s | 30 / 600 | deadlines of unary calls / vector streams |
-    | backoff | Backoff() | retry policy (0.2 s doubling to 10 s, give up after 300 s) |
-    | heartbeats | true | heartbeat thread while training (interval from JoinReply) |
-    | persist_identity | true | save the client id in the cache dir |
-    | leave_on_stop | true | send Leave when stopped before DONE |
-    | intra_op_threads | 0 | ORT threads per training step (0: ORT's default, one per core) |
-    | update_hook | none | research/testing only: callable(task, global, trained) -> vector uploaded instead |
-    | max_local_steps | none | at most this many optimizer steps per round (partial work of a slow device) |
-    | codec | "raw" | update codec: `fp16`, `bf16`, `int8`, `topk:0.01`, `zstd+int8`, ... (protos/codecs), if allowed |
-    | topk_warmup | "3x45" | top-k: FACTOR x F in round 1 decaying to F by round ROUNDS (`off`: F always; edge_client/uploads/topk_warmup.py) |
-    | local_dp_clip / local_dp_noise | none / 0 | local DP: clip the delta to L2 norm C, add N(0, (Z·C)²) before upload |
-    | local_file_min_bytes | 262144 | co-located with the coordinator: smaller updates stream anyway (see below) |
-    | upload | "stream" | how an update travels: `stream` (SubmitUpdate) or `resumable` (protocol 1.7 parts: a cut link resends one part, not the update; edge_client/uploads/resumable.py) |
+    """Everything one edge client is told (flags, a TOML `[edge]` table, or code); the fields below are
+    the options table README's "Edge client settings" and `fedort edge run`'s flags are made from.
 
     `local_file_min_bytes`: on the coordinator's host (its JoinReply names a local vector dir) an
     update is handed over as a file only from this size on. A smaller one streams: the coordinator
-    keeps it durable inside its submission row (`inline_update_bytes`, 256 KiB by default), so a group
-    of them costs one WAL fsync, where a file costs the device a file fsync and the coordinator a folder fsync.
+    keeps it durable inside its submission row (`inline_update_bytes`), so a group of them costs one
+    WAL fsync, where a file costs the device a file fsync and the coordinator a folder fsync.
     """
 
-    coordinator: str
-    data: str | os.PathLike | None = None
-    cache_dir: str | os.PathLike | None = None
-    name: str = field(default_factory=socket.gethostname)
-    client_id: str = ""
-    module_factory: ModuleFactory | None = None
-    insecure: bool = False
-    ca_file: str | os.PathLike | None = None
-    cert_file: str | os.PathLike | None = None
-    key_file: str | os.PathLike | None = None
-    credential: str = ""
-    poll_wait_ms: int = 20_000
-    rpc_timeout_s: float = 30.0
-    stream_timeout_s: float = 600.0
-    backoff: Backoff = field(default_factory=Backoff)
-    heartbeats: bool = True
-    persist_identity: bool = True
-    leave_on_stop: bool = True
-    intra_op_threads: int = 0
-    update_hook: UpdateHook | None = None
-    max_local_steps: int | None = None
-    codec: str = "raw"
-    topk_warmup: str = DEFAULT_WARMUP
-    local_dp_clip: float | None = None
-    local_dp_noise: float = 0.0
-    local_file_min_bytes: int = 256 * 1024
-    upload: str = "stream"
+    coordinator: str = option(help="HOST:PORT of the coordinator", metavar="HOST:PORT", doc_default="required")
+    data: str | os.PathLike | None = option(
+        None,
+        "client .npz: arrays named after the model inputs (e.g. x, labels), optionally val_x, val_labels",
+        metavar="CLIENT.npz",
+    )
+    cache_dir: str | os.PathLike | None = option(
+        None,
+        "artifacts, global vectors and the saved client id",
+        metavar="DIR",
+        doc_default="$FEDORT_CACHE_DIR or the platform cache/fedort",
+    )
+    name: str = option(
+        help="device name sent at Join (with the address and data file, keys the saved id)",
+        default_factory=socket.gethostname,
+        doc_default="the host name",
+    )
+    client_id: str = option(
+        "", "join as this client id", metavar="ID", doc_default="the saved one, else one the coordinator assigns"
+    )
+    module_factory: ModuleFactory | None = option(
+        None, "callable(session) -> a TrainingModule (subclass)", flag=False, doc_default="TrainingModule"
+    )
+    insecure: bool = option(False, "plaintext channel, no TLS (only for a coordinator started with --insecure)")
+    ca_file: str | os.PathLike | None = option(
+        None, "PEM CA that signed the coordinator's certificate", metavar="CA.pem", doc_default="the system roots"
+    )
+    cert_file: str | os.PathLike | None = option(
+        None, "PEM client certificate for mutual TLS (with key_file)", metavar="CLIENT.pem"
+    )
+    key_file: str | os.PathLike | None = option(
+        None, "PEM client key for mutual TLS (with cert_file)", metavar="CLIENT.key"
+    )
+    token: str = option(
+        "",
+        "device token from `fedort coordinator enroll`, sent on every call; names the client id",
+        metavar="TOKEN",
+        doc_default="$FEDORT_TOKEN",
+    )
+    poll_wait_ms: int = option(20_000, "how long a long-poll may be held (the coordinator caps it)", metavar="MS")
+    rpc_timeout_s: float = option(30.0, "deadline of unary calls", metavar="S")
+    stream_timeout_s: float = option(600.0, "deadline of vector streams", metavar="S")
+    backoff: Backoff = option(
+        help="retry policy; [edge.backoff] table, flag --give-up-after-s",
+        default_factory=Backoff,
+        flag=False,
+        doc_default="0.2 s doubling to 10 s, give up after 300 s",
+    )
+    heartbeats: bool = option(True, "heartbeat thread while training (interval from the JoinReply)")
+    persist_identity: bool = option(True, "save the client id in the cache dir")
+    leave_on_stop: bool = option(True, "send Leave when stopped before the run is done")
+    intra_op_threads: int = option(0, "ORT threads per training step (0: ORT's default, one per core)")
+    update_hook: UpdateHook | None = option(
+        None, "research and tests: callable(task, global, trained) -> the vector uploaded instead", flag=False
+    )
+    max_local_steps: int | None = option(
+        None, "at most this many optimizer steps per round (the partial work of a slow device)"
+    )
+    codec: str = option(
+        "raw",
+        "update codec: raw, fp16, bf16, int8[:B], topk:F, or zstd+ any of them; used when the coordinator allows "
+        "it, else raw",
+        metavar="SPEC",
+    )
+    topk_warmup: str = option(
+        DEFAULT_WARMUP,
+        "top-k warm-up: FACTOR x F in round 1 decaying to F by round R, or off (used where the coordinator allows "
+        "those fractions)",
+        metavar="FxR",
+    )
+    local_dp_clip: float | None = option(
+        None, "local DP: clip this device's update delta to L2 norm C before upload", metavar="C"
+    )
+    local_dp_noise: float = option(
+        0.0, "local DP: add Gaussian noise of std Z*C per value before upload (needs local_dp_clip)", metavar="Z"
+    )
+    local_file_min_bytes: int = option(
+        256 * 1024,
+        "co-located with the coordinator: a smaller update streams anyway (the coordinator keeps it in its "
+        "SQLite row: one WAL fsync for many, where a file costs two fsyncs)",
+    )
+    upload: str = option(
+        "stream",
+        "how updates travel: stream, or resumable parts (a cut link resends one part; protocol 1.7, else it streams)",
+        choices=("stream", "resumable"),
+    )
 
     def __post_init__(self) -> None:
         if self.local_dp_clip is not None or self.local_dp_noise:
@@ -106,8 +140,8 @@ class EdgeConfig:
         if self.upload not in UPLOADS:
             raise ConfigError(f"upload must be one of {list(UPLOADS)}, got {self.upload!r}")
         # a device token names its client id: join as that id unless told otherwise
-        if self.credential and not self.client_id:
-            token_id = _token_client_id(self.credential)
+        if self.token and not self.client_id:
+            token_id = _token_client_id(self.token)
             if token_id:
                 object.__setattr__(self, "client_id", token_id)
         self.channel_config()  # a malformed --coordinator (e.g. an http:// prefix) fails here, at start
@@ -119,7 +153,7 @@ class EdgeConfig:
             ca_file=self.ca_file,
             cert_file=self.cert_file,
             key_file=self.key_file,
-            token=self.credential,
+            token=self.token,
             rpc_timeout_s=self.rpc_timeout_s,
             stream_timeout_s=self.stream_timeout_s,
         )
@@ -130,6 +164,7 @@ class EdgeConfig:
         values: dict[str, Any] = {}
         if toml_path is not None:
             values.update(_read_toml(Path(toml_path)))
+        values = renamed_keys(values, RENAMED_KEYS, "edge")
         values.update({k: v for k, v in overrides.items() if v is not None})
         backoff = values.pop("backoff", None)
         if isinstance(backoff, Mapping):
@@ -149,6 +184,7 @@ class EdgeConfig:
 
 
 UPLOADS = ("stream", "resumable")
+RENAMED_KEYS = {"credential": "token"}  # old key -> new key, accepted with a warning for one release
 
 
 def _token_client_id(token: str) -> str:

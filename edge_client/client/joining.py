@@ -74,7 +74,7 @@ class Joiner:
         self._check_known(data, shared.manifest if shared is not None else None, saved.get("manifest_json", ""))
         client_id = config.client_id or saved.get("client_id", "")
         info = self.calls(
-            "Join", lambda: self.transport.join(config.name, client_id, config.credential, self._capabilities(data))
+            "Join", lambda: self.transport.join(config.name, client_id, config.token, self._capabilities(data))
         )
         manifest = Manifest.from_json(info.manifest_json)
         if manifest.model_id != info.model_id:
@@ -136,7 +136,7 @@ class Joiner:
         config = self.config
         info = self.calls.retried(
             "Join",
-            lambda: self.transport.join(config.name, member.client_id, config.credential, self._capabilities(data)),
+            lambda: self.transport.join(config.name, member.client_id, config.token, self._capabilities(data)),
         )
         if info.model_id != member.model_id:
             raise WrongModelError(

@@ -1,32 +1,20 @@
 """The asynchronous-mode (FedBuff) flags shared by `fedort coordinator serve` and `fedort simulate`.
 
-A module of its own so that `fedort simulate` parses its flags without loading the coordinator
-(`fedort.cli.coordinator` imports it, which would delay the simulation's worker processes).
+Made from the fedbuff section (`fedort.coordinator.fedbuff.config`), which loads neither the
+coordinator nor gRPC, so `fedort simulate` parses its flags without them.
 """
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import fields
+
+from fedort.common.options import add_flags, options
+from fedort.coordinator.fedbuff.config import FedBuffSettings
+
+FEDBUFF_KEYS = tuple(f.name for f in fields(FedBuffSettings))
 
 
 def add_async_flags(parser: argparse.ArgumentParser) -> None:
-    """--mode and FedBuff's settings (shared by `coordinator serve` and `simulate`)."""
-    parser.add_argument(
-        "--mode",
-        choices=("sync", "async"),
-        help="sync: rounds; async: FedBuff global versions, --rounds of them (default sync)",
-    )
-    parser.add_argument(
-        "--buffer-size", type=int, metavar="K", help="async: updates per new global version (default 10)"
-    )
-    parser.add_argument(
-        "--max-staleness",
-        type=int,
-        metavar="S",
-        help="async: refuse updates trained more than S versions ago (default 10)",
-    )
-    parser.add_argument(
-        "--staleness-weight",
-        metavar="SPEC",
-        help="async: weight of a stale update: constant | poly:A | hinge:A,B (default poly:0.5)",
-    )
+    """--mode and FedBuff's settings, one flag per FedBuffSettings key, in a group of their own."""
+    add_flags(parser.add_argument_group("asynchronous mode (FedBuff)"), options(FedBuffSettings, "fedbuff"))

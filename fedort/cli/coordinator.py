@@ -22,8 +22,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from fedort.cli.async_flags import add_async_flags
-from fedort.cli.privacy_flags import PRIVACY_KEYS, add_privacy_flags
+from fedort.common.options import add_flags, deprecated_flag
 from fedort.common.round_state import RoundState
 from fedort.coordinator.config import CoordinatorConfig
 from fedort.coordinator.server import Coordinator
@@ -36,198 +35,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("coordinator", help="run or inspect a federated coordinator")
     sub = parser.add_subparsers(dest="coordinator_command", metavar="ACTION", required=True)
 
-    serve = sub.add_parser("serve", help="serve a federated run over gRPC from a durable state dir")
-    serve.add_argument(
-        "--config",
-        metavar="FILE.toml",
-        type=Path,
-        help="TOML file ([coordinator] table); flags override it. Relative paths in the file resolve "
-        "against the file's folder (relative paths in flags against the current directory)",
+    serve = sub.add_parser(
+        "serve",
+        help="serve a federated run over gRPC from a durable state dir",
+        description="Serve a federated run. Every setting has one flag, --KEY with '_' as '-' (booleans also "
+        "--no-KEY), grouped below by the [coordinator.<section>] table that holds its key in a --config file.",
     )
-    serve.add_argument(
-        "--artifacts", metavar="DIR", type=Path, help="training artifacts folder (fedort artifacts build)"
-    )
-    serve.add_argument(
-        "--state-dir", metavar="DIR", type=Path, help="durable state: SQLite, vectors, spool, exported models"
-    )
-    serve.add_argument(
-        "--address", metavar="HOST:PORT", help="HOST:PORT to listen on; port 0 picks one (default 127.0.0.1:7420)"
-    )
-    serve.add_argument("--port-file", metavar="FILE", type=Path, help="write the bound port here once serving")
-    serve.add_argument("--rounds", metavar="N", type=int, help="number of rounds (default 3)")
-    serve.add_argument("--min-clients", metavar="K", type=int, help="updates a round needs (default 2)")
-    serve.add_argument(
-        "--min-available-clients",
-        metavar="K",
-        type=int,
-        help="clients available before a round starts (default: --min-clients)",
-    )
-    serve.add_argument(
-        "--fraction", metavar="F", type=float, help="share of available clients selected per round (default 1.0)"
-    )
-    serve.add_argument(
-        "--round-timeout", type=float, dest="round_timeout_s", metavar="S", help="round deadline in s (default 60)"
-    )
-    serve.add_argument("--max-round-attempts", metavar="N", type=int, help="attempts before the run fails (default 3)")
-    serve.add_argument("--local-epochs", metavar="E", type=int, help="clients' local epochs per round (default 1)")
-    serve.add_argument(
-        "--batch-size", metavar="B", type=int, help="clients' batch size; 0 = each client's whole data (default 32)"
-    )
-    serve.add_argument("--lr", type=float, help="clients' learning rate (default 0.05)")
-    serve.add_argument(
-        "--prox-mu",
-        metavar="MU",
-        type=float,
-        help="FedProx: clients add MU/2 * ||w - w_global||^2 to their loss; needs SGD artifacts (default 0: FedAvg)",
-    )
-    serve.add_argument("--seed", type=int, help="selection and shuffling seed (default 0)")
-    serve.add_argument(
-        "--eval-data", metavar="FILE.npz", type=Path, help="held-out .npz evaluated on the server after each round"
-    )
-    serve.add_argument(
-        "--fraction-evaluate", metavar="F", type=float, help="share of clients evaluating the final model (default 0)"
-    )
-    serve.add_argument(
-        "--client-timeout",
-        type=float,
-        dest="client_timeout_s",
-        metavar="S",
-        help="a client unseen this long is not selected; 0 disables (default 60)",
-    )
-    serve.add_argument(
-        "--done-grace",
-        type=float,
-        dest="done_grace_s",
-        metavar="S",
-        help="after the run ends, keep answering up to S seconds so every device learns the outcome "
-        "and exits at once (default 10; stops sooner once all have asked; 0 = stop at once)",
-    )
-    serve.add_argument("--keep-spool", action="store_true", default=None, help="keep spooled updates after commit")
-    serve.add_argument(
-        "--export-external-bytes",
-        metavar="N",
-        type=int,
-        help="export a model whose trainable parameters take >= N bytes as model.onnx + model.onnx.data "
-        "(ONNX external data, a hard link to the round's global vector: no per-round copy); "
-        "smaller ones as one self-contained model.onnx; 0 = always (default 1048576)",
-    )
-    serve.add_argument(
-        "--local-vector-dir",
-        metavar="DIR",
-        type=Path,
-        help="devices on THIS host may pass vectors as files in DIR (on the state dir's filesystem) "
-        "instead of gRPC streams; only for devices trusted like the state dir (default: off)",
-    )
-    sec = serve.add_argument_group("security (TLS, or an explicit --insecure, is required)")
-    sec.add_argument("--tls-cert", metavar="CERT.pem", type=Path, help="server certificate chain (PEM)")
-    sec.add_argument("--tls-key", metavar="KEY.pem", type=Path, help="server private key (PEM)")
-    sec.add_argument(
-        "--tls-client-ca",
-        metavar="CA.pem",
-        type=Path,
-        help="require client certificates signed by this CA (mutual TLS)",
-    )
-    sec.add_argument(
-        "--tls-bind-client-id",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="with --tls-client-ca and token auth, a call's certificate must name its token's client id "
-        "(subject CN or a subjectAltName entry), else UNAUTHENTICATED (default: on)",
-    )
-    sec.add_argument("--insecure", action="store_true", default=None, help="serve plaintext (local tests only)")
-    sec.add_argument(
-        "--auth",
-        choices=("token", "open"),
-        help="token: every RPC but health needs a device token from `enroll` (default); "
-        "open: no authentication (local simulations)",
-    )
-    sec.add_argument(
-        "--max-streams-per-client",
-        metavar="N",
-        type=int,
-        help="downloads/uploads a client may run at once; 0 disables (default 4)",
-    )
-    sec.add_argument(
-        "--unauthenticated-calls",
-        metavar="N",
-        type=int,
-        help="Join calls without a token in metadata served at once; more are refused before their "
-        "request is read (default 2)",
-    )
-    sec.add_argument(
-        "--max-examples",
-        metavar="N",
-        type=int,
-        help="most examples (FedAvg weight) one update may claim; a device is also held to the number "
-        "it announced at Join (default 1000000000)",
-    )
-    sec.add_argument(
-        "--upload-min-rate",
-        dest="upload_min_rate_bytes_s",
-        metavar="BYTES_S",
-        type=float,
-        help="an upload slower than this over any --upload-rate-window loses its slot (default 65536)",
-    )
-    sec.add_argument(
-        "--upload-rate-window",
-        dest="upload_rate_window_s",
-        metavar="S",
-        type=float,
-        help="the window an upload's rate is measured over (default 10)",
-    )
-    sec.add_argument(
-        "--submissions-per-minute",
-        metavar="N",
-        type=float,
-        help="per-client rate of updates and evaluations; 0 disables (default 60)",
-    )
-    serve.add_argument(
-        "--metrics-address",
-        metavar="HOST:PORT",
-        help="serve Prometheus metrics at http://HOST:PORT/metrics (default: off)",
-    )
-    web = serve.add_argument_group("web port (browsers; needs the fedort[web] extra)")
-    web.add_argument(
-        "--web-address",
-        metavar="HOST:PORT",
-        help="also serve the service over Connect and gRPC-Web on HTTP, for browsers (TLS as the gRPC port; "
-        "default: off)",
-    )
-    web.add_argument(
-        "--web-cors-origin",
-        dest="web_cors_origins",
-        metavar="ORIGIN",
-        action="append",
-        help="an origin besides the page's own that browsers may call the web port from, e.g. "
-        "https://lab.example:8443 (repeatable; '*': any; default: same origin only)",
-    )
-    web.add_argument(
-        "--web-page",
-        metavar="DIR",
-        type=Path,
-        help="folder of static files served at / of the web port (default: the packaged page if built)",
-    )
-    serve.add_argument(
-        "--strategy",
-        metavar="SPEC",
-        help="aggregation: fedavg | clip:NORM | median | trimmed-mean:BETA | krum:F | multi-krum:F:M (default fedavg)",
-    )
-    serve.add_argument(
-        "--codec",
-        dest="codecs",
-        metavar="SPEC[,SPEC...]",
-        help="update codecs devices may use, e.g. raw,int8,topk (a family admits every parameter; raw "
-        "is always allowed; default: every registered codec); announced at Join",
-    )
-    serve.add_argument(
-        "--server-optimizer",
-        metavar="SPEC",
-        help="server update after aggregation: fedavg | fedavgm | fedadagrad | fedadam | fedyogi, "
-        "options as NAME:KEY=VALUE,... e.g. fedadam:lr=0.01,beta1=0.9,beta2=0.99,tau=1e-3 "
-        "(default fedavg)",
-    )
-    add_async_flags(serve)
-    add_privacy_flags(serve)
+    add_serve_flags(serve)
     serve.set_defaults(func=serve_command)
 
     status = sub.add_parser("status", help="print rounds, clients and the latest model of a state dir")
@@ -270,58 +84,47 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     devices.set_defaults(func=devices_command)
 
 
-_FLAG_KEYS = (
-    "artifacts",
-    "state_dir",
-    "address",
-    "port_file",
-    "rounds",
-    "min_clients",
-    "min_available_clients",
-    "fraction",
-    "round_timeout_s",
-    "max_round_attempts",
-    "local_epochs",
-    "batch_size",
-    "lr",
-    "prox_mu",
-    "seed",
-    "eval_data",
-    "fraction_evaluate",
-    "client_timeout_s",
-    "done_grace_s",
-    "keep_spool",
-    "strategy",
-    "server_optimizer",
-    "mode",
-    "buffer_size",
-    "max_staleness",
-    "staleness_weight",
-    "tls_cert",
-    "tls_key",
-    "tls_client_ca",
-    "tls_bind_client_id",
-    "insecure",
-    "auth",
-    "max_streams_per_client",
-    "submissions_per_minute",
-    "unauthenticated_calls",
-    "max_examples",
-    "upload_min_rate_bytes_s",
-    "upload_rate_window_s",
-    "metrics_address",
-    "codecs",
-    "local_vector_dir",
-    "export_external_bytes",
-    "web_address",
-    "web_cors_origins",
-    "web_page",
-)
+# renamed flags: accepted for one release, with a warning naming the new flag
+DEPRECATED_FLAGS = {
+    "--round-timeout": "round_timeout_s",
+    "--client-timeout": "client_timeout_s",
+    "--done-grace": "done_grace_s",
+    "--codec": "codecs",
+    "--upload-min-rate": "upload_min_rate_bytes_s",
+    "--upload-rate-window": "upload_rate_window_s",
+    "--web-cors-origin": "web_cors_origins",
+}
+
+
+def add_serve_flags(serve: argparse.ArgumentParser) -> None:
+    """`--config`, then one flag per CoordinatorConfig key (the options table), a group per section."""
+    from fedort.coordinator.settings import SECTIONS, TITLES
+
+    serve.add_argument(
+        "--config",
+        metavar="FILE.toml",
+        type=Path,
+        help="TOML file ([coordinator] table, one [coordinator.<section>] table per group below); flags "
+        "override it. Relative paths in the file resolve against the file's folder (in flags against the "
+        "current directory)",
+    )
+    table = CoordinatorConfig.options()
+    add_flags(serve, [o for o in table if not o.section])
+    groups = {name: serve.add_argument_group(f"[{name}] {TITLES[name]}") for name in SECTIONS}
+    for name in SECTIONS:
+        add_flags(groups[name], [o for o in table if o.section == name])
+    section_of = {o.key: o.section for o in table}
+    for old, key in DEPRECATED_FLAGS.items():
+        kind = next(o.kind for o in table if o.key == key)
+        deprecated_flag(
+            groups[section_of[key]], old, key, type=float if kind is float else str, append=key == "web_cors_origins"
+        )
 
 
 def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
     """Defaults < --config TOML < flags."""
-    return CoordinatorConfig.load(args.config, **{k: getattr(args, k) for k in _FLAG_KEYS + PRIVACY_KEYS})
+    keys = [o.key for o in CoordinatorConfig.options() if o.flag]
+    return CoordinatorConfig.load(args.config, **{k: getattr(args, k) for k in keys})
 
 
 def serve_command(args: argparse.Namespace) -> int:

@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from fedort.common.errors import ConfigError
+from fedort.common.options import add_flags, deprecated_flag, options
+from fedort.simulations.config import SimulationConfig
 from fedort.simulations.data.datasets import (
     CLIENT_FILE,
     TEST_FILE,
@@ -28,6 +30,9 @@ from fedort.simulations.data.datasets import (
 from fedort.simulations.data.partition import Partition, Parts, label_histogram, parse_partition
 
 PARTITION_FILE = "partition.json"
+# `fedort data digits` defaults: the simulation's, but an IID split (a neutral one unless told otherwise;
+# a simulation defaults to the non-IID benchmark, dirichlet:0.5)
+DIGITS_DEFAULTS = {"clients": 10, "partition": "iid", "seed": 0, "test_fraction": 0.2, "min_partition_size": 1}
 TABLE_ROWS = 20  # more clients than this: the table shows the first rows and a size summary
 
 
@@ -44,33 +49,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="scikit-learn's bundled 8x8 digits (1,797 images, 10 labels)",
         description="Split scikit-learn's digits into a test set and per-client training files.",
     )
-    digits.add_argument("--clients", type=int, default=10, help="number of clients (default: 10)")
-    digits.add_argument(
-        "--partition",
-        default="iid",
-        metavar="SPEC",
-        help="iid | dirichlet:ALPHA (label skew, e.g. dirichlet:0.5) | shards:K "
-        "(K single-label shards per client) (default: iid)",
-    )
-    digits.add_argument("--seed", type=int, default=0, help="seed of the split and partition (default: 0)")
-    digits.add_argument(
-        "--test-fraction",
-        type=float,
-        default=0.2,
-        help="share of examples held out in test.npz, stratified (default: 0.2)",
-    )
+    # the keys a simulation also has: its flags, help and (but for partition) defaults
+    table = {o.key: o for o in options(SimulationConfig)}
+    add_flags(digits, [table[k] for k in DIGITS_DEFAULTS], defaults={"partition": str(DIGITS_DEFAULTS["partition"])})
+    digits.set_defaults(**DIGITS_DEFAULTS)
+    deprecated_flag(digits, "--min-size", "min_partition_size", type=int)
     digits.add_argument(
         "--val-fraction",
         type=float,
         default=0.0,
         help="share of each client's examples stored as val_x/val_labels (default: 0)",
-    )
-    digits.add_argument(
-        "--min-size",
-        type=int,
-        default=1,
-        help="dirichlet: every client gets at least this many examples (draws that leave a client "
-        "short are redrawn, then topped up from other clients' surplus) (default: 1)",
     )
     digits.add_argument("--out", required=True, type=Path, help="folder to write the files into")
     digits.add_argument(
@@ -109,7 +97,7 @@ def _run_digits(args: argparse.Namespace) -> int:
     if not 0.0 <= args.val_fraction < 1.0:
         raise ConfigError(f"--val-fraction must be in [0, 1), got {args.val_fraction}")
     train, test = load_digits_split(args.test_fraction, args.seed)
-    parts = spec(train["labels"], args.clients, args.seed, min_size=args.min_size)
+    parts = spec(train["labels"], args.clients, args.seed, min_size=args.min_partition_size)
     out = _prepare_out(args.out, args.overwrite)  # only once the inputs proved valid
     rng = np.random.default_rng([args.seed, 1])  # own stream: the val split never shifts the partition
     for i, idx in enumerate(parts):

@@ -3,7 +3,7 @@
 Exit codes: 0 when the coordinator says the run is done; 1 when it ended the run FAILED, or on an
 error retrying cannot fix
 (bad data, wrong model, rejected credential, coordinator unreachable for longer than
---give-up-after; the message says which); 130 after SIGINT and 143 after SIGTERM — the client
+--give-up-after-s; the message says which); 130 after SIGINT and 143 after SIGTERM — the client
 finishes or abandons the current step, tells the coordinator it leaves, and exits. A second
 signal exits at once.
 """
@@ -19,6 +19,8 @@ from pathlib import Path
 
 from fedort.common.errors import FedortError
 from fedort.common.invariants import present
+from fedort.common.options import add_flags, deprecated_flag, options
+from fedort.edge_client.client.config import EdgeConfig
 from fedort.edge_client.transport.retry import Backoff
 
 _SIGNAL_EXIT: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143}
@@ -41,89 +43,28 @@ def register(subparsers) -> None:
         ),
         epilog="exit codes: 0 done, 1 error or run FAILED, 130 SIGINT, 143 SIGTERM",
     )
-    run.add_argument("--coordinator", metavar="HOST:PORT", help="coordinator address (required unless in --config)")
-    run.add_argument(
-        "--data",
-        metavar="CLIENT.npz",
-        help="local data: arrays named after the model inputs (e.g. x, labels), "
-        "optionally val_x, val_labels (required unless in --config)",
-    )
-    run.add_argument(
-        "--cache-dir",
-        metavar="DIR",
-        help="artifacts, global vectors and the saved client id "
-        "(default: $FEDORT_CACHE_DIR or the platform cache folder/fedort)",
-    )
-    run.add_argument("--name", help="device name sent at join (default: the host name)")
-    run.add_argument(
-        "--client-id",
-        metavar="ID",
-        help="join as this client id (default: the one saved for this coordinator and name, "
-        "else one the coordinator assigns)",
-    )
     run.add_argument("--config", metavar="FILE.toml", help="settings in an [edge] table; flags override them")
-    run.add_argument(
-        "--insecure",
-        action="store_true",
-        default=None,
-        help="plaintext channel, no TLS (only for a coordinator started with --insecure)",
-    )
-    run.add_argument(
-        "--ca-file",
-        metavar="CA.pem",
-        help="verify the coordinator's TLS certificate against this CA (default: the system roots)",
-    )
-    run.add_argument("--cert", metavar="CLIENT.pem", help="client certificate for mutual TLS (with --key)")
-    run.add_argument("--key", metavar="CLIENT.key", help="client private key for mutual TLS (with --cert)")
+    table = [o for o in options(EdgeConfig) if o.key != "token"]
+    add_flags(run, table)
     token = run.add_mutually_exclusive_group()
-    token.add_argument(
-        "--token", metavar="TOKEN", help="device token from `fedort coordinator enroll` (default: $FEDORT_TOKEN)"
-    )
+    add_flags(token, [o for o in options(EdgeConfig) if o.key == "token"])
     token.add_argument("--token-file", metavar="FILE", help="read the device token from this file")
-    run.add_argument("--poll-wait-ms", type=int, metavar="MS", help="long-poll hold time (default 20000)")
     run.add_argument(
-        "--give-up-after",
+        "--give-up-after-s",
         type=float,
         metavar="SECONDS",
-        help="stop retrying an unreachable coordinator after this long (default 300)",
+        help="stop retrying an unreachable coordinator after this long ([edge.backoff] give_up_after_s; default 300)",
     )
-    run.add_argument(
-        "--codec",
-        metavar="SPEC",
-        help="update codec: raw (default), fp16, bf16, int8[:B], topk:F, or zstd+ any of them; used "
-        "when the coordinator allows it, else raw (see protos/codecs)",
-    )
-    run.add_argument(
-        "--topk-warmup",
-        metavar="FxR",
-        help="top-k sparsity warm-up: FACTOR x F in round 1 decaying to "
-        "F by round R, or 'off' (default 3x45; used where the coordinator allows those fractions)",
-    )
-    run.add_argument(
-        "--upload",
-        choices=("stream", "resumable"),
-        help="how updates travel: stream (default) or resumable parts (a cut link resends one part; "
-        "needs a protocol 1.7 coordinator, else it streams)",
-    )
-    run.add_argument(
-        "--local-dp-clip",
-        metavar="C",
-        type=float,
-        help="local DP: clip this device's update delta to L2 norm C before upload",
-    )
-    run.add_argument(
-        "--local-dp-noise",
-        metavar="Z",
-        type=float,
-        help="local DP: add Gaussian noise of std Z*C per value before upload (needs --local-dp-clip)",
-    )
+    deprecated_flag(run, "--cert", "cert_file")
+    deprecated_flag(run, "--key", "key_file")
+    deprecated_flag(run, "--give-up-after", "give_up_after_s", type=float)
     run.add_argument("--debug-modules", metavar="FILE", help=argparse.SUPPRESS)
     run.set_defaults(func=_run)
     edge.set_defaults(func=lambda args: (edge.print_help(), 2)[1])
 
 
 def _token(args: argparse.Namespace) -> str | None:
-    """--token, else --token-file, else $FEDORT_TOKEN, else None (a config file's `credential` may give one)."""
+    """--token, else --token-file, else $FEDORT_TOKEN, else None (a config file's `token` may give one)."""
     if args.token:
         return args.token.strip()
     if args.token_file:
@@ -137,28 +78,12 @@ def _token(args: argparse.Namespace) -> str | None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from fedort.edge_client.client.edge_client import EdgeClient, EdgeConfig, RoundReport
+    from fedort.edge_client.client.edge_client import EdgeClient, RoundReport
 
-    overrides = {
-        "coordinator": args.coordinator,
-        "data": args.data,
-        "cache_dir": args.cache_dir,
-        "name": args.name,
-        "client_id": args.client_id,
-        "insecure": args.insecure,
-        "ca_file": args.ca_file,
-        "cert_file": args.cert,
-        "key_file": args.key,
-        "credential": _token(args),
-        "poll_wait_ms": args.poll_wait_ms,
-        "codec": args.codec,
-        "topk_warmup": args.topk_warmup,
-        "upload": args.upload,
-        "local_dp_clip": args.local_dp_clip,
-        "local_dp_noise": args.local_dp_noise,
-    }
-    if args.give_up_after is not None:
-        overrides["backoff"] = Backoff(give_up_after_s=args.give_up_after)
+    overrides = {o.key: getattr(args, o.key) for o in options(EdgeConfig) if o.flag}
+    overrides["token"] = _token(args)
+    if args.give_up_after_s is not None:
+        overrides["backoff"] = Backoff(give_up_after_s=args.give_up_after_s)
     config = EdgeConfig.load(args.config, **overrides)
     if config.data is None:
         from fedort.common.errors import ConfigError

@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fedort.cli.async_flags import add_async_flags
+from fedort.cli.async_flags import FEDBUFF_KEYS, add_async_flags
 from fedort.cli.privacy_flags import PRIVACY_KEYS, add_privacy_flags
-from fedort.simulations.config import BACKENDS, load_config
+from fedort.common.options import add_flags, options
+from fedort.simulations.config import GROUPS, SimulationConfig, load_config
+
+# flags of which at most one may be given
+EXCLUSIVE = (("clients_per_round", "fraction"), ("model", "artifacts"))
 
 EPILOG = """\
 examples:
@@ -38,126 +42,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="scenario TOML file, or the name of a bundled one (e.g. digits_dirichlet; see --list)",
     )
     p.add_argument("--list", action="store_true", dest="list_scenarios", help="list the bundled scenarios and exit")
-    p.add_argument("--clients", type=int, help="number of virtual clients (default 10)")
-    group = p.add_mutually_exclusive_group()
-    group.add_argument("--clients-per-round", type=int, metavar="M", help="clients selected each round")
-    group.add_argument("--fraction", type=float, metavar="F", help="share of clients selected each round (default 1.0)")
-    p.add_argument("--rounds", type=int, help="federated rounds (default 30)")
-    p.add_argument("--partition", help="digits: iid | dirichlet:ALPHA | shards:K (default dirichlet:0.5)")
-    p.add_argument(
-        "--min-partition-size",
-        type=int,
-        metavar="K",
-        help="dirichlet: every client gets at least K examples; draws that leave a client short are "
-        "redrawn, then topped up from other clients' surplus (default 1)",
-    )
-    p.add_argument(
-        "--dataset",
-        metavar="SPEC",
-        help="digits | synthetic:ALPHA,BETA (FedProx's Synthetic; model logreg) (default digits)",
-    )
-    model = p.add_mutually_exclusive_group()
-    model.add_argument(
-        "--model",
-        choices=["mlp", "cnn", "logreg"],
-        help="built-in model (default mlp for digits, logreg for synthetic)",
-    )
-    model.add_argument(
-        "--artifacts", type=Path, help="your own artifacts folder (fedort artifacts build); needs --data"
-    )
-    p.add_argument("--data", type=Path, help="your own data: a folder of client-XXXX.npz + test.npz")
-    p.add_argument("--local-epochs", type=int, metavar="E", help="local epochs per round (default 1)")
-    p.add_argument("--batch-size", type=int, metavar="B", help="local batch size; 0 = whole client data (default 16)")
-    p.add_argument("--lr", type=float, help="client learning rate (default 0.01)")
-    p.add_argument("--optimizer", choices=["adamw", "sgd"], help="built-in model's optimizer (default adamw)")
-    p.add_argument(
-        "--prox-mu",
-        metavar="MU",
-        type=float,
-        help="FedProx: clients add MU/2 * ||w - w_global||^2 to their loss; needs --optimizer sgd (default 0: FedAvg)",
-    )
-    p.add_argument("--backend", choices=BACKENDS, help="where clients run: local processes or Ray (default local)")
-    p.add_argument("--ray-address", help="an existing Ray cluster (default: start a local Ray instance)")
-    p.add_argument("--workers", type=int, help="worker processes (default: one per core)")
-    p.add_argument("--seed", type=int, help="seeds partitions, selection and local shuffling (default 0)")
-    p.add_argument(
-        "--strategy",
-        metavar="SPEC",
-        help="aggregation: fedavg | clip:NORM | median | trimmed-mean:BETA | krum:F | multi-krum:F:M (default fedavg)",
-    )
-    p.add_argument(
-        "--server-optimizer",
-        metavar="SPEC",
-        help="server update after aggregation: fedavg | fedavgm | fedadagrad | fedadam | fedyogi, options "
-        "as NAME:KEY=VALUE,... e.g. fedadam:lr=0.01,tau=1e-3 (default fedavg)",
-    )
-    p.add_argument(
-        "--byzantine-fraction",
-        type=float,
-        metavar="F",
-        help="share of clients that attack with --attack, chosen by --seed (default 0)",
-    )
-    p.add_argument("--attack", metavar="SPEC", help="sign-flip[:K] | scale:K (default sign-flip, K = 4)")
-    p.add_argument(
-        "--straggler-fraction",
-        type=float,
-        metavar="F",
-        help="share of clients, chosen by --seed, that do partial work each round (default 0)",
-    )
-    p.add_argument(
-        "--straggler-steps", type=int, metavar="N", help="local optimizer steps a straggler stops after (default 1)"
-    )
-    p.add_argument(
-        "--codec",
-        metavar="SPEC",
-        help="update codec of the virtual clients: raw (default), fp16, bf16, "
-        "int8[:B], topk:F (error feedback), zstd+ any of them; the coordinator allows it",
-    )
-    p.add_argument(
-        "--topk-warmup",
-        metavar="FxR",
-        help="top-k sparsity warm-up: FACTOR x F in round 1 decaying to F "
-        "by round R, or 'off' (default 3x45; edge_client/uploads/topk_warmup.py)",
-    )
-    p.add_argument(
-        "--export-every",
-        type=int,
-        metavar="N",
-        help="write the inference model every N rounds and after the last; 0 = the final one only "
-        "(default 1; other rounds keep their server eval in model.json)",
-    )
-    p.add_argument(
-        "--state-dir",
-        type=Path,
-        metavar="DIR",
-        help="keep the coordinator state in DIR (e.g. /dev/shm/run1: tmpfs, no disk fsyncs, but the "
-        "state is lost at reboot; default OUT/state)",
-    )
-    p.add_argument(
-        "--no-local-vectors",
-        dest="local_vectors",
-        action="store_false",
-        default=None,
-        help="stream every vector over gRPC as a deployed device does (default: clients on this host "
-        "pass vectors as files in the state dir)",
-    )
-    add_async_flags(p)
-    p.add_argument(
-        "--device-speed",
-        metavar="SPEC",
-        help="simulated compute time per client: uniform | lognormal:SIGMA | slow:F:K, served on a virtual "
-        "clock by one worker (default uniform: real time)",
-    )
-    p.add_argument(
-        "--step-seconds", type=float, metavar="S", help="simulated seconds per local step at speed 1 (default 0.01)"
-    )
-    p.add_argument("--out", type=Path, help="run folder (default runs/<timestamp>)")
-    p.add_argument("--no-progress", dest="progress", action="store_false", default=None, help="no progress bar")
     p.add_argument(
         "--verbose",
         action="store_true",
         help="log every coordinator and client event (default: progress bar and summary only)",
     )
+    table = options(SimulationConfig)
+    for title in GROUPS:
+        group = p.add_argument_group(title)
+        rows = [o for o in table if o.group == title]
+        for pair in EXCLUSIVE:
+            together = [o for o in rows if o.key in pair]
+            if together:
+                add_flags(group.add_mutually_exclusive_group(), together)
+        add_flags(group, [o for o in rows if not any(o.key in pair for pair in EXCLUSIVE)])
+    add_async_flags(p)
     add_privacy_flags(p)
     p.set_defaults(func=_run)
 
@@ -179,47 +78,8 @@ def _run(args: argparse.Namespace) -> int:
         for name in ("coordinator", "fedort.coordinator", "fedort.edge", "edge_client"):
             logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))
 
-    fields = (
-        "clients",
-        "clients_per_round",
-        "fraction",
-        "rounds",
-        "partition",
-        "min_partition_size",
-        "dataset",
-        "model",
-        "artifacts",
-        "data",
-        "local_epochs",
-        "batch_size",
-        "lr",
-        "optimizer",
-        "prox_mu",
-        "backend",
-        "ray_address",
-        "workers",
-        "seed",
-        "out",
-        "progress",
-        "export_every",
-        "state_dir",
-        "local_vectors",
-        "strategy",
-        "server_optimizer",
-        "byzantine_fraction",
-        "attack",
-        "straggler_fraction",
-        "straggler_steps",
-        "codec",
-        "topk_warmup",
-        "mode",
-        "buffer_size",
-        "max_staleness",
-        "staleness_weight",
-        "device_speed",
-        "step_seconds",
-    )
-    cfg = load_config(args.scenario, {k: getattr(args, k) for k in fields + PRIVACY_KEYS})
+    keys = [o.key for o in options(SimulationConfig)] + [*FEDBUFF_KEYS, *PRIVACY_KEYS]
+    cfg = load_config(args.scenario, {k: getattr(args, k) for k in keys})
     require("sim", "fedort simulate (data sets and the plot)")  # before any worker starts or round trains
     backend = prepared_backend(cfg)  # workers spawn now: their start-up overlaps the imports below
     try:

@@ -53,7 +53,7 @@ def test_a_name_that_is_not_a_client_id_gets_a_generated_id(tmp_path):
 
 @pytest.mark.slow
 def test_serve_over_mutual_tls_with_an_enrolled_edge_client_end_to_end(tmp_path, mlp_artifacts, pki):  # noqa: F811
-    """The operator's path: enroll, serve with TLS + client CA, `fedort edge run --ca-file --cert --key --token-file`
+    """The operator's path: enroll, serve with TLS + client CA, `fedort edge run --ca-file --cert-file --key-file --token-file`
     with the device's own certificate (its subject CN is the enrolled client id)."""
     from sklearn.datasets import load_digits
 
@@ -67,7 +67,7 @@ def test_serve_over_mutual_tls_with_an_enrolled_edge_client_end_to_end(tmp_path,
     serve = subprocess.Popen(
         [sys.executable, "-m", "fedort", "coordinator", "serve", "--artifacts", str(mlp_artifacts),
          "--state-dir", str(state), "--address", "127.0.0.1:0", "--port-file", str(port_file), "--rounds", "1",
-         "--min-clients", "1", "--round-timeout", "20", "--tls-cert", str(pki.server_cert), "--tls-key",
+         "--min-clients", "1", "--round-timeout-s", "20", "--tls-cert", str(pki.server_cert), "--tls-key",
          str(pki.server_key), "--tls-client-ca", str(pki.ca)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -78,7 +78,7 @@ def test_serve_over_mutual_tls_with_an_enrolled_edge_client_end_to_end(tmp_path,
         address = f"127.0.0.1:{port_file.read_text().strip()}"
         edge = [sys.executable, "-m", "fedort", "edge", "run", "--coordinator", address, "--data",
                 str(tmp_path / "client.npz"), "--cache-dir", str(tmp_path / "cache"), "--ca-file", str(pki.ca),
-                "--cert", str(cert), "--key", str(key), "--give-up-after", "5"]
+                "--cert-file", str(cert), "--key-file", str(key), "--give-up-after-s", "5"]
         refused = subprocess.run(edge, capture_output=True, text=True, timeout=30)     # no token
         assert refused.returncode == 1 and "UNAUTHENTICATED" in refused.stderr and "device token" in refused.stderr
         done = subprocess.run([*edge, "--token-file", str(tmp_path / "token")], capture_output=True, text=True,

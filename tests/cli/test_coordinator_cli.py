@@ -62,9 +62,9 @@ def test_flags_override_the_toml_file(tmp_path):
     toml = tmp_path / "coordinator.toml"
     toml.write_text('[coordinator]\nartifacts = "arts"\nstate_dir = "state"\nrounds = 7\nmin_clients = 3\nlr = 0.1\n')
     config = config_from_args(parse("serve", "--config", str(toml), "--rounds", "2", "--fraction", "0.5"))
-    assert config.rounds == 2 and config.fraction == 0.5          # flags win
-    assert config.min_clients == 3 and config.lr == 0.1           # the file fills the rest
-    assert config.min_available_clients == 3                      # defaults to min_clients
+    assert config.plan.rounds == 2 and config.plan.fraction == 0.5          # flags win
+    assert config.plan.min_clients == 3 and config.training.lr == 0.1           # the file fills the rest
+    assert config.plan.min_available_clients == 3                      # defaults to min_clients
     assert config.artifacts == tmp_path / "arts"                  # relative to the file
 
 
@@ -81,8 +81,8 @@ def test_bad_values_are_config_errors_naming_the_setting(tmp_path):
 
 def test_export_external_bytes_flag_sets_the_threshold_and_a_negative_one_is_refused():
     args = ("serve", "--artifacts", "a", "--state-dir", "s", "--export-external-bytes")
-    assert config_from_args(parse(*args, "0")).export_external_bytes == 0
-    assert config_from_args(parse(*args[:-1])).export_external_bytes == 1 << 20    # the default
+    assert config_from_args(parse(*args, "0")).export.export_external_bytes == 0
+    assert config_from_args(parse(*args[:-1])).export.export_external_bytes == 1 << 20    # the default
     with pytest.raises(ConfigError, match="export_external_bytes must be an integer >= 0 .*, got -1"):
         config_from_args(parse(*args, "-1"))
 
@@ -91,7 +91,7 @@ def test_export_external_bytes_flag_sets_the_threshold_and_a_negative_one_is_ref
 def test_serve_runs_a_round_then_sigterm_stops_gracefully_and_status_prints_it(processes, mlp_artifacts, tmp_path):
     state, port_file = tmp_path / "state", tmp_path / "port"
     serve = ["coordinator", "serve", "--artifacts", str(mlp_artifacts), "--state-dir", str(state), "--address",
-             "127.0.0.1:0", "--port-file", str(port_file), "--rounds", "3", "--min-clients", "2", "--round-timeout", "20",
+             "127.0.0.1:0", "--port-file", str(port_file), "--rounds", "3", "--min-clients", "2", "--round-timeout-s", "20",
              "--insecure", "--auth", "open"]
     proc = processes(*serve)
     port = wait_port(port_file, proc)
@@ -149,7 +149,7 @@ def test_a_state_dir_of_another_model_is_refused_clearly(processes, mlp_artifact
 def test_a_failed_run_exits_1_with_the_reason(processes, mlp_artifacts, tmp_path):
     proc = processes("coordinator", "serve", "--artifacts", str(mlp_artifacts), "--state-dir", str(tmp_path / "s"),
                      "--address", "127.0.0.1:0", "--port-file", str(tmp_path / "port"), "--min-clients", "1",
-                     "--round-timeout", "0.2", "--max-round-attempts", "2", "--insecure", "--auth", "open")
+                     "--round-timeout-s", "0.2", "--max-round-attempts", "2", "--insecure", "--auth", "open")
     port = wait_port(tmp_path / "port", proc)
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
         stub = pb_grpc.CoordinatorStub(channel)

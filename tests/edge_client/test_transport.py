@@ -34,9 +34,9 @@ def address(tmp_path, artifacts):
     holder = {}
 
     async def start():
-        holder["c"] = Coordinator(CoordinatorConfig(artifacts=artifacts, state_dir=tmp_path / "state",
+        holder["c"] = Coordinator(CoordinatorConfig.from_mapping(dict(artifacts=artifacts, state_dir=tmp_path / "state",
                                                     address="127.0.0.1:0", rounds=1, min_clients=2,
-                                                    insecure=True, auth="open"))
+                                                    insecure=True, auth="open")))
         return await holder["c"].start()
 
     port = asyncio.run_coroutine_threadsafe(start(), loop).result(30)

@@ -58,7 +58,7 @@ def test_attackers_are_a_seeded_share_of_the_clients():
 ])
 def test_simulation_config_checks_the_robustness_settings(settings, message, tmp_path):
     with pytest.raises(ConfigError) as info:
-        SimulationConfig(out=tmp_path, **settings)
+        SimulationConfig.from_mapping(dict(out=tmp_path, **settings))
     assert message in str(info.value)
 
 
@@ -73,10 +73,10 @@ def runs(tmp_path_factory) -> dict[str, float]:
     base = dict(clients=10, rounds=20, partition="iid", local_epochs=1, batch_size=16, lr=0.02, seed=0,
                 workers=2, progress=False)
     folder = tmp_path_factory.mktemp("robust")
-    out = {"clean": run_simulation(SimulationConfig(out=folder / "clean", **base)).records[-1].accuracy}
+    out = {"clean": run_simulation(SimulationConfig.from_mapping(dict(out=folder / "clean", **base))).records[-1].accuracy}
     for strategy in ("fedavg",) + ROBUST:
-        result = run_simulation(SimulationConfig(out=folder / strategy.replace(":", "-"), strategy=strategy,
-                                                 byzantine_fraction=0.2, attack="sign-flip", **base))
+        result = run_simulation(SimulationConfig.from_mapping(dict(out=folder / strategy.replace(":", "-"), strategy=strategy,
+                                                 byzantine_fraction=0.2, attack="sign-flip", **base)))
         out[strategy] = result.records[-1].accuracy
     return out
 

@@ -28,7 +28,7 @@ def _small(tmp: Path, **kw) -> SimulationConfig:
     base = dict(clients=4, rounds=2, partition="iid", local_epochs=1, batch_size=32, lr=0.02, progress=False,
                 workers=2, out=tmp)
     base.update(kw)
-    return SimulationConfig(**base)
+    return SimulationConfig.from_mapping(base)
 
 
 @pytest.fixture(scope="module")

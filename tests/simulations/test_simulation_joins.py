@@ -13,7 +13,7 @@ from fedort.coordinator.server import Coordinator
 from fedort.protos.stubs import fedort_v1_pb2 as pb
 from fedort.protos.stubs import fedort_v1_pb2_grpc as pb_grpc
 from fedort.simulations.config import load_config
-from fedort.simulations.runner import coordinator_config
+from fedort.simulations.coordinator_settings import coordinator_config
 
 
 @pytest.mark.slow

@@ -11,8 +11,8 @@ from fedort.simulations.runner import run_simulation
 
 
 def test_metrics_and_summary_report_the_masked_uploads_bytes_and_codec(tmp_path):
-    result = run_simulation(SimulationConfig(clients=4, rounds=2, partition="iid", secagg=True, progress=False,
-                                             workers=1, out=tmp_path / "run"))
+    result = run_simulation(SimulationConfig.from_mapping(dict(clients=4, rounds=2, partition="iid", secagg=True, progress=False,
+                                             workers=1, out=tmp_path / "run")))
     layout = StateLayout(result.out / "state")
     with open(result.out / "metrics.csv") as f:
         rows = list(csv.DictReader(f))

@@ -19,7 +19,7 @@ def _cfg(tmp: Path, **kw) -> SimulationConfig:
     base = dict(clients=6, rounds=3, partition="iid", local_epochs=1, batch_size=32, lr=0.02, progress=False,
                 step_seconds=1.0, out=tmp)
     base.update(kw)
-    return SimulationConfig(**base)
+    return SimulationConfig.from_mapping(base)
 
 
 def _task(epochs: int, batch: int) -> Task:

@@ -80,13 +80,13 @@ def server_update_for(spec: str) -> ServerUpdate:
 
 
 def configured_strategy(config: CoordinatorConfig, strategy: Strategy | None = None) -> Strategy:
-    """The chain a run uses: `strategy` (or `config.strategy`) with `config.server_optimizer` as its server update.
+    """The chain a run uses: `strategy` (or `config.aggregation.strategy`) with `config.aggregation.server_optimizer` as its server update.
 
     A strategy built in code that already has its own (non-identity) server update cannot also take a
     `--server-optimizer` other than fedavg: that would silently drop one of the two.
     """
-    chain = strategy or parse_strategy(config.strategy)
-    stage = server_update_for(config.server_optimizer)
+    chain = strategy or parse_strategy(config.aggregation.strategy)
+    stage = server_update_for(config.aggregation.server_optimizer)
     if type(stage) is ServerUpdate:
         return chain
     if type(chain.server_update) is not ServerUpdate:

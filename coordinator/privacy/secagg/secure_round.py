@@ -131,7 +131,9 @@ class SecAggRound:
             server.params.threshold,
             server.params.fixed_point.bits,
             server.params.scheme,
-            f", distributed DP z={dp.noise_multiplier:g} C={dp.clip:g}" if dp and cfg.dp_noise_multiplier else "",
+            f", distributed DP z={dp.noise_multiplier:g} C={dp.clip:g}"
+            if dp and cfg.privacy.dp_noise_multiplier
+            else "",
         )
 
     def ensure(self, round: int) -> SecAggServer:
@@ -157,12 +159,12 @@ class SecAggRound:
             log.info("round %d: secure aggregation resumed in phase %s", r.round, server.phase.value)
             return
         cfg, n = e.config, len(r.selected)
-        degree = cfg.secagg_neighbours or default_degree(n)
-        threshold = cfg.secagg_threshold or default_threshold(effective_degree(n, degree))
+        degree = cfg.privacy.secagg_neighbours or default_degree(n)
+        threshold = cfg.privacy.secagg_threshold or default_threshold(effective_degree(n, degree))
         dp, caps = e.privacy.dp, [e.registry.capabilities(c) for c in r.selected]
         scheme = negotiate(caps)  # every selected device computes it
         cap = 1.0 if dp else MAX_WEIGHT if scheme == LEGACY else weight_cap(caps)  # older devices clamp at MAX_WEIGHT
-        fixed = FixedPoint.for_cohort(max(n, 1), cfg.secagg_clip, cfg.secagg_scale, cap)
+        fixed = FixedPoint.for_cohort(max(n, 1), cfg.privacy.secagg_clip, cfg.privacy.secagg_scale, cap)
         fixed = replace(fixed, bits=min(64, -(-fixed.bits // 8) * 8))  # whole bytes: packed words waste no bit
         try:
             params = SecAggParams(
@@ -277,7 +279,7 @@ class SecAggRound:
         e, r = self.engine, present(self.engine.training, "the open round")
         if self._unusable:
             return self._fail(self._unusable)
-        s, phase_ms = self.active, int(e.config.round_timeout_s * 1000)
+        s, phase_ms = self.active, int(e.config.plan.round_timeout_s * 1000)
         try:
             if s.phase is Phase.ADVERTISE:
                 await self._until(lambda: set(s.state.keys) >= set(s.params.cohort), r.deadline_ms)
@@ -302,7 +304,7 @@ class SecAggRound:
             await self.persist()
             e.store.forget_submissions(e.round)
             self.exclusions.learn(e.round, s.state)
-            if r.attempt < e.config.max_round_attempts:  # a fresh protocol run (new keys, new cohort)
+            if r.attempt < e.config.plan.max_round_attempts:  # a fresh protocol run (new keys, new cohort)
                 log.warning("round %d: attempt %d: %s; the round is retried", e.round, r.attempt, exc)
                 shutil.rmtree(e.store.spool_dir(e.round), ignore_errors=True)
                 e.uploads.bytes_received.pop(e.round, None)

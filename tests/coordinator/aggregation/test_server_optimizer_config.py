@@ -13,6 +13,7 @@ import pytest
 from fedort.cli import coordinator as coordinator_cli
 from fedort.cli import simulate as simulate_cli
 from fedort.coordinator.config import CoordinatorConfig
+from fedort.coordinator.settings import AggregationSettings
 from fedort.common.errors import ConfigError
 from fedort.simulations.config import load_config
 
@@ -25,7 +26,7 @@ def parse(module, *argv: str) -> argparse.Namespace:
 
 def test_the_default_is_fedavg_and_is_recorded_with_the_training_config():
     config = CoordinatorConfig(artifacts=Path("a"), state_dir=Path("s"))
-    assert config.server_optimizer == "fedavg"
+    assert config.aggregation.server_optimizer == "fedavg"
     assert config.training_json()["server_optimizer"] == "fedavg"
 
 
@@ -34,7 +35,7 @@ def test_serve_flag_overrides_the_toml_file_and_is_recorded_canonically(tmp_path
     toml.write_text('[coordinator]\nartifacts = "a"\nstate_dir = "s"\nserver_optimizer = "fedyogi"\n')
     args = parse(coordinator_cli, "coordinator", "serve", "--config", str(toml), "--server-optimizer", "fedadam:lr=0.1")
     config = coordinator_cli.config_from_args(args)
-    assert config.server_optimizer == "fedadam:lr=0.1"
+    assert config.aggregation.server_optimizer == "fedadam:lr=0.1"
     assert config.training_json()["server_optimizer"] == "fedadam:lr=0.1,beta1=0.9,beta2=0.99,tau=0.001,bias_correction=flower"
 
 
@@ -47,7 +48,8 @@ def test_a_bad_spec_is_a_config_error_at_load():
 
 def test_every_optimizer_is_accepted_by_serve_and_simulate_configs():
     for name in ("fedavgm", "fedadagrad", "fedadam", "fedyogi"):
-        assert CoordinatorConfig(artifacts=Path("a"), state_dir=Path("s"), server_optimizer=name).server_optimizer == name
+        config = CoordinatorConfig(artifacts=Path("a"), state_dir=Path("s"), aggregation=AggregationSettings(server_optimizer=name))
+        assert config.aggregation.server_optimizer == name
         assert load_config(None, {"server_optimizer": name}).server_optimizer == name
 
 

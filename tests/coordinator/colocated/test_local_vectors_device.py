@@ -42,8 +42,8 @@ def bytes_in(coordinator: LocalCoordinator) -> float:
 
 def test_local_coordinator_turns_the_co_located_path_on_unless_told_not_to(mlp_artifacts, tmp_path):
     config = make_config(mlp_artifacts, tmp_path / "state")
-    assert LocalCoordinator(config).config.local_vector_dir == tmp_path / "state" / "local-vectors"
-    assert LocalCoordinator(config, local_vectors=False).config.local_vector_dir is None
+    assert LocalCoordinator(config).config.transport.local_vector_dir == tmp_path / "state" / "local-vectors"
+    assert LocalCoordinator(config, local_vectors=False).config.transport.local_vector_dir is None
 
 
 @pytest.mark.slow

@@ -51,4 +51,4 @@ def test_export_every_zero_writes_the_final_model_only(mlp_artifacts, tmp_path):
 
 def test_a_negative_export_every_is_refused(mlp_artifacts, tmp_path):
     with pytest.raises(ConfigError, match="export_every"):
-        CoordinatorConfig(artifacts=mlp_artifacts, state_dir=tmp_path, insecure=True, export_every=-1).validate()
+        CoordinatorConfig.from_mapping(dict(artifacts=mlp_artifacts, state_dir=tmp_path, insecure=True, export_every=-1)).validate()

@@ -203,7 +203,7 @@ def test_serve_flags_configure_async_mode_and_a_robust_strategy_is_refused_with_
     args = parser.parse_args(["coordinator", "serve", "--artifacts", "a", "--state-dir", "s", "--mode", "async",
                               "--buffer-size", "5", "--max-staleness", "3", "--staleness-weight", "hinge:1,2"])
     config = coordinator_cli.config_from_args(args)
-    assert (config.mode, config.buffer_size, config.max_staleness, config.staleness_weight) == ("async", 5, 3, "hinge:1,2")
+    assert (config.fedbuff.mode, config.fedbuff.buffer_size, config.fedbuff.max_staleness, config.fedbuff.staleness_weight) == ("async", 5, 3, "hinge:1,2")
     with pytest.raises(ConfigError, match="mode 'async' folds updates into FedBuff's buffer .*strategy must be 'fedavg', "
                                           "got 'median'"):
-        CoordinatorConfig(artifacts=tmp_path, state_dir=tmp_path, mode="async", strategy="median")
+        CoordinatorConfig.from_mapping(dict(artifacts=tmp_path, state_dir=tmp_path, mode="async", strategy="median"))

@@ -67,7 +67,7 @@ def test_adaptive_clip_state_round_trips_through_the_server_state(tmp_path):
 
 def test_dp_with_a_robust_strategy_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="DP-FedAvg"):
-        CoordinatorConfig(artifacts=tmp_path, state_dir=tmp_path / "s", strategy="median", dp_clip="1.0")
+        CoordinatorConfig.from_mapping(dict(artifacts=tmp_path, state_dir=tmp_path / "s", strategy="median", dp_clip="1.0"))
 
 
 def _direct_epsilon(q: float, z: float, rounds: int, delta: float) -> float:

@@ -162,8 +162,8 @@ def test_simulate_with_secagg_and_distributed_dp_runs_real_edge_clients(tmp_path
     from fedort.simulations.config import SimulationConfig
     from fedort.simulations.runner import run_simulation
 
-    cfg = SimulationConfig(clients=6, clients_per_round=3, rounds=2, out=tmp_path / "run", progress=False,
-                           workers=2, secagg=True, dp_clip="1.0", dp_noise_multiplier=0.8)
+    cfg = SimulationConfig.from_mapping(dict(clients=6, clients_per_round=3, rounds=2, out=tmp_path / "run", progress=False,
+                           workers=2, secagg=True, dp_clip="1.0", dp_noise_multiplier=0.8))
     result = run_simulation(cfg)
     assert [r.round for r in result.records] == [1, 2] and all(r.clients == 3 for r in result.records)
     for r in result.records:                              # no dropouts: z as configured, q = 3/6

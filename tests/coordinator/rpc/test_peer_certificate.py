@@ -102,7 +102,7 @@ async def test_edge_clients_with_their_own_certificates_and_tokens_train_a_round
     def run(i: int, cid: str):
         cert, key = issue_client(pki, tmp_path / "certs", cid)
         config = EdgeConfig(f"127.0.0.1:{coord.port}", ca_file=pki.ca, cert_file=cert, key_file=key,
-                            credential=tokens[cid], name=cid, cache_dir=tmp_path / f"cache-{cid}", poll_wait_ms=2000,
+                            token=tokens[cid], name=cid, cache_dir=tmp_path / f"cache-{cid}", poll_wait_ms=2000,
                             heartbeats=False, backoff=fast)
         return EdgeClient(config, data=digits_part(i, 2)).run()
 
@@ -162,7 +162,7 @@ def test_the_serve_flag_sets_the_binding_and_it_is_on_by_default(flags, bound):
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())
     args = parser.parse_args(["coordinator", "serve", "--artifacts", "a", "--state-dir", "s", *flags])
-    assert config_from_args(args).tls_bind_client_id is bound
+    assert config_from_args(args).transport.tls_bind_client_id is bound
 
 
 async def test_an_edge_client_with_another_devices_certificate_stops_saying_which_names_disagree(
@@ -173,7 +173,7 @@ async def test_an_edge_client_with_another_devices_certificate_stops_saying_whic
     coord = await start_coordinator(state_dir=state, **mutual(pki))
     cert, key = issue_client(pki, tmp_path / "certs", "alice")
     config = EdgeConfig(f"127.0.0.1:{coord.port}", ca_file=pki.ca, cert_file=cert, key_file=key,
-                        credential=tokens["bob"], name="bob", cache_dir=tmp_path / "cache", heartbeats=False,
+                        token=tokens["bob"], name="bob", cache_dir=tmp_path / "cache", heartbeats=False,
                         backoff=Backoff(initial_s=0.05, max_delay_s=0.2, give_up_after_s=5.0))
     with pytest.raises(UnauthenticatedError, match="the client certificate names subject CN 'alice', but the token "
                                                    "is client bob's"):

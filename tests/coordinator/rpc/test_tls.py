@@ -45,7 +45,7 @@ async def test_a_real_round_runs_over_tls_with_device_tokens(tmp_path, pki, star
     address = f"127.0.0.1:{coordinator.port}"
 
     def run(i: int):
-        config = EdgeConfig(address, ca_file=pki.ca, credential=tokens[i], name=f"dev{i}", cache_dir=tmp_path / f"c{i}",
+        config = EdgeConfig(address, ca_file=pki.ca, token=tokens[i], name=f"dev{i}", cache_dir=tmp_path / f"c{i}",
                             poll_wait_ms=2000, heartbeats=False, backoff=FAST)
         assert config.client_id == f"client-{i:04d}"     # taken from the token
         return EdgeClient(config, data=digits_part(i, 2)).run()

@@ -183,8 +183,8 @@ def test_the_allowed_list_is_canonical_and_a_family_admits_every_parameter(tmp_p
     from fedort.coordinator.uploads.admission import allowed_codecs, codec_allowed
     from fedort.coordinator.config import CoordinatorConfig
 
-    allowed = allowed_codecs(CoordinatorConfig(artifacts=tmp_path, state_dir=tmp_path / "s",
-                                               codecs="int8:256,topk:0.010,zstd+topk"))
+    allowed = allowed_codecs(CoordinatorConfig.from_mapping(dict(artifacts=tmp_path, state_dir=tmp_path / "s",
+                                               codecs="int8:256,topk:0.010,zstd+topk")))
     assert allowed == ["raw", "int8", "topk:0.01", "zstd+topk"]
     assert [codec_allowed(allowed, c) for c in ("raw", "int8", "topk:0.01", "topk:0.02", "zstd+topk:0.5", "fp16")] \
         == [True, True, True, False, True, False]
