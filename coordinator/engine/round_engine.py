@@ -1,29 +1,26 @@
 """The round engine: the loop that runs the federated rounds through the run's life cycle (`life_cycle`).
 
-A round opens once `min_available_clients` are available; it selects
-max(min_clients, ceil(fraction * available)) of them (capped at what is available), seeded by
-(seed, round, attempt) over the sorted client ids. It closes as soon as every selected client
-reported (and at least min_clients did), or at its deadline if at least min_clients did;
-otherwise it is retried among available clients that have not reported, with a new deadline, up
-to max_round_attempts, and then the run FAILS with a message saying why: a round never hangs. A
-non-finite aggregate is refused and its round reopened the same way (`refused_aggregate`).
+A round opens once `min_available_clients` are available; it selects max(min_clients, ceil(fraction * available)) of
+them (capped at what is available), seeded by (seed, round, attempt) over the sorted client ids. It closes as soon
+as every selected client reported (and at least min_clients did), or at its deadline if at least min_clients did;
+otherwise it is retried among available clients that have not reported, with a new deadline, up to
+max_round_attempts, and then the run FAILS with a message saying why: a round never hangs. A non-finite aggregate is
+refused and its round reopened the same way (`refused_aggregate`).
 
-A full disk at a round's open, commit or export is waited out (`storage.retry_when_full`), not
-fatal. A committed round exports in the background, overlapped with the next round; the run ends
-only after the last export.
+A full disk at a round's open, commit or export is waited out (`storage.retry_when_full`), not fatal. A committed
+round exports in the background, overlapped with the next round; the run ends only after the last export.
 
 The engine owns the run's state; each collaborator gets only what it uses, reading the run through
 `run_view.RunView`: client calls (`task_dispatch`), update intake (`uploads.intake`), the commit (`round_commit`),
 exports (`export.round_exports`), restart replay (`recovery`), evaluation (`evaluation`), the round's close
-(`round_deadline`), privacy (`privacy.round_privacy`). Another schedule (`fedbuff.engine`) extends it at
-`intake`, `fit_rule`, `begin_round`, `counted_round`, `recover`, `run` and `close`.
+(`round_deadline`), privacy (`privacy.round_privacy`). Another schedule (`fedbuff.engine`) extends it at `intake`,
+`fit_rule`, `begin_round`, `counted_round`, `recover`, `run` and `close`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from functools import partial
 
 import numpy as np
@@ -42,7 +39,7 @@ from fedort.coordinator.engine.refused_aggregate import commit_or_retry, retry_r
 from fedort.coordinator.engine.registry import ClientRegistry
 from fedort.coordinator.engine.round_commit import commit_round
 from fedort.coordinator.engine.round_deadline import wait_for_close
-from fedort.coordinator.engine.selection import attempt_selection
+from fedort.coordinator.engine.selection import attempt_selection, until_available
 from fedort.coordinator.engine.task_dispatch import FitRule, SelectedClients, TaskDispatch
 from fedort.coordinator.engine.training_round import GlobalVector, TrainingRound
 from fedort.coordinator.export.inference import Exporter
@@ -93,7 +90,15 @@ class RoundEngine:
         if config.privacy.secagg:  # imported only for a masked run: the protocol and its key agreement
             from fedort.coordinator.privacy.secagg.secure_round import SecAggRound
 
-            self.secagg = SecAggRound(self)
+            self.secagg = SecAggRound(
+                self,
+                config=config,
+                store=store,
+                registry=self.registry,
+                length=self.length,
+                dp=self.privacy.dp,
+                combiner=self.strategy.combiner,
+            )
         self.local_vectors = (
             None
             if config.transport.local_vector_dir is None
@@ -205,8 +210,6 @@ class RoundEngine:
         if self.local_vectors is not None:
             self.local_vectors.publish(self.store.vector_path(round), sha256)
 
-    # ---- the servicer's other calls, exports, spools --------------------------------------------
-
     async def secagg_step(
         self, client_id: str, model_id: str, round: int, step: int, payload: bytes, wait_ms: int
     ) -> tuple[bool, bytes]:
@@ -301,16 +304,9 @@ class RoundEngine:
         return present(self.outcome, "the run's outcome")
 
     async def wait_for_clients(self) -> None:
-        """Until `min_available_clients` are available (a deferred commit is flushed first: it does not wait)."""
+        """Until `min_available_clients` are available (`selection.until_available`)."""
         need = present(self.config.plan.min_available_clients, "min_available_clients")
-        last_log = 0.0
-        if self.store.deferred and len(self.registry.available()) < need:
-            self.store.flush()
-        while (n := len(self.registry.available())) < need:
-            if time.monotonic() - last_log > 30:
-                log.info("round %d: waiting for clients: %d of %d available", self.round, n, need)
-                last_log = time.monotonic()
-            await self.wait_change(1.0)
+        await until_available(need, self.registry, self.store, self.round, self.wait_change)
 
     def select(self, attempt: int) -> None:
         """Select clients besides those that already reported, then open the attempt."""

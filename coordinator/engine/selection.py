@@ -2,14 +2,16 @@
 
 Pure functions, so a simulation or a test can predict the coordinator's choice: selection is
 seeded by (run seed, round, attempt) over the sorted client ids, independent of the order in
-which clients joined.
+which clients joined. `until_available` waits for a round's clients before the selection.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING
 
@@ -17,6 +19,10 @@ import numpy as np
 
 if TYPE_CHECKING:  # a plain annotation: the config module needs nothing from here
     from fedort.coordinator.config import CoordinatorConfig
+    from fedort.coordinator.engine.registry import ClientRegistry
+    from fedort.coordinator.state.store import StateStore
+
+log = logging.getLogger("fedort.coordinator.engine.round_engine")
 
 
 def sample_size(available: int, fraction: float, min_clients: int) -> int:
@@ -62,3 +68,17 @@ def attempt_selection(
         + f", deadline in {cfg.plan.round_timeout_s:g} s"
     )
     return frozenset(chosen) | keep, why
+
+
+async def until_available(
+    need: int, registry: ClientRegistry, store: StateStore, round: int, wait_change: Callable[[float], Awaitable[None]]
+) -> None:
+    """Until `need` clients are available; a deferred commit is flushed first, since it would otherwise wait too."""
+    last_log = 0.0
+    if store.deferred and len(registry.available()) < need:
+        store.flush()
+    while (n := len(registry.available())) < need:
+        if time.monotonic() - last_log > 30:
+            log.info("round %d: waiting for clients: %d of %d available", round, n, need)
+            last_log = time.monotonic()
+        await wait_change(1.0)

@@ -65,7 +65,7 @@ async def run_batch(secagg: SecAggRound | None, calls: Sequence[StepCall], wait_
         return [StepAnswer(c.client_id, error=errors[i]) for i, c in enumerate(calls)]
     if changed:
         await secagg.persist()  # one durable write covers every message of the batch
-        secagg.engine.notify()
+        secagg.run.notify()
     if live and not errors and server is not None:
         try:
             await secagg.steps.hold(server, [calls[i].step for i in live], wait_ms)

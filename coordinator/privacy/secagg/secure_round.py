@@ -32,9 +32,9 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -54,6 +54,7 @@ from fedort.common.secagg.pack import is_masked, packed_bits, packed_codec
 from fedort.common.secagg.phases import Phase
 from fedort.common.secagg.scheme import LEGACY, negotiate
 from fedort.common.secagg.task import MAX_WEIGHT, SECAGG_CODEC, SecAggTask, weight_cap
+from fedort.coordinator.engine.run_view import RunView
 from fedort.coordinator.privacy.secagg.exclusion import Exclusions
 from fedort.coordinator.privacy.secagg.record import SecAggRecord
 from fedort.coordinator.privacy.secagg.secure_sum import SecureSum
@@ -64,7 +65,38 @@ from fedort.coordinator.state.store import now_ms
 from fedort.protos.messages import UpdateHeader
 
 if TYPE_CHECKING:
-    from fedort.coordinator.engine.round_engine import RoundEngine
+    from fedort.coordinator.aggregation.combiner import Combiner
+    from fedort.coordinator.config import CoordinatorConfig
+    from fedort.coordinator.engine.training_round import TrainingRound
+    from fedort.coordinator.privacy.dp_fedavg import DPClipState
+    from fedort.coordinator.state.store import StateStore
+    from fedort.coordinator.uploads.intake import UploadIntake
+
+
+class SecureRun(RunView, Protocol):
+    """What a secure round reads of the run and asks of it (the round engine satisfies it)."""
+
+    @property
+    def uploads(self) -> UploadIntake: ...
+
+    def transition(self, new: RoundState, why: str = "") -> None: ...
+
+    def begin_round(self) -> TrainingRound: ...
+
+    def select(self, attempt: int) -> None:
+        """Open the next attempt with a fresh selection (the excluded left out)."""
+        ...
+
+    def finish(self, state: RoundState, message: str) -> None: ...
+
+    def touch(self, client_id: str) -> None: ...
+
+    def check_model(self, model_id: str) -> None: ...
+
+
+class Capabilities(Protocol):
+    def capabilities(self, client_id: str) -> Mapping[str, str]: ...
+
 
 log = logging.getLogger("fedort.coordinator.engine.round_engine")
 
@@ -86,21 +118,37 @@ def default_degree(cohort: int) -> int:
 class SecAggRound:
     """The engine's secure-aggregation side: one `SecAggServer` per round, durable, driven phase by phase."""
 
-    def __init__(self, engine: RoundEngine) -> None:
-        self.engine = engine
+    def __init__(
+        self,
+        run: SecureRun,
+        *,
+        config: CoordinatorConfig,
+        store: StateStore,
+        registry: Capabilities,
+        length: int,
+        dp: DPClipState | None,
+        combiner: Combiner,
+    ) -> None:
+        self.run, self.config, self.store, self.registry, self.length, self.dp = (
+            run,
+            config,
+            store,
+            registry,
+            length,
+            dp,
+        )
         self.server: SecAggServer | None = None
         self.round = 0
         self.task: SecAggTask | None = None
         self._task_bytes = b""
         self.result: SecAggResult | None = None
         self.lock = threading.Lock()
-        self.record = SecAggRecord(engine.store.dir / "secagg", self.lock, lambda: (self.active, self.round))
+        self.record = SecAggRecord(store.dir / "secagg", self.lock, lambda: (self.active, self.round))
         self.closing = False  # a phase close is being made durable (see _close)
         self.phase_changed = asyncio.Event()  # what held steps wait for (see steps.hold, wake)
         self.steps = SecAggSteps(self)
-        self.exclusions = Exclusions(engine.store.dir / "secagg" / "excluded.json")
+        self.exclusions = Exclusions(store.dir / "secagg" / "excluded.json")
         self._unusable = ""  # why the open attempt's cohort cannot run the protocol (see round_opened)
-        combiner = engine.strategy.combiner
         if not isinstance(combiner, SecureSum):
             raise SecAggError(f"secure aggregation needs the secure-sum combiner, the strategy has {combiner.name!r}")
         combiner.bind(self)
@@ -110,9 +158,8 @@ class SecAggRound:
         await self.record.persist(with_sum)
 
     def _use(self, server: SecAggServer, round: int) -> None:
-        cfg = self.engine.config
+        cfg, dp = self.config, self.dp
         self.server, self.round, self.result = server, round, None
-        dp = self.engine.privacy.dp
         n = len(server.params.cohort)
         bits = server.params.fixed_point.bits
         self.task = SecAggTask(
@@ -152,16 +199,16 @@ class SecAggRound:
 
     def round_opened(self) -> None:
         """A new attempt opened: resume the recorded protocol state, or start a fresh one for its cohort."""
-        e, r = self.engine, present(self.engine.training, "the open round")
+        r = present(self.run.training, "the open round")
         server = self.server if self.round == r.round and self.server is not None else self.record.load(r.round)
         if server is not None and server.phase is not Phase.FAILED:
             self._use(server, r.round)
             log.info("round %d: secure aggregation resumed in phase %s", r.round, server.phase.value)
             return
-        cfg, n = e.config, len(r.selected)
+        cfg, n = self.config, len(r.selected)
         degree = cfg.privacy.secagg_neighbours or default_degree(n)
         threshold = cfg.privacy.secagg_threshold or default_threshold(effective_degree(n, degree))
-        dp, caps = e.privacy.dp, [e.registry.capabilities(c) for c in r.selected]
+        dp, caps = self.dp, [self.registry.capabilities(c) for c in r.selected]
         scheme = negotiate(caps)  # every selected device computes it
         cap = 1.0 if dp else MAX_WEIGHT if scheme == LEGACY else weight_cap(caps)  # older devices clamp at MAX_WEIGHT
         fixed = FixedPoint.for_cohort(max(n, 1), cfg.privacy.secagg_clip, cfg.privacy.secagg_scale, cap)
@@ -174,7 +221,7 @@ class SecAggRound:
                 degree,
                 os.urandom(16),
                 fixed,
-                e.length,
+                self.length,
                 scheme,
             )
         except ConfigError as exc:  # too few clients left (cheaters excluded): `train` fails the round
@@ -186,7 +233,7 @@ class SecAggRound:
 
     def excluded(self) -> frozenset[str]:
         """Clients the next selection must leave out: caught cheaters, and the accused of this round (`exclusion`)."""
-        return self.exclusions.excluded(self.engine.round)
+        return self.exclusions.excluded(self.run.round)
 
     async def step(
         self, client_id: str, model_id: str, round: int, step: int, payload: bytes, wait_ms: int
@@ -237,7 +284,7 @@ class SecAggRound:
 
     def receive_masked(self, client_id: str, masked: np.ndarray) -> None:
         """Fold one durable masked input (fold thread): into the accumulator once, then persisted."""
-        s = self.ensure(self.engine.round)
+        s = self.ensure(self.run.round)
         with self.lock:
             if s.phase is not Phase.MASKED_INPUT and client_id in s.state.u3:
                 return  # replayed after a restart: already in the sum
@@ -246,9 +293,9 @@ class SecAggRound:
     # ---- the phases ----------------------------------------------------------------------------------
 
     def _note(self, old: Phase, new: Phase, why: str) -> None:
-        e = self.engine
+        e = self.run
         log.info("round %d: %s -> %s (%s)", e.round, _PHASE_STATE[old], _PHASE_STATE[new], why)
-        e.store.note_transition(TransitionRow(e.round, _PHASE_STATE[old], _PHASE_STATE[new], time.time(), why))
+        self.store.note_transition(TransitionRow(e.round, _PHASE_STATE[old], _PHASE_STATE[new], time.time(), why))
         e.notify()
         self.wake()
 
@@ -260,7 +307,7 @@ class SecAggRound:
 
     async def _until(self, done: Callable[[], bool], deadline_ms: int) -> None:
         while not done() and (remaining := deadline_ms - now_ms()) > 0:
-            await self.engine.wait_change(remaining / 1000)
+            await self.run.wait_change(remaining / 1000)
 
     async def _close(self, close: Callable[[], object], what: str) -> None:
         """Close a phase; its answers (`ready`) wait until the close is durable, so a restart never closes it anew."""
@@ -276,10 +323,10 @@ class SecAggRound:
 
     async def train(self) -> bool:
         """Run the round's remaining phases; False (round and run FAILED, global unchanged) on abort."""
-        e, r = self.engine, present(self.engine.training, "the open round")
+        e, r = self.run, present(self.run.training, "the open round")
         if self._unusable:
             return self._fail(self._unusable)
-        s, phase_ms = self.active, int(e.config.plan.round_timeout_s * 1000)
+        s, phase_ms = self.active, int(self.config.plan.round_timeout_s * 1000)
         try:
             if s.phase is Phase.ADVERTISE:
                 await self._until(lambda: set(s.state.keys) >= set(s.params.cohort), r.deadline_ms)
@@ -302,11 +349,11 @@ class SecAggRound:
                 self.result = await asyncio.to_thread(self._finish)
         except SecAggAborted as exc:
             await self.persist()
-            e.store.forget_submissions(e.round)
+            self.store.forget_submissions(e.round)
             self.exclusions.learn(e.round, s.state)
-            if r.attempt < e.config.plan.max_round_attempts:  # a fresh protocol run (new keys, new cohort)
+            if r.attempt < self.config.plan.max_round_attempts:  # a fresh protocol run (new keys, new cohort)
                 log.warning("round %d: attempt %d: %s; the round is retried", e.round, r.attempt, exc)
-                shutil.rmtree(e.store.spool_dir(e.round), ignore_errors=True)
+                shutil.rmtree(self.store.spool_dir(e.round), ignore_errors=True)
                 e.uploads.bytes_received.pop(e.round, None)
                 e.begin_round()
                 e.select(r.attempt + 1)  # without the excluded (`excluded`)
@@ -328,9 +375,9 @@ class SecAggRound:
 
     def _fail(self, why: str) -> bool:
         """The round (and run) FAILED with `why`, the global model unchanged."""
-        e = self.engine
+        e = self.run
         message = f"round {e.round} failed: {why}; the global model is unchanged"
-        e.store.fail_round(e.round, message)
+        self.store.fail_round(e.round, message)
         e.finish(RoundState.FAILED, message)
         return False
 

@@ -37,14 +37,14 @@ class SecAggSteps:
         s = self.check(client_id, model_id, round)
         if self.accept(client_id, step, payload):
             await self.rnd.persist()  # durable before the client hears back
-            self.rnd.engine.notify()
+            self.rnd.run.notify()
         if not await self.hold(s, [step], wait_ms):
             return False, b""
         return True, self.reply(client_id, round, step)
 
     def check(self, client_id: str, model_id: str, round: int) -> SecAggServer:
         """The round's protocol state, if `round` is the one in progress (StaleRoundError, SecAggAborted)."""
-        e = self.rnd.engine
+        e = self.rnd.run
         e.touch(client_id)
         e.check_model(model_id)
         if (
@@ -101,9 +101,9 @@ class SecAggSteps:
         Woken by `wake` (phase closes, the round's end, the server stopping), not by every engine change: in the
         masked-input phase each upload notifies the engine two or three times, and every held call would wake for
         each."""
-        e = self.rnd.engine
+        e = self.rnd.run
         until = time.monotonic() + min(max(wait_ms, 0), 30_000) / 1000
-        while not any(self.ready(s, x) for x in steps) and (left := until - time.monotonic()) > 0 and not e._stopping:
+        while not any(self.ready(s, x) for x in steps) and (left := until - time.monotonic()) > 0 and not e.stopping:
             changed = asyncio.ensure_future(self.rnd.phase_changed.wait())
             try:
                 await asyncio.wait({changed}, timeout=left)
