@@ -260,8 +260,8 @@ def main(argv: list[str] | None = None) -> int:
         level = ["--log-level", "DEBUG"] if args.server_log else []
         cmd = ([str(fedort), *level, "coordinator"] if fedort.exists() else [sys.executable, "-m", "coordinator"]) + [
             "serve", "--artifacts", str(arts), "--state-dir", str(tmp / "state"), "--address", "127.0.0.1:0",
-            "--port-file", str(tmp / "port"), "--rounds", str(rounds), "--min-clients", "1", "--round-timeout", "600",
-            "--client-timeout", "0", "--config", str(tmp / "bench.toml"), "--insecure", "--auth", "open"]
+            "--port-file", str(tmp / "port"), "--rounds", str(rounds), "--min-clients", "1", "--round-timeout-s", "600",
+            "--client-timeout-s", "0", "--config", str(tmp / "bench.toml"), "--insecure", "--auth", "open"]
         # export_every = 0: the inference model of a 100 MB vector is written once, after the last round,
         # instead of in the background during the next round's download (export is not transfer)
         (tmp / "bench.toml").write_text(f"download_chunk_bytes = {args.download_chunk_kib * 1024}\nexport_every = 0\n")

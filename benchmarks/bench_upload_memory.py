@@ -71,8 +71,8 @@ def start_coordinator(artifacts: Path, root: Path, clients: int, max_concurrent:
     proc = subprocess.Popen([sys.executable, "-m", "fedort", "coordinator", "serve", "--config", str(toml),
                              "--artifacts", str(artifacts), "--state-dir", str(root / "state"), "--address",
                              "127.0.0.1:0", "--port-file", str(port_file), "--rounds", "1", "--min-clients",
-                             str(clients), "--round-timeout", "3600", "--insecure", "--auth", "open",
-                             "--client-timeout", "0"],
+                             str(clients), "--round-timeout-s", "3600", "--insecure", "--auth", "open",
+                             "--client-timeout-s", "0"],
                             stdout=subprocess.DEVNULL, stderr=open(root / "serve.log", "w"))
     deadline = time.monotonic() + 120
     while not (port_file.is_file() and port_file.read_text().strip()):

@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         (tmp / "bench.toml").write_text("export_every = 0\nweb_address = \"127.0.0.1:0\"\n")
         cmd = [str(fedort), "--log-level", "INFO", "coordinator", "serve", "--artifacts", str(arts), "--state-dir", str(tmp / "state"),
                "--address", "127.0.0.1:0", "--port-file", str(tmp / "port"), "--rounds", str(rounds),
-               "--min-clients", "1", "--round-timeout", "600", "--client-timeout", "0", "--config",
+               "--min-clients", "1", "--round-timeout-s", "600", "--client-timeout-s", "0", "--config",
                str(tmp / "bench.toml"), "--insecure", "--auth", "open"]
         server, port = start(cmd, tmp / "port", tmp / "coordinator.log")
         try:

@@ -28,7 +28,8 @@ class Backend(Protocol):
     def start(self, plans: Sequence[WorkerPlan]) -> None: ...
     def results(self) -> list[WorkerStats] | None: ...  # None while workers still run; raises a worker's error
     def stop(self) -> None: ...
-    def preload(self, artifacts: Path) -> None: ...  # the run's artifacts exist: workers may open them early
+    # the run's artifacts exist: workers may open them early, keeping the session's files under `scratch`
+    def preload(self, artifacts: Path, scratch: Path) -> None: ...
 
 
 class WorkerFailed(FedortError):
@@ -82,10 +83,10 @@ def _run_worker(plan: WorkerPlan) -> WorkerStats:
     return run_worker(plan)
 
 
-def _preopen(artifacts: Path) -> None:
+def _preopen(artifacts: Path, scratch: Path) -> None:
     from fedort.simulations.worker import preopen_session
 
-    preopen_session(artifacts)
+    preopen_session(artifacts, scratch)
 
 
 class LocalBackend:
@@ -102,12 +103,13 @@ class LocalBackend:
         # at the first): one task each
         self._futures = [self._pool.submit(os.getpid) for _ in range(workers)]
 
-    def preload(self, artifacts: Path) -> None:
+    def preload(self, artifacts: Path, scratch: Path) -> None:
         """Workers open the ORT session from `artifacts` while the coordinator starts (one task each; a
-        process that takes two opens once, one that takes none opens at its first join)."""
+        process that takes two opens once, one that takes none opens at its first join); its files go under
+        `scratch`, in the run's folder."""
         if self._pool is not None:
             for _ in range(self._pool._max_workers):  # type: ignore[attr-defined]  # typeshed omits the private count
-                self._pool.submit(_preopen, artifacts)
+                self._pool.submit(_preopen, artifacts, scratch)
 
     def start(self, plans: Sequence[WorkerPlan]) -> None:
         if self._pool is not None and self._pool._max_workers != len(plans):  # type: ignore[attr-defined]  # as above
@@ -164,7 +166,7 @@ class RayBackend:
         remote = ray.remote(num_cpus=1, max_retries=0)(_run_worker)
         self._refs = [remote.remote(p) for p in plans]
 
-    def preload(self, artifacts: Path) -> None:
+    def preload(self, artifacts: Path, scratch: Path) -> None:
         """Nothing: a Ray worker (maybe on another host) opens its session at its first join."""
 
     def _init_local(self, attempts: int = 3, **kwargs) -> None:

@@ -136,7 +136,9 @@ def _remove_run_folder(out: Path, before: set[Path] | None) -> None:
 
 def _run(cfg: SimulationConfig, out: Path, backend, started: float) -> SimulationResult:
     artifacts, manifest = _prepare_artifacts(cfg, out)
-    backend.preload(artifacts)  # the workers open the session while data and the coordinator are made
+    backend.preload(
+        artifacts, out / "cache" / "sessions"
+    )  # workers open the session while data and coordinator are made
     (out / "data").mkdir(exist_ok=True)
     population = _population(cfg, out / "data")
     own_test = None if cfg.data is None else Path(cfg.data) / TEST_FILE

@@ -80,7 +80,7 @@ class WorkerStats:
 _preopened: dict[int, TrainingSession] = {}  # intra-op threads -> a session opened before the plan arrived
 
 
-def preopen_session(folder: str | Path, intra_op_threads: int = 1) -> None:
+def preopen_session(folder: str | Path, scratch: Path | None = None, intra_op_threads: int = 1) -> None:
     """Open the shared session from the run's own artifacts (co-located) while the coordinator starts.
 
     The first join then neither downloads the artifacts nor opens a session before the
@@ -89,7 +89,7 @@ def preopen_session(folder: str | Path, intra_op_threads: int = 1) -> None:
         return
     try:
         _preopened[intra_op_threads] = TrainingSession.from_artifacts(
-            folder, config=SessionConfig(intra_op_threads=intra_op_threads)
+            folder, config=SessionConfig(intra_op_threads=intra_op_threads), scratch_dir=scratch
         )
     except Exception as e:  # noqa: BLE001 - the join opens its own session and raises what it finds
         log.debug("pre-opening the session from %s: %s", folder, e)

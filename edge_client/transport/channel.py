@@ -44,7 +44,7 @@ class ChannelConfig:
         if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
             raise ConfigError(f"coordinator address must be HOST:PORT with a port in 1..65535, got {self.address!r}")
         if (self.cert_file is None) != (self.key_file is None):
-            raise ConfigError("a client certificate needs both cert_file and key_file (--cert and --key)")
+            raise ConfigError("a client certificate needs both cert_file and key_file (--cert-file and --key-file)")
         if self.insecure and (self.ca_file or self.cert_file):
             raise ConfigError("insecure (plaintext) excludes ca_file/cert_file/key_file; choose TLS or --insecure")
         for name in ("ca_file", "cert_file", "key_file"):

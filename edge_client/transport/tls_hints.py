@@ -37,7 +37,7 @@ def with_tls_hint(exc: FedortError, details: str) -> FedortError:
     elif "socket closed" in low or "connection reset" in low:
         hint = (
             "the coordinator closed the connection during the TLS handshake: it may require a client "
-            "certificate (mutual TLS: --cert/--key)"
+            "certificate (mutual TLS: --cert-file/--key-file)"
         )
     else:
         return exc

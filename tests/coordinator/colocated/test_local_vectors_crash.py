@@ -32,7 +32,7 @@ class Server:
         self.proc = subprocess.Popen(
             [str(fedort), "coordinator", "serve", "--artifacts", str(artifacts), "--state-dir", str(state_dir),
              "--address", "127.0.0.1:0", "--port-file", str(port_file), "--rounds", str(ROUNDS), "--min-clients", "3",
-             "--round-timeout", "30", "--client-timeout", "0", "--insecure", "--auth", "open", *flags],
+             "--round-timeout-s", "30", "--client-timeout-s", "0", "--insecure", "--auth", "open", *flags],
             stdout=subprocess.DEVNULL, stderr=open(state_dir.parent / "coordinator.log", "ab"))
         deadline = time.monotonic() + 30
         while not port_file.exists():

@@ -34,8 +34,8 @@ def serve_command(artifacts: Path, state_dir: Path, port_file: Path, *extra: str
     prefix = [str(fedort)] if fedort.exists() else [sys.executable, "-m", "coordinator"]
     return prefix + (["coordinator"] if fedort.exists() else []) + [
         "serve", "--artifacts", str(artifacts), "--state-dir", str(state_dir), "--address", "127.0.0.1:0",
-        "--port-file", str(port_file), "--rounds", str(ROUNDS), "--min-clients", "3", "--round-timeout", "30",
-        "--client-timeout", "0", "--insecure", "--auth", "open", *extra,
+        "--port-file", str(port_file), "--rounds", str(ROUNDS), "--min-clients", "3", "--round-timeout-s", "30",
+        "--client-timeout-s", "0", "--insecure", "--auth", "open", *extra,
     ]
 
 

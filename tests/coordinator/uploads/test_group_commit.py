@@ -107,7 +107,7 @@ class Server:
         self.proc = subprocess.Popen(
             [str(fedort), "coordinator", "serve", "--config", str(config), "--artifacts", str(artifacts),
              "--state-dir", str(state_dir), "--address", "127.0.0.1:0", "--port-file", str(port_file),
-             "--rounds", "2", "--min-clients", str(len(CLIENTS) + 1), "--round-timeout", "60", "--client-timeout", "0",
+             "--rounds", "2", "--min-clients", str(len(CLIENTS) + 1), "--round-timeout-s", "60", "--client-timeout-s", "0",
              "--insecure", "--auth", "open"],
             stdout=subprocess.DEVNULL, stderr=open(tmp / "coordinator.log", "ab"))
         deadline = time.monotonic() + 30
