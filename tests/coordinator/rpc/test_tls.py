@@ -101,7 +101,7 @@ async def test_mutual_tls_refuses_a_client_without_a_certificate_and_accepts_one
     with Transport(ChannelConfig(address, ca_file=pki.ca, rpc_timeout_s=3)) as t:
         with pytest.raises(UnavailableError) as e:
             await asyncio.to_thread(t.join, "no-cert")
-    assert "client certificate (mutual TLS: --cert/--key)" in str(e.value)
+    assert "client certificate (mutual TLS: --cert-file/--key-file)" in str(e.value)
     with Transport(ChannelConfig(address, ca_file=pki.ca, cert_file=pki.client_cert, key_file=pki.client_key,
                                  rpc_timeout_s=5)) as t:
         info = await asyncio.to_thread(t.join, "with-cert", "client-0001")
