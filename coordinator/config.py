@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from fedort.common.errors import ConfigError
-from fedort.common.options import Option, as_path, markdown_table, option, options
-from fedort.common.tomlfile import read_table, unknown_settings
+from fedort.common.settings.options import Option, as_path, markdown_table, option, options
+from fedort.common.settings.tomlfile import read_table, unknown_settings
 from fedort.coordinator.settings import (
     SECTIONS,
     AccessSettings,

@@ -2,7 +2,7 @@
 
     from fedort.simulations import LocalCoordinator, round_timeline, run_simulation
 
-Names load on first use, so a worker process that imports `fedort.simulations.worker` does not
+Names load on first use, so a worker process that imports `fedort.simulations.workers.worker` does not
 pull in the coordinator.
 """
 
@@ -15,9 +15,9 @@ _EXPORTS = {
     "round_timeline": "fedort.coordinator.status",
     "run_simulation": "fedort.simulations.runner",
     "coordinator_config": "fedort.simulations.coordinator_settings",
-    "WorkerPlan": "fedort.simulations.worker",
-    "WorkerStats": "fedort.simulations.worker",
-    "run_worker": "fedort.simulations.worker",
+    "WorkerPlan": "fedort.simulations.workers.worker",
+    "WorkerStats": "fedort.simulations.workers.worker",
+    "run_worker": "fedort.simulations.workers.worker",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from fedort.common.errors import ConfigError
-from fedort.common.options import option
-from fedort.common.tomlfile import read_table, unknown_settings
+from fedort.common.settings.options import option
+from fedort.common.settings.tomlfile import read_table, unknown_settings
 from fedort.coordinator.fedbuff.config import FedBuffSettings
 from fedort.coordinator.privacy.config import PRIVACY_KEYS, PrivacySettings
 

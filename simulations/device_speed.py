@@ -23,7 +23,7 @@ from typing import overload
 import numpy as np
 
 from fedort.common.errors import ConfigError
-from fedort.common.specs import spec_number, split_spec
+from fedort.common.settings.specs import spec_number, split_spec
 
 SPECS = "uniform | lognormal:SIGMA | slow:F:K"
 _STREAM = 0x5BEED  # separates this draw from the seed's other uses (partition, selection, shuffling)

@@ -25,7 +25,6 @@ from fedort.coordinator.state.layout import StateLayout
 from fedort.ort.artifacts import Manifest, verify_artifacts
 from fedort.simulations.artifact_cache import cached_builtin_artifacts
 from fedort.simulations.attacks import choose_attackers
-from fedort.simulations.backends import Backend, prepared_backend
 from fedort.simulations.config import SimulationConfig
 from fedort.simulations.coordinator_settings import coordinator_config
 from fedort.simulations.data.datasets import TEST_FILE, save_npz
@@ -40,7 +39,8 @@ from fedort.simulations.population import (
 )
 from fedort.simulations.progress import RoundProgress
 from fedort.simulations.report import RoundRecord, blank_figure, plot, summary_table, write_metrics
-from fedort.simulations.worker import WorkerPlan, WorkerStats
+from fedort.simulations.workers.backends import Backend, prepared_backend
+from fedort.simulations.workers.worker import WorkerPlan, WorkerStats
 
 log = logging.getLogger("fedort.sim")
 

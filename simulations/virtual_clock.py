@@ -32,7 +32,7 @@ from fedort.simulations.device_speed import compute_seconds
 
 if TYPE_CHECKING:
     from fedort.edge_client.transport.grpc_transport import Transport
-    from fedort.simulations.worker import WorkerPlan, WorkerStats
+    from fedort.simulations.workers.worker import WorkerPlan, WorkerStats
 
 
 def local_steps(task: Task, examples: int, max_steps: int | None) -> int:

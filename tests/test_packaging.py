@@ -55,6 +55,22 @@ def test_the_wheel_carries_every_part_under_fedort(wheel):
         assert module in names, module
 
 
+def test_the_wheel_carries_every_package_folder_of_the_sources(wheel):
+    """A folder added to the sources but not to pyproject's package list would import in an editable
+    install and be missing from the wheel."""
+    names = set(wheel.namelist())
+    under = {"fedort": "fedort", "protos": "fedort/protos", "coordinator": "fedort/coordinator",
+             "edge_client": "fedort/edge_client", "simulations": "fedort/simulations"}
+    missing = [
+        f"{source}/{init.parent.relative_to(ROOT / source)}"
+        for source, target in under.items()
+        for init in (ROOT / source).rglob("__init__.py")
+        if "node_modules" not in init.parts
+        and f"{target}/{init.relative_to(ROOT / source).as_posix()}".replace("/./", "/") not in names
+    ]
+    assert missing == []
+
+
 def test_import_fedort_prints_the_version():
     out = subprocess.run([sys.executable, "-c", "import fedort; print(fedort.__version__)"],
                          capture_output=True, text=True, timeout=60)

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from fedort.common.options import markdown_table, options
+from fedort.common.settings.options import markdown_table, options
 from fedort.coordinator.config import settings_markdown
 from fedort.simulations.config import SimulationConfig
 

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from fedort.common.errors import ConfigError
-from fedort.common.specs import spec_count, spec_number, split_spec
+from fedort.common.settings.specs import spec_count, spec_number, split_spec
 from fedort.coordinator.aggregation.aggregator import RoundAggregator
 from fedort.coordinator.aggregation.clipping import NormClip
 from fedort.coordinator.aggregation.combiner import Combiner

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedort.common.options import is_int, need, option
+from fedort.common.settings.options import is_int, need, option
 
 
 @dataclass(frozen=True)

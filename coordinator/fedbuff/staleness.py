@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fedort.common.errors import ConfigError
-from fedort.common.specs import spec_number, split_spec
+from fedort.common.settings.specs import spec_number, split_spec
 
 SPECS = "constant | poly:A | hinge:A,B"
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from fedort.common.errors import ConfigError
-from fedort.common.options import option
+from fedort.common.settings.options import option
 
 # strategies that need individual updates in the clear; refused with secagg
 ROBUST_PREFIXES = ("median", "trimmed-mean", "krum", "multi-krum")

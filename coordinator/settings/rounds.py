@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedort.common.options import as_path, is_int, is_number, need, option
+from fedort.common.settings.options import as_path, is_int, is_number, need, option
 from fedort.coordinator.export.external_data import EXTERNAL_MIN_BYTES
 
 

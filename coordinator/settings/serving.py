@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedort.common import digests
-from fedort.common.options import as_path, as_tuple, host_port_ok, is_int, is_number, need, option
+from fedort.common.settings.options import as_path, as_tuple, host_port_ok, is_int, is_number, need, option
 from fedort.protos.vector_stream import CHUNK_BYTES, MAX_CHUNK_BYTES
 
 _TLS_FILES = ("tls_cert", "tls_key", "tls_client_ca")

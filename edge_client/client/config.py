@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from fedort.common.errors import ConfigError, VectorError
-from fedort.common.options import option, renamed_keys
-from fedort.common.tomlfile import read_table, unknown_settings
+from fedort.common.settings.options import option, renamed_keys
+from fedort.common.settings.tomlfile import read_table, unknown_settings
 from fedort.edge_client.training.local_round import ModuleFactory, UpdateHook
 from fedort.edge_client.transport.grpc_transport import ChannelConfig
 from fedort.edge_client.transport.retry import Backoff

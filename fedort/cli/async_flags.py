@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import fields
 
-from fedort.common.options import add_flags, options
+from fedort.common.settings.options import add_flags, options
 from fedort.coordinator.fedbuff.config import FedBuffSettings
 
 FEDBUFF_KEYS = tuple(f.name for f in fields(FedBuffSettings))

@@ -22,8 +22,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from fedort.common.options import add_flags, deprecated_flag
 from fedort.common.round_state import RoundState
+from fedort.common.settings.options import add_flags, deprecated_flag
 from fedort.coordinator.config import CoordinatorConfig
 from fedort.coordinator.server import Coordinator
 from fedort.coordinator.status import format_status, offline_status

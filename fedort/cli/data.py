@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from fedort.common.errors import ConfigError
-from fedort.common.options import add_flags, deprecated_flag, options
+from fedort.common.settings.options import add_flags, deprecated_flag, options
 from fedort.simulations.config import SimulationConfig
 from fedort.simulations.data.datasets import (
     CLIENT_FILE,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from fedort.common.errors import FedortError
 from fedort.common.invariants import present
-from fedort.common.options import add_flags, deprecated_flag, options
+from fedort.common.settings.options import add_flags, deprecated_flag, options
 from fedort.edge_client.client.config import EdgeConfig
 from fedort.edge_client.transport.retry import Backoff
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from fedort.common.options import add_flags, options
+from fedort.common.settings.options import add_flags, options
 
 # PrivacySettings imports only the standard library and fedort.common (the coordinator package loads its
 # parts lazily), so `fedort simulate` parses its flags without loading the coordinator

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from fedort.cli.async_flags import FEDBUFF_KEYS, add_async_flags
 from fedort.cli.privacy_flags import PRIVACY_KEYS, add_privacy_flags
-from fedort.common.options import add_flags, options
+from fedort.common.settings.options import add_flags, options
 from fedort.simulations.config import GROUPS, SimulationConfig, load_config
 
 # flags of which at most one may be given
@@ -72,7 +72,7 @@ def _run(args: argparse.Namespace) -> int:
     from fedort.cli import leave_without_teardown
     from fedort.common.durable import fsync_tree
     from fedort.common.extras import require
-    from fedort.simulations.backends import prepared_backend
+    from fedort.simulations.workers.backends import prepared_backend
 
     if not args.verbose:  # the per-update logs would bury the progress bar
         for name in ("coordinator", "fedort.coordinator", "fedort.edge", "edge_client"):

@@ -11,7 +11,7 @@ from fedort.cli import coordinator as coordinator_cli
 from fedort.cli import data as data_cli
 from fedort.cli import edge as edge_cli
 from fedort.cli import simulate as simulate_cli
-from fedort.common.options import flag_name
+from fedort.common.settings.options import flag_name
 from fedort.coordinator.config import CoordinatorConfig
 
 SERVE = ("serve", "--artifacts", "a", "--state-dir", "s")
@@ -145,7 +145,7 @@ def test_data_digits_takes_the_simulations_flags_and_defaults_but_an_iid_partiti
 
 
 def test_every_edge_key_with_a_flag_has_the_flag_the_rule_derives():
-    from fedort.common.options import options
+    from fedort.common.settings.options import options
     from fedort.edge_client.client.config import EdgeConfig
 
     parser = argparse.ArgumentParser()

@@ -25,16 +25,16 @@ def test_simulate_parses_and_checks_its_config_without_loading_the_server_so_wor
     code = (f"from fedort.cli import build_parser\nargv = ['simulate', {str(SCENARIO)!r}]\n"
             "args = build_parser(argv).parse_args(argv)\n"
             "from fedort.simulations.config import load_config\nload_config(args.scenario, {})\n"
-            "import fedort.simulations.backends")
+            "import fedort.simulations.workers.backends")
     heavy = ["fedort.coordinator.server", "fedort.coordinator.engine.round_engine", "grpc", "onnxruntime", "onnx",
-             "fedort.simulations.worker"]
+             "fedort.simulations.workers.worker"]
     assert _loaded_after(code, heavy) == []
 
 
 @pytest.mark.slow
 def test_a_simulation_worker_loads_no_onnx_plotting_or_secure_aggregation_crypto():
-    code = "import fedort.simulations.backends as b\nb._warm()"
-    assert _loaded_after(code, ["onnxruntime", "fedort.simulations.worker"]) == ["onnxruntime", "fedort.simulations.worker"]
+    code = "import fedort.simulations.workers.backends as b\nb._warm()"
+    assert _loaded_after(code, ["onnxruntime", "fedort.simulations.workers.worker"]) == ["onnxruntime", "fedort.simulations.workers.worker"]
     assert _loaded_after(code, ["onnx", "matplotlib", "cryptography", "torch", "fedort.coordinator"]) == []
 
 
@@ -42,7 +42,7 @@ def test_a_simulation_worker_loads_no_onnx_plotting_or_secure_aggregation_crypto
 def test_simulation_workers_are_forked_only_before_grpc_or_onnxruntime_load():
     """A worker forked from a process holding gRPC or ORT state would share it; before those load, fork is safe
     and saves each worker a fresh interpreter's start-up."""
-    probe = "from fedort.simulations.backends import _start_method\n"
+    probe = "from fedort.simulations.workers.backends import _start_method\n"
     fresh = subprocess.run([sys.executable, "-c", probe + "print(_start_method())"],
                            capture_output=True, text=True, timeout=120)
     assert fresh.stdout.strip() == ("fork" if sys.platform.startswith("linux") else "spawn"), fresh.stderr[-2000:]
@@ -56,7 +56,7 @@ def test_simulation_workers_are_forked_only_before_grpc_or_onnxruntime_load():
 def test_a_forked_worker_logs_like_a_spawned_one():
     code = ("import logging, sys\nlogging.getLogger().addHandler(logging.StreamHandler(sys.stdout))\n"
             "logging.getLogger().setLevel(logging.DEBUG)\n"
-            "import fedort.simulations.backends as b\nb._warm()\nroot = logging.getLogger()\n"
+            "import fedort.simulations.workers.backends as b\nb._warm()\nroot = logging.getLogger()\n"
             "print(len(root.handlers), logging.getLevelName(root.level))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip().splitlines()[-1] == "0 WARNING", done.stderr[-2000:]

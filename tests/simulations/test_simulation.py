@@ -96,7 +96,7 @@ def ray_run(tmp_path_factory):
     pytest.importorskip("ray", reason="Ray is not installed on this machine (pip install 'fedort[ray]')")
     import tempfile
 
-    from fedort.simulations.ray_cleanup import PREFIX, ray_processes
+    from fedort.simulations.workers.ray_cleanup import PREFIX, ray_processes
 
     tmp = tmp_path_factory.mktemp("ray")
     folders = set(Path(tempfile.gettempdir()).glob(PREFIX + "*"))
@@ -107,7 +107,7 @@ def ray_run(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)  # a local Ray start may be retried (simulations/backends.py)
+@pytest.mark.timeout(300)  # a local Ray start may be retried (simulations/workers/backends.py)
 def test_ray_backend_runs_the_same_clients(ray_run):
     local, on_ray, _ = ray_run
     assert [r.clients for r in on_ray.records] == [4, 4]
@@ -147,7 +147,7 @@ def test_a_bad_label_in_one_client_file_names_the_file_the_array_the_value_and_t
     """A researcher with many client files learns which one is wrong, not `<arrays>`."""
     from fedort.ort.artifacts import build_artifacts
     from fedort.ort.models import mlp
-    from fedort.simulations.backends import WorkerFailed
+    from fedort.simulations.workers.backends import WorkerFailed
 
     data = tmp_path / "data"
     subprocess.run([sys.executable, "-m", "fedort", "data", "digits", "--clients", "3", "--partition", "iid",

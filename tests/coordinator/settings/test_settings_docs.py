@@ -18,7 +18,7 @@ def test_readme_tables_match_the_options_table():
 
 
 def test_every_coordinator_simulation_and_edge_key_has_a_row_with_its_flag():
-    from fedort.common.options import options
+    from fedort.common.settings.options import options
     from fedort.coordinator.config import CoordinatorConfig
     from fedort.edge_client.client.config import EdgeConfig
     from fedort.simulations.config import SimulationConfig

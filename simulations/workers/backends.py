@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # the worker module (ONNX Runtime, gRPC) loads only where a w
     from pathlib import Path
 
     from fedort.simulations.config import SimulationConfig
-    from fedort.simulations.worker import WorkerPlan, WorkerStats
+    from fedort.simulations.workers.worker import WorkerPlan, WorkerStats
 
 log = logging.getLogger("fedort.sim")
 
@@ -49,7 +49,7 @@ def _warm() -> None:
     try:
         import fedort.edge_client.training.trainer  # noqa: F401
         import fedort.ort.session  # noqa: F401
-        import fedort.simulations.worker  # noqa: F401
+        import fedort.simulations.workers.worker  # noqa: F401
     except ImportError:
         pass
 
@@ -78,13 +78,13 @@ def _start_method() -> str:
 
 def _run_worker(plan: WorkerPlan) -> WorkerStats:
     """`run_worker(plan)`, named here so that this module stays light to import (and to pickle by name)."""
-    from fedort.simulations.worker import run_worker
+    from fedort.simulations.workers.worker import run_worker
 
     return run_worker(plan)
 
 
 def _preopen(artifacts: Path, scratch: Path) -> None:
-    from fedort.simulations.worker import preopen_session
+    from fedort.simulations.workers.worker import preopen_session
 
     preopen_session(artifacts, scratch)
 
@@ -174,7 +174,7 @@ class RayBackend:
         misses Ray's own start-up timeouts on a busy machine ("Timed out waiting for file
         .../gcs_server_port", "The current node timed out during startup"), raised as
         RuntimeError or a bare Exception."""
-        from fedort.simulations.ray_cleanup import temp_dir
+        from fedort.simulations.workers.ray_cleanup import temp_dir
 
         self._temp_dir = temp_dir()
         for attempt in range(1, attempts + 1):
@@ -217,7 +217,7 @@ class RayBackend:
             self._started_ray = False
             ray_cleanup.end_processes(started)  # workers and agents would linger for up to a minute
         if self._temp_dir is not None:
-            from fedort.simulations.ray_cleanup import remove_temp_dir
+            from fedort.simulations.workers.ray_cleanup import remove_temp_dir
 
             remove_temp_dir(self._temp_dir)
             self._temp_dir = None
