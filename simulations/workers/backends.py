@@ -210,7 +210,7 @@ class RayBackend:
             except Exception:  # already finished
                 pass
         if self._started_ray:
-            from fedort.simulations import ray_cleanup
+            from fedort.simulations.workers import ray_cleanup
 
             started = ray_cleanup.ray_processes()  # before the shutdown: the workers are still the raylet's
             ray.shutdown()
