@@ -46,6 +46,7 @@ def test_the_wheels_only_top_level_name_is_fedort(wheel):
         assert wheel.read(top_level).decode().split() == ["fedort"]
 
 
+@pytest.mark.slow
 def test_the_wheel_carries_every_part_under_fedort(wheel):
     names = set(wheel.namelist())
     for module in ("fedort/__init__.py", "fedort/cli/__init__.py", "fedort/common/durable.py", "fedort/common/errors.py",
@@ -55,6 +56,7 @@ def test_the_wheel_carries_every_part_under_fedort(wheel):
         assert module in names, module
 
 
+@pytest.mark.slow
 def test_the_wheel_carries_every_package_folder_of_the_sources(wheel):
     """A folder added to the sources but not to pyproject's package list would import in an editable
     install and be missing from the wheel."""

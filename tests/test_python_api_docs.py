@@ -23,6 +23,7 @@ def _blocks(section: str, lang: str) -> list[str]:
     return re.findall(rf"```{lang}\n(.*?)```", body, flags=re.S)
 
 
+@pytest.mark.slow
 def test_the_custom_strategy_example_runs_a_federation_as_written(tmp_path):
     (setup,) = _blocks("A custom strategy from the pipeline's stages", "sh")
     (script,) = _blocks("A custom strategy from the pipeline's stages", "python")

@@ -21,6 +21,7 @@ def run(tmp_path_factory):
                                            out=tmp_path_factory.mktemp("sim") / "run"))
 
 
+@pytest.mark.slow
 def test_status_shows_the_latest_server_side_evaluation(run):
     out = subprocess.run([*CLI, str(run.out / "state")], capture_output=True, text=True, timeout=60, check=True).stdout
     line = next(line for line in out.splitlines() if line.startswith("evaluated"))
@@ -28,6 +29,7 @@ def test_status_shows_the_latest_server_side_evaluation(run):
     assert "server_accuracy=" in out
 
 
+@pytest.mark.slow
 def test_status_json_has_each_rounds_server_evaluation(run):
     out = subprocess.run([*CLI, str(run.out / "state"), "--json"], capture_output=True, text=True, timeout=60,
                          check=True).stdout
@@ -36,6 +38,7 @@ def test_status_json_has_each_rounds_server_evaluation(run):
     assert [r["metrics"]["server_loss"] for r in rounds] == pytest.approx([r.loss for r in run.records])
 
 
+@pytest.mark.slow
 def test_status_into_a_pipe_closed_early_ends_without_a_traceback(run):
     # `| head -1`: the reader takes one line and closes the pipe while the status is still being written
     pipeline = subprocess.run(f"'{sys.executable}' -m fedort coordinator status --state-dir '{run.out / 'state'}' "
@@ -44,6 +47,7 @@ def test_status_into_a_pipe_closed_early_ends_without_a_traceback(run):
     assert "BrokenPipeError" not in pipeline.stderr and "Traceback" not in pipeline.stderr, pipeline.stderr
 
 
+@pytest.mark.slow
 def test_no_client_is_shown_active_once_the_run_is_done(run):
     status = json.loads(subprocess.run([*CLI, str(run.out / "state"), "--json"], capture_output=True, text=True,
                                        timeout=60, check=True).stdout)

@@ -8,11 +8,13 @@ code and no warning about an unreachable coordinator.
 from __future__ import annotations
 
 import grpc
+import pytest
 
 from fedort.protos.stubs import fedort_v1_pb2 as pb, fedort_v1_pb2_grpc as pb_grpc
 from test_edge_e2e import data, finish, procs, start_coordinator, start_edge  # noqa: F401 (fixtures)
 
 
+@pytest.mark.slow
 def test_devices_of_a_successful_run_exit_0_without_a_warning_and_the_coordinator_then_stops(
         procs, tmp_path, mlp_artifacts, data):
     coordinator_port = start_coordinator(procs, mlp_artifacts, tmp_path / "state", rounds=1, min_clients=2,
@@ -27,6 +29,7 @@ def test_devices_of_a_successful_run_exit_0_without_a_warning_and_the_coordinato
     assert finish(coordinator, 30) == 0   # well before its 60 s grace: both devices had their answer
 
 
+@pytest.mark.slow
 def test_a_device_of_a_failed_run_exits_non_zero_saying_it_failed(procs, tmp_path, mlp_artifacts, data):
     # two selected, one silent: the single attempt of round 1 cannot get its two updates and fails
     port = start_coordinator(procs, mlp_artifacts, tmp_path / "state", rounds=1, min_clients=2, round_timeout=2,
@@ -40,6 +43,7 @@ def test_a_device_of_a_failed_run_exits_non_zero_saying_it_failed(procs, tmp_pat
     assert finish(coordinator, 60) == 1   # the silent one never asks: the coordinator stops at its grace
 
 
+@pytest.mark.slow
 def test_a_device_that_arrives_after_the_end_exits_at_once_saying_the_run_is_over(
         procs, tmp_path, mlp_artifacts, data):
     port = start_coordinator(procs, mlp_artifacts, tmp_path / "state", rounds=1, min_clients=1, fraction=1.0,

@@ -5,6 +5,7 @@ rounding of two builds of the same kernels."""
 import subprocess
 
 import numpy as np
+import pytest
 
 from fedort.edge_client.training import local_round
 from fedort.ort.artifacts import Manifest
@@ -12,6 +13,8 @@ from fedort.common.client_data import ClientData
 from fedort.ort.session import TrainingSession
 from fedort.protos.messages import TrainConfig
 from web_client import WEB, node_or_skip, web_build
+
+pytestmark = pytest.mark.slow  # Node runs the TypeScript client
 
 SCRIPT = """
 import { readFileSync, writeFileSync } from "node:fs";

@@ -18,7 +18,7 @@ import pytest
 from test_edge_e2e import CLI, Procs, fedavg_matches, finish, query, wait_for
 from web_client import WEB, chromium_or_skip, node_or_skip, web_build
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 
 @pytest.fixture

@@ -88,6 +88,7 @@ def test_fedavg_breaks_under_20_percent_sign_flipping_clients(runs):
     assert runs["fedavg"] <= runs["clean"] - 0.20, runs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ROBUST)
 def test_robust_strategies_stay_within_3_points_of_the_clean_run(runs, strategy):
     assert runs[strategy] >= runs["clean"] - 0.03, runs

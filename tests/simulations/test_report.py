@@ -67,6 +67,7 @@ def test_a_figure_made_before_the_records_exist_gives_the_same_png(tmp_path):
     assert early.read_bytes() == own.read_bytes()
 
 
+@pytest.mark.slow
 def test_plot_copes_with_rounds_that_have_no_accuracy(tmp_path):
     recs = [RoundRecord(r, None, None, 1, 1, 0, 0, 0.0) for r in (1, 2)]
     assert plot(recs, tmp_path / "empty.png", "nothing evaluated").stat().st_size > 1000

@@ -47,6 +47,7 @@ def test_dirichlet_digits_reaches_95_percent_within_30_rounds(demo_run):
     assert best >= 0.95, [round(r.accuracy, 3) for r in demo_run.records]
 
 
+@pytest.mark.slow
 def test_run_folder_has_report_plot_and_model(demo_run):
     out = demo_run.out
     rows = (out / "metrics.csv").read_text().strip().splitlines()
@@ -56,6 +57,7 @@ def test_run_folder_has_report_plot_and_model(demo_run):
     assert (out / "metrics.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_final_model_serves_in_plain_onnxruntime_with_reported_accuracy(demo_run):
     test = np.load(demo_run.out / "data" / "test.npz")
     session = ort.InferenceSession(str(demo_run.model), providers=["CPUExecutionProvider"])
@@ -64,6 +66,7 @@ def test_final_model_serves_in_plain_onnxruntime_with_reported_accuracy(demo_run
     assert accuracy == pytest.approx(demo_run.final["test_accuracy"], abs=1e-9)
 
 
+@pytest.mark.slow
 def test_every_round_trains_every_selected_client(demo_run):
     assert all(r.clients == 10 and r.examples > 0 for r in demo_run.records)
     assert demo_run.final["fits"] == 300

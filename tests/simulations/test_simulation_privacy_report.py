@@ -9,6 +9,7 @@ from fedort.simulations.config import SimulationConfig
 from fedort.simulations.runner import run_simulation
 
 
+@pytest.mark.slow
 def test_the_summary_shows_the_final_epsilon_and_that_the_budget_stopped_the_run(tmp_path):
     two, three = (epsilon_for_rounds([(0.5, 1.1)] * k, 1e-5) for k in (2, 3))
     result = run_simulation(SimulationConfig.from_mapping(dict(clients=4, fraction=0.5, rounds=10, partition="iid", dp_clip="1.0",

@@ -5,11 +5,14 @@ from __future__ import annotations
 import csv
 import json
 
+import pytest
+
 from fedort.coordinator.state.layout import StateLayout
 from fedort.simulations.config import SimulationConfig
 from fedort.simulations.runner import run_simulation
 
 
+@pytest.mark.slow
 def test_metrics_and_summary_report_the_masked_uploads_bytes_and_codec(tmp_path):
     result = run_simulation(SimulationConfig.from_mapping(dict(clients=4, rounds=2, partition="iid", secagg=True, progress=False,
                                              workers=1, out=tmp_path / "run")))

@@ -68,6 +68,7 @@ def test_async_without_device_speeds_runs_real_edge_clients_in_several_workers(t
     assert result.final["mode"] == "async" and result.records[-1].accuracy > 0.5
 
 
+@pytest.mark.slow
 def test_simulated_seconds_carry_no_float_dust(tmp_path):
     result = run_simulation(_cfg(tmp_path / "run", device_speed="slow:1:1", step_seconds=0.01))
     times = [r.metrics["sim_seconds"] for r in result.records]

@@ -104,6 +104,7 @@ class GarbageShares:
         return self.transport.secagg_step(client_id, model_id, round, step, payload, wait_ms)
 
 
+@pytest.mark.slow
 async def test_before_commitments_garbage_sealed_shares_end_the_attempt_for_honest_devices_and_the_round_is_retried(
         start_coordinator, stub_client):
     ids = [f"dev-{i}" for i in range(5)]

@@ -11,6 +11,7 @@ import json
 import os
 
 import numpy as np
+import pytest
 
 from coordinator_fixtures import P_MLP, mlp_artifacts, start_coordinator, stub_client  # noqa: F401 (fixtures)
 from secagg_devices import deltas_for, run_devices
@@ -163,6 +164,7 @@ async def test_a_share_under_another_holders_index_is_caught_and_the_sum_is_exac
     await _assert_exact_with_the_cheater_caught(coord, stub_client, ids, deltas, outcomes, ids)
 
 
+@pytest.mark.slow
 async def test_a_key_share_off_by_one_of_a_dropped_device_is_caught_and_the_survivors_sum_is_exact(
     start_coordinator, stub_client
 ):

@@ -100,6 +100,7 @@ async def test_fewer_than_t_survivors_fail_the_round_cleanly(start_coordinator, 
     assert not (coord.engine.store.vector_path(2)).exists()        # no next global vector was written
 
 
+@pytest.mark.slow
 async def test_an_aborted_secure_attempt_is_retried_and_the_round_commits(start_coordinator, stub_client):
     ids = [f"dev-{i}" for i in range(5)]
     coord = await start_coordinator(rounds=1, min_clients=5, secagg=True, secagg_neighbours=4, secagg_threshold=3,

@@ -82,6 +82,7 @@ async def _flood_and_heartbeat(port: int, token: str, pid: int) -> tuple[list, p
         return outcomes, beat, (_peak_rss_kib(pid) - before) / 1024
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/PID/status")
 def test_150_oversized_unauthenticated_joins_are_refused_and_an_honest_heartbeat_answers(tmp_path, mlp_artifacts):
     state = tmp_path / "state"

@@ -57,6 +57,7 @@ def _scrape(port: int) -> bytes:
         return r.read()
 
 
+@pytest.mark.slow
 async def test_idle_metrics_connections_hold_at_most_a_few_threads_and_scrapes_go_on(start_coordinator):
     coord = await start_coordinator(metrics_address="127.0.0.1:0")
     idle = [socket.create_connection(("127.0.0.1", coord.metrics_port)) for _ in range(50)]

@@ -241,6 +241,7 @@ async def test_new_uploads_count_against_the_submission_rate_and_resuming_does_n
     assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
+@pytest.mark.slow
 async def test_an_open_upload_ends_with_its_round(start_coordinator, stub_client):
     coord, client, model, round, g, _ = await opened_round(start_coordinator, stub_client, max_chunk_bytes=PART,
                                                             round_timeout_s=2, max_round_attempts=1)

@@ -77,6 +77,7 @@ async def _attack(coord, client, model: str) -> tuple[list, set]:
     return replies, codes
 
 
+@pytest.mark.slow
 async def test_sixteen_trickling_devices_beside_three_honest_ones_the_round_commits(start_coordinator, stub_client):
     coord = await start_coordinator(rounds=1, min_clients=3, min_available_clients=19, round_timeout_s=6,
                                     max_round_attempts=1, **SETTINGS)
@@ -92,6 +93,7 @@ async def test_sixteen_trickling_devices_beside_three_honest_ones_the_round_comm
     assert sorted(s.client_id for s in coord.engine.store.submissions(1)) == sorted(HONEST)
 
 
+@pytest.mark.slow
 async def test_sixteen_trickling_devices_beside_three_honest_ones_an_async_version_commits(start_coordinator,
                                                                                           stub_client):
     coord = await start_coordinator(mode="async", rounds=1, buffer_size=3, min_clients=1, round_timeout_s=30,
