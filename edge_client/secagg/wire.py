@@ -125,7 +125,7 @@ class StepBatcher:
         t = self._transport
         self.batch_calls += 1
         try:
-            reply = t._long_poll("SecAggBatch", lambda w: pb.SecAggBatchRequest(steps=requests, wait_ms=w), wait_ms)
+            reply = t.long_poll("SecAggBatch", lambda w: pb.SecAggBatchRequest(steps=requests, wait_ms=w), wait_ms)
         except FedortError as exc:
             if getattr(exc, "code", None) != "UNIMPLEMENTED":
                 raise
@@ -147,5 +147,5 @@ class StepBatcher:
             r.wait_ms = w
             return r
 
-        r = t._long_poll("SecAgg", build, wait_ms)
+        r = t.long_poll("SecAgg", build, wait_ms)
         return r.ready, bytes(r.payload)

@@ -114,7 +114,7 @@ class Transport:
         """Cancel every call in progress (they raise CANCELLED in their callers)."""
         self._calls.cancel_inflight()
 
-    def _long_poll(self, name: str, request: Callable[[int], object], wait_ms: int):
+    def long_poll(self, name: str, request: Callable[[int], object], wait_ms: int):
         """A call the coordinator may hold up to wait_ms (at most MAX_POLL_WAIT_MS), plus the rpc timeout."""
         return self._calls.long_poll(name, request, wait_ms)
 
@@ -161,7 +161,7 @@ class Transport:
 
     def poll(self, client_id: str, model_id: str, wait_ms: int) -> Task:
         return Task.from_pb(
-            self._long_poll(
+            self.long_poll(
                 "PollTask", lambda w: pb.PollRequest(client_id=client_id, model_id=model_id, wait_ms=w), wait_ms
             )
         )
@@ -169,7 +169,7 @@ class Transport:
     def poll_tasks(self, client_ids: list[str], model_id: str, wait_ms: int) -> tuple[int, RoundState, dict[str, Task]]:
         """One PollTasks call: (round, state, {client id: task} for the clients that have work; the rest WAIT).
         A coordinator older than PollTasks answers UNIMPLEMENTED (a FedortError with that code)."""
-        r = self._long_poll(
+        r = self.long_poll(
             "PollTasks",
             lambda w: pb.PollTasksRequest(client_ids=list(client_ids), model_id=model_id, wait_ms=w),
             wait_ms,

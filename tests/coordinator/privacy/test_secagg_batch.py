@@ -85,13 +85,13 @@ class _BatchSpy:
 
     def __init__(self, transport: Transport) -> None:
         self.transport, self.batches = transport, []
-        real = transport._long_poll
+        real = transport.long_poll
 
         def long_poll(name, request, wait_ms):
             if name == "SecAggBatch":
                 self.batches.append(sorted(int(s.step) for s in request(wait_ms).steps))
             return real(name, request, wait_ms)
-        transport._long_poll = long_poll
+        transport.long_poll = long_poll
 
 
 async def test_the_unmask_requests_of_devices_sharing_a_transport_travel_in_one_call(start_coordinator):
