@@ -116,6 +116,7 @@ class CoordinatorConfig:
         from fedort.coordinator.aggregation import parse_strategy
         from fedort.coordinator.aggregation.server_optimizers import canonical_spec
         from fedort.coordinator.privacy.config import privacy_conflicts
+        from fedort.coordinator.rpc.peer_certificate import check_web_port
 
         strategy = self.aggregation.strategy
         if self.fedbuff.is_async and parse_strategy(strategy).name != "fedavg":
@@ -132,6 +133,7 @@ class CoordinatorConfig:
                     "local_vector_dir must not be the state dir or one of its own folders (e.g. "
                     f"STATE/local-vectors), got {str(vectors)!r}"
                 )
+        check_web_port(self)
         problems = privacy_conflicts(self.privacy, strategy, self.plan.min_clients)
         optimizer = self.aggregation.server_optimizer
         if self.privacy.central_dp and canonical_spec(optimizer) != canonical_spec("fedavg"):

@@ -14,7 +14,6 @@ import grpc
 from fedort.common.errors import ConfigError
 from fedort.common.invariants import present
 from fedort.coordinator.config import CoordinatorConfig
-from fedort.coordinator.rpc.peer_certificate import check_web_port
 from fedort.coordinator.rpc.upload_stream import UPLOAD_WINDOW_BYTES
 
 
@@ -45,7 +44,6 @@ def server_credentials(config: CoordinatorConfig) -> grpc.ServerCredentials | No
     """TLS credentials from the config's PEM files (client certificates required with tls_client_ca); None: plaintext."""
     if config.transport.tls_cert is None:
         return None
-    check_web_port(config)
     client_ca = config.transport.tls_client_ca.read_bytes() if config.transport.tls_client_ca else None
     key_file = present(config.transport.tls_key, "tls_key (checked with tls_cert)")
     key, cert = key_file.read_bytes(), config.transport.tls_cert.read_bytes()
