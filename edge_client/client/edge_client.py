@@ -373,15 +373,8 @@ class EdgeClient:
         self._calls("Leave", lambda: self.transport.leave(self.client_id, reason))
 
     def _leave_on_the_way_out(self, reason: str) -> None:
-        """A stopped client's Leave: over a shared transport, else over a channel of its own (the client's own
-        transport cancels every call once stopped)."""
-        shared = None if self._owns_transport else self._transport
-        transport = shared or Transport(self.config.channel_config())
-        try:
-            leave_quietly(transport, self.client_id, reason)
-        finally:
-            if transport is not shared:
-                transport.close()
+        """A stopped client's Leave, over its transport (a call meant for after the stop)."""
+        leave_quietly(self.transport, self.client_id, reason)
 
     def close(self) -> None:
         """Close an owned channel and release the saved identity for other processes."""

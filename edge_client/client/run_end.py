@@ -35,7 +35,7 @@ def final_outcome(transport: Transport, client_id: str = "") -> str:
 def leave_quietly(transport: Transport, client_id: str, reason: str) -> None:
     """Best-effort Leave with a short deadline (on the way out, never raises)."""
     try:
-        transport.leave(client_id, reason, timeout_s=2.0)
+        transport.leave(client_id, reason, timeout_s=2.0, after_stop=True)
     except FedortError as e:
         log.debug("leave failed: %s", e)
 

@@ -71,8 +71,9 @@ class Calls:
         for call in calls:
             call.cancel()
 
-    def unary(self, name: str, request, timeout: float, metadata: tuple = ()):
-        """Run a unary (or stream-unary) call as a cancellable future and wait for it (blocking if not cancellable)."""
+    def unary(self, name: str, request, timeout: float, metadata: tuple = (), after_stop: bool = False):
+        """Run a unary (or stream-unary) call as a cancellable future and wait for it (blocking if not cancellable).
+        `after_stop`: a call meant for after the stop (the farewell Leave) is not cancelled for it as it starts."""
         call_metadata = (tuple(self._metadata or ()) + tuple(metadata)) or None
         with self._using(name) as method:
             fault_point("transport.before_call")
@@ -85,7 +86,7 @@ class Calls:
                 future = method.future(request, timeout=timeout, metadata=call_metadata)
             except grpc.RpcError as e:
                 raise self._error(e) from None
-            self._track(future)
+            self._track(future, after_stop)
             try:
                 return future.result()
             except grpc.RpcError as e:
@@ -119,10 +120,10 @@ class Calls:
 
     # ---- internals --------------------------------------------------------------------------
 
-    def _track(self, call) -> None:
+    def _track(self, call, after_stop: bool = False) -> None:
         with self._lock:
             self._inflight.add(call)
-            stopped = self._stop is not None and self._stop.is_set()
+            stopped = not after_stop and self._stop is not None and self._stop.is_set()
         if stopped:  # registered after the stop's cancel_inflight ran: cancel it here, or it holds to its deadline
             call.cancel()
 

@@ -263,10 +263,10 @@ class Transport:
         )
         return r.round, RoundState.from_wire(r.state)
 
-    def leave(self, client_id: str, reason: str, timeout_s: float | None = None) -> None:
-        self._calls.unary(
-            "Leave", pb.LeaveRequest(client_id=client_id, reason=reason), timeout_s or self.config.rpc_timeout_s
-        )
+    def leave(self, client_id: str, reason: str, timeout_s: float | None = None, after_stop: bool = False) -> None:
+        """`after_stop`: the Leave of a client on its way out, sent even though the transport's stop is set."""
+        request = pb.LeaveRequest(client_id=client_id, reason=reason)
+        self._calls.unary("Leave", request, timeout_s or self.config.rpc_timeout_s, after_stop=after_stop)
 
     def status(self, client_id: str = "") -> Status:
         """The run's status; `client_id` (metadata `fedort-client-id`) tells a coordinator whose run has
