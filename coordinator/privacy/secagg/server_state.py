@@ -35,6 +35,17 @@ class SecAggServerState:
     commitments: dict[str, dict[str, tuple[bytes, bytes]]] = field(default_factory=dict)  # dealer -> holder -> C
     digests: dict[str, bytes] = field(default_factory=dict)  # dealer -> digest of its self-mask seed
     cheaters: dict[str, str] = field(default_factory=dict)  # client -> how it was caught (coordinator's proof)
+    # sender -> (its bundles or commitments as received, their base64 form): a sender's entry is replaced, never
+    # changed in place, so the state written after every accepted message encodes each entry once
+    _encoded: dict[tuple[str, str], tuple[object, Any]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def _cached(self, kind: str, sender: str, entry: Any, encode: Any) -> Any:
+        hit = self._encoded.get((kind, sender))
+        if hit is None or hit[0] is not entry:
+            hit = self._encoded[(kind, sender)] = (entry, encode(entry))
+        return hit[1]
 
     def complaints(self) -> dict[str, tuple[str, ...]]:
         """accuser -> the neighbours it names in its unmask response."""
@@ -59,12 +70,14 @@ class SecAggServerState:
         ).encode()
 
     def _sealed_dict(self) -> dict[str, dict[str, str]]:
-        return {s: {r: b64(c) for r, c in m.items()} for s, m in self.sealed.items()}
+        encode = lambda m: {r: b64(c) for r, c in m.items()}  # noqa: E731
+        return {s: self._cached("sealed", s, m, encode) for s, m in self.sealed.items()}
 
     def _commit_dict(self) -> dict[str, Any]:
         if not self.commitments and not self.digests:
             return {}
-        enc = {d: {h: [b64(ck), b64(cb)] for h, (ck, cb) in m.items()} for d, m in self.commitments.items()}
+        encode = lambda m: {h: [b64(ck), b64(cb)] for h, (ck, cb) in m.items()}  # noqa: E731
+        enc = {d: self._cached("commit", d, m, encode) for d, m in self.commitments.items()}
         return {"commitments": enc, "digests": {d: b64(v) for d, v in self.digests.items()}}
 
     def sealed_bytes(self) -> bytes:

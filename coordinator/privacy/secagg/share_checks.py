@@ -51,10 +51,15 @@ class TrustedShares:
     cheaters: dict[str, str]  # responder -> what it was caught at
 
 
-def holder_index(params: SecAggParams, keys: Mapping[str, AdvertiseKeys], owner: str, holder: str) -> int | None:
-    """The share index `owner` gave `holder` (1-based rank in its sorted roster), None if it gave it none."""
+def holder_indices(params: SecAggParams, keys: Mapping[str, AdvertiseKeys], owner: str) -> dict[str, int]:
+    """holder -> the share index `owner` gave it (1-based rank in `owner`'s sorted roster)."""
     roster = sorted(v for v in params.neighbours[owner] if v in keys and v != owner)
-    return roster.index(holder) + 1 if holder in roster else None
+    return {holder: i for i, holder in enumerate(roster, 1)}
+
+
+def holder_index(params: SecAggParams, keys: Mapping[str, AdvertiseKeys], owner: str, holder: str) -> int | None:
+    """The share index `owner` gave `holder`, None if it gave it none."""
+    return holder_indices(params, keys, owner).get(holder)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -110,9 +115,12 @@ def trusted_shares(state: SecAggServerState, request: UnmaskRequest, key_owners:
     params, keys, responses = state.params, state.keys, state.responses
     t = params.threshold
     cheaters: dict[str, str] = {}
+    indices: dict[str, dict[str, int]] = {}  # owner -> holder -> index, each roster sorted once
     for r in responses.values():
         for owner, (index, _) in [*r.seed_shares.items(), *r.key_shares.items()]:
-            if index != holder_index(params, keys, owner, r.client_id):
+            if owner not in indices:
+                indices[owner] = holder_indices(params, keys, owner)
+            if index != indices[owner].get(r.client_id):
                 log.warning(
                     "secure aggregation: %s sent a share of %s under index %d, not its own; its shares are ignored",
                     r.client_id,
@@ -150,4 +158,4 @@ def trusted_shares(state: SecAggServerState, request: UnmaskRequest, key_owners:
         cheaters[caught] = "its share was off the polynomial the other shares agree on"
 
 
-__all__ = ["TrustedShares", "holder_index", "trusted_shares"]
+__all__ = ["TrustedShares", "holder_index", "holder_indices", "trusted_shares"]

@@ -132,6 +132,11 @@ class AdvertiseKeys(_Json):
     scheme: str = ""  # the scheme the device computes (protocol 1.3); "" from older devices: the legacy one
 
     def to_dict(self) -> dict[str, Any]:
+        return dict(self._encoded)
+
+    @cached_property
+    def _encoded(self) -> dict[str, Any]:
+        """The JSON form, built once: the coordinator writes every key into each roster and each saved state."""
         d = {"client_id": self.client_id, "c": b64(self.cipher_public), "s": b64(self.mask_public)}
         return {**d, "v": self.scheme} if self.scheme else d
 
