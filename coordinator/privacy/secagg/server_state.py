@@ -9,11 +9,20 @@ unmask responses) and `cheaters` (client -> what it was caught at) say who must 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from fedort.common.secagg.errors import SecAggError
-from fedort.common.secagg.messages import AdvertiseKeys, SecAggParams, UnmaskResponse, b64, unb64
+from fedort.common.secagg.messages import (
+    AdvertiseKeys,
+    SecAggParams,
+    UnmaskResponse,
+    b64,
+    decode_commitments,
+    encode_commitments,
+    unb64,
+)
 from fedort.common.secagg.phases import Phase
 
 _FORMAT = 2  # `shared_bytes` with commitments; a file without "format" holds the bundles alone
@@ -41,7 +50,7 @@ class SecAggServerState:
         default_factory=dict, init=False, repr=False, compare=False
     )
 
-    def _cached(self, kind: str, sender: str, entry: Any, encode: Any) -> Any:
+    def _cached(self, kind: str, sender: str, entry: Any, encode: Callable[[Any], Any]) -> Any:
         hit = self._encoded.get((kind, sender))
         if hit is None or hit[0] is not entry:
             hit = self._encoded[(kind, sender)] = (entry, encode(entry))
@@ -70,14 +79,12 @@ class SecAggServerState:
         ).encode()
 
     def _sealed_dict(self) -> dict[str, dict[str, str]]:
-        encode = lambda m: {r: b64(c) for r, c in m.items()}  # noqa: E731
-        return {s: self._cached("sealed", s, m, encode) for s, m in self.sealed.items()}
+        return {s: self._cached("sealed", s, m, _encode_bundles) for s, m in self.sealed.items()}
 
     def _commit_dict(self) -> dict[str, Any]:
         if not self.commitments and not self.digests:
             return {}
-        encode = lambda m: {h: [b64(ck), b64(cb)] for h, (ck, cb) in m.items()}  # noqa: E731
-        enc = {d: self._cached("commit", d, m, encode) for d, m in self.commitments.items()}
+        enc = {d: self._cached("commit", d, m, encode_commitments) for d, m in self.commitments.items()}
         return {"commitments": enc, "digests": {d: b64(v) for d, v in self.digests.items()}}
 
     def sealed_bytes(self) -> bytes:
@@ -98,10 +105,7 @@ class SecAggServerState:
         shared = shared or {"sealed": {}}
         if shared is not d and not isinstance(shared.get("format"), int):
             shared = {"sealed": shared}  # written before the commitments: the bundles alone
-        commitments = {
-            dealer: {h: (unb64(ck), unb64(cb)) for h, (ck, cb) in m.items()}
-            for dealer, m in shared.get("commitments", {}).items()
-        }
+        commitments = {dealer: decode_commitments(m) for dealer, m in shared.get("commitments", {}).items()}
         return cls(
             SecAggParams.from_dict(d["params"]),
             Phase(d["phase"]),
@@ -116,6 +120,10 @@ class SecAggServerState:
             {dealer: unb64(v) for dealer, v in shared.get("digests", {}).items()},
             dict(d.get("cheaters", {})),
         )
+
+
+def _encode_bundles(bundles: dict[str, bytes]) -> dict[str, str]:
+    return {recipient: b64(sealed) for recipient, sealed in bundles.items()}
 
 
 __all__ = ["SecAggServerState"]

@@ -163,11 +163,12 @@ class Roster(_Json):
 Commitments = Mapping[str, tuple[bytes, bytes]]  # holder (or dealer) -> (C of the key share, C of the seed share)
 
 
-def _enc_commitments(m: Commitments) -> dict[str, list[str]]:
+def encode_commitments(m: Commitments) -> dict[str, list[str]]:
+    """The JSON form of commitments: each pair as two base64 strings."""
     return {k: [b64(ck), b64(cb)] for k, (ck, cb) in m.items()}
 
 
-def _dec_commitments(d: dict[str, list[str]]) -> dict[str, tuple[bytes, bytes]]:
+def decode_commitments(d: dict[str, list[str]]) -> dict[str, tuple[bytes, bytes]]:
     return {k: (unb64(ck), unb64(cb)) for k, (ck, cb) in d.items()}
 
 
@@ -184,13 +185,13 @@ class ShareKeys(_Json):
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"client_id": self.client_id, "sealed": {k: b64(v) for k, v in self.sealed.items()}}
         if self.commitments or self.seed_digest:
-            d["commit"], d["digest"] = _enc_commitments(self.commitments), b64(self.seed_digest)
+            d["commit"], d["digest"] = encode_commitments(self.commitments), b64(self.seed_digest)
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ShareKeys:
         sealed = {k: unb64(v) for k, v in d["sealed"].items()}
-        return cls(d["client_id"], sealed, _dec_commitments(d.get("commit", {})), unb64(d.get("digest", "")))
+        return cls(d["client_id"], sealed, decode_commitments(d.get("commit", {})), unb64(d.get("digest", "")))
 
 
 @dataclass(frozen=True)
@@ -206,12 +207,12 @@ class ShareDelivery(_Json):
         d: dict[str, Any] = {"sealed": {k: b64(v) for k, v in self.sealed.items()}}
         if not self.commitments:
             return d
-        return {**d, "commit": _enc_commitments(self.commitments), "index": dict(self.indices)}
+        return {**d, "commit": encode_commitments(self.commitments), "index": dict(self.indices)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ShareDelivery:
         sealed = {k: unb64(v) for k, v in d["sealed"].items()}
-        return cls(sealed, _dec_commitments(d.get("commit", {})), {k: int(i) for k, i in d.get("index", {}).items()})
+        return cls(sealed, decode_commitments(d.get("commit", {})), {k: int(i) for k, i in d.get("index", {}).items()})
 
 
 @dataclass(frozen=True)
