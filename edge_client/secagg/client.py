@@ -27,6 +27,7 @@ import numpy as np
 from fedort.common.secagg.commit import KEY, SALT_BYTES, SEED, opens, seed_digest, share_commitment
 from fedort.common.secagg.errors import PeerShareError, SecAggError
 from fedort.common.secagg.keys import SEED_BYTES, Agreement, KeyPair, open_sealed, seal
+from fedort.common.secagg.labels import label
 from fedort.common.secagg.masks import pairwise_seed, pairwise_sign, self_key
 from fedort.common.secagg.messages import (
     AdvertiseKeys,
@@ -48,7 +49,7 @@ log = logging.getLogger(__name__)
 
 
 def _aad(params: SecAggParams, sender: str, recipient: str) -> bytes:
-    return json.dumps(["fedort-secagg-share", params.round_id, sender, recipient]).encode()
+    return label("fedort-secagg-share", params.round_id, sender, recipient)
 
 
 class SecAggClient:
@@ -63,6 +64,7 @@ class SecAggClient:
         self.phase = Phase.ADVERTISE
         self._cipher = KeyPair.generate()
         self._share_keys = Agreement(self._cipher.private)  # AEAD keys with each neighbour, both directions
+        self._pair_keys: dict[str, bytes] = {}  # neighbour -> the AEAD key of our pair (`_pair_key`)
         self._mask_seed = os.urandom(SEED_BYTES)  # shared: recovers the mask key if we drop
         self._mask = KeyPair.from_seed(self._mask_seed)
         self._seed = os.urandom(SEED_BYTES)  # shared: recovers our self mask if we survive
@@ -114,7 +116,7 @@ class SecAggClient:
                     share_commitment(rid, self.client_id, holder, KEY, index, k_share, k_salt),
                     share_commitment(rid, self.client_id, holder, SEED, index, b_share, b_salt),
                 )
-            key = self._share_keys.key(peers[holder].cipher_public, self.params.info("share", self.client_id, holder))
+            key = self._pair_key(holder)
             sealed[holder] = seal(key, json.dumps(bundle).encode(), _aad(self.params, self.client_id, holder))
         self.phase = Phase.MASKED_INPUT
         if not with_commitments:
@@ -159,9 +161,7 @@ class SecAggClient:
 
     def _open(self, delivery: ShareDelivery, sender: str) -> tuple[int, bytes, bytes, bytes, bytes]:
         """The shares `sender` sealed for us, checked against its commitments (committed scheme); PeerShareError."""
-        key = self._share_keys.key(
-            self._roster[sender].cipher_public, self.params.info("share", sender, self.client_id)
-        )
+        key = self._pair_key(sender)
         try:
             body = json.loads(open_sealed(key, delivery.sealed[sender], _aad(self.params, sender, self.client_id)))
             held = (
@@ -193,6 +193,15 @@ class SecAggClient:
                     f"(or carry index {index}, not {expected}); {self.client_id} reports it"
                 )
         return held
+
+    def _pair_key(self, peer: str) -> bytes:
+        """The AEAD key of our pair with `peer` (from the roster): the label orders the two ids, so the key
+        that seals our bundle to `peer` is the one that opens `peer`'s bundle to us; derived once."""
+        key = self._pair_keys.get(peer)
+        if key is None:
+            info = self.params.info("share", self.client_id, peer)
+            key = self._pair_keys[peer] = self._share_keys.key(self._roster[peer].cipher_public, info)
+        return key
 
     def precompute_masks(self, cancelled: Callable[[], bool] = lambda: False) -> bool:
         """PRG(b_u) + Σ_{v ∈ roster} sign(u, v)·PRG(s_uv) (mod 2^64, or 2^32: `prg.accumulator_dtype`), computed

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
+
+from fedort.common.secagg.labels import label
 
 SALT_BYTES = 16
 DIGEST_BYTES = 32
@@ -29,7 +30,7 @@ def share_commitment(
     round_id: int, dealer: str, holder: str, kind: str, index: int, value: bytes, salt: bytes
 ) -> bytes:
     """C for the share `value` (index `index`, of the dealer's `kind` secret) that `dealer` gave `holder`."""
-    header = json.dumps(["fedort-secagg-commit", round_id, dealer, holder, kind, index]).encode()
+    header = label("fedort-secagg-commit", round_id, dealer, holder, kind, index)
     return hashlib.sha256(header + b"\n" + value + salt).digest()
 
 
@@ -44,7 +45,7 @@ def opens(
 
 def seed_digest(round_id: int, dealer: str, seed: bytes) -> bytes:
     """D of `dealer`'s self-mask seed b in this round."""
-    return hashlib.sha256(json.dumps(["fedort-secagg-seed", round_id, dealer]).encode() + b"\n" + seed).digest()
+    return hashlib.sha256(label("fedort-secagg-seed", round_id, dealer) + b"\n" + seed).digest()
 
 
 __all__ = ["DIGEST_BYTES", "KEY", "SALT_BYTES", "SEED", "opens", "seed_digest", "share_commitment"]

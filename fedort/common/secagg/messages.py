@@ -26,6 +26,7 @@ from typing import Any
 
 from fedort.common.errors import ConfigError
 from fedort.common.secagg.graph import effective_degree, neighbour_graph
+from fedort.common.secagg.labels import label
 from fedort.common.secagg.quantize import FixedPoint
 from fedort.common.secagg.scheme import LEGACY, require_known
 
@@ -96,7 +97,7 @@ class SecAggParams(_Json):
     def info(self, purpose: str, a: str, b: str) -> bytes:
         """HKDF info binding a derived key to this round, a purpose and an ordered pair of ids."""
         lo, hi = sorted((a, b))
-        return json.dumps(["fedort-secagg", self.round_id, purpose, lo, hi]).encode()
+        return label("fedort-secagg", self.round_id, purpose, lo, hi)
 
     def to_dict(self) -> dict[str, Any]:
         return {
