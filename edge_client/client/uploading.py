@@ -142,6 +142,7 @@ class Uploader:
             announced=member.info.update_digests,
             local=member.local,
             local_min_bytes=self.config.local_file_min_bytes,
+            coordinator_hashes=member.info.hashes_local_files,
         )
         return flow.run(vector, trained, p.num_examples, p.metrics, chunk)
 

@@ -71,15 +71,17 @@ def masked_header(
     chunk_size: int,
     trained_from_sha256: bytes,
     digest: str = digests.SHA256,
+    digested: bool = True,
 ) -> UpdateHeader:
     """Header of a masked upload: the model's length P, the masked codec, the payload bytes' digest (sha256,
-    or BLAKE3 where the coordinator announced it), and the global vector it was trained from (admission
-    refuses an update that names none)."""
+    or BLAKE3 where the coordinator announced it; its value left empty unless `digested`, for a file the
+    coordinator hashes itself), and the global vector it was trained from (admission refuses an update that
+    names none)."""
     meta = VectorMeta(
         model_id,
         int(round),
         int(length),
-        digests.digest(digest, payload),
+        digests.digest(digest, payload) if digested else b"",
         codec=codec,
         chunk_size=int(chunk_size),
         payload_bytes=len(payload),
@@ -109,11 +111,13 @@ class SecAggFlow:
         announced: Sequence[str] = (),
         local: Any = None,
         local_min_bytes: int = 0,
+        coordinator_hashes: bool = False,
     ) -> None:
         self.transport, self.client_id, self.model_id, self.task = transport, client_id, model_id, task
         self.call = call
         self.digest = digests.choose(announced)
         self.local, self.local_min_bytes = local, local_min_bytes
+        self.coordinator_hashes = coordinator_hashes  # JoinReply.hashes_local_files: a file goes unhashed first
         self.wait_ms = max(poll_wait_ms, MIN_STEP_WAIT_MS)  # steps are long-polls, even for a client that never waits
 
     def _step(self, step: int, payload: bytes) -> bytes:
@@ -161,6 +165,7 @@ class SecAggFlow:
                     delivery, private_delta(spec, global_vector, trained), spec.weight(num_examples)
                 )
                 wire = pack(masked, spec.codec)
+            as_file = self.local is not None and len(wire) >= self.local_min_bytes
             header = masked_header(
                 self.client_id,
                 self.model_id,
@@ -173,13 +178,15 @@ class SecAggFlow:
                 chunk_size,
                 self.task.vector_sha256 or vector_digest(global_vector),
                 self.digest,
+                digested=not as_file,  # a file: hashed as it is written, or by the coordinator (`LocalVectors.sender`)
             )
-            as_file = self.local is not None and len(wire) >= self.local_min_bytes
-            send = functools.partial(self.local.submit, self.transport) if as_file else self.transport.submit_update
+            send = (
+                self.local.sender(self.transport, header, wire, self.coordinator_hashes)
+                if as_file
+                else functools.partial(self.transport.submit_update, header, wire)
+            )
             try:
-                result: SubmitResult | None = self.call(
-                    f"SubmitUpdate (masked) round {self.task.round}", functools.partial(send, header, wire)
-                )
+                result: SubmitResult | None = self.call(f"SubmitUpdate (masked) round {self.task.round}", send)
             except FedortError as e:
                 if getattr(e, "code", None) != "FAILED_PRECONDITION":
                     raise
