@@ -41,7 +41,7 @@ from fedort.common.secagg.phases import Phase
 from fedort.common.secagg.prg import MaskAdder, accumulator_dtype
 from fedort.common.secagg.scheme import check_echo, combine_secrets, committed, share_bytes
 from fedort.coordinator.privacy.secagg.server_state import SecAggServerState
-from fedort.coordinator.privacy.secagg.share_checks import holder_index, trusted_shares
+from fedort.coordinator.privacy.secagg.share_checks import holder_indices, trusted_shares
 
 MAX_BUNDLE_BYTES = 1024  # an honest bundle is about 200 bytes: a larger one only inflates its recipient's delivery
 
@@ -63,6 +63,7 @@ class SecAggServer:
     def __init__(self, params: SecAggParams) -> None:
         self.state = SecAggServerState(params)
         self.accumulator = np.zeros(params.length + 1, dtype=np.uint64)
+        self._indices: dict[str, dict[str, int]] = {}  # owner -> holder_indices, once the keys are fixed
 
     @property
     def params(self) -> SecAggParams:
@@ -96,6 +97,7 @@ class SecAggServer:
         if acc.shape != (server.params.length + 1,):
             raise SecAggError(f"accumulator has shape {acc.shape}, expected ({server.params.length + 1},)")
         server.accumulator = acc.copy()
+        server._indices = {}
         return server
 
     # ---- helpers ----------------------------------------------------------------------
@@ -196,12 +198,22 @@ class SecAggServer:
 
     def delivery_for(self, client_id: str) -> ShareDelivery:
         self._known(client_id, self.state.u2, "share delivery request")
-        sealed = {s: m[client_id] for s, m in self.state.sealed.items() if client_id in m}
+        bundles = self.state.sealed  # a sender seals for its roster only: its neighbours (the graph is symmetric)
+        sealed = {
+            s: bundles[s][client_id] for s in self.params.neighbours[client_id] if client_id in bundles.get(s, ())
+        }
         if not committed(self.params.scheme):
             return ShareDelivery(sealed)
         commitments = {s: self.state.commitments[s][client_id] for s in sealed}
-        indices = {s: holder_index(self.params, self.state.keys, s, client_id) or 0 for s in sealed}
+        indices = {s: self._holder_indices(s).get(client_id, 0) for s in sealed}
         return ShareDelivery(sealed, commitments, indices)
+
+    def _holder_indices(self, owner: str) -> dict[str, int]:
+        """`share_checks.holder_indices` of `owner`, computed once a round (the keys are fixed after advertising)."""
+        found = self._indices.get(owner)
+        if found is None:
+            found = self._indices[owner] = holder_indices(self.params, self.state.keys, owner)
+        return found
 
     # ---- phase 2: masked input ----------------------------------------------------------
     def receive_masked_input(self, client_id: str, masked: np.ndarray) -> bool:
