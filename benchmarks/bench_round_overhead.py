@@ -99,6 +99,17 @@ def _no_training_module(session):
     return NoTraining(session)
 
 
+def wait_for_run(server, jobs, timeout_s: float) -> None:
+    """Until the run is over or `timeout_s` passed; a worker that failed raises its error here at once
+    (its job would otherwise hold its exception until the coordinator gave up waiting for its clients)."""
+    deadline = time.monotonic() + timeout_s
+    while not server.done and time.monotonic() < deadline:
+        server.wait(timeout=0.5)
+        for job in jobs:
+            if job.ready() and not job.successful():
+                job.get()
+
+
 def _noop_worker(plan) -> dict:
     """A simulation worker (`fedort.simulations.run_worker`) whose EdgeClients do no training; its CPU time."""
     from fedort.simulations import run_worker
@@ -140,7 +151,7 @@ def fedort_trial(params: int, rounds: int, clients: int, workers: int, state_roo
             ctx = multiprocessing.get_context("spawn")
             with ctx.Pool(workers) as pool:
                 jobs = [pool.apply_async(_noop_worker, (plan,)) for plan in plans]
-                server.wait(timeout=900)
+                wait_for_run(server, jobs, 900)
                 worker_stats = [j.get(timeout=120) for j in jobs]
         wall, cpu = time.time() - t0, time.process_time() - cpu0
         timeline = server.timeline()

@@ -41,7 +41,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_round_overhead import WORK as _RO_WORK, _no_training_module, _noop_worker, hidden_for  # noqa: E402
+from bench_round_overhead import WORK as _RO_WORK, _no_training_module, _noop_worker, hidden_for, wait_for_run  # noqa: E402
 
 WORK = HERE / ".work" / "secagg-round"
 
@@ -75,7 +75,7 @@ def trial(params: int, clients: int, rounds: int, secagg: bool, workers: int = 2
                                 timeout_s=1800.0, module_factory=_no_training_module) for w in range(workers)]
             with multiprocessing.get_context("spawn").Pool(workers) as pool:
                 jobs = [pool.apply_async(_noop_worker, (plan,)) for plan in plans]
-                server.wait(timeout=1800)
+                wait_for_run(server, jobs, 1800)
                 worker_stats = [j.get(timeout=300) for j in jobs]
             outcome = server.outcome
         wall, cpu = time.time() - t0, time.process_time() - cpu0
