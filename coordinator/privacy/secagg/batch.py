@@ -3,9 +3,9 @@
 A simulation worker hosts many clients of one cohort, and every protocol phase sends one step
 per client at about the same time: one SecAgg call each meant ~400 held RPCs per 100-client round,
 each woken by every message of the phase. A batch is handled as its calls would be, only once:
-every entry's message is recorded (`SecAggSteps.accept`), the protocol state is made durable once
-(one group-committed write for the batch), the call is held until any entry is ready (its phase
-closed), and then every entry is answered — ready with its reply, not ready (the client sends it
+every entry's message is recorded (`SecAggSteps.accept`), made durable as its own call's would be
+(`SecAggSteps.recorded`: one group-committed write for the batch, where an entry is answered at once),
+the call is held until any entry is ready (its phase closed), and then every entry is answered — ready with its reply, not ready (the client sends it
 again), or the error its own call would have got. A batch with a failed entry is not held, so the
 failure reaches its device at once.
 """
@@ -63,9 +63,8 @@ async def run_batch(secagg: SecAggRound | None, calls: Sequence[StepCall], wait_
             errors[i] = exc
     if secagg is None:  # every entry failed above
         return [StepAnswer(c.client_id, error=errors[i]) for i, c in enumerate(calls)]
-    if changed:
-        await secagg.persist()  # one durable write covers every message of the batch
-        secagg.run.notify()
+    if changed and server is not None:
+        await secagg.steps.recorded(server, [calls[i].step for i in live])
     if live and not errors and server is not None:
         try:
             await secagg.steps.hold(server, [calls[i].step for i in live], wait_ms)

@@ -1,9 +1,13 @@
 """The `SecAgg` RPC of a secure round: check a step, record its message, hold it until its phase
 closed durably, answer it (see SecAggRequest.Step in protos/fedort_v1.proto).
 
-Each step's message is recorded at most once per phase (a re-send changes nothing) and made durable
-before the client hears back; a held step wakes when a phase closes, the round ends or the server
-stops (`SecAggRound.wake`), not at every engine change.
+Each step's message is recorded at most once per phase (a re-send changes nothing) and is durable
+before the client hears that it counted: a step answered at once (an unmask response) is written
+first; a held one (keys, shares) is answered only after its phase closed, and the close writes every
+message recorded before it (`SecAggRound._close`), so it is not written on its own. A step whose hold
+runs out is answered "not ready" and sent again, so a restart in between loses nothing. A held step
+wakes when a phase closes, the round ends or the server stops (`SecAggRound.wake`), not at every
+engine change.
 """
 
 from __future__ import annotations
@@ -36,8 +40,7 @@ class SecAggSteps:
         """One protocol step of `client_id` (see SecAggRequest.Step): (ready, reply payload)."""
         s = self.check(client_id, model_id, round)
         if self.accept(client_id, step, payload):
-            await self.rnd.persist()  # durable before the client hears back
-            self.rnd.run.notify()
+            await self.recorded(s, [step])
         if not await self.hold(s, [step], wait_ms):
             return False, b""
         return True, self.reply(client_id, round, step)
@@ -84,6 +87,17 @@ class SecAggSteps:
         elif step != UNMASK_REQUEST:
             raise ProtocolError(f"unknown secagg step {step}; expected 0..3 (ADVERTISE, SHARE, UNMASK_REQUEST, UNMASK)")
         return False
+
+    async def recorded(self, s: SecAggServer, steps: list[int]) -> None:
+        """After messages of `steps` were recorded: durable now if one is answered at once (else the phase
+        close writes them before their answer, see the module docstring); the engine looks again."""
+        if not all(self.waits_for_close(s, x) for x in steps):
+            await self.rnd.persist()
+        self.rnd.run.notify()
+
+    def waits_for_close(self, s: SecAggServer, step: int) -> bool:
+        """Whether `step` is answered only once its phase closed: keys and shares while they are collected."""
+        return (step == ADVERTISE and s.phase is Phase.ADVERTISE) or (step == SHARE and s.phase is Phase.SHARE_KEYS)
 
     def ready(self, s: SecAggServer, step: int) -> bool:
         """Whether `step` can be answered: the phase it waits for has closed, durably (UNMASK: at once)."""
