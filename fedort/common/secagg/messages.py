@@ -244,6 +244,11 @@ class UnmaskResponse(_Json):
     complaints: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
+        return dict(self._encoded)
+
+    @cached_property
+    def _encoded(self) -> dict[str, Any]:
+        """The JSON form, built once: the coordinator writes every response so far into each saved state."""
         enc = lambda m: {k: [i, b64(s)] for k, (i, s) in m.items()}  # noqa: E731
         d: dict[str, Any] = {"client_id": self.client_id, "key": enc(self.key_shares), "seed": enc(self.seed_shares)}
         if self.salts:
