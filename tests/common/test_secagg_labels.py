@@ -1,5 +1,6 @@
 """Domain-separation labels are the bytes json.dumps writes: every side (and the TypeScript client) agrees."""
 
+import enum
 import json
 import random
 
@@ -20,6 +21,10 @@ def test_a_label_of_strings_and_integers_is_what_json_dumps_writes():
         assert label(*items) == json.dumps(items).encode()
 
 
-@pytest.mark.parametrize("item", [True, False, 1.5, None])
+class _Kind(enum.IntEnum):
+    SEED = 7
+
+
+@pytest.mark.parametrize("item", [True, False, 1.5, None, _Kind.SEED])
 def test_other_items_follow_json_dumps_too(item):
     assert label("x", item, 3) == json.dumps(["x", item, 3]).encode()

@@ -16,12 +16,11 @@ def label(*items: str | int) -> bytes:
     """json.dumps(list(items)).encode(), byte for byte."""
     parts = []
     for item in items:
-        kind = type(item)
-        if kind is str:
+        if isinstance(item, str):
             parts.append(encode_basestring_ascii(item))
-        elif kind is int:
-            parts.append(int.__repr__(item))
-        else:  # bool, float, subclasses: json's own rules
+        elif isinstance(item, int) and not isinstance(item, bool):
+            parts.append(int.__repr__(item))  # what json writes for an int (and an int subclass)
+        else:  # bool, float, None: json's own rules
             parts.append(json.dumps(item))
     return ("[" + ", ".join(parts) + "]").encode()
 
