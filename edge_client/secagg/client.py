@@ -63,7 +63,7 @@ class SecAggClient:
         self.neighbours = params.neighbours[client_id]
         self.phase = Phase.ADVERTISE
         self._cipher = KeyPair.generate()
-        self._share_keys = Agreement(self._cipher.private)  # AEAD keys with each neighbour, both directions
+        self._share_keys = Agreement(self._cipher)  # AEAD keys with each neighbour, both directions
         self._pair_keys: dict[str, bytes] = {}  # neighbour -> the AEAD key of our pair (`_pair_key`)
         self._mask_seed = os.urandom(SEED_BYTES)  # shared: recovers the mask key if we drop
         self._mask = KeyPair.from_seed(self._mask_seed)
@@ -147,7 +147,7 @@ class SecAggClient:
         masked, bits = self.params.fixed_point.encode(vector, weight), self.params.fixed_point.bits
         ahead, self._ahead = self._ahead, None  # precompute_masks: PRG(b_u) and the roster's masks
         (acc, adder), included = ahead if ahead is not None else (self._self_masked(), {})
-        masks = Agreement(self._mask.private)
+        masks = Agreement(self._mask)
         for v in senders:
             if v not in included:
                 seed = pairwise_seed(self.params, masks, self._roster[v].mask_public, self.client_id, v)
@@ -213,7 +213,7 @@ class SecAggClient:
         self._expect(Phase.MASKED_INPUT)
         bits = self.params.fixed_point.bits
         acc, adder = self._self_masked()
-        masks, seeds = Agreement(self._mask.private), {}
+        masks, seeds = Agreement(self._mask), {}
         for v in sorted(self._roster):
             if cancelled():
                 return False

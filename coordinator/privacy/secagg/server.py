@@ -309,7 +309,7 @@ class SecAggServer:
                 if committed(scheme):
                     self.state.cheaters[v] = "its committed shares do not rebuild the mask key it advertised"
                 raise self._abort(f"the mask key reconstructed for {v} does not match its advertised public key")
-            mine = Agreement(key.private)
+            mine = Agreement(key)
             for u in sorted(set(self.params.neighbours[v]) & survivors):
                 seed_uv = pairwise_seed(self.params, mine, self.state.keys[u].mask_public, u, v)
                 adder.add(masks, seed_uv, pairwise_sign(u, v), bits)

@@ -10,7 +10,7 @@ purpose through HKDF's `info`, so one Diffie-Hellman result never yields the sam
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cryptography.exceptions import InvalidTag
@@ -30,10 +30,12 @@ _RAW: dict[str, Any] = dict(encoding=serialization.Encoding.Raw, format=serializ
 @dataclass(frozen=True)
 class KeyPair:
     """An X25519 key pair as raw 32-byte strings (the private half never leaves its owner,
-    except as Shamir shares of it)."""
+    except as Shamir shares of it), and the key object they came from (an `Agreement` of this pair
+    need not rebuild it, which costs about as much as an exchange)."""
 
     private: bytes
     public: bytes
+    key: X25519PrivateKey | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def generate(cls) -> KeyPair:
@@ -55,6 +57,7 @@ class KeyPair:
                 serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
             ),
             key.public_key().public_bytes(**_RAW),
+            key,
         )
 
 
@@ -94,8 +97,13 @@ class Agreement:
     """`agree` for one private key against many peers: the key object is built once (building it
     costs about as much as an exchange) and each peer's X25519 result is kept for further `info`s."""
 
-    def __init__(self, private: bytes) -> None:
-        self._key = X25519PrivateKey.from_private_bytes(private)
+    def __init__(self, private: bytes | KeyPair) -> None:
+        if isinstance(private, KeyPair) and private.key is not None:
+            self._key = private.key
+        else:
+            self._key = X25519PrivateKey.from_private_bytes(
+                private.private if isinstance(private, KeyPair) else private
+            )
         self._shared: dict[bytes, bytes] = {}
 
     def key(self, peer_public: bytes, info: bytes) -> bytes:
