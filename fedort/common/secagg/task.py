@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from fedort.common.errors import ProtocolError, VectorError
@@ -77,6 +78,12 @@ class SecAggTask:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> SecAggTask:
+        """The task the bytes describe (ProtocolError if they describe none); the same bytes give the same
+        (immutable) task, parsed once per process: a simulation worker's devices all read one round's."""
+        return _parsed(bytes(data))
+
+    @classmethod
+    def _parse(cls, data: bytes) -> SecAggTask:
         try:
             d: dict[str, Any] = json.loads(data)
             task = cls(
@@ -93,3 +100,8 @@ class SecAggTask:
                 f"task's secagg codec {task.codec!r} is not a masked codec for {task.params.fixed_point.bits}-bit words"
             )
         return task
+
+
+@lru_cache(maxsize=8)
+def _parsed(data: bytes) -> SecAggTask:
+    return SecAggTask._parse(data)
