@@ -57,11 +57,6 @@ def holder_indices(params: SecAggParams, keys: Mapping[str, AdvertiseKeys], owne
     return {holder: i for i, holder in enumerate(roster, 1)}
 
 
-def holder_index(params: SecAggParams, keys: Mapping[str, AdvertiseKeys], owner: str, holder: str) -> int | None:
-    """The share index `owner` gave `holder`, None if it gave it none."""
-    return holder_indices(params, keys, owner).get(holder)
-
-
 @functools.lru_cache(maxsize=4096)
 def _lagrange_at(base: tuple[int, ...], x: int) -> tuple[int, ...]:
     """L_j(x) mod p for the Lagrange basis of the points `base` (cached: most secrets share one index set)."""
@@ -158,4 +153,4 @@ def trusted_shares(state: SecAggServerState, request: UnmaskRequest, key_owners:
         cheaters[caught] = "its share was off the polynomial the other shares agree on"
 
 
-__all__ = ["TrustedShares", "holder_index", "holder_indices", "trusted_shares"]
+__all__ = ["TrustedShares", "holder_indices", "trusted_shares"]

@@ -17,7 +17,7 @@ from coordinator_fixtures import P_MLP, mlp_artifacts, start_coordinator, stub_c
 from secagg_devices import deltas_for, run_devices
 
 from fedort.coordinator.privacy.secagg.server import SecAggServer
-from fedort.coordinator.privacy.secagg.share_checks import holder_index
+from fedort.coordinator.privacy.secagg.share_checks import holder_indices
 from fedort.edge_client.secagg.client import SecAggClient
 from fedort.common.round_state import RoundState
 from fedort.common.secagg import SecAggAborted
@@ -39,7 +39,7 @@ def _bump(share: tuple[int, bytes]) -> tuple[int, bytes]:
 ATTACKS = {
     "a share off by one": lambda params, keys, share: _bump(share),
     "a random share": lambda params, keys, share: (share[0], (12345678901234567890).to_bytes(SHARE_BYTES, "big")),
-    "another holder's index": lambda params, keys, share: (holder_index(params, keys, VICTIM, "c003"), share[1]),
+    "another holder's index": lambda params, keys, share: (holder_indices(params, keys, VICTIM)["c003"], share[1]),
 }
 
 
