@@ -37,6 +37,10 @@ class KeyPair:
     public: bytes
     key: X25519PrivateKey | None = field(default=None, compare=False, repr=False)
 
+    def private_key(self) -> X25519PrivateKey:
+        """The private half as a key object: the one it came from, else built from its bytes."""
+        return self.key if self.key is not None else X25519PrivateKey.from_private_bytes(self.private)
+
     @classmethod
     def generate(cls) -> KeyPair:
         return cls._of(X25519PrivateKey.generate())
@@ -98,12 +102,9 @@ class Agreement:
     costs about as much as an exchange) and each peer's X25519 result is kept for further `info`s."""
 
     def __init__(self, private: bytes | KeyPair) -> None:
-        if isinstance(private, KeyPair) and private.key is not None:
-            self._key = private.key
-        else:
-            self._key = X25519PrivateKey.from_private_bytes(
-                private.private if isinstance(private, KeyPair) else private
-            )
+        self._key = (
+            private.private_key() if isinstance(private, KeyPair) else X25519PrivateKey.from_private_bytes(private)
+        )
         self._shared: dict[bytes, bytes] = {}
 
     def key(self, peer_public: bytes, info: bytes) -> bytes:
