@@ -5,9 +5,9 @@ per client at about the same time: one SecAgg call each meant ~400 held RPCs per
 each woken by every message of the phase. A batch is handled as its calls would be, only once:
 every entry's message is recorded (`SecAggSteps.accept`), made durable as its own call's would be
 (`SecAggSteps.recorded`: one group-committed write for the batch, where an entry is answered at once),
-the call is held until any entry is ready (its phase closed), and then every entry is answered — ready with its reply, not ready (the client sends it
-again), or the error its own call would have got. A batch with a failed entry is not held, so the
-failure reaches its device at once.
+the call is held until any entry is ready (its phase closed), and then every entry is answered —
+ready with its reply, not ready (the client sends it again), or the error its own call would have got.
+A batch with a failed entry is not held, so the failure reaches its device at once.
 """
 
 from __future__ import annotations
