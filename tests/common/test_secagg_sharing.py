@@ -147,3 +147,17 @@ def test_masks_of_64_bit_words_refuse_a_uint32_accumulator(scheme, bits):
     assert accumulator_dtype(scheme, bits) == np.uint64
     with pytest.raises(ConfigError, match="must be uint64 of shape"):
         MaskAdder(100, scheme=scheme).add(np.zeros(100, dtype=np.uint32), os.urandom(32), 1, bits)
+
+
+@pytest.mark.parametrize("scheme, bits, dtype, block", [
+    (AES_PRIME_W32, 24, np.uint32, 1 << 15), (AES_PRIME_W32, 24, np.uint32, 999), (AES_PRIME_W32, 24, np.uint64, 1000),
+    (AES_PRIME, 40, np.uint64, 1 << 15), (LEGACY, 24, np.uint64, 7)])
+def test_a_mask_assigned_to_an_accumulator_is_the_mask_added_to_a_zeroed_one(scheme, bits, dtype, block):
+    seed = os.urandom(32)
+    added, assigned = np.zeros(70_001, dtype=dtype), np.full(70_001, 12345, dtype=dtype)  # assign ignores the old
+    adder = MaskAdder(70_001, block, scheme=scheme)
+    adder.add(added, seed, 1, bits)
+    adder.assign(assigned, seed, bits)
+    assert np.array_equal(assigned, added)
+    mask = np.uint64(2**bits - 1)
+    assert np.array_equal(assigned.astype(np.uint64) & mask, expand(seed, 70_001, bits, scheme))
