@@ -4,6 +4,7 @@
     share_keys(Roster) -> ShareKeys
     precompute_masks()      (optional, while the delivery is awaited: `edge_client.secagg_ahead`)
     masked_input(ShareDelivery, vector, weight) -> uint64 vector of length P + 1
+        (masked_words: the same words in the mask accumulator's dtype, as `pack` sends them)
     unmask(UnmaskRequest) -> UnmaskResponse
 
 Each call checks what the coordinator sent (neighbours only, distinct keys, at least T of them,
@@ -126,7 +127,15 @@ class SecAggClient:
         )
 
     def masked_input(self, delivery: ShareDelivery, vector: np.ndarray, weight: float = 1.0) -> np.ndarray:
-        """Open the shares addressed to us, then encode the update and add every mask mod 2^b."""
+        """Open the shares addressed to us, then encode the update and add every mask mod 2^b (uint64 words)."""
+        return self.masked_words(delivery, vector, weight).astype(np.uint64, copy=False)
+
+    def masked_words(
+        self, delivery: ShareDelivery, vector: np.ndarray, weight: float = 1.0, minus: np.ndarray | None = None
+    ) -> np.ndarray:
+        """`masked_input` in the mask accumulator's words (uint32 where they are 4 bytes: `prg.accumulator_dtype`),
+        as `pack` sends them: the update is added into the masks, with no uint64 copy of either. With `minus`
+        the update is vector − minus (a trained vector and its global one), taken block by block."""
         self._expect(Phase.MASKED_INPUT)
         senders = sorted(delivery.sealed)
         unknown = [s for s in senders if s not in self._roster]
@@ -144,7 +153,8 @@ class SecAggClient:
                     raise  # no way to report it: the device leaves the round
                 self._complaints.append(sender)  # stays: the sender is named in the unmask response
                 log.warning("%s", e)
-        masked, bits = self.params.fixed_point.encode(vector, weight), self.params.fixed_point.bits
+        fixed = self.params.fixed_point
+        bits = fixed.bits
         ahead, self._ahead = self._ahead, None  # precompute_masks: PRG(b_u) and the roster's masks
         (acc, adder), included = ahead if ahead is not None else (self._self_masked(), {})
         masks = Agreement(self._mask)
@@ -154,10 +164,10 @@ class SecAggClient:
                 adder.add(acc, seed, pairwise_sign(self.client_id, v), bits)
         for v in sorted(set(included) - set(senders)):  # not in U2: its mask must not be in y
             adder.add(acc, included[v], -pairwise_sign(self.client_id, v), bits)
-        np.add(masked, acc, out=masked)
-        masked &= self.params.fixed_point.modulus_mask
+        fixed.add_encoded(acc, vector, weight, minus)  # sums commute mod 2^b: the update goes into the masks
+        acc &= acc.dtype.type(int(fixed.modulus_mask))
         self.phase = Phase.UNMASK
-        return masked
+        return acc
 
     def _open(self, delivery: ShareDelivery, sender: str) -> tuple[int, bytes, bytes, bytes, bytes]:
         """The shares `sender` sealed for us, checked against its commitments (committed scheme); PeerShareError."""
@@ -229,9 +239,9 @@ class SecAggClient:
     def _self_masked(self) -> tuple[np.ndarray, MaskAdder]:
         """PRG(b_u) in a fresh mask accumulator (uint32 where the words are 4 bytes), and the adder for more."""
         bits, scheme = self.params.fixed_point.bits, self.params.scheme
-        acc = np.zeros(self.params.length + 1, dtype=accumulator_dtype(scheme, bits))
+        acc = np.empty(self.params.length + 1, dtype=accumulator_dtype(scheme, bits))
         adder = MaskAdder(len(acc), scheme=scheme)
-        adder.add(acc, self_key(self.params, self._seed), 1, bits)
+        adder.assign(acc, self_key(self.params, self._seed), bits)
         return acc, adder
 
     def unmask(self, request: UnmaskRequest) -> UnmaskResponse:

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from fedort.common.errors import ConfigError
+from fedort.common.errors import ConfigError, VectorError
 from fedort.common.secagg import (
     AdvertiseKeys, FixedPoint, SecAggError, SecAggParams, UnmaskResponse, modulus_bits, neighbour_graph,
 )
@@ -126,3 +126,38 @@ def test_an_agreement_with_many_peers_equals_agree_one_by_one():
     mine = Agreement(u.private)
     assert [mine.key(p.public, b"i") for p in peers] == [agree(u.private, p.public, b"i") for p in peers]
     assert mine.key(peers[0].public, b"j") == agree(peers[0].private, u.public, b"j")
+
+
+@pytest.mark.parametrize("dtype", [np.uint32, np.uint64])
+def test_an_update_encoded_into_an_accumulator_adds_its_rounded_weighted_values_mod_2b(dtype):
+    fp = FixedPoint.for_cohort(50, clip=1.5, scale=2.0**12, max_weight=4.0)  # 24 bits: fits either accumulator
+    x = np.random.default_rng(1).normal(0.0, 1.0, 70_000)  # more than one block, clipped in places
+    start = np.random.default_rng(2).integers(0, 2**32, size=70_001, dtype=np.uint64).astype(dtype)
+    acc = start.copy()
+    fp.add_encoded(acc, x, 2.5)
+    q = np.rint(np.clip(x, -1.5, 1.5) * 2.5 * 2.0**12).astype(np.int64)
+    expected = start.astype(np.uint64) + np.append(q, round(2.5 * 2.0**12)).view(np.uint64)
+    assert acc.dtype == dtype
+    assert np.array_equal(acc.astype(np.uint64) & fp.modulus_mask, expected & fp.modulus_mask)
+
+
+def test_encoding_a_vector_with_nan_leaves_the_accumulator_as_it_was():
+    fp = FixedPoint.for_cohort(4, clip=1.0, scale=2.0**8)
+    acc = np.arange(5, dtype=np.uint32)
+    with pytest.raises(VectorError, match="NaN or infinity"):
+        fp.add_encoded(acc, np.array([0.5, np.nan, 0.0, np.inf]))
+    assert acc.tolist() == [0, 1, 2, 3, 4]
+    with pytest.raises(VectorError, match="do not fit a uint32"):
+        FixedPoint.for_cohort(4, clip=1.0, scale=2.0**40).add_encoded(acc, np.zeros(4))
+
+
+def test_an_update_encoded_from_a_trained_vector_minus_its_global_is_the_encoded_float64_difference():
+    fp = FixedPoint.for_cohort(10, clip=0.5, scale=2.0**16)
+    rng = np.random.default_rng(3)
+    g = rng.normal(0.0, 1.0, 40_000).astype(np.float32)
+    trained = (g + rng.normal(0.0, 0.3, g.size)).astype(np.float32)
+    acc = np.zeros(g.size + 1, dtype=np.uint64)
+    fp.add_encoded(acc, trained, 0.75, minus=g)
+    assert np.array_equal(acc & fp.modulus_mask, fp.encode(np.subtract(trained, g, dtype=np.float64), 0.75))
+    with pytest.raises(VectorError, match="NaN or infinity"):
+        fp.add_encoded(acc, trained, 0.75, minus=np.full_like(g, np.inf))

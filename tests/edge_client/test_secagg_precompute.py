@@ -14,6 +14,7 @@ from fedort.coordinator.privacy.secagg.server import SecAggServer
 from fedort.edge_client.secagg.ahead import MaskAhead
 from fedort.edge_client.secagg.client import SecAggClient
 from fedort.common.secagg.masks import add_signed, pairwise_mask, pairwise_sign, self_mask
+from fedort.common.secagg.prg import accumulator_dtype
 from fedort.common.secagg.scheme import SUPPORTED
 from coordinator_fixtures import P_MLP, mlp_artifacts, start_coordinator, stub_client  # noqa: F401
 from secagg_devices import deltas_for, run_devices
@@ -35,6 +36,18 @@ def test_precomputed_masks_give_the_same_masked_bytes_as_masks_computed_on_deliv
     precomputed = ahead.masked_input(delivery, x, 0.75)
     assert precomputed.dtype == on_delivery.dtype == np.uint64
     assert precomputed.tobytes() == on_delivery.tobytes()
+
+
+@pytest.mark.parametrize("scheme", SUPPORTED)
+def test_masked_words_are_the_masked_input_in_the_mask_accumulators_words(scheme):
+    params = make_params(8, 2001, degree=4, scheme=scheme)
+    me = params.cohort[2]
+    server, clients = through_share_keys(params, set())
+    twin = copy.copy(clients[me])
+    x = np.random.default_rng(6).normal(0.0, 0.3, params.length)
+    words = clients[me].masked_words(server.delivery_for(me), x, 0.5)
+    assert words.dtype == accumulator_dtype(scheme, params.fixed_point.bits)
+    assert np.array_equal(words.astype(np.uint64), twin.masked_input(server.delivery_for(me), x, 0.5))
 
 
 @pytest.mark.parametrize("precompute", [False, True])

@@ -50,12 +50,33 @@ def payload_size(codec: str, length: int) -> int:
 
 
 def pack(words: np.ndarray, codec: str) -> bytes:
-    """The payload of masked uint64 `words` (each below 2^b) in `codec`."""
-    words = np.ascontiguousarray(words, dtype="<u8")
-    if codec == U64_CODEC:
-        return words.tobytes()
-    width = packed_bits(codec) // 8
-    return _low_bytes(words, width).tobytes()
+    """The payload of masked `words` (each below 2^b; uint64, or uint32 when b ≤ 32) in `codec`."""
+    width = 8 if codec == U64_CODEC else packed_bits(codec) // 8
+    words = np.asarray(words)
+    if width > 4:
+        words = np.ascontiguousarray(words, dtype="<u8")
+        return words.tobytes() if width == 8 else _low_bytes(words, width).tobytes()
+    narrow = np.ascontiguousarray(words, dtype="<u4")  # every word is below 2^b ≤ 2^32
+    if width == 3:
+        return _three_bytes(narrow)
+    return narrow.astype({1: "u1", 2: "<u2", 4: "<u4"}[width], copy=False).tobytes()
+
+
+def _three_bytes(words: np.ndarray) -> bytes:
+    """Words below 2^24 as 3 little-endian bytes each: every 4 words become 3 uint32s by shifts and ors
+    (faster than copying 3-byte items one by one), the last 0-3 words as items."""
+    whole = len(words) // 4
+    out = np.empty(3 * len(words), dtype=np.uint8)
+    body = out[: 12 * whole].view("<u4").reshape(whole, 3)
+    a, b, c, d = (words[: 4 * whole].reshape(whole, 4)[:, i] for i in range(4))
+    np.left_shift(b, 24, out=body[:, 0])
+    body[:, 0] |= a
+    np.left_shift(c, 16, out=body[:, 1])
+    body[:, 1] |= b >> 8
+    np.left_shift(d, 8, out=body[:, 2])
+    body[:, 2] |= c >> 16
+    out[12 * whole :] = np.frombuffer(_low_bytes(words[4 * whole :], 3).tobytes(), dtype=np.uint8)
+    return out.tobytes()
 
 
 def unpack(payload: bytes | memoryview | np.ndarray, codec: str, length: int) -> np.ndarray:
@@ -82,6 +103,6 @@ def unpack(payload: bytes | memoryview | np.ndarray, codec: str, length: int) ->
 
 
 def _low_bytes(words: np.ndarray, width: int) -> np.ndarray:
-    """The low `width` bytes of each little-endian uint64 of `words` as one `width`-byte item each (a view:
+    """The low `width` bytes of each little-endian word of `words` as one `width`-byte item each (a view:
     copying it moves one item per word, not `width` single bytes)."""
-    return np.ndarray(shape=words.shape, dtype=f"V{width}", buffer=words, strides=(8,))
+    return np.ndarray(shape=words.shape, dtype=f"V{width}", buffer=words, strides=(words.dtype.itemsize,))

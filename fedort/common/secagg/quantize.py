@@ -23,8 +23,10 @@ from typing import Any
 import numpy as np
 
 from fedort.common.errors import ConfigError, VectorError
+from fedort.common.scratch import scratch
 
 MAX_BITS = 64
+_BLOCK = 1 << 15  # values encoded at a time: two buffers of at most 256 KiB
 _EXACT_FLOAT = 2.0**52
 
 
@@ -72,22 +74,58 @@ class FixedPoint:
 
     def encode(self, vector: np.ndarray, weight: float = 1.0) -> np.ndarray:
         """Clip, pre-multiply by `weight`, round; returns uint64 of length P + 1 (weight last)."""
-        vec = np.asarray(vector, dtype=np.float64)
-        if vec.ndim != 1:
-            raise VectorError(f"secagg encode expects a 1-D vector, got shape {vec.shape}")
-        if not np.all(np.isfinite(vec)):
-            raise VectorError("secagg encode: the vector holds NaN or infinity")
-        if not (0.0 <= weight <= self.max_weight):
-            raise VectorError(f"secagg encode: weight must be in [0, {self.max_weight}], got {weight}")
-        scaled = np.clip(vec, -self.clip, self.clip)  # one float64 temporary, rounded in place
-        scaled *= weight * self.scale
-        np.rint(scaled, out=scaled)
-        signed = np.empty(vec.size + 1, dtype=np.int64)
-        signed[:-1] = scaled
-        signed[-1] = round(weight * self.scale)
-        out = signed.view(np.uint64)
+        out = np.zeros(np.asarray(vector).size + 1, dtype=np.uint64)
+        self.add_encoded(out, vector, weight)
         out &= self.modulus_mask
         return out
+
+    def add_encoded(
+        self, acc: np.ndarray, vector: np.ndarray, weight: float = 1.0, minus: np.ndarray | None = None
+    ) -> None:
+        """acc += encode(vector − minus, weight) (`minus` absent: of `vector`), mod 2^64 in a uint64 `acc`, mod
+        2^32 in a uint32 one (b ≤ 32: then 2^b divides 2^32 and every encoded value fits an int32); the caller
+        reduces mod 2^b. Worked through in cache-sized blocks with borrowed scratch buffers, so no vector-sized
+        temporary is made (the difference is taken in float64 block by block); `acc` is left as it was on a
+        VectorError."""
+        vec = np.asarray(vector)
+        if vec.ndim != 1:
+            raise VectorError(f"secagg encode expects a 1-D vector, got shape {vec.shape}")
+        base = None if minus is None else np.asarray(minus)
+        if base is not None and base.shape != vec.shape:
+            raise VectorError(f"secagg encode: the vector has shape {vec.shape}, what it is taken from {base.shape}")
+        if acc.shape != (vec.size + 1,) or acc.dtype not in (np.uint64, np.uint32):
+            raise VectorError(
+                f"secagg encode adds into uint64 or uint32 of shape ({vec.size + 1},), got {acc.dtype} {acc.shape}"
+            )
+        if acc.dtype == np.uint32 and self.bits > 32:
+            raise VectorError(f"secagg encode: {self.bits}-bit words do not fit a uint32 accumulator")
+        for v in (vec, base) if base is not None else (vec,):  # NaN propagates through min and max
+            if v.size and not (math.isfinite(v.min()) and math.isfinite(v.max())):
+                raise VectorError("secagg encode: the vector holds NaN or infinity")
+        if not (0.0 <= weight <= self.max_weight):
+            raise VectorError(f"secagg encode: weight must be in [0, {self.max_weight}], got {weight}")
+        factor = weight * self.scale
+        block = min(vec.size, _BLOCK) or 1
+        ints_dtype = np.int32 if acc.dtype == np.uint32 else np.int64
+        with scratch(8 * block) as floats_buf, scratch(8 * block) as ints_buf:
+            floats = np.frombuffer(floats_buf, dtype=np.float64, count=block)
+            ints = np.frombuffer(ints_buf, dtype=ints_dtype, count=block)
+            words = ints.view(acc.dtype)
+            for start in range(0, vec.size, block):
+                n = min(block, vec.size - start)
+                s, q = floats[:n], ints[:n]
+                if base is None:
+                    np.clip(vec[start : start + n], -self.clip, self.clip, out=s, dtype=np.float64)
+                else:
+                    np.subtract(vec[start : start + n], base[start : start + n], out=s, dtype=np.float64)
+                    np.clip(s, -self.clip, self.clip, out=s)
+                s *= factor
+                np.rint(s, out=s)
+                np.copyto(q, s, casting="unsafe")  # integral and in range: exact
+                part = acc[start : start + n]
+                np.add(part, words[:n], out=part)
+        tail = acc[-1:]  # the weight, added as an array: it wraps like the values, without an overflow warning
+        np.add(tail, np.array([round(factor) % (1 << (8 * acc.dtype.itemsize))], dtype=acc.dtype), out=tail)
 
     def to_signed(self, total: np.ndarray) -> np.ndarray:
         """Integers mod 2^b -> the signed integers they stand for (int64)."""

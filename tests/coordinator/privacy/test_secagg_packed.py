@@ -36,6 +36,13 @@ def test_a_packed_word_is_its_low_b_over_8_bytes_little_endian(bits):
     assert pack(words, packed_codec(bits)) == bytes(range(1, width + 1)) + b"\xff" * width + bytes(width)
 
 
+@pytest.mark.parametrize("bits", [8, 16, 24, 32])
+def test_uint32_words_pack_to_the_bytes_of_the_same_uint64_words(bits):
+    words = np.random.default_rng(bits).integers(0, 2**bits - 1, size=1001, dtype=np.uint64, endpoint=True)
+    for codec in (packed_codec(bits), SECAGG_CODEC):
+        assert pack(words.astype(np.uint32), codec) == pack(words, codec)
+
+
 def test_the_packed_payload_is_b_over_8_bytes_per_word_and_nothing_else():
     dec = decoder_for("secagg-packed:40")
     assert dec.payload_bytes(P_MLP, 0) == dec.payload_bytes(P_MLP, 5 * (P_MLP + 1)) == 5 * (P_MLP + 1)
