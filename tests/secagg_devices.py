@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from fedort.edge_client.secagg.flow import SHARE, UNMASK_REQUEST, SecAggFlow
+from fedort.edge_client.secagg.flow import SHARE, UNMASK_REQUEST, MaskInputs, SecAggFlow
 from fedort.edge_client.transport.grpc_transport import ChannelConfig, Transport
 from fedort.protos.vector_stream import CHUNK_BYTES
 from fedort.protos.messages import TaskKind
@@ -50,10 +50,12 @@ class VanishingTransport:
 
 def run_device(port: int, client_id: str, delta: np.ndarray, num_examples: int = 10, drop: str | None = None,
                timeout_s: float = 60.0, rounds: int = 1, wrap=None,
-               capabilities: dict[str, str] | None = None) -> list[tuple[str, str]]:
+               capabilities: dict[str, str] | None = None,
+               trained: threading.Event | None = None) -> list[tuple[str, str]]:
     """One device for `rounds` FIT tasks (or until DONE); its (outcome, message) per round, 'vanished' if it did.
     `wrap(transport)` may put a test's transport (same methods) in front of the real one; `capabilities`
-    are announced at Join (default: this build's secagg schemes)."""
+    are announced at Join (default: this build's secagg schemes). With `trained`, the protocol starts before
+    the update exists (`SecAggFlow.run_when`): the masking waits until the event is set."""
     real = Transport(ChannelConfig(f"127.0.0.1:{port}", insecure=True, rpc_timeout_s=timeout_s))
     transport = wrap(real) if wrap is not None else real
     out: list[tuple[str, str]] = []
@@ -69,8 +71,12 @@ def run_device(port: int, client_id: str, delta: np.ndarray, num_examples: int =
             g = transport.download_vector(client_id, info.model_id, task.round)
             flow = SecAggFlow(VanishingTransport(transport, drop), client_id, info.model_id, task,
                               lambda what, fn: fn(), poll_wait_ms=2000)
+            update = MaskInputs(g, g + delta.astype(np.float32), num_examples, {})
             try:
-                out.append(flow.run(g, g + delta.astype(np.float32), num_examples, {}, CHUNK_BYTES))
+                if trained is None:
+                    out.append(flow.run(*update, CHUNK_BYTES))
+                else:
+                    out.append(flow.run_when(lambda: trained.wait() and update, CHUNK_BYTES))  # noqa: B023
             except Vanished as e:
                 out.append(("vanished", str(e)))
                 break
@@ -81,12 +87,14 @@ def run_device(port: int, client_id: str, delta: np.ndarray, num_examples: int =
 
 def run_devices(port: int, deltas: dict[str, np.ndarray], drops: dict[str, str] | None = None,
                 examples: dict[str, int] | None = None, rounds: int = 1,
-                wraps: dict | None = None, capabilities: dict | None = None) -> dict[str, list[tuple[str, str]]]:
-    """Every device in its own thread; their outcomes by client id (`wraps`, `capabilities`: per device, see run_device)."""
+                wraps: dict | None = None, capabilities: dict | None = None,
+                trained: threading.Event | None = None) -> dict[str, list[tuple[str, str]]]:
+    """Every device in its own thread; their outcomes by client id (`wraps`, `capabilities`: per device, see
+    run_device; `trained`: for all of them)."""
     drops, examples, wraps, capabilities = drops or {}, examples or {}, wraps or {}, capabilities or {}
     with ThreadPoolExecutor(max_workers=len(deltas)) as pool:
         futures = {c: pool.submit(run_device, port, c, d, examples.get(c, 10), drops.get(c), 60.0, rounds,
-                                  wraps.get(c), capabilities.get(c))
+                                  wraps.get(c), capabilities.get(c), trained)
                    for c, d in deltas.items()}
         return {c: f.result(timeout=180) for c, f in futures.items()}
 

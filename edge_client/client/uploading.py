@@ -17,6 +17,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -32,6 +33,9 @@ from fedort.edge_client.uploads.local_dp import LocalDP
 from fedort.edge_client.uploads.resumable import ResumableSender
 from fedort.protos.messages import Task
 from fedort.protos.vector_stream import CHUNK_BYTES
+
+if TYPE_CHECKING:
+    from fedort.edge_client.secagg.flow import SecAggFlow
 
 log = logging.getLogger("fedort.edge")
 
@@ -87,7 +91,7 @@ class Uploader:
 
     def send(self, transport: Transport, member: Membership, p: Pending, on_phase: Callable[[str], None]) -> Sent:
         """Send `p` and return the answer; the phase is "uploading" (or "secure aggregation") meanwhile."""
-        chunk = min(CHUNK_BYTES, member.info.max_chunk_bytes or CHUNK_BYTES)
+        chunk = _chunk(member)
         try:
             if p.secagg is not None:
                 on_phase("secure aggregation")
@@ -129,10 +133,39 @@ class Uploader:
         return Sent(reply, u.codec, u.nbytes)
 
     def _masked(self, transport: Transport, member: Membership, p: Pending, chunk: int) -> tuple[str, str]:
-        from fedort.edge_client.secagg.flow import SecAggFlow  # its crypto stack loads only for a masked round
-
         task, vector, trained = present(p.secagg, "the masked round's vectors")
-        flow = SecAggFlow(
+        return self._flow(transport, member, task).run(vector, trained, p.num_examples, p.metrics, chunk)
+
+    def send_while_training(
+        self,
+        transport: Transport,
+        member: Membership,
+        task: Task,
+        trained: Callable[[], Pending],
+        on_phase: Callable[[str], None],
+        advertising: Callable[[], None] = lambda: None,
+    ) -> Sent:
+        """A secure round's `send` begun before its update exists: the keys are advertised and shared at
+        once, and `trained()` (the training's Pending, waited for in another thread) only once masking needs it;
+        `advertising()` as the keys go out (`SecAggFlow.run_when`)."""
+
+        from fedort.edge_client.secagg.flow import MaskInputs  # the crypto stack loads only for a masked round
+
+        def inputs() -> MaskInputs:
+            p = trained()
+            _, vector, update = present(p.secagg, "the masked round's vectors")
+            return MaskInputs(vector, update, p.num_examples, p.metrics)
+
+        on_phase("secure aggregation")
+        try:
+            return Sent(self._flow(transport, member, task).run_when(inputs, _chunk(member), advertising))
+        finally:
+            on_phase("idle")
+
+    def _flow(self, transport: Transport, member: Membership, task: Task) -> SecAggFlow:
+        from fedort.edge_client.secagg.flow import SecAggFlow  # the crypto stack loads only for a masked round
+
+        return SecAggFlow(
             transport,
             member.client_id,
             member.model_id,
@@ -144,7 +177,11 @@ class Uploader:
             local_min_bytes=self.config.local_file_min_bytes,
             coordinator_hashes=member.info.hashes_local_files,
         )
-        return flow.run(vector, trained, p.num_examples, p.metrics, chunk)
+
+
+def _chunk(member: Membership) -> int:
+    """The upload chunk size: ours, or the coordinator's smaller limit."""
+    return min(CHUNK_BYTES, member.info.max_chunk_bytes or CHUNK_BYTES)
 
 
 __all__ = ["Sent", "Uploader"]

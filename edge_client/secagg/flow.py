@@ -24,7 +24,7 @@ import contextlib
 import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -42,6 +42,17 @@ from fedort.protos.messages import Metric, SubmitResult, Task, UpdateHeader
 from fedort.protos.vector_stream import VectorMeta, vector_digest
 
 log = logging.getLogger(__name__)
+
+
+class MaskInputs(NamedTuple):
+    """What the masking step needs of the device's local round: the global vector it trained from, the trained
+    vector, its example count and metrics."""
+
+    global_vector: np.ndarray
+    trained: np.ndarray
+    num_examples: int
+    metrics: Mapping[str, Metric]
+
 
 ADVERTISE, SHARE, UNMASK_REQUEST, UNMASK = 0, 1, 2, 3  # SecAggRequest.Step
 ENDS_ROUND = ("FAILED_PRECONDITION", "ABORTED")
@@ -140,31 +151,42 @@ class SecAggFlow:
         chunk_size: int,
     ) -> tuple[str, str]:
         """Every phase for this round; (outcome, message) as the client reports an upload."""
+        return self.run_when(lambda: MaskInputs(global_vector, trained, num_examples, metrics), chunk_size)
+
+    def run_when(
+        self, inputs: Callable[[], MaskInputs], chunk_size: int, advertising: Callable[[], None] = lambda: None
+    ) -> tuple[str, str]:
+        """`run` begun before the update exists: keys are advertised and shared at once, and `inputs()` (which
+        may wait for the device's training to end) is called only once the share delivery is in, to mask.
+        `advertising()` is called as the keys go out (or as the run ends, if it ends before)."""
         steps = getattr(self.transport, "secagg_steps", None)  # the worker's batcher (a test's wrapper has none)
-        with steps.flow() if steps is not None else contextlib.nullcontext():
-            return self._run(global_vector, trained, num_examples, metrics, chunk_size)
+        try:
+            with steps.flow() if steps is not None else contextlib.nullcontext():
+                return self._run(inputs, chunk_size, advertising)
+        finally:
+            advertising()
 
     def _run(
-        self,
-        global_vector: np.ndarray,
-        trained: np.ndarray,
-        num_examples: int,
-        metrics: Mapping[str, Metric],
-        chunk_size: int,
+        self, inputs: Callable[[], MaskInputs], chunk_size: int, advertising: Callable[[], None]
     ) -> tuple[str, str]:
-        length = len(global_vector)
         try:
             spec = SecAggTask.from_bytes(self.task.secagg)  # a scheme this device does not compute: SchemeError
             client = SecAggClient(self.client_id, spec.params)
-            roster = Roster.from_bytes(self._step(ADVERTISE, client.advertise().to_bytes()))
+            keys = client.advertise().to_bytes()
+            advertising()
+            roster = Roster.from_bytes(self._step(ADVERTISE, keys))
             shares = client.share_keys(roster).to_bytes()
             with MaskAhead(client) if worth_it(self.transport) else contextlib.nullcontext():
                 delivery = ShareDelivery.from_bytes(self._step(SHARE, shares))  # masks expanded meanwhile
+            global_vector, trained, num_examples, metrics = inputs()
             with lane(self.transport):  # devices sharing the transport mask one at a time (secagg_lane)
-                masked = client.masked_input(
-                    delivery, private_delta(spec, global_vector, trained), spec.weight(num_examples)
-                )
+                weight = spec.weight(num_examples)
+                if spec.dp_clip is None:  # the delta is taken block by block as it is encoded
+                    masked = client.masked_words(delivery, trained, weight, minus=global_vector)
+                else:
+                    masked = client.masked_words(delivery, private_delta(spec, global_vector, trained), weight)
                 wire = pack(masked, spec.codec)
+                del masked  # the words are on the wire: nothing more needs them
             as_file = self.local is not None and len(wire) >= self.local_min_bytes
             header = masked_header(
                 self.client_id,
@@ -172,7 +194,7 @@ class SecAggFlow:
                 self.task.round,
                 wire,
                 spec.codec,
-                length,
+                spec.params.length,
                 num_examples,
                 metrics,
                 chunk_size,

@@ -229,7 +229,8 @@ def _work(
 
     Secure aggregation: a phase closes only when the whole cohort got there, so every masked
     upload (the client's whole protocol run) gets its own thread of `secagg` (one per client),
-    started as soon as it trained."""
+    started before any client trains: the keys are advertised and shared while they train, and
+    each masks once its own training ended."""
     inflight: list[Future] = []
     masked: list[Future] = []  # never waited on inside the loop: they finish only with the whole cohort
     _train_and_upload(clients, tasks, done, uploads, _upload_limit(plan, clients), secagg, inflight, masked)
@@ -254,6 +255,16 @@ def _train_and_upload(
     inflight: list[Future],
     masked: list[Future],
 ) -> None:
+    trained: dict[str, threading.Event] = {}  # secure rounds: set once the client's training ended
+    advertised: list[threading.Event] = []
+    for client in clients:  # every secure round starts first: keys are advertised and shared while clients train
+        task = tasks.get(client.client_id)
+        if task is not None and task.kind == TaskKind.FIT and task.secagg:
+            trained[client.client_id], keys = threading.Event(), threading.Event()
+            masked.append(secagg.submit(client.upload_while_training, task, trained[client.client_id], keys))
+            advertised.append(keys)
+    for keys in advertised:  # cheap, and one batch then carries them all: training would hold the threads back
+        keys.wait()
     for client in clients:
         task = tasks.get(client.client_id)
         if task is None:
@@ -261,8 +272,10 @@ def _train_and_upload(
         if task.kind == TaskKind.DONE:
             done.add(client.client_id)
         elif task.kind == TaskKind.FIT and task.secagg:
-            client.train(task)
-            masked.append(secagg.submit(client.upload))
+            try:
+                client.train(task)
+            finally:
+                trained[client.client_id].set()
         elif task.kind == TaskKind.FIT:
             client.train(task)
             while len(inflight) >= limit:  # bounded: each holds one vector

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import numpy as np
 import pytest
@@ -42,6 +43,32 @@ async def test_a_secagg_round_commits_the_fedavg_of_the_quantized_updates(start_
     np.testing.assert_allclose(final, expected, atol=1e-6)        # float32 rounding of g + mean only
     plain = start + sum(deltas[c] * examples[c] for c in ids) / sum(examples.values())
     np.testing.assert_allclose(final, plain, atol=2 / SCALE)     # within quantization error of plain FedAvg
+
+
+async def test_keys_are_advertised_and_shared_before_any_update_exists_and_the_round_commits(start_coordinator,
+                                                                                           stub_client):
+    """A device may start the protocol before it trained (`SecAggFlow.run_when`): both key phases close while no
+    update exists, and once the updates are there the round commits the same FedAvg."""
+    from fedort.common.secagg.phases import Phase
+
+    ids = [f"dev-{i:02d}" for i in range(4)]
+    coord = await start_coordinator(rounds=1, min_clients=4, secagg=True, round_timeout_s=30)
+    deltas, examples, trained = deltas_for(ids, P_MLP, seed=4), {c: 10 for c in ids}, threading.Event()
+    devices = asyncio.ensure_future(asyncio.to_thread(run_devices, coord.port, deltas, None, examples,
+                                                      trained=trained))
+    secure = coord.engine.secagg
+    for _ in range(300):
+        if secure.server is not None and secure.server.phase is Phase.MASKED_INPUT:
+            break
+        await asyncio.sleep(0.05)
+    assert secure.server.phase is Phase.MASKED_INPUT and not trained.is_set()   # keys shared, nothing trained yet
+    trained.set()
+    outcomes = await asyncio.wait_for(devices, 120)
+    assert all(o == [("accepted", "accepted")] for o in outcomes.values()), outcomes
+    assert (await asyncio.wait_for(coord.wait_done(), 30)).state is RoundState.DONE
+    client = stub_client(coord.port)
+    start, final = await _vectors(coord, client, ids[0], (await client.join(ids[0])).model_id)
+    np.testing.assert_allclose(final, start.astype(np.float64) + _quantized_mean(deltas, ids, examples), atol=1e-6)
 
 
 @pytest.mark.slow
