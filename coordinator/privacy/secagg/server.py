@@ -20,6 +20,7 @@ them (`share_checks`): who was caught is in `state.cheaters` and the result.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -64,6 +65,8 @@ class SecAggServer:
         self.state = SecAggServerState(params)
         self.accumulator = np.zeros(params.length + 1, dtype=np.uint64)
         self._indices: dict[str, dict[str, int]] = {}  # owner -> holder_indices, once the keys are fixed
+        self._request: tuple[tuple[int, ...], UnmaskRequest] | None = None  # `unmask_request`, while U2, U3 stay
+        self._owners: dict[bytes, str] = {}  # `_key_owners`
 
     @property
     def params(self) -> SecAggParams:
@@ -97,7 +100,7 @@ class SecAggServer:
         if acc.shape != (server.params.length + 1,):
             raise SecAggError(f"accumulator has shape {acc.shape}, expected ({server.params.length + 1},)")
         server.accumulator = acc.copy()
-        server._indices = {}
+        server._indices, server._request, server._owners = {}, None, {}
         return server
 
     # ---- helpers ----------------------------------------------------------------------
@@ -138,13 +141,21 @@ class SecAggServer:
             raise SecAggError(f"client {msg.client_id} advertised different keys twice")
         check_public(msg.cipher_public, f"client {msg.client_id}'s share-encryption key")
         check_public(msg.mask_public, f"client {msg.client_id}'s mask key")
-        taken = {k for c, m in self.state.keys.items() if c != msg.client_id for k in (m.cipher_public, m.mask_public)}
-        if msg.cipher_public == msg.mask_public or {msg.cipher_public, msg.mask_public} & taken:
+        owners = self._key_owners()
+        taken = {owners.get(msg.cipher_public, msg.client_id), owners.get(msg.mask_public, msg.client_id)}
+        if msg.cipher_public == msg.mask_public or taken != {msg.client_id}:
             raise SecAggError(
                 f"client {msg.client_id} advertised a public key that is already in use (its other key, or another "
                 f"client's); every client needs two keys of its own"
             )
         self.state.keys[msg.client_id] = msg
+        owners[msg.cipher_public] = owners[msg.mask_public] = msg.client_id
+
+    def _key_owners(self) -> dict[bytes, str]:
+        """Public key -> the client that advertised it (two distinct keys each), kept as keys arrive."""
+        if len(self._owners) != 2 * len(self.state.keys):  # restored, or pruned by the phase close
+            self._owners = {k: c for c, m in self.state.keys.items() for k in (m.cipher_public, m.mask_public)}
+        return self._owners
 
     def close_advertise(self) -> list[str]:
         self._expect(Phase.ADVERTISE)
@@ -208,6 +219,18 @@ class SecAggServer:
         indices = {s: self._holder_indices(s).get(client_id, 0) for s in sealed}
         return ShareDelivery(sealed, commitments, indices)
 
+    def delivery_bytes(self, client_id: str) -> bytes:
+        """`delivery_for(client_id).to_bytes()`, from the base64 forms the state keeps of every bundle and
+        commitment (each encoded once, not once per delivery)."""
+        self._known(client_id, self.state.u2, "share delivery request")
+        state = self.state
+        senders = [s for s in self.params.neighbours[client_id] if client_id in state.sealed.get(s, ())]
+        d: dict[str, object] = {"sealed": {s: state.encoded_bundles(s)[client_id] for s in senders}}
+        if committed(self.params.scheme):
+            d["commit"] = {s: state.encoded_commitments(s)[client_id] for s in senders}
+            d["index"] = {s: self._holder_indices(s).get(client_id, 0) for s in senders}
+        return json.dumps(d, sort_keys=True, separators=(",", ":")).encode()
+
     def _holder_indices(self, owner: str) -> dict[str, int]:
         """`share_checks.holder_indices` of `owner`, computed once a round (the keys are fixed after advertising)."""
         found = self._indices.get(owner)
@@ -246,8 +269,12 @@ class SecAggServer:
         return self.unmask_request()
 
     def unmask_request(self) -> UnmaskRequest:
-        u3 = set(self.state.u3)
-        return UnmaskRequest(tuple(sorted(set(self.state.u2) - u3)), tuple(sorted(u3)))
+        """U2 − U3 and U3; built once while they stay (each unmask response and reply asks for it)."""
+        u2, u3 = self.state.u2, self.state.u3  # both only grow, and only until masked inputs close
+        size = (id(u2), len(u2), id(u3), len(u3))
+        if self._request is None or self._request[0] != size:
+            self._request = size, UnmaskRequest(tuple(sorted(set(u2) - set(u3))), tuple(sorted(u3)))
+        return self._request[1]
 
     # ---- phase 3: unmasking -------------------------------------------------------------
     def receive_unmask(self, msg: UnmaskResponse) -> None:
@@ -264,7 +291,7 @@ class SecAggServer:
             raise SecAggError(
                 f"client {msg.client_id} sent a share that is not (index 1..{len(self.params.cohort)}, {size} bytes)"
             )
-        senders = {s for s, m in self.state.sealed.items() if msg.client_id in m}
+        senders = {s for s in self.params.neighbours[msg.client_id] if msg.client_id in self.state.sealed.get(s, ())}
         if not set(msg.complaints) <= senders or set(msg.complaints) & {*msg.key_shares, *msg.seed_shares}:
             raise SecAggError(
                 f"client {msg.client_id} complains about {sorted(msg.complaints)}: it may name only neighbours that "

@@ -78,6 +78,14 @@ class SecAggServerState:
             sort_keys=True,
         ).encode()
 
+    def encoded_bundles(self, sender: str) -> dict[str, str]:
+        """recipient -> the base64 form of the bundle `sender` sealed for it (made once, as the state is written)."""
+        return self._cached("sealed", sender, self.sealed[sender], _encode_bundles)
+
+    def encoded_commitments(self, dealer: str) -> dict[str, list[str]]:
+        """holder -> the base64 forms of `dealer`'s two commitments to its shares (made once)."""
+        return self._cached("commit", dealer, self.commitments[dealer], encode_commitments)
+
     def _sealed_dict(self) -> dict[str, dict[str, str]]:
         return {s: self._cached("sealed", s, m, _encode_bundles) for s, m in self.sealed.items()}
 

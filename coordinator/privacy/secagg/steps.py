@@ -135,7 +135,7 @@ class SecAggSteps:
             return s.roster_for(client_id).to_bytes()
         if step == SHARE:
             _member(client_id, s.state.u2, round, "share its keys in time")
-            return s.delivery_for(client_id).to_bytes()
+            return s.delivery_bytes(client_id)
         if step == UNMASK_REQUEST:
             _member(client_id, s.state.u3, round, "send its masked input in time")
             return s.unmask_request().to_bytes()

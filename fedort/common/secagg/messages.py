@@ -141,6 +141,11 @@ class AdvertiseKeys(_Json):
         d = {"client_id": self.client_id, "c": b64(self.cipher_public), "s": b64(self.mask_public)}
         return {**d, "v": self.scheme} if self.scheme else d
 
+    @cached_property
+    def compact_json(self) -> str:
+        """`to_bytes` as text, built once: every roster that names this client carries it."""
+        return json.dumps(self._encoded, sort_keys=True, separators=(",", ":"))
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> AdvertiseKeys:
         return cls(d["client_id"], unb64(d["c"]), unb64(d["s"]), str(d.get("v", "")))
@@ -154,6 +159,10 @@ class Roster(_Json):
 
     def to_dict(self) -> dict[str, Any]:
         return {"keys": [k.to_dict() for k in self.keys.values()]}
+
+    def to_bytes(self) -> bytes:
+        """What `_Json.to_bytes` writes, from each key's text made once (`AdvertiseKeys.compact_json`)."""
+        return ('{"keys":[' + ",".join(k.compact_json for k in self.keys.values()) + "]}").encode()
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Roster:
@@ -225,6 +234,14 @@ class UnmaskRequest(_Json):
 
     def to_dict(self) -> dict[str, Any]:
         return {"dropped": list(self.dropped), "survivors": list(self.survivors)}
+
+    def to_bytes(self) -> bytes:
+        return self._bytes
+
+    @cached_property
+    def _bytes(self) -> bytes:
+        """Encoded once: the coordinator sends the same request to every survivor."""
+        return super().to_bytes()
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> UnmaskRequest:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -11,6 +12,8 @@ from fedort.coordinator.privacy.secagg.server import SecAggServer
 from fedort.edge_client.secagg.client import SecAggClient
 from fedort.common.secagg.phases import Phase
 from fedort.common.secagg import SecAggAborted, SecAggError, UnmaskRequest
+from fedort.common.secagg.messages import ShareDelivery
+from fedort.common.secagg.scheme import SUPPORTED
 from secagg_support import make_params, quantized_sum, run_round, through_share_keys
 
 
@@ -228,3 +231,29 @@ def test_an_oversized_share_bundle_is_refused_so_no_delivery_grows_with_a_member
     with pytest.raises(SecAggError, match="at most 1024 bytes"):
         server.receive_shares(dataclasses.replace(msg, sealed={**msg.sealed, holder: bytes(5000)}))
     server.receive_shares(msg)
+
+
+@pytest.mark.parametrize("scheme", SUPPORTED)
+def test_the_replies_built_from_encoded_parts_are_the_messages_own_bytes(scheme):
+    """Rosters, share deliveries and unmask requests are sent from text encoded once per round: the same bytes
+    (and so the same message) as each message's own JSON."""
+    params = make_params(8, 10, degree=4, scheme=scheme)
+    server, clients = through_share_keys(params, {"c003"})
+    for c in params.cohort:
+        roster = server.roster_for(c)
+        assert roster.to_bytes() == json.dumps(roster.to_dict(), sort_keys=True, separators=(",", ":")).encode()
+        if c != "c003":
+            assert server.delivery_bytes(c) == server.delivery_for(c).to_bytes()
+            assert ShareDelivery.from_bytes(server.delivery_bytes(c)) == server.delivery_for(c)
+
+
+def test_the_unmask_request_follows_the_masked_inputs_that_arrive():
+    params = make_params(4, 10)
+    server, clients = through_share_keys(params)
+    before = server.unmask_request()
+    assert before.survivors == () and before.dropped == params.cohort
+    server.receive_masked_input("c001", clients["c001"].masked_input(server.delivery_for("c001"), np.zeros(10)))
+    after = server.unmask_request()
+    assert after.survivors == ("c001",) and "c001" not in after.dropped
+    assert after is server.unmask_request()                       # built once while nothing changes
+    assert after.to_bytes() == json.dumps(after.to_dict(), sort_keys=True, separators=(",", ":")).encode()
