@@ -110,12 +110,13 @@ class RoundAggregator:
     def _fold(self, update: Update) -> Path:
         """Fold one update into the combiner; the spool file a spool combiner reads it from."""
         combiner = self.strategy.combiner
+        path = update.path
+        if combiner.folds_words:  # reads the payload itself
+            combiner.fold_update(update, self.length)
+            return path
         decoder = decoder_for(update.codec)
         payload = update.encoded()
-        path = update.path
-        if combiner.folds_words:
-            combiner.fold_update(update, self.length)
-        elif combiner.streaming:
+        if combiner.streaming:
             g, w = self.global_vector, update.num_examples
             if self.strategy.transforms:
                 x = values(decoder, payload, g)

@@ -282,13 +282,13 @@ class SecAggRound:
                 f"its masked input could not be unmasked"
             )
 
-    def receive_masked(self, client_id: str, masked: np.ndarray) -> None:
-        """Fold one durable masked input (fold thread): into the accumulator once, then persisted."""
+    def receive_masked(self, client_id: str, payload: np.ndarray, codec: str) -> None:
+        """Fold one durable masked input, as it arrived in `codec` (fold thread): into the accumulator once."""
         s = self.ensure(self.run.round)
         with self.lock:
             if s.phase is not Phase.MASKED_INPUT and client_id in s.state.u3:
                 return  # replayed after a restart: already in the sum
-            s.receive_masked_input(client_id, masked)  # durable in the spool already: nothing written here
+            s.receive_masked_payload(client_id, payload, codec)  # durable in the spool already: nothing written here
 
     # ---- the phases ----------------------------------------------------------------------------------
 

@@ -55,8 +55,8 @@ class SecureSum(Combiner):
                 f"secure aggregation folds only masked updates ({SECAGG_CODEC!r}, "
                 f"'secagg-packed:b'), got {update.codec!r}"
             )
-        masked = decoder_for(update.codec).decode(update.encoded(), length)
-        self._session.receive_masked(update.client_id, masked)
+        decoder_for(update.codec)  # VectorError for a malformed codec spec
+        self._session.receive_masked(update.client_id, update.encoded(), update.codec)
 
     def combine(self, spooled: Sequence[SpooledUpdate], global_vector: np.ndarray) -> np.ndarray:
         result = self._session.result

@@ -38,6 +38,7 @@ from fedort.common.secagg.messages import (
     UnmaskRequest,
     UnmaskResponse,
 )
+from fedort.common.secagg.pack import U64_CODEC, add_packed, packed_bits, unpack
 from fedort.common.secagg.phases import Phase
 from fedort.common.secagg.prg import MaskAdder, accumulator_dtype
 from fedort.common.secagg.scheme import check_echo, combine_secrets, committed, share_bytes
@@ -252,6 +253,24 @@ class SecAggServer:
         if self.params.fixed_point.bits < 64 and int(y.max()) > int(self.params.fixed_point.modulus_mask):
             raise SecAggError(f"masked input holds values >= 2^{self.params.fixed_point.bits}")
         np.add(self.accumulator, y, out=self.accumulator)
+        self.accumulator &= self.params.fixed_point.modulus_mask
+        self.state.u3.append(client_id)
+        return True
+
+    def receive_masked_payload(self, client_id: str, payload: np.ndarray, codec: str) -> bool:
+        """`receive_masked_input` of an upload as it arrived (`codec`'s bytes): packed b-bit words are added
+        straight from the payload (`pack.add_packed`: every b/8-byte string is a word below 2^b, so there is
+        nothing to check), secagg-u64 words as a view, checked below 2^b."""
+        if codec == U64_CODEC:
+            return self.receive_masked_input(client_id, unpack(payload, codec, self.params.length))
+        self._expect(Phase.MASKED_INPUT)
+        self._known(client_id, self.state.u2, "masked input")
+        if client_id in self.state.u3:
+            return False
+        bits = self.params.fixed_point.bits
+        if packed_bits(codec) != bits:
+            raise SecAggError(f"masked input packs {packed_bits(codec)}-bit words, this round sums {bits}-bit ones")
+        add_packed(self.accumulator, payload, codec, self.params.length)
         self.accumulator &= self.params.fixed_point.modulus_mask
         self.state.u3.append(client_id)
         return True

@@ -62,6 +62,41 @@ def pack(words: np.ndarray, codec: str) -> bytes:
     return narrow.astype({1: "u1", 2: "<u2", 4: "<u4"}[width], copy=False).tobytes()
 
 
+def add_packed(acc: np.ndarray, payload: bytes | memoryview | np.ndarray, codec: str, length: int) -> None:
+    """acc += the P + 1 words of a payload in `codec`, mod 2^64, in a uint64 `acc` (VectorError if the payload's
+    size is not the codec's). The words are read straight from the payload: each packed word as the 8 bytes
+    from its start, so the bytes of the next words ride along above bit 8·(b/8) — added there, they vanish
+    when the caller reduces the sum mod 2^b (b = 8·(b/8), as the round makes it), and no unpacked copy is made."""
+    raw = _bytes_of(payload)
+    expected = payload_size(codec, length)
+    if raw.nbytes != expected:
+        raise VectorError(
+            f"{codec} update holds {raw.nbytes} bytes, expected {expected} for {length} values and the weight"
+        )
+    if acc.dtype != np.uint64 or acc.shape != (length + 1,):
+        raise VectorError(f"masked words are summed in uint64 of shape ({length + 1},), got {acc.dtype} {acc.shape}")
+    width = expected // (length + 1)
+    if width == 8:
+        np.add(acc, raw.view("<u8"), out=acc)
+        return
+    whole = (raw.nbytes - 8) // width + 1 if raw.nbytes >= 8 else 0  # words whose 8 bytes lie inside the payload
+    if whole:
+        head = np.ndarray(shape=(whole,), dtype="<u8", buffer=raw, strides=(width,))
+        np.add(acc[:whole], head, out=acc[:whole])
+    if whole < length + 1:  # the last few words: from a copy with room after them
+        tail = np.zeros((length + 1 - whole) * width + 8, dtype=np.uint8)
+        tail[: raw.nbytes - whole * width] = raw[whole * width :]
+        words = np.ndarray(shape=(length + 1 - whole,), dtype="<u8", buffer=tail, strides=(width,))
+        np.add(acc[whole:], words, out=acc[whole:])
+
+
+def _bytes_of(payload: bytes | memoryview | np.ndarray) -> np.ndarray:
+    """A payload as a flat uint8 array (a view where it can be)."""
+    if isinstance(payload, np.ndarray):
+        return np.ascontiguousarray(payload).view(np.uint8).reshape(-1)
+    return np.frombuffer(payload, dtype=np.uint8)
+
+
 def _three_bytes(words: np.ndarray) -> bytes:
     """Words below 2^24 as 3 little-endian bytes each: every 4 words become 3 uint32s by shifts and ors
     (faster than copying 3-byte items one by one), the last 0-3 words as items."""
@@ -81,11 +116,7 @@ def _three_bytes(words: np.ndarray) -> bytes:
 
 def unpack(payload: bytes | memoryview | np.ndarray, codec: str, length: int) -> np.ndarray:
     """The P + 1 masked uint64 words of a payload in `codec` (VectorError if its size is not the codec's)."""
-    raw = (
-        np.frombuffer(payload, dtype=np.uint8)
-        if not isinstance(payload, np.ndarray)
-        else np.ascontiguousarray(payload).view(np.uint8).reshape(-1)
-    )
+    raw = _bytes_of(payload)
     expected = payload_size(codec, length)
     if raw.nbytes != expected:
         raise VectorError(

@@ -13,7 +13,7 @@ import pytest
 from fedort.coordinator import RoundState
 from fedort.coordinator.aggregation import decoder_for
 from fedort.common.errors import FedortError, VectorError
-from fedort.common.secagg.pack import pack, packed_codec, payload_size, unpack
+from fedort.common.secagg.pack import add_packed, pack, packed_codec, payload_size, unpack
 from fedort.common.secagg.task import SECAGG_CODEC, SecAggTask
 
 from coordinator_fixtures import P_MLP, mlp_artifacts, start_coordinator, stub_client  # noqa: F401
@@ -41,6 +41,20 @@ def test_uint32_words_pack_to_the_bytes_of_the_same_uint64_words(bits):
     words = np.random.default_rng(bits).integers(0, 2**bits - 1, size=1001, dtype=np.uint64, endpoint=True)
     for codec in (packed_codec(bits), SECAGG_CODEC):
         assert pack(words.astype(np.uint32), codec) == pack(words, codec)
+
+
+@pytest.mark.parametrize("bits", [8, 16, 24, 32, 40, 56, 64])
+@pytest.mark.parametrize("length", [1, 2, 6, 1000])
+def test_a_payload_added_as_it_arrived_sums_to_its_unpacked_words_mod_2b(bits, length):
+    rng = np.random.default_rng(bits + length)
+    words = rng.integers(0, 2**bits - 1, size=length + 1, dtype=np.uint64, endpoint=True)
+    start = rng.integers(0, 2**bits - 1, size=length + 1, dtype=np.uint64, endpoint=True)
+    acc = start.copy()
+    add_packed(acc, pack(words, packed_codec(bits)), packed_codec(bits), length)
+    mask = np.uint64(2**bits - 1)
+    assert np.array_equal(acc & mask, (start + words) & mask)
+    with pytest.raises(VectorError, match="bytes, expected"):
+        add_packed(acc, pack(words, packed_codec(bits))[:-1], packed_codec(bits), length)
 
 
 def test_the_packed_payload_is_b_over_8_bytes_per_word_and_nothing_else():
