@@ -3,13 +3,14 @@
 A simulation worker runs its selected clients' protocol flows in threads over one Transport, and
 in every phase they all send one step at about the same time. `StepBatcher.submit` (behind
 `Transport.secagg_step`) gathers the steps that arrive together into one SecAggBatch call: the
-first step opens a batch, which is sent as soon as every registered flow (`flow()`) is waiting in
-the batcher, or LINGER_S after it opened (UNMASK_LINGER_S for a batch opened by an UNMASK_REQUEST
-step: no answer can come before the masked-input phase closes, which needs every masked input, so
-waiting for the other flows costs nothing, while devices that mask one at a time (`secagg_lane`)
-finish a few milliseconds apart: a shorter linger sends many small batches). Steps
-that come while a batch is in flight open the next
-one — a held batch never delays a new one, since a phase may be waiting for exactly that step.
+first step opens a batch, which is sent as soon as every registered flow (`flow()`, or `expect`ed
+before it started) is waiting in the batcher, or LINGER_S after it opened. A batch opened by an
+ADVERTISE or an UNMASK_REQUEST step lingers up to HELD_LINGER_S: no answer can come before its
+phase closes, which needs that step of every member, so waiting for the other flows costs
+nothing, while flows that start (or mask, `secagg_lane`) one after another arrive a few
+milliseconds apart: a shorter linger sends many small batches. Steps that come while a batch is
+in flight open the next one — a held batch never delays a new one, since a phase may be waiting
+for exactly that step.
 A batch of one goes as a plain SecAgg call (what a single device always sends), and after a
 coordinator answers SecAggBatch with UNIMPLEMENTED (before protocol 1.3) every step is a plain
 SecAgg call again, each in its caller's thread.
@@ -28,8 +29,8 @@ from fedort.protos.status_codes import from_status
 from fedort.protos.stubs import fedort_v1_pb2 as pb
 
 LINGER_S = 0.02
-UNMASK_LINGER_S = 0.25
-UNMASK_REQUEST = 2  # SecAggRequest.Step (edge_client.secagg_flow)
+HELD_LINGER_S = 0.25
+ADVERTISE, UNMASK_REQUEST = 0, 2  # SecAggRequest.Step (edge_client.secagg_flow)
 _FALLBACK = object()
 
 
@@ -48,7 +49,8 @@ class StepBatcher:
         self._transport = transport
         self._cond = threading.Condition()
         self._open: _Batch | None = None
-        self._flows = 0  # protocol flows using this transport now
+        self._flows = 0  # protocol flows using this transport now (and those `expect` counted before they started)
+        self._expected = 0  # flows `expect` counted that have not started yet
         self._waiting = 0  # steps inside submit (in an open batch or one in flight)
         self.batching = True  # False once the coordinator said it has no SecAggBatch
         self.batch_calls = 0  # SecAggBatch calls made (observability: how well steps coalesce)
@@ -58,11 +60,28 @@ class StepBatcher:
         """Protocol flows using this transport now."""
         return self._flows
 
+    def expect(self, n: int) -> None:
+        """`n` protocol runs are about to start (a host starting a round's devices together): counted now, so the
+        first batch waits for all of them (up to its linger), not only for those whose threads ran first."""
+        with self._cond:
+            self._expected += n
+            self._flows += n
+
+    def settle(self) -> None:
+        """Forget the expected runs that never started (they ended before their first step)."""
+        with self._cond:
+            self._flows -= self._expected
+            self._expected = 0
+            self._cond.notify_all()
+
     @contextmanager
     def flow(self) -> Iterator[None]:
         """Counts one device's protocol run, so a batch need not linger for a flow that is not there."""
         with self._cond:
-            self._flows += 1
+            if self._expected:
+                self._expected -= 1  # counted already
+            else:
+                self._flows += 1
         try:
             yield
         finally:
@@ -88,7 +107,7 @@ class StepBatcher:
             self._waiting += 1
             batch, lead = self._open, self._open is None
             if batch is None:
-                batch = self._open = _Batch(UNMASK_LINGER_S if step == UNMASK_REQUEST else LINGER_S)
+                batch = self._open = _Batch(HELD_LINGER_S if step in (ADVERTISE, UNMASK_REQUEST) else LINGER_S)
             index = len(batch.requests)
             batch.requests.append(request)
             self._cond.notify_all()

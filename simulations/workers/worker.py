@@ -257,14 +257,20 @@ def _train_and_upload(
 ) -> None:
     trained: dict[str, threading.Event] = {}  # secure rounds: set once the client's training ended
     advertised: list[threading.Event] = []
-    for client in clients:  # every secure round starts first: keys are advertised and shared while clients train
-        task = tasks.get(client.client_id)
-        if task is not None and task.kind == TaskKind.FIT and task.secagg:
-            trained[client.client_id], keys = threading.Event(), threading.Event()
-            masked.append(secagg.submit(client.upload_while_training, task, trained[client.client_id], keys))
-            advertised.append(keys)
+    secure = [c for c in clients if (t := tasks.get(c.client_id)) is not None and t.kind == TaskKind.FIT and t.secagg]
+    steps = getattr(clients[0].transport, "secagg_steps", None) if secure else None  # the clients' one batcher
+    if steps is not None:
+        steps.expect(len(secure))  # one batch of their keys, not one per thread that happened to run first
+    for client in secure:  # every secure round starts first: keys are advertised and shared while clients train
+        trained[client.client_id], keys = threading.Event(), threading.Event()
+        masked.append(
+            secagg.submit(client.upload_while_training, tasks[client.client_id], trained[client.client_id], keys)
+        )
+        advertised.append(keys)
     for keys in advertised:  # cheap, and one batch then carries them all: training would hold the threads back
         keys.wait()
+    if steps is not None:
+        steps.settle()
     for client in clients:
         task = tasks.get(client.client_id)
         if task is None:
