@@ -160,7 +160,7 @@ def main() -> None:
                   f"{p[0]['upload_bytes_per_client']} → {s[0]['upload_bytes_per_client']} | {s[0]['protocol_state_bytes']} | "
                   f"{_median(p, 'coord_rss_mb'):.0f} / {_median(s, 'coord_rss_mb'):.0f} "
                   f"(+{_median(p, 'coord_rss_growth_mb'):.0f} / +{_median(s, 'coord_rss_growth_mb'):.0f}) | "
-                  f"{_median(cell, 'load')} |")
+                  f"{_median(cell, 'load'):.1f} |")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The device's secure-aggregation round, after local training (a FIT task whose `secagg` is set).
+"""The device's secure-aggregation round for a FIT task whose `secagg` is set.
 
     d = trained − global;  DP: d ← clip_C(d) + N(0, σ²), σ = z·C/√n     (the coordinator's SecAggTask says)
     ADVERTISE keys ─▶ roster ─▶ SHARE sealed shares ─▶ delivery ─▶ upload masked y (the task's codec:
@@ -6,8 +6,10 @@
     ─▶ UNMASK_REQUEST ─▶ UNMASK (key shares of dropped neighbours, seed shares of survivors)
 
 Each step is one `SecAgg` call that the coordinator holds until the phase closes (ready=false:
-send the same request again). Steps are idempotent, so a call lost to a coordinator restart is
-simply retried with the same message. While the device waits for the share delivery, a thread expands
+send the same request again). The keys need no update: `run_when` starts the round before training
+ends (a simulation worker does, `EdgeClient.upload_while_training`) and waits for the update only to
+mask. Steps are idempotent, so a call lost to a coordinator restart is simply retried with the same
+message. While the device waits for the share delivery, a thread expands
 its masks, which need only the roster (`secagg_ahead`; not where one transport carries many devices).
 A round under a secure-aggregation scheme this device does not compute (`protos.secagg.scheme`) ends
 as `stale` before any step. Nothing but the masked vector leaves the device; its protocol secrets

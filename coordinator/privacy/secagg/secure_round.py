@@ -20,7 +20,8 @@ masked inputs are forgotten and the round is retried with a fresh protocol run w
 remain (`max_round_attempts`), without the members the attempt caught cheating or that were
 accused (`exclusion.py`; the engine's selection asks `excluded`); then it fails with the reason in
 status and log, the global model unchanged, and a restart begins the round anew.
-Each phase after the first gets `round_timeout_s` (clients are already trained by then).
+Each phase after the first gets `round_timeout_s` (a device may still be training in the first two:
+keys need no update, `SecAggFlow.run_when`).
 """
 
 from __future__ import annotations
