@@ -295,32 +295,14 @@ class EdgeClient:
     def upload_while_training(
         self, task: Task, trained: threading.Event, advertised: threading.Event | None = None
     ) -> RoundReport:
-        """A secure-aggregation FIT task's upload, begun before `train(task)`, which runs in another thread and sets
-        `trained` when it ends (also when it fails): the keys are advertised and shared meanwhile, and the masking
-        waits for the update. A host of many clients overlaps their training with the protocol's first phases.
-        `advertised` is set as the keys go out (or when the upload ends before that)."""
-        if not task.secagg:
-            raise ConfigError(
-                "upload_while_training is for secure-aggregation tasks; a plain update is sent once trained"
-            )
-        member = self._member_now()
-
-        def update() -> Pending:
-            trained.wait()
-            p = self._pending
-            if p is None or p.round != task.round or p.secagg is None:
-                raise StoppedError(f"round {task.round}: training ended without an update to mask")
-            return p
-
-        signal = advertised.set if advertised is not None else (lambda: None)
-        try:
-            sent = self._uploader.send_while_training(self.transport, member, task, update, self._set_phase, signal)
-        finally:
-            signal()
-        trained.wait()  # the protocol may have ended (stale) before it needed the update
-        p, self._pending = self._pending, None
-        if p is None or p.round != task.round:
-            return self._report(task.round, "fit", 0, {}, 0.0, False, sent)
+        """A secure-aggregation FIT task's upload, begun before `train(task)` ends in another thread, which sets
+        `trained` then (also when it fails): keys are advertised (`advertised` is set) and shared meanwhile, and
+        the masking waits for the update (`Uploader.send_while_training`)."""
+        member, pending = self._member_now(), lambda: self._pending
+        sent, p = self._uploader.send_while_training(
+            self.transport, member, task, trained, pending, self._set_phase, advertised
+        )
+        self._pending = None
         return self._report(p.round, "fit", p.num_examples, p.metrics, p.seconds, p.vector_cached, sent)
 
     def _submit_pending(self) -> RoundReport:

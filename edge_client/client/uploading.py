@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fedort.common.errors import ConfigError
 from fedort.common.faults import fault_point
 from fedort.common.invariants import present
 from fedort.edge_client.client.calls import ClientCalls
@@ -29,6 +31,7 @@ from fedort.edge_client.client.joining import Membership
 from fedort.edge_client.client.pending import Pending
 from fedort.edge_client.training.local_round import LocalResult
 from fedort.edge_client.transport.grpc_transport import Transport
+from fedort.edge_client.transport.retry import StoppedError
 from fedort.edge_client.uploads.local_dp import LocalDP
 from fedort.edge_client.uploads.resumable import ResumableSender
 from fedort.protos.messages import Task
@@ -141,26 +144,38 @@ class Uploader:
         transport: Transport,
         member: Membership,
         task: Task,
-        trained: Callable[[], Pending],
+        trained: threading.Event,
+        pending: Callable[[], Pending | None],
         on_phase: Callable[[str], None],
-        advertising: Callable[[], None] = lambda: None,
-    ) -> Sent:
-        """A secure round's `send` begun before its update exists: the keys are advertised and shared at
-        once, and `trained()` (the training's Pending, waited for in another thread) only once masking needs it;
-        `advertising()` as the keys go out (`SecAggFlow.run_when`)."""
-
+        advertised: threading.Event | None = None,
+    ) -> tuple[Sent, Pending]:
+        """A secure round's `send` begun before its update exists: the keys are advertised (then `advertised` is
+        set, or when the run ends before that) and shared at once, and the masking waits until `trained` is set,
+        then takes `pending()` (the training's Pending). The answer, and that Pending (an empty one if the round
+        ended before training gave one)."""
         from fedort.edge_client.secagg.flow import MaskInputs  # the crypto stack loads only for a masked round
 
+        if not task.secagg:
+            raise ConfigError("send_while_training is for secure-aggregation tasks; a plain update is sent trained")
+
         def inputs() -> MaskInputs:
-            p = trained()
-            _, vector, update = present(p.secagg, "the masked round's vectors")
+            trained.wait()
+            p = pending()
+            if p is None or p.round != task.round or p.secagg is None:
+                raise StoppedError(f"round {task.round}: training ended without an update to mask")
+            _, vector, update = p.secagg
             return MaskInputs(vector, update, p.num_examples, p.metrics)
 
+        signal = advertised.set if advertised is not None else (lambda: None)
         on_phase("secure aggregation")
         try:
-            return Sent(self._flow(transport, member, task).run_when(inputs, _chunk(member), advertising))
+            sent = Sent(self._flow(transport, member, task).run_when(inputs, _chunk(member), signal))
         finally:
+            signal()
             on_phase("idle")
+        trained.wait()  # the protocol may have ended (stale) before it needed the update
+        p = pending()
+        return sent, p if p is not None and p.round == task.round else Pending(task.round, None, 0, {}, 0.0, False)
 
     def _flow(self, transport: Transport, member: Membership, task: Task) -> SecAggFlow:
         from fedort.edge_client.secagg.flow import SecAggFlow  # the crypto stack loads only for a masked round
