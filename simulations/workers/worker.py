@@ -105,8 +105,9 @@ def run_worker(plan: WorkerPlan) -> WorkerStats:
         clients = join_clients(
             plan, transport, cache, arrays, stats, session=_preopened.pop(plan.intra_op_threads, None)
         )
-        if clients:  # the updates in flight + the one training: their vectors' memory is reused, not remapped
-            clients[0].session.recycle_buffers(_upload_limit(plan, clients) + 1)
+        if clients:  # the vectors alive at once (updates in flight + the one training; under secure aggregation
+            # every client holds its update through the protocol) are reused round after round, not remapped
+            clients[0].session.recycle_buffers(max(_upload_limit(plan, clients), len(clients)) + 1)
         if plan.speeds:
             from fedort.simulations.virtual_clock import serve_on_virtual_clock
 
