@@ -21,6 +21,7 @@ them (`share_checks`): who was caught is in `state.cheaters` and the result.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -210,10 +211,7 @@ class SecAggServer:
 
     def delivery_for(self, client_id: str) -> ShareDelivery:
         self._known(client_id, self.state.u2, "share delivery request")
-        bundles = self.state.sealed  # a sender seals for its roster only: its neighbours (the graph is symmetric)
-        sealed = {
-            s: bundles[s][client_id] for s in self.params.neighbours[client_id] if client_id in bundles.get(s, ())
-        }
+        sealed = {s: self.state.sealed[s][client_id] for s in self._senders_to(client_id)}
         if not committed(self.params.scheme):
             return ShareDelivery(sealed)
         commitments = {s: self.state.commitments[s][client_id] for s in sealed}
@@ -224,13 +222,18 @@ class SecAggServer:
         """`delivery_for(client_id).to_bytes()`, from the base64 forms the state keeps of every bundle and
         commitment (each encoded once, not once per delivery)."""
         self._known(client_id, self.state.u2, "share delivery request")
-        state = self.state
-        senders = [s for s in self.params.neighbours[client_id] if client_id in state.sealed.get(s, ())]
+        state, senders = self.state, self._senders_to(client_id)
         d: dict[str, object] = {"sealed": {s: state.encoded_bundles(s)[client_id] for s in senders}}
         if committed(self.params.scheme):
             d["commit"] = {s: state.encoded_commitments(s)[client_id] for s in senders}
             d["index"] = {s: self._holder_indices(s).get(client_id, 0) for s in senders}
         return json.dumps(d, sort_keys=True, separators=(",", ":")).encode()
+
+    def _senders_to(self, client_id: str) -> list[str]:
+        """The clients that sealed a bundle for `client_id`: a sender seals for its roster only, its neighbours (the
+        graph is symmetric), so only those are looked at."""
+        sealed = self.state.sealed
+        return [s for s in self.params.neighbours[client_id] if client_id in sealed.get(s, ())]
 
     def _holder_indices(self, owner: str) -> dict[str, int]:
         """`share_checks.holder_indices` of `owner`, computed once a round (the keys are fixed after advertising)."""
@@ -243,19 +246,18 @@ class SecAggServer:
     def receive_masked_input(self, client_id: str, masked: np.ndarray) -> bool:
         """Fold one masked vector into the accumulator (mod 2^b). False, and nothing folded, when
         this client's input is already in (a retry after a lost ack or a coordinator restart)."""
-        self._expect(Phase.MASKED_INPUT)
-        self._known(client_id, self.state.u2, "masked input")
-        if client_id in self.state.u3:
-            return False
-        y = np.asarray(masked)
-        if y.dtype != np.uint64 or y.shape != self.accumulator.shape:
-            raise SecAggError(f"masked input must be uint64 of shape {self.accumulator.shape}, got {y.dtype} {y.shape}")
-        if self.params.fixed_point.bits < 64 and int(y.max()) > int(self.params.fixed_point.modulus_mask):
-            raise SecAggError(f"masked input holds values >= 2^{self.params.fixed_point.bits}")
-        np.add(self.accumulator, y, out=self.accumulator)
-        self.accumulator &= self.params.fixed_point.modulus_mask
-        self.state.u3.append(client_id)
-        return True
+
+        def add() -> None:
+            y = np.asarray(masked)
+            if y.dtype != np.uint64 or y.shape != self.accumulator.shape:
+                raise SecAggError(
+                    f"masked input must be uint64 of shape {self.accumulator.shape}, got {y.dtype} {y.shape}"
+                )
+            if self.params.fixed_point.bits < 64 and int(y.max()) > int(self.params.fixed_point.modulus_mask):
+                raise SecAggError(f"masked input holds values >= 2^{self.params.fixed_point.bits}")
+            np.add(self.accumulator, y, out=self.accumulator)
+
+        return self._fold_input(client_id, add)
 
     def receive_masked_payload(self, client_id: str, payload: np.ndarray, codec: str) -> bool:
         """`receive_masked_input` of an upload as it arrived (`codec`'s bytes): packed b-bit words are added
@@ -263,14 +265,22 @@ class SecAggServer:
         nothing to check), secagg-u64 words as a view, checked below 2^b."""
         if codec == U64_CODEC:
             return self.receive_masked_input(client_id, unpack(payload, codec, self.params.length))
+
+        def add() -> None:
+            bits = self.params.fixed_point.bits
+            if packed_bits(codec) != bits:
+                raise SecAggError(f"masked input packs {packed_bits(codec)}-bit words, this round sums {bits}-bit ones")
+            add_packed(self.accumulator, payload, codec, self.params.length)
+
+        return self._fold_input(client_id, add)
+
+    def _fold_input(self, client_id: str, add: Callable[[], None]) -> bool:
+        """`add()` one new masked input into the accumulator (it raises before changing it), then reduce mod 2^b."""
         self._expect(Phase.MASKED_INPUT)
         self._known(client_id, self.state.u2, "masked input")
         if client_id in self.state.u3:
             return False
-        bits = self.params.fixed_point.bits
-        if packed_bits(codec) != bits:
-            raise SecAggError(f"masked input packs {packed_bits(codec)}-bit words, this round sums {bits}-bit ones")
-        add_packed(self.accumulator, payload, codec, self.params.length)
+        add()
         self.accumulator &= self.params.fixed_point.modulus_mask
         self.state.u3.append(client_id)
         return True
@@ -310,7 +320,7 @@ class SecAggServer:
             raise SecAggError(
                 f"client {msg.client_id} sent a share that is not (index 1..{len(self.params.cohort)}, {size} bytes)"
             )
-        senders = {s for s in self.params.neighbours[msg.client_id] if msg.client_id in self.state.sealed.get(s, ())}
+        senders = set(self._senders_to(msg.client_id))
         if not set(msg.complaints) <= senders or set(msg.complaints) & {*msg.key_shares, *msg.seed_shares}:
             raise SecAggError(
                 f"client {msg.client_id} complains about {sorted(msg.complaints)}: it may name only neighbours that "
