@@ -155,9 +155,6 @@ class Uploader:
         ended before training gave one)."""
         from fedort.edge_client.secagg.flow import MaskInputs  # the crypto stack loads only for a masked round
 
-        if not task.secagg:
-            raise ConfigError("send_while_training is for secure-aggregation tasks; a plain update is sent trained")
-
         def inputs() -> MaskInputs:
             trained.wait()
             p = pending()
@@ -169,9 +166,11 @@ class Uploader:
         signal = advertised.set if advertised is not None else (lambda: None)
         on_phase("secure aggregation")
         try:
+            if not task.secagg:
+                raise ConfigError("send_while_training is for secure-aggregation tasks; a plain update is sent trained")
             sent = Sent(self._flow(transport, member, task).run_when(inputs, _chunk(member), signal))
         finally:
-            signal()
+            signal()  # the one place that sets it however the run ends
             on_phase("idle")
         trained.wait()  # the protocol may have ended (stale) before it needed the update
         p = pending()

@@ -160,13 +160,10 @@ class SecAggFlow:
     ) -> tuple[str, str]:
         """`run` begun before the update exists: keys are advertised and shared at once, and `inputs()` (which
         may wait for the device's training to end) is called only once the share delivery is in, to mask.
-        `advertising()` is called as the keys go out (or as the run ends, if it ends before)."""
+        `advertising()` is called as the keys go out."""
         steps = getattr(self.transport, "secagg_steps", None)  # the worker's batcher (a test's wrapper has none)
-        try:
-            with steps.flow() if steps is not None else contextlib.nullcontext():
-                return self._run(inputs, chunk_size, advertising)
-        finally:
-            advertising()
+        with steps.flow() if steps is not None else contextlib.nullcontext():
+            return self._run(inputs, chunk_size, advertising)
 
     def _run(
         self, inputs: Callable[[], MaskInputs], chunk_size: int, advertising: Callable[[], None]

@@ -264,9 +264,12 @@ def _train_and_upload(
         steps.expect(len(secure))  # one batch of their keys, not one per thread that happened to run first
     for client in secure:  # every secure round starts first: keys are advertised and shared while clients train
         trained[client.client_id], keys = threading.Event(), threading.Event()
-        masked.append(secagg.submit(_secure_upload, client, tasks[client.client_id], trained[client.client_id], keys))
+        masked.append(
+            secagg.submit(client.upload_while_training, tasks[client.client_id], trained[client.client_id], keys)
+        )
         advertised.append(keys)
-    for keys in advertised:  # cheap, and one batch then carries them all: training would hold the threads back
+    for keys in advertised:  # set however the upload ends (Uploader.send_while_training): cheap, and one batch
+        # then carries them all, where training would hold the threads back
         keys.wait()
     if steps is not None:
         steps.settle()
@@ -288,14 +291,6 @@ def _train_and_upload(
             inflight.append(uploads.submit(client.upload))
         elif task.kind == TaskKind.EVALUATE:
             client.handle(task)
-
-
-def _secure_upload(client: EdgeClient, task: Task, trained: threading.Event, keys: threading.Event) -> RoundReport:
-    """`client.upload_while_training`, with `keys` set however it ends (the driver waits for it)."""
-    try:
-        return client.upload_while_training(task, trained, keys)
-    finally:
-        keys.set()
 
 
 def _serve_by_heartbeat(
